@@ -1,0 +1,90 @@
+"""The ``lakesession`` command: serve, jars (and demo, login, status as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "lakesession" / "serve"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .reference import BootstrapError, start
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        handle = start(
+            args.warehouse,
+            host=args.host,
+            port=args.port,
+            db=args.db,
+            data_dir=args.data_dir,
+            bootstrap=args.bootstrap,
+            issuer_url=args.issuer_url,
+            access_token_ttl=args.token_ttl,
+        )
+    except BootstrapError as e:
+        print(f"lakesession serve: invalid bootstrap file: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"lakesession serve: cannot listen on {args.host}:{args.port}: {e.strerror}", file=sys.stderr)
+        return 2
+    print(f"catalog: {handle.uri}", flush=True)
+    print(f"issuer: {handle.issuer_uri}", flush=True)
+    print(f"warehouse: {handle.settings.warehouse}", flush=True)
+    print(f"admin credentials: {handle.data_dir / 'admin-credentials'} (client id 'admin')", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        handle.stop()
+        print("stopped", flush=True)
+    return 0
+
+
+def cmd_jars(args: argparse.Namespace) -> int:
+    from .spark.jars import jars_main
+
+    return jars_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakesession", description="PySpark on Iceberg REST catalogs, as you.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the reference Iceberg REST catalog (with OIDC issuer) standalone")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0 picks a free one)")
+    serve.add_argument("--warehouse", default=None, help="warehouse base URI (default file://DATA_DIR/warehouse)")
+    serve.add_argument("--db", default=None, help="SQLAlchemy URL for catalog state (default sqlite in DATA_DIR)")
+    serve.add_argument("--data-dir", type=Path, default=None, help=f"state directory (default {_default_data_dir()})")
+    serve.add_argument("--bootstrap", type=Path, default=None, help="YAML file of principals, roles and grants")
+    serve.add_argument("--issuer-url", default=None, help="trust this external OIDC issuer instead of the embedded one")
+    serve.add_argument("--token-ttl", type=int, default=3600, help="access token lifetime in seconds (embedded issuer)")
+    serve.set_defaults(func=cmd_serve)
+
+    jars = sub.add_parser("jars", help="resolve Spark's JVM jars (Iceberg runtime, AWS SDK), offline if needed",
+                          add_help=False)
+    jars.add_argument("rest", nargs=argparse.REMAINDER)
+    jars.set_defaults(func=cmd_jars)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve" and args.data_dir is None:
+        args.data_dir = _default_data_dir()
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

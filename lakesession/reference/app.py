@@ -1,0 +1,82 @@
+"""The reference catalog's ASGI app: services wired once, routers mounted, errors mapped."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from pyiceberg.catalog.sql import SqlCatalog
+
+from . import store
+from .audit import AuditLog
+from .context import Services
+from .directory import Directory
+from .errors import BadRequest, install_error_handlers
+from .idp import EmbeddedIssuer, RemoteVerifier
+from .routes import management, namespaces, tables, views
+from .settings import ServerSettings
+
+logger = logging.getLogger(__name__)
+
+API_PREFIX = "/v1/{prefix}"
+
+
+def implemented_endpoints(app: FastAPI) -> list[str]:
+    """``METHOD /v1/{prefix}/...`` for every catalog route, as `/v1/config` advertises them."""
+    out: set[str] = set()
+    for route in app.routes:
+        path = getattr(route, "path", "")
+        if path.startswith(API_PREFIX):
+            for method in getattr(route, "methods", ()) or ():
+                out.add(f"{method} {path}")
+    return sorted(out, key=lambda e: (e.split(" ", 1)[1], e))
+
+
+def build_services(settings: ServerSettings, *, key_path: Path | None = None) -> tuple[Services, EmbeddedIssuer | None]:
+    engine = store.make_engine(settings.db_url)
+    catalog = SqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse)
+    catalog.engine.dispose()
+    catalog.engine = engine  # one engine (WAL pragmas, one pool) for everything
+    directory = Directory(engine)
+    issuer: EmbeddedIssuer | None = None
+    if settings.uses_embedded_issuer:
+        issuer = EmbeddedIssuer(settings, directory, engine, key_path=key_path)
+        verifier: Any = issuer
+    else:
+        verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
+    services = Services(settings=settings, directory=directory, audit=AuditLog(engine), catalog=catalog, verifier=verifier)
+    return services, issuer
+
+
+def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> FastAPI:
+    services, issuer = build_services(settings, key_path=key_path)
+    app = FastAPI(
+        title="lakesession reference catalog",
+        version="0.1.0",
+        description="Apache Iceberg REST catalog with an embedded OIDC issuer, RBAC and a durable audit log.",
+    )
+    app.state.services = services
+    app.state.issuer = issuer
+    install_error_handlers(app)
+    app.include_router(namespaces.router)
+    app.include_router(tables.router)
+    app.include_router(views.router)
+    app.include_router(management.router)
+    if issuer is not None:
+        app.include_router(issuer.router, prefix="/oidc")
+
+    @app.post("/v1/oauth/tokens", include_in_schema=False)
+    async def oauth_tokens(request: Request) -> Response:
+        """Deprecated Iceberg token endpoint (Iceberg Java posts form-encoded bodies here)."""
+        if issuer is None:
+            raise BadRequest(f"This catalog trusts the external issuer {settings.effective_issuer_url}; get tokens there")
+        return await issuer.token_endpoint(request)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.state.endpoints = implemented_endpoints(app)
+    return app

@@ -1,0 +1,164 @@
+"""RBAC in the style of Apache Polaris: privileges granted to roles on securables, inherited downward.
+
+A securable is the catalog, a namespace, a table or a view. A grant on a
+namespace covers its child namespaces and every table and view inside them.
+Privileges imply weaker ones (``TABLE_WRITE_DATA`` ⊃ ``TABLE_READ_DATA`` ⊃
+``TABLE_READ_PROPERTIES``; ``CATALOG_MANAGE_CONTENT`` ⊃ every content privilege).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .errors import BadRequest
+
+
+class Privilege(str, enum.Enum):
+    CATALOG_MANAGE_ACCESS = "CATALOG_MANAGE_ACCESS"
+    CATALOG_MANAGE_CONTENT = "CATALOG_MANAGE_CONTENT"
+    NAMESPACE_CREATE = "NAMESPACE_CREATE"
+    NAMESPACE_LIST = "NAMESPACE_LIST"
+    NAMESPACE_READ_PROPERTIES = "NAMESPACE_READ_PROPERTIES"
+    NAMESPACE_WRITE_PROPERTIES = "NAMESPACE_WRITE_PROPERTIES"
+    NAMESPACE_DROP = "NAMESPACE_DROP"
+    TABLE_CREATE = "TABLE_CREATE"
+    TABLE_LIST = "TABLE_LIST"
+    TABLE_READ_PROPERTIES = "TABLE_READ_PROPERTIES"
+    TABLE_WRITE_PROPERTIES = "TABLE_WRITE_PROPERTIES"
+    TABLE_READ_DATA = "TABLE_READ_DATA"
+    TABLE_WRITE_DATA = "TABLE_WRITE_DATA"
+    TABLE_DROP = "TABLE_DROP"
+    VIEW_CREATE = "VIEW_CREATE"
+    VIEW_LIST = "VIEW_LIST"
+    VIEW_READ = "VIEW_READ"
+    VIEW_WRITE_PROPERTIES = "VIEW_WRITE_PROPERTIES"
+    VIEW_DROP = "VIEW_DROP"
+
+
+P = Privilege
+
+# Direct implications; closed transitively below.
+_DIRECT: dict[Privilege, set[Privilege]] = {
+    P.TABLE_WRITE_DATA: {P.TABLE_READ_DATA, P.TABLE_WRITE_PROPERTIES},
+    P.TABLE_READ_DATA: {P.TABLE_READ_PROPERTIES},
+    P.TABLE_WRITE_PROPERTIES: {P.TABLE_READ_PROPERTIES},
+    P.VIEW_WRITE_PROPERTIES: {P.VIEW_READ},
+    P.NAMESPACE_WRITE_PROPERTIES: {P.NAMESPACE_READ_PROPERTIES},
+    # Seeing anything inside a namespace lets one read the namespace's own properties.
+    P.NAMESPACE_LIST: {P.NAMESPACE_READ_PROPERTIES},
+    P.TABLE_LIST: {P.NAMESPACE_READ_PROPERTIES},
+    P.VIEW_LIST: {P.NAMESPACE_READ_PROPERTIES},
+    P.TABLE_READ_PROPERTIES: {P.NAMESPACE_READ_PROPERTIES},
+    P.VIEW_READ: {P.NAMESPACE_READ_PROPERTIES},
+    P.CATALOG_MANAGE_CONTENT: {p for p in Privilege if p is not P.CATALOG_MANAGE_ACCESS and p is not P.CATALOG_MANAGE_CONTENT},
+}
+
+
+def _closure() -> dict[Privilege, frozenset[Privilege]]:
+    out: dict[Privilege, frozenset[Privilege]] = {}
+    for p in Privilege:
+        seen, todo = {p}, [p]
+        while todo:
+            for q in _DIRECT.get(todo.pop(), ()):
+                if q not in seen:
+                    seen.add(q)
+                    todo.append(q)
+        out[p] = frozenset(seen)
+    return out
+
+
+IMPLIES: dict[Privilege, frozenset[Privilege]] = _closure()
+
+
+def expand(privileges: Iterable[Privilege]) -> frozenset[Privilege]:
+    """Every privilege held given the granted ones."""
+    out: set[Privilege] = set()
+    for p in privileges:
+        out |= IMPLIES[p]
+    return frozenset(out)
+
+
+def parse_privilege(value: str) -> Privilege:
+    try:
+        return Privilege(value.strip().upper())
+    except ValueError:
+        raise BadRequest(f"Unknown privilege {value!r}; expected one of {', '.join(p.value for p in Privilege)}") from None
+
+
+SECURABLE_KINDS = ("catalog", "namespace", "table", "view")
+
+
+@dataclass(frozen=True, order=True)
+class Securable:
+    """``catalog`` | ``namespace a.b`` | ``table a.b.t`` | ``view a.b.v`` (path includes the object name)."""
+
+    kind: str
+    path: tuple[str, ...] = ()
+
+    @classmethod
+    def catalog(cls) -> Securable:
+        return cls("catalog", ())
+
+    @classmethod
+    def namespace(cls, ns: tuple[str, ...]) -> Securable:
+        return cls("namespace", tuple(ns))
+
+    @classmethod
+    def table(cls, ns: tuple[str, ...], name: str) -> Securable:
+        return cls("table", (*ns, name))
+
+    @classmethod
+    def view(cls, ns: tuple[str, ...], name: str) -> Securable:
+        return cls("view", (*ns, name))
+
+    @classmethod
+    def parse(cls, text: str) -> Securable:
+        """Parse ``"table sales.orders"``; namespace levels never contain dots in this catalog."""
+        kind, _, name = text.strip().partition(" ")
+        kind, name = kind.lower(), name.strip()
+        if kind not in SECURABLE_KINDS:
+            raise BadRequest(f"Unknown securable {text!r}: expected 'catalog', 'namespace NS', 'table NS.T' or 'view NS.V'")
+        if kind == "catalog":
+            if name:
+                raise BadRequest(f"Securable 'catalog' takes no name, got {text!r}")
+            return cls.catalog()
+        parts = tuple(name.split(".")) if name else ()
+        if not parts or any(not p for p in parts):
+            raise BadRequest(f"Securable {text!r} needs a dotted name, e.g. '{kind} sales{'' if kind == 'namespace' else '.orders'}'")
+        if kind in ("table", "view") and len(parts) < 2:
+            raise BadRequest(f"Securable {text!r} needs a namespace and a name, e.g. '{kind} sales.orders'")
+        return cls(kind, parts)
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "catalog" else f"{self.kind} {'.'.join(self.path)}"
+
+    def ancestors(self) -> list[Securable]:
+        """The catalog, every enclosing namespace, then this securable itself."""
+        ns_len = len(self.path) - (1 if self.kind in ("table", "view") else 0)
+        out = [Securable.catalog()]
+        out += [Securable.namespace(self.path[:i]) for i in range(1, ns_len + 1)]
+        if self.kind in ("table", "view"):
+            out.append(self)
+        return out if self.kind != "catalog" else [self]
+
+    def covers(self, other: Securable) -> bool:
+        """True if a grant on ``self`` applies to ``other`` (inheritance downward)."""
+        return self in other.ancestors()
+
+
+@dataclass(frozen=True)
+class Grant:
+    role: str
+    privilege: Privilege
+    on: Securable
+
+    def as_dict(self) -> dict[str, str]:
+        return {"role": self.role, "privilege": self.privilege.value, "on": str(self.on)}
+
+
+def allowed(grants: Iterable[Grant], privilege: Privilege, target: Securable) -> bool:
+    """Whether any grant covers ``target`` with a privilege implying ``privilege``."""
+    chain = set(target.ancestors())
+    return any(g.on in chain and privilege in IMPLIES[g.privilege] for g in grants)

@@ -1,0 +1,250 @@
+"""Principals, roles and grants: who exists, who belongs where, and who may do what.
+
+Client secrets are stored only as salted PBKDF2 hashes. Effective grants are
+cached per principal and invalidated on every local change (and after a few
+seconds, so a shared database's changes by other servers show up quickly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, and_, delete, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from . import store
+from .authz import Grant, Privilege, Securable, allowed, parse_privilege
+from .errors import BadRequest, Conflict, NotFound
+
+PRINCIPAL_TYPES = ("user", "service")
+_PBKDF2_ROUNDS = 60_000
+_CACHE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    type: str = "user"
+    client_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Principal(name={self.name!r}, type={self.type!r})"
+
+
+def hash_secret(secret: str) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.pbkdf2_hmac("sha256", secret.encode(), salt, _PBKDF2_ROUNDS)
+    return f"pbkdf2_sha256${_PBKDF2_ROUNDS}${salt.hex()}${digest.hex()}"
+
+
+def verify_secret(secret: str, stored: str | None) -> bool:
+    if not stored:
+        return False
+    try:
+        _, rounds, salt, digest = stored.split("$")
+        candidate = hashlib.pbkdf2_hmac("sha256", secret.encode(), bytes.fromhex(salt), int(rounds))
+    except ValueError:
+        return False
+    return hmac.compare_digest(candidate.hex(), digest)
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise BadRequest(f"Invalid {kind} name {name!r}: a non-empty string of at most 255 characters is required")
+    return name.strip()
+
+
+class Directory:
+    """The principal/role/grant store with a small effective-grant cache."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, tuple[Grant, ...]]] = {}
+        self._secret_cache: dict[tuple[str, str], float] = {}
+
+    # -- principals -------------------------------------------------------
+    def create_principal(
+        self, name: str, type: str = "user", client_id: str | None = None, client_secret: str | None = None
+    ) -> Principal:
+        name = _check_name("principal", name)
+        if type not in PRINCIPAL_TYPES:
+            raise BadRequest(f"Invalid principal type {type!r}: expected 'user' or 'service'")
+        if client_secret is not None and client_id is None:
+            client_id = name
+        row = {
+            "name": name,
+            "type": type,
+            "client_id": client_id,
+            "secret_hash": hash_secret(client_secret) if client_secret else None,
+            "created_at": time.time(),
+        }
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(store.principals).values(**row))
+        except IntegrityError:
+            raise Conflict(f"Principal {name!r} (or client id {client_id!r}) already exists") from None
+        return Principal(name, type, client_id)
+
+    def get_principal(self, name: str) -> Principal | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(store.principals).where(store.principals.c.name == name)).first()
+        return Principal(row.name, row.type, row.client_id) if row else None
+
+    def list_principals(self) -> list[Principal]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(store.principals).order_by(store.principals.c.name)).all()
+        return [Principal(r.name, r.type, r.client_id) for r in rows]
+
+    def delete_principal(self, name: str) -> None:
+        with self.engine.begin() as conn:
+            if conn.execute(delete(store.principals).where(store.principals.c.name == name)).rowcount == 0:
+                raise NotFound(f"Principal {name!r} does not exist")
+            conn.execute(delete(store.role_members).where(store.role_members.c.principal == name))
+        self.invalidate()
+
+    def authenticate_client(self, client_id: str, client_secret: str) -> Principal | None:
+        """The principal owning these client credentials, or None (constant-time on the secret)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(store.principals).where(store.principals.c.client_id == client_id)).first()
+        if row is None:
+            verify_secret(client_secret, hash_secret("timing-equaliser"))
+            return None
+        key = (row.secret_hash or "", hashlib.sha256(client_secret.encode()).hexdigest())
+        if key in self._secret_cache or verify_secret(client_secret, row.secret_hash):
+            self._secret_cache[key] = time.time()
+            return Principal(row.name, row.type, row.client_id)
+        return None
+
+    def set_client_secret(self, name: str, client_secret: str) -> None:
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                store.principals.update()
+                .where(store.principals.c.name == name)
+                .values(secret_hash=hash_secret(client_secret))
+            )
+            if res.rowcount == 0:
+                raise NotFound(f"Principal {name!r} does not exist")
+
+    # -- roles ------------------------------------------------------------
+    def create_role(self, name: str, members: list[str] | None = None) -> None:
+        name = _check_name("role", name)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(store.roles).values(name=name, created_at=time.time()))
+        except IntegrityError:
+            raise Conflict(f"Role {name!r} already exists") from None
+        for m in members or []:
+            self.add_member(name, m)
+
+    def list_roles(self) -> dict[str, list[str]]:
+        with self.engine.connect() as conn:
+            names = [r.name for r in conn.execute(select(store.roles.c.name).order_by(store.roles.c.name))]
+            members = conn.execute(select(store.role_members)).all()
+        out: dict[str, list[str]] = {n: [] for n in names}
+        for m in members:
+            out.setdefault(m.role, []).append(m.principal)
+        return {k: sorted(v) for k, v in out.items()}
+
+    def delete_role(self, name: str) -> None:
+        with self.engine.begin() as conn:
+            if conn.execute(delete(store.roles).where(store.roles.c.name == name)).rowcount == 0:
+                raise NotFound(f"Role {name!r} does not exist")
+            conn.execute(delete(store.role_members).where(store.role_members.c.role == name))
+            conn.execute(delete(store.grants).where(store.grants.c.role == name))
+        self.invalidate()
+
+    def _require(self, table: object, name: str, what: str) -> None:
+        with self.engine.connect() as conn:
+            if conn.execute(select(table.c.name).where(table.c.name == name)).first() is None:  # type: ignore[attr-defined]
+                raise NotFound(f"{what} {name!r} does not exist")
+
+    def add_member(self, role: str, principal: str) -> None:
+        self._require(store.roles, role, "Role")
+        self._require(store.principals, principal, "Principal")
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(store.role_members).values(role=role, principal=principal))
+        except IntegrityError:
+            pass  # already a member: idempotent
+        self.invalidate()
+
+    def remove_member(self, role: str, principal: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(store.role_members).where(
+                    and_(store.role_members.c.role == role, store.role_members.c.principal == principal)
+                )
+            )
+        self.invalidate()
+
+    # -- grants -----------------------------------------------------------
+    def grant(self, role: str, privilege: str | Privilege, on: str | Securable) -> Grant:
+        g = Grant(role, parse_privilege(privilege) if isinstance(privilege, str) else privilege,
+                  Securable.parse(on) if isinstance(on, str) else on)
+        self._require(store.roles, role, "Role")
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    insert(store.grants).values(
+                        role=g.role, privilege=g.privilege.value, securable=str(g.on), created_at=time.time()
+                    )
+                )
+        except IntegrityError:
+            pass  # granting twice is a no-op
+        self.invalidate()
+        return g
+
+    def revoke(self, role: str, privilege: str | Privilege, on: str | Securable) -> bool:
+        priv = parse_privilege(privilege) if isinstance(privilege, str) else privilege
+        sec = Securable.parse(on) if isinstance(on, str) else on
+        with self.engine.begin() as conn:
+            n = conn.execute(
+                delete(store.grants).where(
+                    and_(
+                        store.grants.c.role == role,
+                        store.grants.c.privilege == priv.value,
+                        store.grants.c.securable == str(sec),
+                    )
+                )
+            ).rowcount
+        self.invalidate()
+        return n > 0
+
+    def list_grants(self, role: str | None = None) -> list[Grant]:
+        q = select(store.grants).order_by(store.grants.c.id)
+        if role is not None:
+            q = q.where(store.grants.c.role == role)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        return [Grant(r.role, Privilege(r.privilege), Securable.parse(r.securable)) for r in rows]
+
+    def grants_of(self, principal: str) -> tuple[Grant, ...]:
+        """Every grant reaching ``principal`` through its roles (cached briefly)."""
+        now = time.monotonic()
+        hit = self._cache.get(principal)
+        if hit and now - hit[0] < _CACHE_SECONDS:
+            return hit[1]
+        q = (
+            select(store.grants)
+            .join(store.role_members, store.role_members.c.role == store.grants.c.role)
+            .where(store.role_members.c.principal == principal)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        result = tuple(Grant(r.role, Privilege(r.privilege), Securable.parse(r.securable)) for r in rows)
+        with self._lock:
+            self._cache[principal] = (now, result)
+        return result
+
+    def is_allowed(self, principal: str, privilege: Privilege, target: Securable) -> bool:
+        return allowed(self.grants_of(principal), privilege, target)
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._cache.clear()

@@ -1,0 +1,250 @@
+"""`/v1/config` and the namespace endpoints.
+
+Namespaces live in pyiceberg's ``iceberg_namespace_properties`` table (one row
+per property, a marker row for a namespace without properties), so pyiceberg's
+SqlCatalog sees exactly what this API manages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel, Field
+from pyiceberg.catalog.sql import IcebergNamespaceProperties as NsProps
+from pyiceberg.catalog.sql import IcebergTables
+from sqlalchemy import and_, delete, insert, or_, select
+
+from .. import store
+from ..authz import Privilege as P
+from ..authz import Securable
+from ..context import RequestContext, Services, get_context
+from ..errors import BadRequest, CatalogError, Conflict, NamespaceNotEmpty, NoSuchNamespace
+from .common import (
+    Namespace,
+    check_level,
+    check_prefix,
+    decode_namespace,
+    ns_str,
+    paginate,
+    parse_body,
+)
+
+router = APIRouter()
+
+MARKER = "exists"  # pyiceberg's marker property for a namespace without properties
+
+
+class UnprocessableEntity(CatalogError):
+    status, type = 422, "UnprocessableEntityException"
+
+
+async def raw_body(request: Request) -> bytes:
+    return await request.body()
+
+
+class CreateNamespaceRequest(BaseModel):
+    namespace: list[str]
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class UpdateNamespacePropertiesRequest(BaseModel):
+    removals: list[str] = Field(default_factory=list)
+    updates: dict[str, str] = Field(default_factory=dict)
+
+
+def _like_children(ns: Namespace) -> str:
+    return ns_str(ns).replace("!", "!!").replace("_", "!_").replace("%", "!%") + ".%"
+
+
+class NamespaceStore:
+    """Namespace rows in pyiceberg's SqlCatalog tables."""
+
+    def __init__(self, services: Services):
+        self.catalog_name = services.catalog.name
+        self.engine = services.catalog.engine
+
+    def properties(self, ns: Namespace) -> dict[str, str] | None:
+        t = NsProps.__table__
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.c.property_key, t.c.property_value).where(
+                    and_(t.c.catalog_name == self.catalog_name, t.c.namespace == ns_str(ns))
+                )
+            ).all()
+        if not rows:
+            return None
+        props = {k: v for k, v in rows}
+        if props.get(MARKER) == "true" and len(props) == 1:
+            return {}
+        return props
+
+    def all_names(self) -> list[Namespace]:
+        t = NsProps.__table__
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.c.namespace).where(t.c.catalog_name == self.catalog_name).distinct()).all()
+        return sorted(tuple(r[0].split(".")) for r in rows)
+
+    def create(self, ns: Namespace, props: dict[str, str]) -> None:
+        rows = props or {MARKER: "true"}
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(NsProps.__table__),
+                [
+                    {"catalog_name": self.catalog_name, "namespace": ns_str(ns), "property_key": k, "property_value": v}
+                    for k, v in rows.items()
+                ],
+            )
+
+    def update(self, ns: Namespace, removals: list[str], updates: dict[str, str]) -> dict[str, list[str]]:
+        t = NsProps.__table__
+        current = self.properties(ns)
+        if current is None:
+            raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
+        removed = [k for k in removals if k in current]
+        missing = [k for k in removals if k not in current]
+        with self.engine.begin() as conn:
+            where = and_(t.c.catalog_name == self.catalog_name, t.c.namespace == ns_str(ns))
+            conn.execute(delete(t).where(and_(where, t.c.property_key.in_(removed + list(updates) + [MARKER]))))
+            remaining = {k: v for k, v in current.items() if k not in removed and k not in updates}
+            rows = {**updates} if (updates or remaining) else {MARKER: "true"}
+            if rows:
+                conn.execute(
+                    insert(t),
+                    [
+                        {"catalog_name": self.catalog_name, "namespace": ns_str(ns), "property_key": k, "property_value": v}
+                        for k, v in rows.items()
+                    ],
+                )
+        return {"updated": sorted(updates), "removed": sorted(removed), "missing": sorted(missing)}
+
+    def is_empty(self, ns: Namespace) -> bool:
+        tables = IcebergTables.__table__
+        nsp = NsProps.__table__
+        with self.engine.connect() as conn:
+            if conn.execute(
+                select(tables.c.table_name).where(
+                    and_(tables.c.catalog_name == self.catalog_name,
+                         or_(tables.c.table_namespace == ns_str(ns),
+                             tables.c.table_namespace.like(_like_children(ns), escape="!")))
+                ).limit(1)
+            ).first():
+                return False
+            if conn.execute(
+                select(store.views.c.name).where(
+                    and_(store.views.c.catalog_name == self.catalog_name, store.views.c.namespace == ns_str(ns))
+                ).limit(1)
+            ).first():
+                return False
+            return conn.execute(
+                select(nsp.c.namespace).where(
+                    and_(nsp.c.catalog_name == self.catalog_name, nsp.c.namespace.like(_like_children(ns), escape="!"))
+                ).limit(1)
+            ).first() is None
+
+    def drop(self, ns: Namespace) -> None:
+        t = NsProps.__table__
+        with self.engine.begin() as conn:
+            conn.execute(delete(t).where(and_(t.c.catalog_name == self.catalog_name, t.c.namespace == ns_str(ns))))
+
+
+def _parent_securable(parent: Namespace) -> Securable:
+    return Securable.namespace(parent) if parent else Securable.catalog()
+
+
+@router.get("/v1/config")
+def get_config(request: Request, warehouse: str | None = None, ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+    services = ctx.services
+    settings = services.settings
+    if warehouse not in (None, "", settings.catalog_name):
+        raise BadRequest(f"Unknown warehouse {warehouse!r}; this catalog serves warehouse {settings.catalog_name!r}")
+    endpoints = request.app.state.endpoints
+    return {
+        "defaults": {"namespace-separator": settings.namespace_separator, **settings.extra_config},
+        "overrides": {"prefix": settings.catalog_name, "warehouse": settings.catalog_name},
+        "endpoints": endpoints,
+    }
+
+
+@router.get("/v1/{prefix}/namespaces")
+def list_namespaces(
+    prefix: str,
+    parent: str | None = None,
+    page_token: str | None = Query(None, alias="pageToken"),
+    page_size: int | None = Query(None, alias="pageSize"),
+    ctx: RequestContext = Depends(get_context),
+) -> dict[str, Any]:
+    check_prefix(ctx.services, prefix)
+    parent_ns: Namespace = decode_namespace(ctx.services, parent) if parent else ()
+    ctx.authorize("list_namespaces", P.NAMESPACE_LIST, _parent_securable(parent_ns))
+    nss = NamespaceStore(ctx.services)
+    all_ns = nss.all_names()
+    if parent_ns and parent_ns not in all_ns:
+        raise NoSuchNamespace(f"Namespace does not exist: {ns_str(parent_ns)}")
+    children = [n for n in all_ns if len(n) == len(parent_ns) + 1 and n[: len(parent_ns)] == parent_ns]
+    page, token = paginate(children, page_token, page_size, key=ns_str)
+    out: dict[str, Any] = {"namespaces": [list(n) for n in page]}
+    if token:
+        out["next-page-token"] = token
+    return out
+
+
+@router.post("/v1/{prefix}/namespaces")
+def create_namespace(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+    check_prefix(ctx.services, prefix)
+    req = parse_body(CreateNamespaceRequest, body)
+    if not req.namespace:
+        raise BadRequest("Malformed request: namespace must have at least one level")
+    ns = tuple(check_level(p) for p in req.namespace)
+    ctx.authorize("create_namespace", P.NAMESPACE_CREATE, _parent_securable(ns[:-1]))
+    nss = NamespaceStore(ctx.services)
+    if len(ns) > 1 and nss.properties(ns[:-1]) is None:
+        raise NoSuchNamespace(f"Parent namespace does not exist: {ns_str(ns[:-1])}")
+    if nss.properties(ns) is not None:
+        raise Conflict(f"Namespace already exists: {ns_str(ns)}")
+    nss.create(ns, req.properties)
+    return {"namespace": list(ns), "properties": req.properties}
+
+
+def _load(ctx: RequestContext, prefix: str, namespace: str, action: str, privilege: P) -> tuple[Namespace, NamespaceStore, dict[str, str]]:
+    check_prefix(ctx.services, prefix)
+    ns = decode_namespace(ctx.services, namespace)
+    ctx.authorize(action, privilege, Securable.namespace(ns))
+    nss = NamespaceStore(ctx.services)
+    props = nss.properties(ns)
+    if props is None:
+        raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
+    return ns, nss, props
+
+
+@router.get("/v1/{prefix}/namespaces/{namespace}")
+def load_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+    ns, _, props = _load(ctx, prefix, namespace, "load_namespace", P.NAMESPACE_READ_PROPERTIES)
+    return {"namespace": list(ns), "properties": props}
+
+
+@router.head("/v1/{prefix}/namespaces/{namespace}", status_code=204)
+def namespace_exists(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context)) -> Response:
+    _load(ctx, prefix, namespace, "namespace_exists", P.NAMESPACE_READ_PROPERTIES)
+    return Response(status_code=204)
+
+
+@router.delete("/v1/{prefix}/namespaces/{namespace}", status_code=204)
+def drop_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context)) -> Response:
+    ns, nss, _ = _load(ctx, prefix, namespace, "drop_namespace", P.NAMESPACE_DROP)
+    if not nss.is_empty(ns):
+        raise NamespaceNotEmpty(f"Namespace {ns_str(ns)} is not empty: drop its tables, views and namespaces first")
+    nss.drop(ns)
+    return Response(status_code=204)
+
+
+@router.post("/v1/{prefix}/namespaces/{namespace}/properties")
+def update_namespace_properties(
+    prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)
+) -> dict[str, Any]:
+    ns, nss, _ = _load(ctx, prefix, namespace, "update_namespace_properties", P.NAMESPACE_WRITE_PROPERTIES)
+    req = parse_body(UpdateNamespacePropertiesRequest, body)
+    overlap = set(req.removals) & set(req.updates)
+    if overlap:
+        raise UnprocessableEntity(f"Keys both updated and removed: {', '.join(sorted(overlap))}")
+    return nss.update(ns, req.removals, req.updates)

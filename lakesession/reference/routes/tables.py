@@ -1,0 +1,255 @@
+"""Table endpoints: list, create (incl. stage-create), register, load, exists, commit, rename, drop, metrics.
+
+Authorization always runs before any existence check, so a caller without
+grants learns nothing (not even whether the table exists).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel, Field
+from pyiceberg.catalog.rest import CreateTableRequest
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.table.update import TableRequirement, TableUpdate
+
+from ..authz import Privilege as P
+from ..authz import Securable
+from ..context import RequestContext, get_context
+from ..errors import BadRequest, Conflict, NoSuchTable
+from ..tablestore import DATA_ACTIONS, TableStore, filter_refs, load_result
+from .common import Namespace, check_level, check_name, check_prefix, decode_namespace, ns_str, paginate, parse_body, parse_json_object, require_namespace
+from .namespaces import raw_body
+
+router = APIRouter()
+
+T = "/v1/{prefix}/namespaces/{namespace}/tables"
+
+
+class TableIdentifierModel(BaseModel):
+    namespace: list[str]
+    name: str
+
+
+class CommitTableBody(BaseModel):
+    identifier: TableIdentifierModel | None = None
+    requirements: tuple[TableRequirement, ...] = ()
+    updates: tuple[TableUpdate, ...] = ()
+
+
+class RegisterTableBody(BaseModel):
+    name: str
+    metadata_location: str = Field(alias="metadata-location")
+    overwrite: bool = False
+
+
+class RenameBody(BaseModel):
+    source: TableIdentifierModel
+    destination: TableIdentifierModel
+
+
+def tables_of(ctx: RequestContext) -> TableStore:
+    ts = ctx.services.extras.get("tables")
+    if ts is None:
+        ts = ctx.services.extras.setdefault("tables", TableStore(ctx.services.catalog))
+    return ts
+
+
+def json_bytes(body: bytes, status: int = 200) -> Response:
+    return Response(content=body, status_code=status, media_type="application/json")
+
+
+def _table(ctx: RequestContext, prefix: str, namespace: str, table: str) -> tuple[Namespace, str, Securable]:
+    check_prefix(ctx.services, prefix)
+    ns = decode_namespace(ctx.services, namespace)
+    name = check_name("table", table)
+    return ns, name, Securable.table(ns, name)
+
+
+def table_config(ctx: RequestContext, ns: Namespace, name: str, location: str | None) -> dict[str, str]:
+    """Per-table client config; credential vending and signing hook in here."""
+    hook = ctx.services.extras.get("table_config_hook")
+    return hook(ctx, ns, name, location) if hook else {}
+
+
+@router.get(T)
+def list_tables(
+    prefix: str,
+    namespace: str,
+    page_token: str | None = Query(None, alias="pageToken"),
+    page_size: int | None = Query(None, alias="pageSize"),
+    ctx: RequestContext = Depends(get_context),
+) -> dict[str, Any]:
+    check_prefix(ctx.services, prefix)
+    ns = decode_namespace(ctx.services, namespace)
+    ctx.authorize("list_tables", P.TABLE_LIST, Securable.namespace(ns))
+    require_namespace(ctx.services, ns)
+    page, token = paginate(tables_of(ctx).names(ns), page_token, page_size)
+    out: dict[str, Any] = {"identifiers": [{"namespace": list(ns), "name": n} for n in page]}
+    if token:
+        out["next-page-token"] = token
+    return out
+
+
+@router.post(T)
+def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+    check_prefix(ctx.services, prefix)
+    ns = decode_namespace(ctx.services, namespace)
+    ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
+    req = parse_body(CreateTableRequest, body)
+    name = check_name("table", req.name)
+    require_namespace(ctx.services, ns)
+    ts = tables_of(ctx)
+    ts.require_free(ns, name)
+    args = dict(
+        schema=req.table_schema,
+        location=req.location,
+        partition_spec=req.partition_spec or UNPARTITIONED_PARTITION_SPEC,
+        sort_order=req.write_order or UNSORTED_SORT_ORDER,
+        properties=req.properties,
+    )
+    try:
+        if req.stage_create:
+            staged = ts.catalog._create_staged_table((*ns, name), **args)
+            raw = staged.metadata.model_dump_json().encode()
+            ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
+            return json_bytes(load_result(None, raw, table_config(ctx, ns, name, staged.metadata.location)))
+        created = ts.catalog.create_table((*ns, name), **args)
+    except TableAlreadyExistsError as e:
+        raise Conflict(str(e)) from None
+    except ValueError as e:
+        raise BadRequest(f"Invalid table definition: {e}") from None
+    loc, raw = ts.load_raw(ns, name)
+    ctx.audit("create_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
+    return json_bytes(load_result(loc, raw, table_config(ctx, ns, name, created.metadata.location)))
+
+
+@router.post("/v1/{prefix}/namespaces/{namespace}/register")
+def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+    check_prefix(ctx.services, prefix)
+    ns = decode_namespace(ctx.services, namespace)
+    ctx.authorize("register_table", P.TABLE_CREATE, Securable.namespace(ns))
+    req = parse_body(RegisterTableBody, body)
+    name = check_name("table", req.name)
+    require_namespace(ctx.services, ns)
+    ts = tables_of(ctx)
+    if req.overwrite:
+        raise BadRequest("register with overwrite=true is not supported by this catalog")
+    ts.require_free(ns, name)
+    try:
+        ts.cache.get(req.metadata_location, ts.catalog.properties)
+    except (OSError, ValueError) as e:
+        raise BadRequest(f"Cannot read metadata at {req.metadata_location!r}: {type(e).__name__}") from None
+    try:
+        ts.catalog.register_table((*ns, name), req.metadata_location)
+    except TableAlreadyExistsError as e:
+        raise Conflict(str(e)) from None
+    except (ValueError, OSError) as e:
+        raise BadRequest(f"Cannot register table: {e}") from None
+    loc, raw = ts.load_raw(ns, name)
+    ctx.audit("register_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
+    return json_bytes(load_result(loc, raw, table_config(ctx, ns, name, None)))
+
+
+@router.get(T + "/{table}")
+def load_table(
+    prefix: str, namespace: str, table: str, snapshots: str = "all", ctx: RequestContext = Depends(get_context)
+) -> Response:
+    ns, name, sec = _table(ctx, prefix, namespace, table)
+    if snapshots not in ("all", "refs"):
+        raise BadRequest("snapshots must be 'all' or 'refs'")
+    ctx.authorize("load_table", P.TABLE_READ_PROPERTIES, sec)
+    loc, raw = tables_of(ctx).load_raw(ns, name)
+    if snapshots == "refs":
+        raw = filter_refs(raw)
+    ctx.audit("load_table", sec, "issued", {"metadata-location": loc})
+    return json_bytes(load_result(loc, raw, table_config(ctx, ns, name, loc)))
+
+
+@router.head(T + "/{table}", status_code=204)
+def table_exists(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context)) -> Response:
+    ns, name, sec = _table(ctx, prefix, namespace, table)
+    ctx.authorize_any("table_exists", (P.TABLE_READ_PROPERTIES, P.TABLE_LIST), sec)
+    if tables_of(ctx).metadata_location(ns, name) is None:
+        raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
+    return Response(status_code=204)
+
+
+@router.post(T + "/{table}")
+def commit_table(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+    ns, name, sec = _table(ctx, prefix, namespace, table)
+    req = parse_body(CommitTableBody, body)
+    if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
+        raise BadRequest("Commit identifier does not match the table in the path")
+    ts = tables_of(ctx)
+    if ts.metadata_location(ns, name) is None and any(r.type == "assert-create" for r in req.requirements):
+        ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
+    else:
+        writes_data = any(u.action in DATA_ACTIONS for u in req.updates)
+        ctx.authorize("commit_table", P.TABLE_WRITE_DATA if writes_data else P.TABLE_WRITE_PROPERTIES, sec)
+    loc, raw = ts.commit(ns, name, req.requirements, req.updates)
+    ctx.audit("commit_table", sec, "issued", {"metadata-location": loc, "updates": [u.action for u in req.updates]})
+    return json_bytes(b'{"metadata-location":' + json.dumps(loc).encode() + b',"metadata":' + raw + b"}")
+
+
+@router.delete(T + "/{table}", status_code=204)
+def drop_table(
+    prefix: str, namespace: str, table: str, purge_requested: bool = Query(False, alias="purgeRequested"),
+    ctx: RequestContext = Depends(get_context),
+) -> Response:
+    ns, name, sec = _table(ctx, prefix, namespace, table)
+    ctx.authorize("drop_table", P.TABLE_DROP, sec, detail={"purge": purge_requested})
+    ts = tables_of(ctx)
+    if ts.metadata_location(ns, name) is None:
+        raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
+    try:
+        if purge_requested:
+            ts.catalog.purge_table((*ns, name))
+        else:
+            ts.catalog.drop_table((*ns, name))
+    except NoSuchTableError as e:
+        raise NoSuchTable(str(e)) from None
+    return Response(status_code=204)
+
+
+@router.post("/v1/{prefix}/tables/rename", status_code=204)
+def rename_table(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+    check_prefix(ctx.services, prefix)
+    req = parse_body(RenameBody, body)
+    src_ns = tuple(req.source.namespace)
+    dst_ns = tuple(req.destination.namespace)
+    for level in (*src_ns, *dst_ns):
+        check_level(level)
+    if not src_ns or not dst_ns:
+        raise BadRequest("Malformed request: source and destination need a namespace")
+    src, dst = check_name("table", req.source.name), check_name("table", req.destination.name)
+    ctx.authorize("rename_table", P.TABLE_DROP, Securable.table(src_ns, src))
+    ctx.authorize("rename_table", P.TABLE_CREATE, Securable.namespace(dst_ns))
+    ts = tables_of(ctx)
+    if ts.metadata_location(src_ns, src) is None:
+        raise NoSuchTable(f"Table does not exist: {ns_str((*src_ns, src))}")
+    require_namespace(ctx.services, dst_ns)
+    ts.require_free(dst_ns, dst)
+    try:
+        ts.catalog.rename_table((*src_ns, src), (*dst_ns, dst))
+    except TableAlreadyExistsError as e:
+        raise Conflict(str(e)) from None
+    except NoSuchTableError as e:
+        raise NoSuchTable(str(e)) from None
+    return Response(status_code=204)
+
+
+@router.post(T + "/{table}/metrics", status_code=204)
+def report_metrics(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+    ns, name, sec = _table(ctx, prefix, namespace, table)
+    ctx.authorize("report_metrics", P.TABLE_READ_PROPERTIES, sec)
+    report = parse_json_object(body)
+    if not isinstance(report.get("report-type"), str):
+        raise BadRequest("Malformed request: metrics report needs a 'report-type'")
+    if tables_of(ctx).metadata_location(ns, name) is None:
+        raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
+    return Response(status_code=204)

@@ -1,0 +1,237 @@
+"""Run the reference catalog in-process (a uvicorn server in a background thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from . import bootstrap as bootstrap_mod
+from . import store
+from .app import create_app
+from .audit import AuditRecord
+from .authz import Grant
+from .context import Services
+from .directory import Principal
+from .settings import ServerSettings
+
+logger = logging.getLogger(__name__)
+
+ADMIN_PRINCIPAL = "admin"
+ADMIN_ROLE = "catalog_admin"
+
+
+@dataclass(frozen=True)
+class ClientCredentials:
+    client_id: str
+    client_secret: str
+
+    def __repr__(self) -> str:
+        return f"ClientCredentials(client_id={self.client_id!r}, client_secret='***')"
+
+
+class Admin:
+    """In-process administration: principals, roles, grants, tokens, device approval, audit."""
+
+    def __init__(self, services: Services, issuer: Any):
+        self._services = services
+        self._issuer = issuer
+
+    def create_principal(self, name: str, type: str = "user", *, client_id: str | None = None,
+                         client_secret: str | None = None) -> Principal:
+        return self._services.directory.create_principal(name, type, client_id, client_secret)
+
+    def create_role(self, name: str, members: list[str] | None = None) -> None:
+        self._services.directory.create_role(name, members)
+
+    def add_member(self, role: str, principal: str) -> None:
+        self._services.directory.add_member(role, principal)
+
+    def grant(self, role: str, privilege: str, on: str) -> Grant:
+        return self._services.directory.grant(role, privilege, on)
+
+    def revoke(self, role: str, privilege: str, on: str) -> bool:
+        return self._services.directory.revoke(role, privilege, on)
+
+    def grants(self, role: str | None = None) -> list[Grant]:
+        return self._services.directory.list_grants(role)
+
+    def apply_bootstrap(self, source: str | Path | bootstrap_mod.Bootstrap) -> None:
+        b = source if isinstance(source, bootstrap_mod.Bootstrap) else bootstrap_mod.load(source)
+        bootstrap_mod.apply(b, self._services.directory)
+
+    def token_for(self, principal: str, *, ttl: int | None = None, scope: str = "catalog") -> str:
+        """Mint an access token for ``principal`` directly (tests, demos); needs the embedded issuer."""
+        if self._issuer is None:
+            raise RuntimeError("token_for needs the embedded issuer; this catalog trusts an external one")
+        return self._issuer.issue_token(principal, ttl=ttl, scope=scope)["access_token"]
+
+    def approve_device(self, user_code: str, principal: str) -> None:
+        if self._issuer is None:
+            raise RuntimeError("device approval needs the embedded issuer")
+        self._issuer.approve_device(user_code, principal)
+
+    def audit(self, *, principal: str | None = None, securable: str | None = None, since: float | None = None,
+              action: str | None = None, limit: int = 1000) -> list[AuditRecord]:
+        return self._services.audit.query(principal=principal, securable=securable, since=since, action=action, limit=limit)
+
+
+def _ensure_admin(services: Services, data_dir: Path) -> ClientCredentials:
+    """The built-in admin service principal; its secret lives in a 0600 file in the data dir."""
+    secret_file = data_dir / "admin-credentials"
+    directory = services.directory
+    secret = secret_file.read_text().strip() if secret_file.exists() else ""
+    if not secret:
+        secret = secrets.token_urlsafe(32)
+        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret + "\n")
+    if directory.get_principal(ADMIN_PRINCIPAL) is None:
+        directory.create_principal(ADMIN_PRINCIPAL, "service", ADMIN_PRINCIPAL, secret)
+    elif directory.authenticate_client(ADMIN_PRINCIPAL, secret) is None:
+        directory.set_client_secret(ADMIN_PRINCIPAL, secret)
+    if ADMIN_ROLE not in directory.list_roles():
+        directory.create_role(ADMIN_ROLE, [ADMIN_PRINCIPAL])
+    directory.grant(ADMIN_ROLE, "CATALOG_MANAGE_ACCESS", "catalog")
+    directory.grant(ADMIN_ROLE, "CATALOG_MANAGE_CONTENT", "catalog")
+    return ClientCredentials(ADMIN_PRINCIPAL, secret)
+
+
+class ReferenceCatalog:
+    """A running reference catalog. ``uri`` is what pyiceberg's RestCatalog takes as ``uri``."""
+
+    def __init__(self, settings: ServerSettings, sock: socket.socket, data_dir: Path,
+                 tmp: tempfile.TemporaryDirectory[str] | None, bootstrap: Any = None,
+                 wrap_app: Callable[[Any], Any] | None = None):
+        self.settings = settings
+        self.data_dir = data_dir
+        self._tmp = tmp
+        self.app = create_app(settings, key_path=data_dir / "issuer-key.json")
+        services: Services = self.app.state.services
+        self.services = services
+        self.admin = Admin(services, self.app.state.issuer)
+        self.admin_credentials = _ensure_admin(services, data_dir)
+        if bootstrap is not None:
+            self.admin.apply_bootstrap(bootstrap)
+        asgi = wrap_app(self.app) if wrap_app else self.app
+        config = uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, name="lakesession-reference", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self._server.serve(sockets=[self._sock]))
+
+    def _start(self) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("reference catalog failed to start")
+            time.sleep(0.01)
+
+    @property
+    def uri(self) -> str:
+        return self.settings.base_url
+
+    @property
+    def issuer_uri(self) -> str:
+        return self.settings.effective_issuer_url
+
+    @property
+    def warehouse(self) -> str:
+        return self.settings.catalog_name
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._sock.close()
+        self.services.catalog.engine.dispose()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> ReferenceCatalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ReferenceCatalog(uri={self.uri!r}, issuer={self.issuer_uri!r}, warehouse={self.settings.warehouse!r})"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    sock.set_inheritable(True)
+    return sock
+
+
+def start(
+    warehouse: str | None = None,
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    db: str | None = None,
+    data_dir: str | Path | None = None,
+    bootstrap: str | Path | bootstrap_mod.Bootstrap | None = None,
+    issuer_url: str | None = None,
+    access_token_ttl: int = 3600,
+    wrap_app: Callable[[Any], Any] | None = None,
+    **settings: Any,
+) -> ReferenceCatalog:
+    """Start a reference catalog in a background thread and return its handle.
+
+    With no arguments everything lives in a temporary directory removed on ``stop()``:
+    ``file://`` warehouse, SQLite state, issuer key. ``wrap_app`` wraps the ASGI app
+    (e.g. a test recorder) before it is served.
+    """
+    if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
+        bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
+    tmp = None
+    if data_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="lakesession-")
+        data_dir = tmp.name
+    data_path = Path(data_dir).resolve()
+    data_path.mkdir(parents=True, exist_ok=True)
+    if warehouse is None:
+        (data_path / "warehouse").mkdir(exist_ok=True)
+        warehouse = (data_path / "warehouse").as_uri()
+    sock = _bind(host, port)
+    bound_port = sock.getsockname()[1]
+    url_host = f"[{host}]" if ":" in host else ("127.0.0.1" if host in ("0.0.0.0", "") else host)
+    cfg = ServerSettings(
+        warehouse=warehouse.rstrip("/"),
+        db_url=db or store.sqlite_url(data_path / "catalog.db"),
+        base_url=f"http://{url_host}:{bound_port}",
+        issuer_url=issuer_url,
+        access_token_ttl=access_token_ttl,
+        **settings,
+    )
+    try:
+        handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
+        handle._start()
+    except BaseException:
+        sock.close()
+        if tmp is not None:
+            tmp.cleanup()
+        raise
+    return handle
+

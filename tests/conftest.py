@@ -1,0 +1,97 @@
+"""Shared fixtures: one reference catalog per test session, real HTTP on loopback.
+
+Every ``/v1`` response the suite receives from the shared catalog is recorded and
+validated against the official Iceberg REST spec at the end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from lakesession.reference import ReferenceCatalog, start
+from lakesession.reference import bootstrap as bootstrap_mod
+
+os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
+
+BOOTSTRAP = """
+principals:
+  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-123}
+  - {name: alice, type: user, client_id: alice, client_secret: alice-secret-123}
+  - {name: bob, type: user, client_id: bob, client_secret: bob-secret-123}
+roles:
+  - {name: engineers, members: [etl]}
+  - {name: analysts, members: [alice]}
+grants:
+  - {role: engineers, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
+  - {role: analysts, privilege: TABLE_READ_DATA, on: namespace sales}
+  - {role: analysts, privilege: TABLE_LIST, on: namespace sales}
+"""
+
+SECRETS = {"etl": "etl-secret-123", "alice": "alice-secret-123", "bob": "bob-secret-123"}
+
+
+@dataclass
+class SpecCheck:
+    recorder: object | None
+
+
+_spec = SpecCheck(None)
+
+
+def _recorder() -> object | None:
+    try:
+        from tests.spec_validation import SpecRecorder
+    except ImportError:  # pragma: no cover - the validator module is part of the suite
+        return None
+    return SpecRecorder()
+
+
+@pytest.fixture(scope="session")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
+    _spec.recorder = _recorder()
+    wrap = getattr(_spec.recorder, "wrap", None)
+    handle = start(
+        data_dir=tmp_path_factory.mktemp("catalog"),
+        bootstrap=bootstrap_mod.parse(BOOTSTRAP),
+        wrap_app=wrap,
+    )
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spec_conformance_at_end(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    rec = _spec.recorder
+    if rec is not None and getattr(rec, "recorded", 0):
+        errors = rec.validate_all()  # type: ignore[attr-defined]
+        assert not errors, "responses violating the Iceberg REST spec:\n" + "\n".join(errors[:20])
+
+
+def rest_catalog(handle: ReferenceCatalog, principal: str, name: str | None = None):  # type: ignore[no-untyped-def]
+    """A pyiceberg RestCatalog acting as ``principal`` via client credentials at the issuer."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    secret = handle.admin_credentials.client_secret if principal == "admin" else SECRETS[principal]
+    return RestCatalog(
+        name or f"rest-{principal}",
+        uri=handle.uri,
+        warehouse=handle.warehouse,
+        credential=f"{principal}:{secret}",
+        **{"oauth2-server-uri": f"{handle.issuer_uri}/token", "scope": "catalog"},
+    )
+
+
+@pytest.fixture(scope="session")
+def http(catalog: ReferenceCatalog) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=catalog.uri, timeout=30) as client:
+        yield client
+
+
+def bearer(handle: ReferenceCatalog, principal: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {handle.admin.token_for(principal)}"}
