@@ -23,14 +23,18 @@ logger = logging.getLogger(__name__)
 API_PREFIX = "/v1/{prefix}"
 
 
-def implemented_endpoints(app: FastAPI) -> list[str]:
+CATALOG_ROUTERS = (namespaces.router, tables.router, views.router)
+
+
+def implemented_endpoints() -> list[str]:
     """``METHOD /v1/{prefix}/...`` for every catalog route, as `/v1/config` advertises them."""
     out: set[str] = set()
-    for route in app.routes:
-        path = getattr(route, "path", "")
-        if path.startswith(API_PREFIX):
-            for method in getattr(route, "methods", ()) or ():
-                out.add(f"{method} {path}")
+    for router in CATALOG_ROUTERS:
+        for route in router.routes:
+            path = getattr(route, "path", "")
+            if path.startswith(API_PREFIX):
+                for method in getattr(route, "methods", ()) or ():
+                    out.add(f"{method} {path}")
     return sorted(out, key=lambda e: (e.split(" ", 1)[1], e))
 
 
@@ -78,5 +82,5 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.state.endpoints = implemented_endpoints(app)
+    app.state.endpoints = implemented_endpoints()
     return app

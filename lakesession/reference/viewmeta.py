@@ -118,6 +118,11 @@ class AssertViewUUID(_Model):
             raise CommitFailed(f"Requirement failed: view UUID does not match: expected {self.uuid} != {base.view_uuid}")
 
 
+class RenameViewRequest(_Model):
+    source: TableIdentifier
+    destination: TableIdentifier
+
+
 class CommitViewRequest(_Model):
     identifier: TableIdentifier | None = None
     requirements: list[AssertViewUUID] = Field(default_factory=list)

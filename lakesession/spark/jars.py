@@ -34,17 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "JarResolutionError",
-    "JavaNotFoundError",
-    "JarSet",
-    "SparkInfo",
     "MODES",
+    "JarResolutionError",
+    "JarSet",
+    "JavaNotFoundError",
+    "SparkInfo",
     "cache_dir",
     "check_java",
     "detect_spark",
+    "jars_main",
     "maven_packages",
     "resolve_jars",
-    "jars_main",
 ]
 
 MODES = ("auto", "offline", "maven", "cache")
@@ -110,7 +110,7 @@ def _spark_jars_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise JarResolutionError(
             f"pyspark is not installed: pip install 'pyspark>=3.5,<3.6' (or {_EXPLICIT_HELP})")
-    return Path(list(spec.submodule_search_locations)[0]) / "jars"
+    return Path(next(iter(spec.submodule_search_locations))) / "jars"
 
 
 def detect_spark() -> SparkInfo:
@@ -173,7 +173,8 @@ def _java_executable() -> str:
 def _java() -> tuple[str, str]:
     java = _java_executable()
     try:
-        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise JavaNotFoundError(f"{java} -version failed ({exc}): {JAVA_FIX}") from exc
     out = proc.stderr + proc.stdout
@@ -223,7 +224,7 @@ def _explicit(paths: Sequence[str | os.PathLike[str]], origin: str) -> JarSet:
 
 
 def _split_env_paths(value: str) -> list[str]:
-    return [p.strip() for p in re.split(r"[,%s]" % re.escape(os.pathsep), value) if p.strip()]
+    return [p.strip() for p in re.split(f"[,{re.escape(os.pathsep)}]", value) if p.strip()]
 
 
 def _cached(spark: SparkInfo) -> tuple[str, JarSet | None]:
@@ -281,11 +282,11 @@ def resolve_jars(
     java, java_version = _java()
     from lakesession.spark import _assemble
 
-    paths = _assemble.assemble(cache_root=cache_dir(), key=key, scala=spark.scala,
+    paths, built = _assemble.assemble(cache_root=cache_dir(), key=key, scala=spark.scala,
                                spark_version=spark.version, spark_jars_dir=spark.jars_dir,
                                java=java, java_version=java_version, progress=say,
                                rebuild=rebuild)
-    return JarSet(tuple(paths), (), "offline")
+    return JarSet(tuple(paths), (), "offline" if built else "cache")
 
 
 def jars_main(argv: list[str]) -> int:

@@ -11,10 +11,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
-from pyiceberg.catalog.rest import CreateTableRequest
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from ..authz import Privilege as P
@@ -33,6 +33,18 @@ T = "/v1/{prefix}/namespaces/{namespace}/tables"
 class TableIdentifierModel(BaseModel):
     namespace: list[str]
     name: str
+
+
+class CreateTableBody(BaseModel):
+    """The spec's CreateTableRequest (pyiceberg's model wrongly requires ``location``)."""
+
+    name: str
+    location: str | None = None
+    table_schema: Schema = Field(alias="schema")
+    partition_spec: PartitionSpec | None = Field(default=None, alias="partition-spec")
+    write_order: SortOrder | None = Field(default=None, alias="write-order")
+    stage_create: bool = Field(default=False, alias="stage-create")
+    properties: dict[str, str] = Field(default_factory=dict)
 
 
 class CommitTableBody(BaseModel):
@@ -100,7 +112,7 @@ def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), c
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
-    req = parse_body(CreateTableRequest, body)
+    req = parse_body(CreateTableBody, body)
     name = check_name("table", req.name)
     require_namespace(ctx.services, ns)
     ts = tables_of(ctx)

@@ -1,0 +1,334 @@
+"""The view endpoints: list, create, load, exists, replace (commit), drop, rename.
+
+Views live in our ``ls_views`` table (one row per view: the current metadata
+location and a copy of its JSON); every metadata version is also written as
+``{location}/metadata/NNNNN-{uuid}.metadata.json`` through pyiceberg's FileIO.
+Commits are optimistic: a row is only updated if its metadata location is
+still the one the update was computed from, with a few server-side retries
+(requirements re-validated against the fresh metadata, as Iceberg Java does).
+
+Authorization always precedes any existence check, so a caller without the
+privilege learns nothing (403) about what exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Response
+from pyiceberg.catalog.sql import IcebergTables
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.view.metadata import ViewMetadata
+from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from .. import store
+from ..authz import Privilege as P
+from ..authz import Securable
+from ..context import RequestContext, Services, get_context
+from ..errors import BadRequest, CommitFailed, Conflict, NoSuchNamespace, NoSuchView
+from ..viewmeta import (
+    WRITE_METADATA_LOCATION,
+    CommitViewRequest,
+    CreateViewRequest,
+    RenameViewRequest,
+    TableIdentifier,
+    apply_commit,
+    metadata_dict,
+    metadata_json,
+    new_view_metadata,
+)
+from .common import Namespace, check_level, check_name, check_prefix, decode_namespace, ns_str, paginate, parse_body
+from .namespaces import NamespaceStore, raw_body
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter()
+
+COMMIT_ATTEMPTS = 4
+_VERSION_RE = re.compile(r"^(\d+)-")
+
+
+def _parse(model: Any, body: bytes) -> Any:
+    """``parse_body``, also turning model-construction errors (pyiceberg validators) into 400."""
+    try:
+        return parse_body(model, body)
+    except (ValueError, TypeError) as e:
+        raise BadRequest(f"Malformed request: {e}") from None
+
+
+# ---------------------------------------------------------------- storage
+class ViewStore:
+    """View rows in ``ls_views``; table names come from pyiceberg's ``iceberg_tables``."""
+
+    def __init__(self, services: Services):
+        self.services = services
+        self.catalog_name = services.catalog.name
+        self.engine = services.catalog.engine
+
+    def _where(self, ns: Namespace, name: str) -> Any:
+        v = store.views.c
+        return and_(v.catalog_name == self.catalog_name, v.namespace == ns_str(ns), v.name == name)
+
+    def get(self, ns: Namespace, name: str) -> tuple[str, ViewMetadata] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(store.views.c.metadata_location, store.views.c.metadata_json).where(self._where(ns, name))
+            ).first()
+        if row is None:
+            return None
+        return row.metadata_location, ViewMetadata.model_validate_json(row.metadata_json)
+
+    def names(self, ns: Namespace) -> list[str]:
+        v = store.views.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(v.name).where(and_(v.catalog_name == self.catalog_name, v.namespace == ns_str(ns))).order_by(v.name)
+            ).all()
+        return [r[0] for r in rows]
+
+    def table_exists(self, ns: Namespace, name: str) -> bool:
+        # Any row of iceberg_tables (whatever its iceberg_type) occupies the identifier.
+        t = IcebergTables.__table__
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(t.c.table_name).where(
+                    and_(t.c.catalog_name == self.catalog_name, t.c.table_namespace == ns_str(ns), t.c.table_name == name)
+                ).limit(1)
+            ).first() is not None
+
+    def insert(self, ns: Namespace, name: str, location: str, text: str) -> bool:
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    insert(store.views).values(
+                        catalog_name=self.catalog_name, namespace=ns_str(ns), name=name,
+                        metadata_location=location, metadata_json=text,
+                    )
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    def swap(self, ns: Namespace, name: str, expected: str, location: str, text: str) -> bool:
+        """Compare-and-swap on the metadata location."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(store.views)
+                .where(and_(self._where(ns, name), store.views.c.metadata_location == expected))
+                .values(metadata_location=location, metadata_json=text)
+            )
+        return res.rowcount == 1
+
+    def delete(self, ns: Namespace, name: str) -> bool:
+        with self.engine.begin() as conn:
+            return conn.execute(delete(store.views).where(self._where(ns, name))).rowcount > 0
+
+    def rename(self, src: tuple[Namespace, str], dst: tuple[Namespace, str]) -> bool | None:
+        """True if renamed, False if the source vanished, None if the destination is taken."""
+        try:
+            with self.engine.begin() as conn:
+                res = conn.execute(
+                    update(store.views).where(self._where(*src)).values(namespace=ns_str(dst[0]), name=dst[1])
+                )
+        except IntegrityError:
+            return None
+        return res.rowcount == 1
+
+
+# ---------------------------------------------------------------- locations and files
+def _check_location(services: Services, location: str, what: str = "location") -> str:
+    """A view's files must stay inside the warehouse (no escape via '..' or a sibling prefix)."""
+    location = location.rstrip("/")
+    base = services.settings.warehouse.rstrip("/")
+    segments = location.split("://", 1)[-1].split("/")
+    if ".." in segments or "." in segments or not (location == base or location.startswith(base + "/")):
+        raise BadRequest(f"Invalid view {what} {location!r}: must be inside the warehouse {base!r}")
+    return location
+
+
+def _default_location(services: Services, ns: Namespace, name: str) -> str:
+    return f"{services.settings.warehouse.rstrip('/')}/{'/'.join(ns)}/{name}".rstrip("/")
+
+
+def _file_io(services: Services, location: str) -> FileIO:
+    # The catalog's properties carry object-store settings (endpoint, region, credentials).
+    return load_file_io(dict(services.catalog.properties), location)
+
+
+def _metadata_file(services: Services, metadata: ViewMetadata, version: int) -> str:
+    custom = metadata.properties.get(WRITE_METADATA_LOCATION)
+    folder = _check_location(services, custom, WRITE_METADATA_LOCATION) if custom else f"{metadata.location}/metadata"
+    return f"{folder}/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+
+def _next_version(metadata_location: str) -> int:
+    m = _VERSION_RE.match(metadata_location.rsplit("/", 1)[-1])
+    return int(m.group(1)) + 1 if m else 0
+
+
+def _write(services: Services, path: str, text: str) -> None:
+    with _file_io(services, path).new_output(path).create(overwrite=False) as f:
+        f.write(text.encode())
+
+
+def _discard(services: Services, path: str) -> None:
+    try:
+        _file_io(services, path).delete(path)
+    except Exception:  # best effort: an orphaned metadata file is harmless
+        logger.warning("could not delete orphaned view metadata file %s", path, exc_info=True)
+
+
+def _result(location: str, metadata: ViewMetadata) -> dict[str, Any]:
+    """The spec's ``LoadViewResult``."""
+    return {"metadata-location": location, "metadata": metadata_dict(metadata), "config": {}}
+
+
+# ---------------------------------------------------------------- request helpers
+def _require_namespace(services: Services, ns: Namespace) -> None:
+    if NamespaceStore(services).properties(ns) is None:
+        raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
+
+
+def _identifier(ident: TableIdentifier) -> tuple[Namespace, str]:
+    if not ident.namespace:
+        raise BadRequest("Malformed request: a view identifier needs a namespace")
+    return tuple(check_level(p) for p in ident.namespace), check_name("view", ident.name)
+
+
+def _view_path(ctx: RequestContext, prefix: str, namespace: str, view: str) -> tuple[Namespace, str]:
+    check_prefix(ctx.services, prefix)
+    return decode_namespace(ctx.services, namespace), check_name("view", view)
+
+
+def _load(vs: ViewStore, ns: Namespace, name: str) -> tuple[str, ViewMetadata]:
+    found = vs.get(ns, name)
+    if found is None:
+        raise NoSuchView(f"View does not exist: {ns_str(ns)}.{name}")
+    return found
+
+
+# ---------------------------------------------------------------- routes
+@router.get("/v1/{prefix}/namespaces/{namespace}/views")
+def list_views(
+    prefix: str,
+    namespace: str,
+    page_token: str | None = Query(None, alias="pageToken"),
+    page_size: int | None = Query(None, alias="pageSize"),
+    ctx: RequestContext = Depends(get_context),
+) -> dict[str, Any]:
+    check_prefix(ctx.services, prefix)
+    ns = decode_namespace(ctx.services, namespace)
+    ctx.authorize("list_views", P.VIEW_LIST, Securable.namespace(ns))
+    _require_namespace(ctx.services, ns)
+    page, token = paginate(ViewStore(ctx.services).names(ns), page_token, page_size)
+    out: dict[str, Any] = {"identifiers": [{"namespace": list(ns), "name": n} for n in page]}
+    if token:
+        out["next-page-token"] = token
+    return out
+
+
+@router.post("/v1/{prefix}/namespaces/{namespace}/views")
+def create_view(
+    prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)
+) -> dict[str, Any]:
+    check_prefix(ctx.services, prefix)
+    services = ctx.services
+    ns = decode_namespace(services, namespace)
+    ctx.authorize("create_view", P.VIEW_CREATE, Securable.namespace(ns))
+    req: CreateViewRequest = _parse(CreateViewRequest, body)
+    name = check_name("view", req.name)
+    location = (
+        _check_location(services, req.location) if req.location else
+        _check_location(services, _default_location(services, ns, name))
+    )
+    _require_namespace(services, ns)
+    vs = ViewStore(services)
+    if vs.table_exists(ns, name):
+        raise Conflict(f"Table with same name already exists: {ns_str(ns)}.{name}")
+    if vs.get(ns, name) is not None:
+        raise Conflict(f"View already exists: {ns_str(ns)}.{name}")
+    metadata = new_view_metadata(req, location)
+    path = _metadata_file(services, metadata, 0)
+    text = metadata_json(metadata)
+    _write(services, path, text)
+    if not vs.insert(ns, name, path, text):
+        _discard(services, path)
+        raise Conflict(f"View already exists: {ns_str(ns)}.{name}")
+    return _result(path, metadata)
+
+
+@router.get("/v1/{prefix}/namespaces/{namespace}/views/{view}")
+def load_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+    # ``referenced-by`` is accepted and ignored: the caller's own privileges decide (INVOKER semantics).
+    ns, name = _view_path(ctx, prefix, namespace, view)
+    ctx.authorize("load_view", P.VIEW_READ, Securable.view(ns, name))
+    return _result(*_load(ViewStore(ctx.services), ns, name))
+
+
+@router.head("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
+def view_exists(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context)) -> Response:
+    ns, name = _view_path(ctx, prefix, namespace, view)
+    ctx.authorize("view_exists", P.VIEW_READ, Securable.view(ns, name))
+    _load(ViewStore(ctx.services), ns, name)
+    return Response(status_code=204)
+
+
+@router.post("/v1/{prefix}/namespaces/{namespace}/views/{view}")
+def replace_view(
+    prefix: str, namespace: str, view: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)
+) -> dict[str, Any]:
+    ns, name = _view_path(ctx, prefix, namespace, view)
+    services = ctx.services
+    ctx.authorize("replace_view", P.VIEW_WRITE_PROPERTIES, Securable.view(ns, name))
+    req: CommitViewRequest = _parse(CommitViewRequest, body)
+    if req.identifier is not None and _identifier(req.identifier) != (ns, name):
+        raise BadRequest("Malformed request: the identifier in the body does not match the view in the path")
+    vs = ViewStore(services)
+    for _ in range(COMMIT_ATTEMPTS):
+        base_location, base = _load(vs, ns, name)
+        metadata, changed = apply_commit(base, req)
+        if not changed:
+            return _result(base_location, base)
+        if metadata.location != base.location:
+            _check_location(services, metadata.location)
+        path = _metadata_file(services, metadata, _next_version(base_location))
+        text = metadata_json(metadata)
+        _write(services, path, text)
+        if vs.swap(ns, name, base_location, path, text):
+            return _result(path, metadata)
+        _discard(services, path)  # a concurrent commit won: retry against its metadata
+    raise CommitFailed(f"Commit failed: view {ns_str(ns)}.{name} was concurrently modified; retry")
+
+
+@router.delete("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
+def drop_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context)) -> Response:
+    ns, name = _view_path(ctx, prefix, namespace, view)
+    ctx.authorize("drop_view", P.VIEW_DROP, Securable.view(ns, name))
+    if not ViewStore(ctx.services).delete(ns, name):
+        raise NoSuchView(f"View does not exist: {ns_str(ns)}.{name}")
+    return Response(status_code=204)
+
+
+@router.post("/v1/{prefix}/views/rename", status_code=204)
+def rename_view(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+    check_prefix(ctx.services, prefix)
+    req: RenameViewRequest = _parse(RenameViewRequest, body)
+    src, dst = _identifier(req.source), _identifier(req.destination)
+    ctx.authorize("rename_view", P.VIEW_DROP, Securable.view(*src), detail={"destination": f"{ns_str(dst[0])}.{dst[1]}"})
+    ctx.authorize("rename_view", P.VIEW_CREATE, Securable.namespace(dst[0]), detail={"source": f"{ns_str(src[0])}.{src[1]}"})
+    vs = ViewStore(ctx.services)
+    _load(vs, *src)
+    _require_namespace(ctx.services, dst[0])
+    if vs.table_exists(*dst):
+        raise Conflict(f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a table with that name exists")
+    renamed = vs.rename(src, dst) if src != dst else None
+    if renamed is None:
+        raise Conflict(f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a view with that name exists")
+    if not renamed:
+        raise NoSuchView(f"View does not exist: {ns_str(src[0])}.{src[1]}")
+    return Response(status_code=204)

@@ -1,0 +1,241 @@
+"""Record what the catalog answers and validate every answer against the official Iceberg REST spec.
+
+    recorder = SpecRecorder()
+    handle = start(wrap_app=recorder.wrap)
+    ...  # drive the catalog (pyiceberg, httpx, ...)
+    assert recorder.validate_all() == []
+
+``wrap`` is a pure ASGI middleware: it records every ``/v1/...`` exchange (method, raw path,
+query string, request headers and body, response status, headers and full body, however many
+``http.response.body`` messages it is streamed in) and never changes what flows through.
+``validate_all`` checks each recorded response with openapi-core against the spec shipped in
+the package (``lakesession/reference/spec/rest-catalog-open-api.yaml``): the operation must
+exist, the status must be documented for it (exactly, as a ``4XX``-style range or ``default``),
+the content type must be one the spec lists and the body must match the schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+from jsonschema.exceptions import ValidationError as SchemaValidationError
+from jsonschema.exceptions import best_match
+from openapi_core import OpenAPI
+from openapi_core.testing import MockRequest, MockResponse
+
+from lakesession.reference.openapi import official_spec
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+HOST_URL = "http://catalog.invalid"
+
+
+@dataclass
+class Exchange:
+    """One recorded request/response pair."""
+
+    method: str
+    path: str  # as sent on the wire (percent-encoded), e.g. /v1/lakesession/namespaces/a%1Fb
+    query_string: str
+    request_headers: list[tuple[str, str]]
+    request_body: bytes = b""
+    status: int = 0
+    response_headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    complete: bool = False
+
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        return next((v for k, v in self.response_headers if k == name), None)
+
+    def __str__(self) -> str:
+        q = f"?{self.query_string}" if self.query_string else ""
+        return f"{self.method} {self.path}{q} -> {self.status}"
+
+
+# --------------------------------------------------------------------------------------------
+# The spec, prepared once per process.
+# --------------------------------------------------------------------------------------------
+
+
+def _patch_spec_quirks(spec: dict[str, Any]) -> dict[str, Any]:
+    """Narrow, documented corrections of the spec file itself (never of what the server sends).
+
+    Each entry fixes a place where the YAML contradicts its own prose or the Iceberg table spec,
+    so that a response that is right by the spec's intent is not reported as wrong.
+    """
+    # Validate against a relative server so any host matches (the spec's servers are templates).
+    spec["servers"] = [{"url": HOST_URL}]
+    return spec
+
+
+@functools.lru_cache(maxsize=1)
+def _openapi() -> OpenAPI:
+    spec = _patch_spec_quirks(official_spec())
+    return OpenAPI.from_dict(spec)
+
+
+# --------------------------------------------------------------------------------------------
+# Recording.
+# --------------------------------------------------------------------------------------------
+
+
+def _decode_headers(raw: Any) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw or ()]
+
+
+class SpecRecorder:
+    """ASGI middleware recording ``/v1/...`` exchanges, and their validation against the spec."""
+
+    def __init__(self, path_prefix: str = "/v1/"):
+        self.path_prefix = path_prefix
+        self._lock = threading.Lock()
+        self._exchanges: list[Exchange] = []
+        self._validated: dict[int, list[str]] = {}  # id(exchange) -> its errors (validated once)
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        recorder = self
+
+        async def recording_app(scope: Scope, receive: Any, send: Any) -> None:
+            if scope.get("type") != "http" or not scope.get("path", "").startswith(recorder.path_prefix):
+                await app(scope, receive, send)
+                return
+            raw_path = scope.get("raw_path")
+            path = raw_path.decode("latin-1") if raw_path else quote(scope["path"])
+            ex = Exchange(
+                method=scope["method"],
+                path=path.split("?", 1)[0],
+                query_string=(scope.get("query_string") or b"").decode("latin-1"),
+                request_headers=_decode_headers(scope.get("headers")),
+            )
+            req_chunks: list[bytes] = []
+            resp_chunks: list[bytes] = []
+
+            async def recording_receive() -> Message:
+                message = await receive()
+                if message.get("type") == "http.request":
+                    req_chunks.append(message.get("body", b""))
+                return message
+
+            async def recording_send(message: Message) -> None:
+                kind = message.get("type")
+                if kind == "http.response.start":
+                    ex.status = message["status"]
+                    ex.response_headers = _decode_headers(message.get("headers"))
+                elif kind == "http.response.body":
+                    resp_chunks.append(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        ex.complete = True
+                await send(message)
+
+            try:
+                await app(scope, recording_receive, recording_send)
+            finally:
+                ex.request_body = b"".join(req_chunks)
+                ex.body = b"".join(resp_chunks)
+                if ex.status:
+                    with recorder._lock:
+                        recorder._exchanges.append(ex)
+
+        return recording_app
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        with self._lock:
+            return list(self._exchanges)
+
+    @property
+    def recorded(self) -> int:
+        with self._lock:
+            return len(self._exchanges)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._exchanges.clear()
+            self._validated.clear()
+
+    # -- validation ---------------------------------------------------------------------------
+
+    def validate_all(self) -> list[str]:
+        """One readable line per invalid response (empty when everything conforms)."""
+        errors: list[str] = []
+        for ex in self.exchanges:
+            key = id(ex)
+            found = self._validated.get(key)
+            if found is None:
+                found = self._validated[key] = validate_exchange(ex)
+            errors.extend(found)
+        return errors
+
+
+def _content_type(ex: Exchange) -> str:
+    ct = ex.header("content-type")
+    if ct:
+        return ct.lower()
+    return "application/json" if ex.body else ""
+
+
+def _first_message(exc: BaseException) -> str:
+    """The most specific message openapi-core has, with a JSON-pointer-ish location, kept short."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        schema_errors = [e for e in getattr(current, "schema_errors", None) or () if isinstance(e, SchemaValidationError)]
+        if schema_errors:
+            err = best_match(schema_errors)
+            where = "/".join(str(p) for p in err.absolute_path) or "(body)"
+            via = "/".join(str(p) for p in err.absolute_schema_path)
+            return _short(f"{type(current).__name__} at {where}: {err.message} [schema: {via}]")
+        nxt = current.__cause__ or current.__context__
+        if nxt is None:
+            return _short(f"{type(current).__name__}: {current}")
+        current = nxt
+    return _short(f"{type(exc).__name__}: {exc}")
+
+
+def _short(s: str, limit: int = 400) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def validate_exchange(ex: Exchange) -> list[str]:
+    """Errors of one exchange against the spec (empty list when it conforms)."""
+    if not ex.complete:
+        return [f"{ex}: response body was never completed (more_body never went False)"]
+    api = _openapi()
+    data = ex.body
+    if ex.method == "HEAD" or ex.status == 204 or ex.status == 304:
+        if ex.status in (204, 304) and ex.body:
+            return [f"{ex}: a {ex.status} response must not have a body, got {len(ex.body)} bytes"]
+    ct = _content_type(ex)
+    if data and ct.startswith("application/json"):
+        try:
+            json.loads(data)
+        except ValueError as e:
+            return [f"{ex}: body is not valid JSON ({e})"]
+    request = MockRequest(
+        HOST_URL,
+        ex.method,
+        ex.path,
+        args=dict(parse_qsl(ex.query_string, keep_blank_values=True)),
+        headers=dict(ex.request_headers),
+        data=ex.request_body,
+        content_type=next((v for k, v in ex.request_headers if k == "content-type"), "application/json"),
+    )
+    response = MockResponse(data, status_code=ex.status, headers=dict(ex.response_headers), content_type=ct)
+    out = []
+    for err in api.iter_response_errors(request, response):
+        out.append(f"{ex}: {_first_message(err)}")
+        break  # the first message is the readable one; the rest repeat it
+    return out
