@@ -28,7 +28,7 @@ from authlib.integrations.httpx_client import OAuth2Client, OAuthError
 from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from fastapi import FastAPI
 from joserfc import jwt
-from joserfc.jwk import ECKey, KeySet, RSAKey
+from joserfc.jwk import ECKey, KeySet, OctKey, RSAKey
 
 from lakesession.reference import store
 from lakesession.reference.directory import Directory
@@ -402,7 +402,8 @@ def test_remote_verifier_against_served_issuer(env: Env) -> None:
     assert rv.fetch_count == 1  # keys cached
     assert "audience" in rejection(RemoteVerifier(env.url, "another-service"), tok)
     assert "expired" in rejection(rv, env.issuer.issue_token("alice", ttl=-60)["access_token"])
-    assert "algorithm" in rejection(rv, forge(env.issuer.key, good_claims(env), alg="HS256"))
+    hmac_key = OctKey.import_key(json.dumps(env.issuer.jwks()["keys"][0]).encode())  # key-confusion attempt
+    assert "algorithm" in rejection(rv, jwt.encode({"alg": "HS256", "kid": env.issuer.kid}, good_claims(env), hmac_key))
     forged = forge(ECKey.generate_key("P-256", auto_kid=True), good_claims(env))
     for _ in range(5):  # unknown kids: refetch is rate-limited (the last fetch was just now)
         assert "unknown key" in rejection(rv, forged)
@@ -458,7 +459,7 @@ def test_no_secret_reaches_the_logs(env: Env, caplog: pytest.LogCaptureFixture) 
     env.issuer.deny_device(denied["user_code"])
     with env.client(CLI) as cli:
         poll_error(cli, env, denied["device_code"])
-    exchanged = exchange(env, "hub", seen[-2])["access_token"]
+    exchanged = exchange(env, "hub", new["access_token"])["access_token"]
     seen.append(exchanged)
     for bad in (exchanged[:-3] + "abc", exchanged + "x"):
         with pytest.raises(NotAuthorized):

@@ -239,6 +239,13 @@ def test_classfile_writer_matches_javac(tmp_path):
                 "throws java.io.IOException;") in out.stdout
 
 
+def test_standin_without_javac_uses_the_writer(tmp_path, monkeypatch):
+    monkeypatch.setattr(_assemble, "_find_javac", lambda java: None)
+    data, how = _assemble.standin_class("java", tmp_path / "unused.jar", tmp_path, lambda m: None)
+    assert how == "classfile-writer"
+    assert _classscan.parse_class(data).name == _assemble.STANDIN_CLASS
+
+
 def test_parse_class_rejects_garbage():
     with pytest.raises(_classscan.ClassFormatError):
         _classscan.parse_class(b"not a class")
@@ -255,7 +262,7 @@ def test_merge_jars_excludes_metadata(tmp_path):
                      "com/x/A.class", "com/x/res.properties"):
             zf.writestr(name, b"x")
     dest = tmp_path / "merged.jar"
-    _assemble.merge_jars([src, src], {"com/x/B.class": b"y"}, dest)
+    _classscan.merge_jars([src, src], {"com/x/B.class": b"y"}, dest)
     with zipfile.ZipFile(dest) as zf:
         names = set(zf.namelist())
     assert names == {"META-INF/MANIFEST.MF", "META-INF/licenses/lib-1.0/LICENSE",

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
-import socket
 import tempfile
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
+from .._background import BackgroundServer, bind, url_host
 from . import bootstrap as bootstrap_mod
 from . import store
 from .app import create_app
@@ -111,7 +106,7 @@ def _ensure_admin(services: Services, data_dir: Path) -> ClientCredentials:
 class ReferenceCatalog:
     """A running reference catalog. ``uri`` is what pyiceberg's RestCatalog takes as ``uri``."""
 
-    def __init__(self, settings: ServerSettings, sock: socket.socket, data_dir: Path,
+    def __init__(self, settings: ServerSettings, sock: Any, data_dir: Path,
                  tmp: tempfile.TemporaryDirectory[str] | None, bootstrap: Any = None,
                  wrap_app: Callable[[Any], Any] | None = None):
         self.settings = settings
@@ -124,23 +119,10 @@ class ReferenceCatalog:
         self.admin_credentials = _ensure_admin(services, data_dir)
         if bootstrap is not None:
             self.admin.apply_bootstrap(bootstrap)
-        asgi = wrap_app(self.app) if wrap_app else self.app
-        config = uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._sock = sock
-        self._thread = threading.Thread(target=self._run, name="lakesession-reference", daemon=True)
-
-    def _run(self) -> None:
-        asyncio.run(self._server.serve(sockets=[self._sock]))
+        self._server = BackgroundServer(wrap_app(self.app) if wrap_app else self.app, sock, "lakesession-reference")
 
     def _start(self) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("reference catalog failed to start")
-            time.sleep(0.01)
+        self._server.start()
 
     @property
     def uri(self) -> str:
@@ -155,10 +137,7 @@ class ReferenceCatalog:
         return self.settings.catalog_name
 
     def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._sock.close()
+        self._server.stop()
         self.services.catalog.engine.dispose()
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -172,16 +151,6 @@ class ReferenceCatalog:
 
     def __repr__(self) -> str:
         return f"ReferenceCatalog(uri={self.uri!r}, issuer={self.issuer_uri!r}, warehouse={self.settings.warehouse!r})"
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(512)
-    sock.set_inheritable(True)
-    return sock
 
 
 def start(
@@ -214,13 +183,12 @@ def start(
     if warehouse is None:
         (data_path / "warehouse").mkdir(exist_ok=True)
         warehouse = (data_path / "warehouse").as_uri()
-    sock = _bind(host, port)
+    sock = bind(host, port)
     bound_port = sock.getsockname()[1]
-    url_host = f"[{host}]" if ":" in host else ("127.0.0.1" if host in ("0.0.0.0", "") else host)
     cfg = ServerSettings(
         warehouse=warehouse.rstrip("/"),
         db_url=db or store.sqlite_url(data_path / "catalog.db"),
-        base_url=f"http://{url_host}:{bound_port}",
+        base_url=f"http://{url_host(host)}:{bound_port}",
         issuer_url=issuer_url,
         access_token_ttl=access_token_ttl,
         **settings,

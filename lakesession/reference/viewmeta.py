@@ -18,8 +18,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.schema import Schema
-from pyiceberg.types import ListType, MapType, NestedField, StructType
-from pyiceberg.view.metadata import SQLViewRepresentation, ViewHistoryEntry, ViewMetadata, ViewVersion
+from pyiceberg.types import ListType, MapType, StructType
+from pyiceberg.view.metadata import (
+    SQLViewRepresentation,
+    ViewHistoryEntry,
+    ViewMetadata,
+    ViewVersion,
+)
 
 from .errors import BadRequest, CommitFailed
 
@@ -306,8 +311,7 @@ class ViewMetadataBuilder:
                 return v.version_id
             if v.version_id >= new_id:
                 new_id = v.version_id + 1
-        if new_id < 1:
-            new_id = 1
+        new_id = max(new_id, 1)
         self.versions.append(version.model_copy(update={"version_id": new_id}))
         self.added_version_ids.append(new_id)
         self.last_added_version_id = new_id

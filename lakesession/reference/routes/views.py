@@ -13,7 +13,6 @@ privilege learns nothing (403) about what exists.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import uuid
@@ -42,7 +41,16 @@ from ..viewmeta import (
     metadata_json,
     new_view_metadata,
 )
-from .common import Namespace, check_level, check_name, check_prefix, decode_namespace, ns_str, paginate, parse_body
+from .common import (
+    Namespace,
+    check_level,
+    check_name,
+    check_prefix,
+    decode_namespace,
+    ns_str,
+    paginate,
+    parse_body,
+)
 from .namespaces import NamespaceStore, raw_body
 
 logger = logging.getLogger(__name__)

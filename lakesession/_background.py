@@ -1,0 +1,60 @@
+"""Serve an ASGI app with uvicorn in a background thread on a pre-bound socket.
+
+Neutral ground shared by the reference catalog and the client gateway (neither
+imports the other). Binding first means the URL is known before the app is
+built, and port 0 picks a free port without races.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+class BackgroundServer:
+    """One uvicorn server in one daemon thread; ``start()`` returns once it accepts connections."""
+
+    def __init__(self, app: Any, sock: socket.socket, name: str):
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._sock = sock
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name=name, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._sock.getsockname()[1])
+
+    def start(self, timeout: float = 30) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{self._thread.name} failed to start")
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._sock.close()

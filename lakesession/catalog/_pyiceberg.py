@@ -1,0 +1,44 @@
+"""pyiceberg's RestCatalog with the session's token source as its AuthManager.
+
+pyiceberg asks its AuthManager for a header on every request, so tokens the
+identity layer refreshes are picked up without rebuilding the catalog.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.rest.auth import AuthManager
+
+
+class _Source(Protocol):
+    def token(self) -> str: ...
+
+
+class TokenSourceAuthManager(AuthManager):
+    """A pyiceberg ``AuthManager`` backed by a lakesession token source."""
+
+    def __init__(self, source: _Source):
+        self._source = source
+
+    def auth_header(self) -> str:
+        return f"Bearer {self._source.token()}"
+
+    def __repr__(self) -> str:
+        return "TokenSourceAuthManager(***)"
+
+
+def rest_catalog(name: str, uri: str, source: _Source, *, warehouse: str | None = None, **properties: Any) -> RestCatalog:
+    props: dict[str, Any] = {
+        "uri": uri,
+        "auth": {
+            "type": "custom",
+            "impl": f"{TokenSourceAuthManager.__module__}.{TokenSourceAuthManager.__qualname__}",
+            "custom": {"source": source},
+        },
+        **properties,
+    }
+    if warehouse:
+        props["warehouse"] = warehouse
+    return RestCatalog(name, **props)

@@ -1,0 +1,93 @@
+"""The embedded default: an in-process reference catalog and a demo user, for a fresh machine.
+
+This is the one client-side module that starts the reference catalog (lazily,
+only when no catalog is configured); the rest of the client half never
+imports ``lakesession.reference``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEMO_USER = "demo"
+DEMO_ROLE = "demo_users"
+
+_lock = threading.Lock()
+_running: dict[str, Any] = {}
+
+
+def home() -> Path:
+    """Where the embedded catalog keeps its state: ``$LAKESESSION_HOME/embedded`` or ``~/.local/share/lakesession/embedded``."""
+    base = os.environ.get("LAKESESSION_HOME")
+    if base:
+        return Path(base).expanduser() / "embedded"
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "lakesession" / "embedded"
+
+
+def _secret(path: Path) -> str:
+    """A stable per-installation demo secret, stored 0600."""
+    if path.exists():
+        value = path.read_text().strip()
+        if value:
+            return value
+    value = secrets.token_urlsafe(24)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+@dataclass(frozen=True)
+class EmbeddedCatalog:
+    uri: str
+    issuer: str
+    warehouse: str
+    handle: Any  # lakesession.reference.ReferenceCatalog
+
+    @property
+    def token_endpoint(self) -> str:
+        return f"{self.issuer}/token"
+
+
+def start_embedded(data_dir: Path | None = None) -> EmbeddedCatalog:
+    """Start (once per process and data dir) the reference catalog with a demo user who may manage content."""
+    from lakesession.reference import bootstrap, start
+
+    data = (data_dir or home()).resolve()
+    with _lock:
+        running = _running.get(str(data))
+        if running is not None:
+            return running
+        data.mkdir(parents=True, exist_ok=True)
+        secret = _secret(data / "demo-credentials")
+        policy = bootstrap.Bootstrap(
+            principals=[{"name": DEMO_USER, "type": "user", "client_id": DEMO_USER, "client_secret": secret}],
+            roles=[{"name": DEMO_ROLE, "members": [DEMO_USER]}],
+            grants=[{"role": DEMO_ROLE, "privilege": "CATALOG_MANAGE_CONTENT", "on": "catalog"}],
+        )
+        handle = start(data_dir=data, bootstrap=policy)
+        emb = EmbeddedCatalog(handle.uri, handle.issuer_uri, handle.warehouse, handle)
+        _running[str(data)] = emb
+        return emb
+
+
+def demo_identity(emb: EmbeddedCatalog) -> Any:
+    """The demo user, logged in through the embedded issuer's client-credentials flow."""
+    from lakesession.identity import ClientCredentials
+
+    secret = _secret(Path(emb.handle.data_dir) / "demo-credentials")
+    return ClientCredentials(emb.token_endpoint, DEMO_USER, secret, scope="catalog")
+
+
+def stop_all() -> None:
+    with _lock:
+        for emb in _running.values():
+            emb.handle.stop()
+        _running.clear()

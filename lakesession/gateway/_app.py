@@ -1,0 +1,184 @@
+"""The gateway's ASGI app: authenticate the JVM by session secret, forward upstream as the user.
+
+The JVM's Iceberg REST client only ever holds the per-session secret. Each
+call is forwarded with the user's current token; status codes and error
+bodies pass through unchanged; table configs get their credential-refresh
+endpoint pointed back at the gateway; concurrent refreshes of one table are
+coalesced into one upstream call (single flight).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+import httpx
+from urllib.parse import unquote
+from fastapi import Depends, FastAPI, Request, Response
+
+from ._accesslog import AccessLog, AccessRecord, classify
+
+logger = logging.getLogger("lakesession.gateway")
+
+REFRESH_KEY = "client.refresh-credentials-endpoint"
+FORWARD_REQUEST_HEADERS = ("content-type", "accept", "x-iceberg-access-delegation", "x-request-id", "if-none-match",
+                           "idempotency-key", "accept-encoding")
+FORWARD_RESPONSE_HEADERS = ("content-type", "etag", "cache-control", "www-authenticate", "x-request-id", "retry-after")
+METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
+
+
+def error(status: int, type_: str, message: str) -> Response:
+    body = json.dumps({"error": {"message": message, "type": type_, "code": status}})
+    return Response(body, status_code=status, media_type="application/json")
+
+
+@dataclass
+class Upstream:
+    base_url: str
+    token: Callable[[], str]
+    invalidate: Callable[[], None]
+    client: httpx.Client
+
+
+class _Flight:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: tuple[int, bytes, dict[str, str]] | None = None
+        self.error: BaseException | None = None
+
+
+class SingleFlight:
+    """Concurrent identical calls share one upstream request."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flights: dict[str, _Flight] = {}
+
+    def do(self, key: str, fn: Callable[[], tuple[int, bytes, dict[str, str]]]) -> tuple[tuple[int, bytes, dict[str, str]], bool]:
+        with self._lock:
+            flight = self._flights.get(key)
+            leader = flight is None
+            if leader:
+                flight = self._flights[key] = _Flight()
+        assert flight is not None
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            assert flight.result is not None
+            return flight.result, True
+        try:
+            flight.result = fn()
+            return flight.result, False
+        except BaseException as e:
+            flight.error = e
+            raise
+        finally:
+            with self._lock:
+                self._flights.pop(key, None)
+            flight.done.set()
+
+
+def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> bytes:
+    """Point the table's credential refresh endpoint at the gateway (relative paths already do)."""
+    if REFRESH_KEY.encode() not in body:
+        return body
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    changed = False
+    for holder in [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]:
+        value = holder.get(REFRESH_KEY)
+        if isinstance(value, str) and value.startswith(upstream_base):
+            holder[REFRESH_KEY] = gateway_base + value[len(upstream_base):]
+            changed = True
+    return json.dumps(doc).encode() if changed else body
+
+
+def _expiry_of(body: bytes) -> float | None:
+    """Earliest vended-credential expiry in a load/credentials response, epoch seconds."""
+    if b"expires-at-ms" not in body:
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    configs = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
+    times = [int(v) / 1000 for cfg in configs for k, v in cfg.items() if k.endswith("expires-at-ms") and str(v).isdigit()]
+    return min(times) if times else None
+
+
+def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, gateway_base: Callable[[], str]) -> FastAPI:
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    flights = SingleFlight()
+    expected = f"Bearer {secret}".encode()
+
+    def forward(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, dict[str, str]]:
+        url = upstream.base_url + path + (f"?{query}" if query else "")
+        for attempt in (1, 2):
+            h = {**headers, "Authorization": f"Bearer {upstream.token()}"}
+            try:
+                r = upstream.client.request(method, url, headers=h, content=body or None)
+            except httpx.HTTPError as e:
+                logger.warning("catalog unreachable: %s %s (%s)", method, path, type(e).__name__)
+                msg = f"Catalog at {upstream.base_url} is unreachable ({type(e).__name__}); retry when it is back"
+                return 503, json.dumps({"error": {"message": msg, "type": "ServiceUnavailableException", "code": 503}}).encode(), {"content-type": "application/json"}
+            if r.status_code == 401 and attempt == 1:
+                upstream.invalidate()  # the token may have been revoked or expired early: fetch a new one once
+                continue
+            out_headers = {k: v for k, v in r.headers.items() if k.lower() in FORWARD_RESPONSE_HEADERS}
+            return r.status_code, r.content, out_headers
+        raise AssertionError("unreachable")
+
+    async def raw_body(request: Request) -> bytes:
+        return await request.body()
+
+    @app.api_route("/{path:path}", methods=METHODS)
+    def proxy(request: Request, path: str, body: bytes = Depends(raw_body)) -> Response:
+        auth = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(auth, expected):
+            return error(401, "NotAuthorizedException", "Not authorized: wrong or missing lakesession session secret")
+        return _handle(request.method, "/" + path, request.url.query, dict(request.headers), body)
+
+    def _handle(method: str, path: str, query: str, req_headers: dict[str, str], body: bytes) -> Response:
+        headers = {k: v for k, v in req_headers.items() if k.lower() in FORWARD_REQUEST_HEADERS}
+        started = time.monotonic()
+        what = classify(method, path)
+        if what is None and method == "POST" and path.endswith(("/tables", "/views")):
+            what = _create_target(path, body)
+        if what and what[0] == "refresh_credentials":
+            key = f"{path}?{query}|{req_headers.get('x-iceberg-access-delegation', '')}"
+            (status, content, out_headers), shared = flights.do(key, lambda: forward(method, path, query, headers, body))
+        else:
+            status, content, out_headers = forward(method, path, query, headers, body)
+            shared = False
+        if status == 200 and "/tables" in path:
+            content = rewrite_table_config(content, upstream.base_url, gateway_base())
+        if what and not shared:
+            access_log.add(AccessRecord(
+                time=time.time(), action=what[0], object=what[1], status=status,
+                duration_ms=round((time.monotonic() - started) * 1000, 2),
+                request_id=out_headers.get("x-request-id"),
+                credentials_expire_at=_expiry_of(content) if status == 200 else None,
+            ))
+        media = out_headers.pop("content-type", None)
+        return Response(content if method != "HEAD" else b"", status_code=status, headers=out_headers, media_type=media)
+
+    return app
+
+
+def _create_target(path: str, body: bytes) -> tuple[str, str] | None:
+    parts = path.rstrip("/").split("/")
+    try:
+        name = json.loads(body).get("name")
+        ns = unquote(parts[-2]).replace("\x1f", ".")
+    except (ValueError, AttributeError, IndexError):
+        return None
+    kind = parts[-1][:-1]
+    return (f"create_{kind}", f"{kind} {ns}.{name}") if isinstance(name, str) else None
+

@@ -1,0 +1,75 @@
+"""Start and stop a gateway in the background."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+
+import httpx
+
+from .._background import BackgroundServer, bind, url_host
+from ._accesslog import AccessLog
+from ._app import Upstream, create_gateway_app
+
+
+class Gateway:
+    """A loopback REST endpoint forwarding Iceberg REST calls upstream with the user's token.
+
+    Args:
+        upstream: The catalog's base URI (what pyiceberg takes as ``uri``).
+        token: Returns the user's current access token (refreshing as needed).
+        invalidate: Called after an upstream 401, so the next ``token()`` fetches a new one.
+        host: Bind address; loopback by default, a routable one for cluster mode.
+        port: 0 picks a free port.
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        token: Callable[[], str],
+        *,
+        invalidate: Callable[[], None] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        access_log: AccessLog | None = None,
+        timeout: float = 60.0,
+    ):
+        self.upstream = upstream.rstrip("/")
+        self._secret = secrets.token_urlsafe(32)
+        self.access_log = access_log or AccessLog()
+        self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
+        self._sock = bind(host, port)
+        self.uri = f"http://{url_host(host)}:{self._sock.getsockname()[1]}"
+        app = create_gateway_app(
+            Upstream(self.upstream, token, invalidate or (lambda: None), self._client),
+            self._secret,
+            self.access_log,
+            lambda: self.uri,
+        )
+        self._server = BackgroundServer(app, self._sock, "lakesession-gateway")
+        self._started = False
+
+    @property
+    def secret(self) -> str:
+        """The per-session secret the JVM presents (as its bearer token). Not the user's token."""
+        return self._secret
+
+    def start(self) -> Gateway:
+        if not self._started:
+            self._server.start()
+            self._started = True
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+        self._client.close()
+        self._started = False
+
+    def __enter__(self) -> Gateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Gateway(uri={self.uri!r}, upstream={self.upstream!r}, secret='***')"

@@ -1,0 +1,188 @@
+"""``Session``: one identity, one catalog, one gateway, and the SparkSession and tables built on them."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .gateway import AccessLog, Gateway
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.table import Table
+    from pyspark.sql import SparkSession
+
+
+class Session:
+    """A user's session against one Iceberg REST catalog.
+
+    Args:
+        uri: The catalog's base URI (what pyiceberg takes as ``uri``).
+        identity: A token source (``lakesession.identity``) that yields the user's fresh access token.
+        warehouse: The warehouse to ask the catalog for.
+        catalog_name: Name of the catalog inside Spark (``lake`` by default, also the default catalog).
+        jars: Jar mode for Spark (``auto``, ``offline``, ``maven``, ``cache``) or explicit paths.
+        master: Spark master (``local[*]`` by default); ``remote`` for Spark Connect.
+        gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        identity: Any,
+        *,
+        warehouse: str | None = None,
+        catalog_name: str = "lake",
+        jars: Any = None,
+        master: str | None = None,
+        remote: str | None = None,
+        gateway_host: str | None = None,
+        spark_conf: dict[str, str] | None = None,
+        embedded: Any = None,
+    ):
+        self.uri = uri.rstrip("/")
+        self.identity = identity
+        self.warehouse = warehouse
+        self.catalog_name = catalog_name
+        self._jars = jars
+        self._master = master
+        self._remote = remote
+        self._gateway_host = gateway_host or os.environ.get("LAKESESSION_GATEWAY_HOST", "127.0.0.1")
+        self._spark_conf = dict(spark_conf or {})
+        self.embedded = embedded
+        self.access_log = AccessLog()
+        self._gateway: Gateway | None = None
+        self._spark: SparkSession | None = None
+        self._catalog: RestCatalog | None = None
+        self._lock = threading.RLock()
+
+    # -- the gateway the JVM talks to ---------------------------------------
+    @property
+    def gateway(self) -> Gateway:
+        with self._lock:
+            if self._gateway is None:
+                self._gateway = Gateway(
+                    self.uri, self.identity.token, invalidate=self.identity.invalidate,
+                    host=self._gateway_host, access_log=self.access_log,
+                ).start()
+            return self._gateway
+
+    # -- Spark ----------------------------------------------------------------
+    def spark(self) -> SparkSession:
+        """The SparkSession acting as this session's user (created once, then reused)."""
+        with self._lock:
+            if self._spark is None:
+                from .spark.jars import resolve_jars
+                from .spark.session import base_conf, build_spark, catalog_conf
+
+                jars = None if self._remote else resolve_jars(self._jars)
+                gw = self.gateway
+                conf = {
+                    **base_conf(self.catalog_name, jars),
+                    **catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse),
+                    **self._spark_conf,
+                }
+                self._spark = build_spark(conf, master=self._master, remote=self._remote)
+            return self._spark
+
+    # -- Python-side access (pyiceberg) ----------------------------------------
+    @property
+    def catalog(self) -> RestCatalog:
+        """pyiceberg's RestCatalog acting as this session's user (direct to the catalog)."""
+        with self._lock:
+            if self._catalog is None:
+                from .catalog import rest_catalog
+
+                self._catalog = rest_catalog(self.catalog_name, self.uri, self.identity, warehouse=self.warehouse)
+            return self._catalog
+
+    def table(self, name: str) -> Table:
+        """Load ``ns.table`` with pyiceberg."""
+        return self.catalog.load_table(name)
+
+    # -- what happened ------------------------------------------------------------
+    def accesses(self) -> pd.DataFrame:
+        """What the Spark engine loaded, created, committed and dropped through the gateway."""
+        import pandas as pd
+
+        rows = [r.as_dict() for r in self.access_log.records()]
+        df = pd.DataFrame(rows, columns=["time", "action", "object", "status", "duration_ms", "request_id",
+                                         "credentials_expire_at", "via"])
+        df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
+        return df
+
+    def close(self) -> None:
+        with self._lock:
+            if self._spark is not None:
+                self._spark.stop()
+                self._spark = None
+            if self._gateway is not None:
+                self._gateway.stop()
+                self._gateway = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        who = getattr(self.identity, "principal", None)
+        return f"Session(uri={self.uri!r}, principal={who!r}, catalog_name={self.catalog_name!r})"
+
+
+def connect(catalog: str | None = None, **options: Any) -> Session:
+    """A session on ``catalog`` — or, with nothing configured, on the embedded default.
+
+    Options: ``uri``, ``warehouse``, ``token`` (static), ``credential`` (``client_id:secret``)
+    with ``token_url``, ``catalog_name``, ``jars``, ``master``, ``remote``, ``gateway_host``,
+    ``spark_conf``. Environment: ``LAKESESSION_URI``, ``LAKESESSION_TOKEN``, ``LAKESESSION_CREDENTIAL``,
+    ``LAKESESSION_TOKEN_URL``, ``LAKESESSION_WAREHOUSE``.
+    """
+    uri = options.pop("uri", None) or os.environ.get("LAKESESSION_URI")
+    session_opts = {k: options.pop(k) for k in list(options)
+                    if k in ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf")}
+    if catalog is None and uri is None:
+        from .embedded import demo_identity, start_embedded
+
+        emb = start_embedded(options.pop("data_dir", None))
+        return Session(emb.uri, demo_identity(emb), warehouse=emb.warehouse, embedded=emb, **session_opts)
+    if uri is None:
+        raise ValueError(f"catalog {catalog!r}: pass uri=... or set LAKESESSION_URI")
+    from .identity import ClientCredentials, StaticToken
+
+    warehouse = options.pop("warehouse", None) or os.environ.get("LAKESESSION_WAREHOUSE")
+    token = options.pop("token", None) or os.environ.get("LAKESESSION_TOKEN")
+    credential = options.pop("credential", None) or os.environ.get("LAKESESSION_CREDENTIAL")
+    if token:
+        identity: Any = StaticToken(token)
+    elif credential:
+        client_id, _, secret = credential.partition(":")
+        token_url = options.pop("token_url", None) or os.environ.get("LAKESESSION_TOKEN_URL") or f"{uri.rstrip('/')}/v1/oauth/tokens"
+        identity = ClientCredentials(token_url, client_id, secret, scope=options.pop("scope", "catalog"))
+    else:
+        raise ValueError("no identity: pass token=..., or credential='client_id:secret' (with token_url=...)")
+    if options:
+        raise TypeError(f"unknown options: {', '.join(sorted(options))}")
+    return Session(uri, identity, warehouse=warehouse, **session_opts)
+
+
+_current: Session | None = None
+
+
+def spark(**options: Any) -> SparkSession:
+    """``connect(**options).spark()``: a SparkSession acting as you, on the configured or embedded catalog.
+
+    The session stays alive (its gateway serves the JVM) and is what ``current_session()`` returns.
+    """
+    global _current
+    if _current is None or options:
+        _current = connect(**options)
+    return _current.spark()
+
+
+def current_session() -> Session | None:
+    """The session behind the last ``lakesession.spark()``, if any."""
+    return _current

@@ -1,0 +1,98 @@
+"""Build a SparkSession whose Iceberg catalog is reachable only through the gateway."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from .errors import install_error_conversion
+from .jars import JarSet, check_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
+def catalog_conf(name: str, gateway_uri: str, session_secret: str, warehouse: str | None) -> dict[str, str]:
+    """Spark conf for one Iceberg REST catalog behind the gateway.
+
+    The JVM gets the gateway URI and the per-session secret (sent as its bearer
+    token) — never the user's token. Caching is off: another writer's commit
+    (pyiceberg, another engine) must be visible to the next query.
+    """
+    p = f"spark.sql.catalog.{name}"
+    conf = {
+        p: "org.apache.iceberg.spark.SparkCatalog",
+        f"{p}.type": "rest",
+        f"{p}.uri": gateway_uri,
+        f"{p}.token": session_secret,
+        f"{p}.cache-enabled": "false",
+        f"{p}.header.X-Iceberg-Access-Delegation": "vended-credentials",
+    }
+    if warehouse:
+        conf[f"{p}.warehouse"] = warehouse
+    return conf
+
+
+def base_conf(catalog_name: str, jars: JarSet | None) -> dict[str, str]:
+    log4j = resources.files("lakesession.spark").joinpath("log4j2.properties")
+    java_opts = f"-Dlog4j2.configurationFile={log4j}"
+    conf = {
+        "spark.sql.extensions": EXTENSIONS,
+        "spark.sql.defaultCatalog": catalog_name,
+        # pandas 3 + pyspark 3.5 without Arrow turn None in string columns into 'NaN'
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.fallback.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        # a user's failing query should surface the catalog's message, not a JVM trace
+        "spark.sql.pyspark.jvmStacktrace.enabled": "false",
+    }
+    if jars is not None:
+        conf.update(jars.spark_conf())
+    return conf
+
+
+def build_spark(
+    conf: Mapping[str, str],
+    *,
+    master: str | None = None,
+    remote: str | None = None,
+    app_name: str = "lakesession",
+    builder_hook: Callable[[Any], Any] | None = None,
+) -> SparkSession:
+    """Create (or reuse) the SparkSession with ``conf``; runtime-settable keys are applied to a reused one."""
+    from pyspark.sql import SparkSession
+
+    if remote is None:
+        check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or __import__("sys").executable)
+    builder = SparkSession.builder.appName(app_name)
+    if remote:
+        builder = builder.remote(remote)
+    else:
+        builder = builder.master(master or os.environ.get("LAKESESSION_SPARK_MASTER", "local[*]"))
+    for k, v in conf.items():
+        if remote and (k.startswith("spark.jars") or k.startswith("spark.driver") or k.startswith("spark.executor")):
+            continue  # the Connect server owns its JVM
+        builder = builder.config(k, v)
+    if builder_hook:
+        builder = builder_hook(builder)
+    active = SparkSession.getActiveSession()
+    spark = builder.getOrCreate()
+    if active is not None or remote:
+        # getOrCreate reused a session: catalogs are runtime SQL confs and can still be registered
+        for k, v in conf.items():
+            if k.startswith("spark.sql.catalog.") or k == "spark.sql.defaultCatalog":
+                spark.conf.set(k, v)
+    if not remote:
+        spark.sparkContext.setLogLevel("ERROR")
+        install_error_conversion()
+    return spark
