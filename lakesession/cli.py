@@ -1,4 +1,4 @@
-"""The ``lakesession`` command: serve, jars (and demo, login, status as they land)."""
+"""The ``lakesession`` command: demo, serve, jars (login and status as they land)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,12 @@ def cmd_jars(args: argparse.Namespace) -> int:
     return jars_main(args.rest)
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import main as demo_main
+
+    return demo_main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakesession", description="PySpark on Iceberg REST catalogs, as you.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -71,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--issuer-url", default=None, help="trust this external OIDC issuer instead of the embedded one")
     serve.add_argument("--token-ttl", type=int, default=3600, help="access token lifetime in seconds (embedded issuer)")
     serve.set_defaults(func=cmd_serve)
+
+    demo = sub.add_parser("demo", help="the whole path on the embedded default: create, write, read, show accesses",
+                          add_help=False)
+    demo.add_argument("rest", nargs=argparse.REMAINDER)
+    demo.set_defaults(func=cmd_demo)
 
     jars = sub.add_parser("jars", help="resolve Spark's JVM jars (Iceberg runtime, AWS SDK), offline if needed",
                           add_help=False)

@@ -95,3 +95,24 @@ def http(catalog: ReferenceCatalog) -> Iterator[httpx.Client]:
 
 def bearer(handle: ReferenceCatalog, principal: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {handle.admin.token_for(principal)}"}
+
+
+SPARK_TEST_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+}
+
+
+@pytest.fixture(scope="session")
+def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """THE shared SparkSession of the suite: ``lakesession.connect()`` on the embedded default."""
+    import lakesession
+
+    for var in [k for k in os.environ if k.startswith("AWS_")]:
+        os.environ.pop(var)  # the JVM must never find ambient storage keys
+    session = lakesession.connect(data_dir=tmp_path_factory.mktemp("embedded"), master="local[2]",
+                                  spark_conf=SPARK_TEST_CONF)
+    session.spark()
+    yield session
+    session.close()

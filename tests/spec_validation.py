@@ -74,6 +74,34 @@ def _patch_spec_quirks(spec: dict[str, Any]) -> dict[str, Any]:
     """
     # One fixed server for every recorded request (the spec's servers are templates).
     spec["servers"] = [{"url": HOST_URL}]
+
+    # Quirk 1: the view endpoints' error responses (and the UnsupportedOperationResponse
+    # component) use the bare `ErrorModel` as their schema, while their own examples
+    # (NoSuchViewError, ...), every other endpoint and the description of
+    # `IcebergErrorResponse` ("JSON wrapper for all error responses (non-2xx)") wrap it as
+    # {"error": ErrorModel}; Iceberg Java's ErrorResponseParser only accepts the wrapper.
+    # Same bug as apache/iceberg#8914 fixed for the other endpoints; see also #10571.
+    # Narrow fix: only error statuses whose JSON schema is exactly `$ref: ErrorModel`.
+    def wrap_error_model(code: str, response: dict[str, Any]) -> None:
+        if not (code[:1] in "45" and (code.upper().endswith("XX") or code.isdigit())):
+            return
+        media = (response.get("content") or {}).get("application/json") or {}
+        if media.get("schema") == {"$ref": "#/components/schemas/ErrorModel"}:
+            media["schema"] = {"$ref": "#/components/schemas/IcebergErrorResponse"}
+
+    for item in spec["paths"].values():
+        for method, op in item.items():
+            if isinstance(op, dict) and "responses" in op:
+                for code, response in op["responses"].items():
+                    wrap_error_model(str(code), response)
+    wrap_error_model("406", spec["components"]["responses"]["UnsupportedOperationResponse"])
+
+    # Quirk 2: `OAuthTokenResponse.token_type` is an enum of lower-case names, but it cites
+    # RFC 6749 §7.1, and RFC 6749 §5.1 says the token_type "value is case insensitive"; RFC 6750
+    # itself spells it "Bearer" (what OAuth servers, including the embedded issuer, send).
+    # Narrow fix: also accept the capitalised spelling of the same three values.
+    token_type = spec["components"]["schemas"]["OAuthTokenResponse"]["properties"]["token_type"]
+    token_type["enum"] = list(dict.fromkeys([*token_type["enum"], "Bearer", "BEARER", "Mac", "MAC"]))
     return spec
 
 

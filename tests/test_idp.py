@@ -95,7 +95,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("idp")
     sock, base = bound_socket()
     settings = ServerSettings(warehouse=f"file://{tmp}/wh", db_url=store.sqlite_url(tmp / "cat.db"), base_url=base,
-                              device_code_ttl=60, device_poll_interval=1, access_token_ttl=300)
+                              device_code_ttl=60, device_poll_interval=5, access_token_ttl=300)
     engine = store.make_engine(settings.db_url)
     directory = Directory(engine)
     directory.create_principal("alice", "user", "alice-client", SECRETS["alice"])
@@ -218,7 +218,7 @@ def test_device_flow_end_to_end(env: Env) -> None:
         "BCDFGHJKLMNPQRSTVWXZ")
     assert start["verification_uri"] == env.url + "/device"
     assert start["verification_uri_complete"] == f"{env.url}/device?user_code={user_code}"
-    assert start["expires_in"] == 60 and start["interval"] == 1
+    assert start["expires_in"] == 60 and start["interval"] == 5
     page = httpx.get(start["verification_uri_complete"])
     assert page.status_code == 200 and user_code in page.text and CLI in page.text
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]

@@ -500,7 +500,9 @@ def test_privileges_per_endpoint(api: Api) -> None:
     api.call("POST", f"{P}/views/rename", "alice", rename, expect=403)
     d.grant("readers", "VIEW_CREATE", "namespace other")
     api.call("POST", f"{P}/views/rename", "alice", rename, expect=204)
-    assert ("rename_view", "namespace other", "allow") in audit_rows(api, "alice")
+    rows = audit_rows(api, "alice")
+    assert ("rename_view", "namespace other", "allow") in rows
+    assert ("load_view", "view ns.v", "issued") in rows and ("replace_view", "view ns.v", "issued") in rows
 
 
 # ---------------------------------------------------------------- malformed input

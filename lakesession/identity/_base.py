@@ -42,7 +42,7 @@ BLOCKING_CAP = 2.0
 class Token:
     """An access token (+ optional refresh token) and when it expires. Its repr shows no secret."""
 
-    __slots__ = ("access_token", "refresh_token", "expires_at", "deadline", "lifetime", "claims")
+    __slots__ = ("access_token", "refresh_token", "expires_at", "deadline", "lifetime", "claims", "obtained")
 
     def __init__(self, access_token: str, *, lifetime: float | None, refresh_token: str | None = None,
                  total_lifetime: float | None = None):
@@ -50,6 +50,7 @@ class Token:
         self.refresh_token = refresh_token
         self.claims = unverified_claims(access_token)
         now_wall, now_mono = time.time(), time.monotonic()
+        self.obtained = now_mono
         self.expires_at = None if lifetime is None else now_wall + lifetime  # epoch seconds (display, cache)
         self.deadline = None if lifetime is None else now_mono + lifetime  # monotonic
         self.lifetime = total_lifetime if total_lifetime is not None else lifetime

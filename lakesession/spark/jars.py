@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakesession.errors import LakesessionError
+
 __all__ = [
     "MODES",
     "JarResolutionError",
@@ -59,7 +61,7 @@ JAVA_FIX = ("install Java 17 (e.g. apt-get install -y openjdk-17-jre-headless), 
 _EXPLICIT_HELP = f"set {JARS_ENV}=<comma-separated jar paths> to use jars you provide"
 
 
-class JarResolutionError(RuntimeError):
+class JarResolutionError(LakesessionError, RuntimeError):
     """The Spark jar set could not be resolved; the message says how to fix it."""
 
 

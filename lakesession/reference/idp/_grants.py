@@ -13,6 +13,7 @@ log record (authlib's own versions log the issued token at DEBUG).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"
 DEFAULT_SCOPE = "catalog"
 PUBLIC_GRANTS = frozenset({DEVICE_CODE_GRANT, "refresh_token"})
+
+logger = logging.getLogger(__name__)
 
 
 class InvalidTargetError(OAuth2Error):
@@ -189,11 +192,13 @@ class OAuthServer(AuthorizationServer):
 
 def _respond(grant: BaseGrant, token: dict[str, Any]) -> tuple[int, dict[str, Any], list]:
     grant.save_token(token)
+    logger.info("issued an access token for %r to client %r (%s%s)", grant.request.user.name,
+                grant.client.get_client_id(), grant.GRANT_TYPE, ", with refresh token" if "refresh_token" in token else "")
     return 200, token, default_json_headers
 
 
 class ClientCredentials(ClientCredentialsGrant):
-    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post"]
+    TOKEN_ENDPOINT_AUTH_METHODS = ("client_secret_basic", "client_secret_post")
 
     def create_token_response(self):  # type: ignore[override]
         self.request.user = User(self.client.principal)
@@ -202,7 +207,7 @@ class ClientCredentials(ClientCredentialsGrant):
 
 
 class DeviceCode(DeviceCodeGrant):
-    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "none"]
+    TOKEN_ENDPOINT_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
 
     def query_device_credential(self, device_code: str) -> DeviceCredential | None:
         return self.server.issuer.devices.by_device_code(device_code)
@@ -225,7 +230,7 @@ class DeviceCode(DeviceCodeGrant):
 
 
 class RefreshToken(RefreshTokenGrant):
-    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "none"]
+    TOKEN_ENDPOINT_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
     INCLUDE_NEW_REFRESH_TOKEN = True
 
     def authenticate_refresh_token(self, refresh_token: str):  # type: ignore[no-untyped-def]
@@ -257,7 +262,7 @@ class TokenExchange(BaseGrant, TokenEndpointMixin):
     """
 
     GRANT_TYPE = TOKEN_EXCHANGE_GRANT
-    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post"]
+    TOKEN_ENDPOINT_AUTH_METHODS = ("client_secret_basic", "client_secret_post")
 
     def validate_token_request(self) -> None:
         client = self.authenticate_token_endpoint_client()
@@ -300,14 +305,14 @@ class TokenExchange(BaseGrant, TokenEndpointMixin):
 class DeviceAuthorization(DeviceAuthorizationEndpoint):
     """RFC 8628 §3.1-3.2: hands out device and user codes; expiry and interval come from the settings."""
 
-    CLIENT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "none"]
+    CLIENT_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
 
     @property  # type: ignore[override]
-    def EXPIRES_IN(self) -> int:  # noqa: N802
+    def EXPIRES_IN(self) -> int:
         return self.server.issuer.settings.device_code_ttl
 
     @property  # type: ignore[override]
-    def INTERVAL(self) -> int:  # noqa: N802
+    def INTERVAL(self) -> int:
         return self.server.issuer.settings.device_poll_interval
 
     def get_verification_uri(self) -> str:

@@ -191,7 +191,7 @@ class EmbeddedIssuer:
         message = (f'<p class="error">{e(error)}</p>' if error else "") + (
             f'<p class="notice">{e(notice)}</p>' if notice else "")
         form = "" if notice else f"""
-<form method="post" action="{e(self.issuer_url + '/device')}">
+<form method="post" action="device">
   <label>Code <input name="user_code" value="{e(user_code)}" autocomplete="off" required></label>
   <label>Client id <input name="username" autocomplete="username" required></label>
   <label>Client secret <input name="password" type="password" autocomplete="current-password" required></label>

@@ -11,7 +11,7 @@ import httpx
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
-from ..errors import NotAuthorized, ServiceUnavailable
+from ..errors import ServiceUnavailable
 from ._keys import ASYMMETRIC_ALGORITHMS, LEEWAY_SECONDS, PLAIN_JWT_TYPES, check_access_token, token_header
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class RemoteVerifier:
         self._http = http or httpx.Client(timeout=10.0, follow_redirects=False)
         self._lock = threading.Lock()
         self._jwks_uri: str | None = None
+        self._iss = issuer_url  # replaced by the discovery document's exact spelling (trailing slash and all)
         self._keys: KeySet | None = None
         self._fetched_at = float("-inf")  # monotonic time of the last JWKS fetch attempt
         self.fetch_count = 0  # number of JWKS fetches (observable for tests and metrics)
@@ -47,7 +48,7 @@ class RemoteVerifier:
     def verify(self, token: str) -> dict[str, Any]:
         kid = token_header(token).get("kid")  # malformed tokens fail before any network traffic
         keys = self._keyset(kid)
-        return check_access_token(token, keys, issuer=self.issuer_url, audience=self.audience,
+        return check_access_token(token, keys, issuer=self._iss, audience=self.audience,
                                   algorithms=ASYMMETRIC_ALGORITHMS, allowed_types=PLAIN_JWT_TYPES,
                                   leeway=LEEWAY_SECONDS)
 
@@ -79,11 +80,13 @@ class RemoteVerifier:
 
     def _discover(self) -> str:
         doc = self._get_json(self.issuer_url.rstrip("/") + "/.well-known/openid-configuration")
-        if doc.get("issuer", "").rstrip("/") != self.issuer_url.rstrip("/"):
+        issuer = doc.get("issuer")
+        if not isinstance(issuer, str) or issuer.rstrip("/") != self.issuer_url.rstrip("/"):
             raise ValueError("discovery document names a different issuer")
-        uri = doc["jwks_uri"]
+        uri = doc.get("jwks_uri")
         if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):
             raise ValueError("discovery document has no usable jwks_uri")
+        self._iss = issuer
         return uri
 
     def _get_json(self, url: str) -> dict[str, Any]:
@@ -91,7 +94,7 @@ class RemoteVerifier:
         resp.raise_for_status()
         doc = resp.json()
         if not isinstance(doc, dict):
-            raise ValueError("expected a JSON object")
+            raise TypeError("expected a JSON object")
         return doc
 
     def __repr__(self) -> str:

@@ -191,8 +191,10 @@ def _discard(services: Services, path: str) -> None:
         logger.warning("could not delete orphaned view metadata file %s", path, exc_info=True)
 
 
-def _result(location: str, metadata: ViewMetadata) -> dict[str, Any]:
-    """The spec's ``LoadViewResult``."""
+def _issue(ctx: RequestContext, action: str, ns: Namespace, name: str, location: str, metadata: ViewMetadata,
+           detail: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Audit the issuance and answer with the spec's ``LoadViewResult``."""
+    ctx.audit(action, Securable.view(ns, name), "issued", {"metadata-location": location, **(detail or {})})
     return {"metadata-location": location, "metadata": metadata_dict(metadata), "config": {}}
 
 
@@ -267,7 +269,7 @@ def create_view(
     if not vs.insert(ns, name, path, text):
         _discard(services, path)
         raise Conflict(f"View already exists: {ns_str(ns)}.{name}")
-    return _result(path, metadata)
+    return _issue(ctx, "create_view", ns, name, path, metadata)
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/views/{view}")
@@ -275,7 +277,7 @@ def load_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depe
     # ``referenced-by`` is accepted and ignored: the caller's own privileges decide (INVOKER semantics).
     ns, name = _view_path(ctx, prefix, namespace, view)
     ctx.authorize("load_view", P.VIEW_READ, Securable.view(ns, name))
-    return _result(*_load(ViewStore(ctx.services), ns, name))
+    return _issue(ctx, "load_view", ns, name, *_load(ViewStore(ctx.services), ns, name))
 
 
 @router.head("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
@@ -300,15 +302,16 @@ def replace_view(
     for _ in range(COMMIT_ATTEMPTS):
         base_location, base = _load(vs, ns, name)
         metadata, changed = apply_commit(base, req)
+        actions = {"updates": [u.action for u in req.updates]}
         if not changed:
-            return _result(base_location, base)
+            return _issue(ctx, "replace_view", ns, name, base_location, base, actions)
         if metadata.location != base.location:
             _check_location(services, metadata.location)
         path = _metadata_file(services, metadata, _next_version(base_location))
         text = metadata_json(metadata)
         _write(services, path, text)
         if vs.swap(ns, name, base_location, path, text):
-            return _result(path, metadata)
+            return _issue(ctx, "replace_view", ns, name, path, metadata, actions)
         _discard(services, path)  # a concurrent commit won: retry against its metadata
     raise CommitFailed(f"Commit failed: view {ns_str(ns)}.{name} was concurrently modified; retry")
 

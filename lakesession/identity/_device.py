@@ -1,0 +1,172 @@
+"""``DeviceCode``: the user logs in once in a browser (RFC 8628), then the refresh token keeps the session going."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._base import Token
+from ._cache import TokenCache
+from ._claims import claim_str
+from ._errors import LOGIN_HINT, DeviceFlowError, LoginRequiredError, _OAuthRejected, _Transient
+from ._flows import _OAuthSource, rejected
+from ._oauth import DEVICE_CODE_GRANT, call, post_form
+
+logger = logging.getLogger("lakesession.identity")
+
+DEFAULT_INTERVAL = 5  # RFC 8628 §3.2: when the server names none
+SLOW_DOWN_STEP = 5  # RFC 8628 §3.5
+POLL_SLACK = 0.05  # poll a hair after the interval, never early
+
+
+@dataclass(frozen=True)
+class DevicePrompt:
+    """What the user needs to approve the login: open ``verification_uri`` and enter ``user_code``."""
+
+    verification_uri: str
+    verification_uri_complete: str | None
+    user_code: str
+    expires_in: int
+
+    def message(self) -> str:
+        if self.verification_uri_complete:
+            return (f"To sign in, open {self.verification_uri_complete}\n"
+                    f"(or open {self.verification_uri} and enter the code {self.user_code}); "
+                    f"the code expires in {self.expires_in // 60} min.")
+        return (f"To sign in, open {self.verification_uri} and enter the code {self.user_code}; "
+                f"it expires in {self.expires_in // 60} min.")
+
+
+def print_prompt(prompt: DevicePrompt) -> None:
+    print(prompt.message(), flush=True)
+
+
+def _sleep(seconds: float) -> None:  # a seam for tests
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+class DeviceCode(_OAuthSource):
+    """RFC 8628 device authorization for a user, then rotating refresh tokens.
+
+    ``login()`` asks the issuer for a device code, shows the verification URI
+    and user code (``on_prompt``, default: print), and polls the token endpoint
+    at the server's interval until the user approved, denied, or the code
+    expired. Afterwards ``token()`` refreshes with the refresh token and stores
+    the rotated successor (also in ``cache``, if given, so the next process
+    starts logged in).
+    """
+
+    kind = "device_code"
+
+    def __init__(self, device_authorization_url: str, token_url: str, client_id: str, scope: str | None = None,
+                 on_prompt: Callable[[DevicePrompt], None] | None = None, timeout: float = 600, *,
+                 client_secret: str | None = None, issuer: str | None = None, cache: TokenCache | None = None,
+                 http_options: Mapping[str, Any] | None = None, refresh_margin: float | None = None):
+        super().__init__(token_url, client_id, client_secret, issuer=issuer, cache=cache,
+                         http_options=http_options, refresh_margin=refresh_margin)
+        self._device_url = device_authorization_url
+        self._scope = scope
+        self._on_prompt = on_prompt or print_prompt
+        self._timeout = timeout
+        self._auth_method = "client_secret_basic" if client_secret else "none"
+
+    @property
+    def logged_in(self) -> bool:
+        """True once there is a refresh token (from ``login()`` or the cache)."""
+        cur = self._current
+        return cur is not None and cur.refresh_token is not None
+
+    # -- RFC 8628 -------------------------------------------------------------------------------
+    def login(self) -> None:
+        """Run the device flow now (blocks until approved, denied, expired, or ``timeout`` seconds)."""
+        data = {"scope": self._scope} if self._scope else {}
+        try:
+            grant = post_form(self._client, self._device_url, data, self._auth_method)
+        except _Transient as exc:
+            raise DeviceFlowError(f"Cannot start the device login: {exc.reason}. Check the issuer URL and the "
+                                  "network, then call login() again.") from None
+        except _OAuthRejected as exc:
+            raise DeviceFlowError(f"The issuer at {self._where} refused the device authorization "
+                                  f"({exc.detail()}). Check the client id ({self._client_id!r}) and that the "
+                                  "client may use the device flow.") from None
+        try:
+            device_code = str(grant["device_code"])
+            prompt = DevicePrompt(
+                verification_uri=str(grant.get("verification_uri") or grant["verification_url"]),
+                verification_uri_complete=grant.get("verification_uri_complete"),
+                user_code=str(grant["user_code"]),
+                expires_in=int(grant.get("expires_in") or self._timeout),
+            )
+            interval = float(grant.get("interval") or DEFAULT_INTERVAL)
+        except (KeyError, TypeError, ValueError):
+            raise DeviceFlowError(f"{self._device_url} did not answer with a device authorization response. "
+                                  "Check that it is the issuer's device_authorization_endpoint.") from None
+        logger.info("device login started at %s: waiting for the user to approve code %s", self._where,
+                    prompt.user_code)
+        self._on_prompt(prompt)
+        token = self._poll(device_code, interval, min(float(self._timeout), float(prompt.expires_in)))
+        self._install(token)
+        logger.info("device login complete: signed in as %r at %s", claim_str(token.claims, "sub"), self._where)
+
+    def _poll(self, device_code: str, interval: float, budget: float) -> Token:
+        deadline = time.monotonic() + budget
+        failures = 0
+        url = self._token_url
+        while True:
+            wait = interval + POLL_SLACK
+            if failures:
+                wait += random.uniform(0, min(30.0, 2.0 ** failures))  # RFC 8628 §3.5: back off on errors
+            if time.monotonic() + wait >= deadline:
+                raise DeviceFlowError(f"The device login was not approved within {budget:.0f} s. "
+                                      "Call login() again and approve the code in the browser sooner.")
+            _sleep(wait)
+            try:
+                response = call(url, lambda: self._client.fetch_token(
+                    url, grant_type=DEVICE_CODE_GRANT, device_code=device_code))
+            except _Transient as exc:
+                failures += 1
+                logger.warning("polling %s for the device login failed (%s); retrying", self._where, exc.reason)
+                continue
+            except _OAuthRejected as exc:
+                failures = 0
+                if exc.error == "authorization_pending":
+                    continue
+                if exc.error == "slow_down":
+                    interval += SLOW_DOWN_STEP
+                    logger.debug("issuer asked to slow down; polling every %.0f s", interval)
+                    continue
+                if exc.error == "expired_token":
+                    raise DeviceFlowError("The device code expired before it was approved. "
+                                          "Call login() again and approve the new code.") from None
+                if exc.error == "access_denied":
+                    raise DeviceFlowError("The login was denied in the browser. Call login() again and "
+                                          "approve it (as the right user) to continue.") from None
+                raise DeviceFlowError(f"The device login failed ({exc.detail()}). Call login() again; "
+                                      "if it keeps failing, check the client's configuration at the issuer.") from None
+            token = Token.from_response(response)
+            if token.refresh_token is None:
+                logger.warning("the issuer at %s issued no refresh token: you will have to log in again when "
+                               "the access token expires", self._where)
+            return token
+
+    # -- refresh --------------------------------------------------------------------------------
+    def _obtain(self, current: Token | None) -> Token:
+        refresh = current.refresh_token if current is not None else None
+        if not refresh:
+            what = "Not logged in" if current is None else "The login has ended (no refresh token)"
+            raise LoginRequiredError(f"{what} at {self._where}. To log in, {LOGIN_HINT}.")
+        url = self._token_url
+        try:
+            response = call(url, lambda: self._client.refresh_token(url, refresh_token=refresh))
+        except _OAuthRejected as exc:
+            if exc.error == "invalid_grant":
+                self._forget()
+                raise LoginRequiredError(f"The login at {self._where} has ended: the refresh token was rejected "
+                                         f"({exc.detail()}). To log in again, {LOGIN_HINT}.") from None
+            raise rejected(exc, self._where, self._client_id) from None
+        return Token.from_response(response, previous_refresh=refresh)  # rotation-aware: keeps a new one

@@ -1,0 +1,96 @@
+"""Spark through gateway → reference catalog: DDL, DML, views, cross-engine visibility, secrets, errors.
+
+All tests share one SparkSession (the ``lake`` fixture).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark(lake):  # type: ignore[no-untyped-def]
+    s = lake.spark()
+    s.sql("CREATE NAMESPACE IF NOT EXISTS lake.suite")
+    return s
+
+
+def rows(df) -> list[tuple]:  # type: ignore[no-untyped-def,type-arg]
+    return [tuple(r) for r in df.collect()]
+
+
+def test_ddl_and_dml_round_trip(spark) -> None:  # type: ignore[no-untyped-def]
+    spark.sql("CREATE TABLE lake.suite.orders (id BIGINT, customer STRING, amount DOUBLE) USING iceberg")
+    spark.sql("INSERT INTO lake.suite.orders VALUES (1, 'ann', 10.0), (2, 'ben', 20.0), (3, NULL, 30.0)")
+    spark.sql("UPDATE lake.suite.orders SET amount = amount + 1 WHERE id = 1")
+    spark.sql("DELETE FROM lake.suite.orders WHERE id = 2")
+    spark.sql("CREATE TABLE lake.suite.updates (id BIGINT, customer STRING, amount DOUBLE) USING iceberg")
+    spark.sql("INSERT INTO lake.suite.updates VALUES (3, 'cid', 33.0), (4, 'dee', 40.0)")
+    spark.sql("""
+        MERGE INTO lake.suite.orders t USING lake.suite.updates s ON t.id = s.id
+        WHEN MATCHED THEN UPDATE SET t.customer = s.customer, t.amount = s.amount
+        WHEN NOT MATCHED THEN INSERT *
+    """)
+    assert rows(spark.sql("SELECT id, customer, amount FROM lake.suite.orders ORDER BY id")) == [
+        (1, "ann", 11.0), (3, "cid", 33.0), (4, "dee", 40.0)]
+    spark.sql("CREATE TABLE lake.suite.big AS SELECT id, amount * 2 AS doubled FROM lake.suite.orders WHERE amount > 20")
+    assert rows(spark.sql("SELECT id, doubled FROM lake.suite.big ORDER BY id")) == [(3, 66.0), (4, 80.0)]
+    spark.sql("ALTER TABLE lake.suite.orders ADD COLUMN note STRING")
+    spark.sql("ALTER TABLE lake.suite.orders SET TBLPROPERTIES ('owner' = 'suite')")
+    spark.sql("INSERT INTO lake.suite.orders VALUES (5, 'eve', 50.0, 'new')")
+    assert rows(spark.sql("SELECT note FROM lake.suite.orders WHERE id = 5")) == [("new",)]
+    props = dict(rows(spark.sql("SHOW TBLPROPERTIES lake.suite.orders")))
+    assert props["owner"] == "suite"
+    spark.sql("CREATE VIEW lake.suite.rich AS SELECT id, customer FROM lake.suite.orders WHERE amount >= 33")
+    assert rows(spark.sql("SELECT * FROM lake.suite.rich ORDER BY id")) == [(3, "cid"), (4, "dee"), (5, "eve")]
+    spark.sql("DROP VIEW lake.suite.rich")
+    spark.sql("DROP TABLE lake.suite.big")
+    spark.sql("DROP TABLE lake.suite.updates")
+    tables = {r.tableName for r in spark.sql("SHOW TABLES IN lake.suite").collect()}
+    assert "big" not in tables and "updates" not in tables and "orders" in tables
+
+
+def test_none_survives_to_pandas(spark) -> None:  # type: ignore[no-untyped-def]
+    spark.sql("CREATE TABLE lake.suite.nulls (s STRING) USING iceberg")
+    spark.sql("INSERT INTO lake.suite.nulls VALUES ('a'), (NULL)")
+    values = spark.sql("SELECT s FROM lake.suite.nulls ORDER BY s NULLS FIRST").toPandas()["s"].tolist()
+    assert values[0] is None and values[1] == "a"
+
+
+def test_spark_sees_pyiceberg_commits_without_restart(lake, spark) -> None:  # type: ignore[no-untyped-def]
+    spark.sql("CREATE TABLE lake.suite.shared (id BIGINT, who STRING) USING iceberg")
+    spark.sql("INSERT INTO lake.suite.shared VALUES (1, 'spark')")
+    assert spark.sql("SELECT count(*) FROM lake.suite.shared").collect()[0][0] == 1
+    table = lake.table("suite.shared")
+    table.append(pa.table({"id": pa.array([2], pa.int64()), "who": ["pyiceberg"]}))
+    assert rows(spark.sql("SELECT id, who FROM lake.suite.shared ORDER BY id")) == [(1, "spark"), (2, "pyiceberg")]
+
+
+def test_jvm_never_receives_the_user_token(lake, spark) -> None:  # type: ignore[no-untyped-def]
+    token = lake.identity.token()
+    conf = dict(spark.sparkContext.getConf().getAll())
+    conf.update({k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {})
+    assert not [k for k, v in conf.items() if token in str(v)]
+    jvm = spark.sparkContext._jvm
+    props = jvm.java.lang.System.getProperties().toString()
+    env = jvm.java.lang.System.getenv().toString()
+    assert token not in props and token not in env
+    assert conf["spark.sql.catalog.lake.uri"] == lake.gateway.uri
+    assert conf["spark.sql.catalog.lake.token"] == lake.gateway.secret != token
+    # every response the gateway handed the JVM is in the access log; none carried the token
+    assert lake.access_log.records()
+
+
+def test_access_log_records_loads_and_commits(lake, spark) -> None:  # type: ignore[no-untyped-def]
+    spark.sql("CREATE TABLE lake.suite.logged (x INT) USING iceberg")
+    spark.sql("INSERT INTO lake.suite.logged VALUES (1)")
+    spark.sql("SELECT * FROM lake.suite.logged").collect()
+    acts = {(r.action, r.object) for r in lake.access_log.records()}
+    assert ("create_table", "table suite.logged") in acts
+    assert ("commit_table", "table suite.logged") in acts
+    assert ("load_table", "table suite.logged") in acts
+    df = lake.accesses()
+    assert {"time", "action", "object", "status"} <= set(df.columns)
