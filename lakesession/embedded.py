@@ -56,11 +56,11 @@ class EmbeddedCatalog:
         return f"{self.issuer}/token"
 
 
-def start_embedded(data_dir: Path | None = None) -> EmbeddedCatalog:
+def start_embedded(data_dir: str | Path | None = None) -> EmbeddedCatalog:
     """Start (once per process and data dir) the reference catalog with a demo user who may manage content."""
     from lakesession.reference import bootstrap, start
 
-    data = (data_dir or home()).resolve()
+    data = Path(data_dir or home()).expanduser().resolve()
     with _lock:
         running = _running.get(str(data))
         if running is not None:

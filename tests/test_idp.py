@@ -435,8 +435,13 @@ def test_remote_verifier_refetches_on_key_rotation(env: Env) -> None:
 
 
 # -- no secrets in logs ---------------------------------------------------------------
-def test_no_secret_reaches_the_logs(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+def test_no_secret_reaches_the_logs(env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.DEBUG)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "lakesession", "authlib", "httpx", "httpcore"):
+        # other servers in the session may have configured these (uvicorn's access log does not propagate)
+        caplog.set_level(logging.DEBUG, logger=name)
+        monkeypatch.setattr(logging.getLogger(name), "propagate", True)
+        monkeypatch.setattr(logging.getLogger(name), "disabled", False)
     seen: list[str] = list(SECRETS.values())
     with env.client("etl-client", SECRETS["etl"]) as c:
         seen.append(c.fetch_token(env.token_url, grant_type="client_credentials")["access_token"])

@@ -149,6 +149,7 @@ def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, g
         headers = {k: v for k, v in req_headers.items() if k.lower() in FORWARD_REQUEST_HEADERS}
         started = time.monotonic()
         what = classify(method, path)
+        logger.debug("%s %s -> %s", method, path, what)
         if what is None and method == "POST" and path.endswith(("/tables", "/views")):
             what = _create_target(path, body)
         if what and what[0] == "refresh_credentials":

@@ -36,7 +36,7 @@ class Gateway:
     ):
         self.upstream = upstream.rstrip("/")
         self._secret = secrets.token_urlsafe(32)
-        self.access_log = access_log or AccessLog()
+        self.access_log = access_log if access_log is not None else AccessLog()
         self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
         self._sock = bind(host, port)
         self.uri = f"http://{url_host(host)}:{self._sock.getsockname()[1]}"

@@ -42,16 +42,17 @@ BLOCKING_CAP = 2.0
 class Token:
     """An access token (+ optional refresh token) and when it expires. Its repr shows no secret."""
 
-    __slots__ = ("access_token", "refresh_token", "expires_at", "deadline", "lifetime", "claims", "obtained")
+    __slots__ = ("access_token", "claims", "deadline", "expires_at", "lifetime", "obtained", "refresh_token")
 
     def __init__(self, access_token: str, *, lifetime: float | None, refresh_token: str | None = None,
-                 total_lifetime: float | None = None):
+                 total_lifetime: float | None = None, expires_at: float | None = None):
         self.access_token = access_token
         self.refresh_token = refresh_token
         self.claims = unverified_claims(access_token)
         now_wall, now_mono = time.time(), time.monotonic()
         self.obtained = now_mono
-        self.expires_at = None if lifetime is None else now_wall + lifetime  # epoch seconds (display, cache)
+        # epoch seconds (display, cache): as given, else from the lifetime
+        self.expires_at = expires_at if expires_at is not None or lifetime is None else now_wall + lifetime
         self.deadline = None if lifetime is None else now_mono + lifetime  # monotonic
         self.lifetime = total_lifetime if total_lifetime is not None else lifetime
 
@@ -82,7 +83,8 @@ class Token:
             return cls(access_token, lifetime=None, refresh_token=refresh_token)
         iat = claim_number(claims, "iat")
         total = exp - iat if iat is not None and exp > iat else None
-        return cls(access_token, lifetime=exp - time.time(), refresh_token=refresh_token, total_lifetime=total)
+        return cls(access_token, lifetime=exp - time.time(), refresh_token=refresh_token, total_lifetime=total,
+                   expires_at=exp)
 
     def remaining(self, now: float) -> float | None:
         return None if self.deadline is None else self.deadline - now
@@ -163,6 +165,9 @@ class TokenSource(ABC):
             self._invalidated = True
             self._next_attempt = 0.0
 
+    def close(self) -> None:
+        """Release HTTP connections (the source stays usable: a later call reconnects)."""
+
     def describe(self) -> dict[str, Any]:
         """What to show a user: principal, issuer, expiry, kind. Never a secret."""
         return {"kind": self.kind, "principal": self.principal, "issuer": self.issuer,
@@ -189,8 +194,8 @@ class TokenSource(ABC):
         remaining = token.remaining(now)
         return remaining is not None and remaining <= _margin(token.lifetime, self._refresh_margin)
 
-    def _install(self, token: Token) -> None:
-        """Make ``token`` current (after a login, a cache load or a refresh)."""
+    def _install(self, token: Token, *, save: bool = True) -> None:
+        """Make ``token`` current (after a login, a cache load or a refresh); ``save``: call ``_saved``."""
         with self._state:
             self._current = token
             self._invalidated = False
@@ -198,7 +203,8 @@ class TokenSource(ABC):
             self._next_attempt = 0.0
             self._last_error = None
             self._attempts += 1
-        self._saved(token)
+        if save:
+            self._saved(token)
 
     @property
     def _where(self) -> str:
@@ -238,8 +244,8 @@ class TokenSource(ABC):
                         self._next_attempt = now + delay
                         self._attempts += 1
                         logger.warning("could not refresh the access token at %s (%s); still using the current "
-                                       "one, valid for %.0f s more; next attempt in %.1f s",
-                                       self._where, exc.reason, remaining if remaining is not None else -1, delay)
+                                       "one, valid for %s s more; next attempt in %.1f s", self._where, exc.reason,
+                                       "?" if remaining is None else f"{remaining:.0f}", delay)
                         return current.access_token  # type: ignore[union-attr]
                 if retries < BLOCKING_RETRIES:
                     retries += 1
@@ -278,5 +284,5 @@ def _copy(err: Exception) -> Exception:
     """A fresh exception of the same type and message (each waiter gets its own traceback)."""
     try:
         return type(err)(*err.args)
-    except Exception:  # pragma: no cover - our errors take one message argument
+    except TypeError:  # pragma: no cover - our errors take one message argument
         return err

@@ -8,10 +8,10 @@ world-readable file. The directory is created with mode 0700.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
-import itertools
 import stat
 import threading
 from pathlib import Path

@@ -52,7 +52,7 @@ class _OAuthSource(TokenSource):
         refresh = entry.get("refresh_token") if isinstance(entry.get("refresh_token"), str) else None
         token = Token.from_expiry(entry["access_token"], float(expires_at) if isinstance(expires_at, (int, float))
                                   else None, refresh_token=refresh)
-        self._install(token)
+        self._install(token, save=False)
         logger.debug("loaded a cached token for %s (principal %r)", self._cache_key, self.principal)
 
     def _saved(self, token: Token) -> None:
@@ -160,7 +160,7 @@ class TokenExchange(_OAuthSource):
                 raise _Transient(f"the subject's token is unavailable ({exc})") from None
             url = self._token_url
             try:
-                response = call(url, lambda: self._client.fetch_token(
+                response = call(url, lambda url=url, subject_token=subject_token: self._client.fetch_token(
                     url, grant_type=TOKEN_EXCHANGE_GRANT, subject_token=subject_token,
                     subject_token_type=ACCESS_TOKEN_TYPE, requested_token_type=ACCESS_TOKEN_TYPE,
                     audience=self._audience, scope=self._scope))

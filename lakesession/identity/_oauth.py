@@ -85,7 +85,7 @@ def post_form(client: OAuth2Client, url: str, data: dict[str, str], auth_method:
             resp.raise_for_status()
             raise
         if not isinstance(body, dict):
-            raise ValueError("not a JSON object")
+            raise ValueError("not a JSON object")  # noqa: TRY004 - sorted by ``call`` like undecodable JSON
         if "error" in body:
             raise OAuthError(error=body["error"], description=body.get("error_description"))
         resp.raise_for_status()
