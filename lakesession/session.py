@@ -55,6 +55,7 @@ class Session:
         self.access_log = AccessLog()
         self._gateway: Gateway | None = None
         self._spark: SparkSession | None = None
+        self._owns_spark = False
         self._catalog: RestCatalog | None = None
         self._lock = threading.RLock()
 
@@ -84,7 +85,7 @@ class Session:
                     **catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse),
                     **self._spark_conf,
                 }
-                self._spark = build_spark(conf, master=self._master, remote=self._remote)
+                self._spark, self._owns_spark = build_spark(conf, master=self._master, remote=self._remote)
             return self._spark
 
     # -- Python-side access (pyiceberg) ----------------------------------------
@@ -114,9 +115,11 @@ class Session:
         return df
 
     def close(self) -> None:
+        """Stop the gateway, and Spark if this session started it (a reused SparkSession keeps running)."""
         with self._lock:
             if self._spark is not None:
-                self._spark.stop()
+                if self._owns_spark:
+                    self._spark.stop()
                 self._spark = None
             if self._gateway is not None:
                 self._gateway.stop()

@@ -97,3 +97,45 @@ def test_access_log_records_loads_and_commits(lake, spark) -> None:  # type: ign
     assert ("load_table", "table suite.logged") in acts
     df = lake.accesses()
     assert {"time", "action", "object", "status"} <= set(df.columns)
+
+
+def test_revoked_grant_is_a_clean_spark_error(catalog, lake, spark) -> None:  # type: ignore[no-untyped-def]
+    """alice reads through her own catalog in the same SparkSession; after revocation: one clean line."""
+    import time
+
+    import lakesession
+    from lakesession.spark.errors import CatalogAccessError
+
+    from .conftest import SECRETS, SPARK_TEST_CONF, rest_catalog
+
+    etl = rest_catalog(catalog, "etl")
+    if ("vault",) not in etl.list_namespaces():
+        etl.create_namespace("vault")
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    t = etl.create_table(("vault", "secrets"), Schema(NestedField(1, "x", LongType(), required=False)))
+    t.append(pa.table({"x": pa.array([42], pa.int64())}))
+    catalog.admin.create_role("vault_readers", ["alice"])
+    catalog.admin.grant("vault_readers", "TABLE_READ_DATA", "table vault.secrets")
+    alice = lakesession.connect(uri=catalog.uri, credential=f"alice:{SECRETS['alice']}",
+                                token_url=f"{catalog.issuer_uri}/token", warehouse="lakesession",
+                                catalog_name="lake_alice", spark_conf=SPARK_TEST_CONF)
+    try:
+        s = alice.spark()
+        assert s is spark  # one SparkSession, a second catalog registered at runtime
+        assert rows(s.sql("SELECT x FROM lake_alice.vault.secrets")) == [(42,)]
+        catalog.admin.revoke("vault_readers", "TABLE_READ_DATA", "table vault.secrets")
+        started = time.monotonic()
+        with pytest.raises(CatalogAccessError) as err:
+            s.sql("SELECT x FROM lake_alice.vault.secrets").collect()
+        assert time.monotonic() - started < 30
+        message = str(err.value)
+        assert "not authorized" in message and "table vault.secrets" in message
+        assert "\tat " not in message and "JVM stacktrace" not in message and len(message.splitlines()) == 1
+        assert err.value.kind == "forbidden"
+        denied = catalog.admin.audit(principal="alice", securable="table vault.secrets", action="load_table")
+        assert denied[-1].decision == "deny"
+    finally:
+        alice.close()  # stops alice's gateway; the shared SparkSession was not hers to stop
+    assert spark.sql("SELECT 1").collect()[0][0] == 1

@@ -67,8 +67,11 @@ def build_spark(
     remote: str | None = None,
     app_name: str = "lakesession",
     builder_hook: Callable[[Any], Any] | None = None,
-) -> SparkSession:
-    """Create (or reuse) the SparkSession with ``conf``; runtime-settable keys are applied to a reused one."""
+) -> tuple[SparkSession, bool]:
+    """Create (or reuse) the SparkSession with ``conf``; returns it and whether it was created here.
+
+    Runtime-settable keys (catalogs) are applied to a reused session.
+    """
     from pyspark.sql import SparkSession
 
     if remote is None:
@@ -85,9 +88,11 @@ def build_spark(
         builder = builder.config(k, v)
     if builder_hook:
         builder = builder_hook(builder)
-    active = SparkSession.getActiveSession()
+    from pyspark import SparkContext
+
+    existed = SparkContext._active_spark_context is not None
     spark = builder.getOrCreate()
-    if active is not None or remote:
+    if existed or remote:
         # getOrCreate reused a session: catalogs are runtime SQL confs and can still be registered
         for k, v in conf.items():
             if k.startswith("spark.sql.catalog.") or k == "spark.sql.defaultCatalog":
@@ -95,4 +100,4 @@ def build_spark(
     if not remote:
         spark.sparkContext.setLogLevel("ERROR")
         install_error_conversion()
-    return spark
+    return spark, not existed and not remote
