@@ -107,7 +107,7 @@ def test_namespaces_nested_pagination_properties_and_drop(catalog, http) -> None
     root = uniq("ns")
     assert http.post(f"{P}/namespaces", json={"namespace": [root], "properties": {"a": "1"}}, headers=h).status_code == 200
     assert http.post(f"{P}/namespaces", json={"namespace": [root]}, headers=h).json()["error"]["type"] == "AlreadyExistsException"
-    assert http.post(f"{P}/namespaces", json={"namespace": ["missing_parent", "x"]}, headers=h).status_code == 404
+    assert http.post(f"{P}/namespaces", json={"namespace": ["missing_parent", "x"]}, headers=h).status_code == 400
     for i in range(5):
         assert http.post(f"{P}/namespaces", json={"namespace": [root, f"c{i}"]}, headers=h).status_code == 200
     seen, token = [], None

@@ -199,7 +199,8 @@ def create_namespace(prefix: str, body: bytes = Depends(raw_body), ctx: RequestC
     ctx.authorize("create_namespace", P.NAMESPACE_CREATE, _parent_securable(ns[:-1]))
     nss = NamespaceStore(ctx.services)
     if len(ns) > 1 and nss.properties(ns[:-1]) is None:
-        raise NoSuchNamespace(f"Parent namespace does not exist: {ns_str(ns[:-1])}")
+        # the spec lists no 404 for createNamespace: a missing parent is a client mistake
+        raise BadRequest(f"Parent namespace does not exist: {ns_str(ns[:-1])}; create it first")
     if nss.properties(ns) is not None:
         raise Conflict(f"Namespace already exists: {ns_str(ns)}")
     nss.create(ns, req.properties)
