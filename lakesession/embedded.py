@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,30 @@ def demo_identity(emb: EmbeddedCatalog) -> Any:
 
     secret = _secret(Path(emb.handle.data_dir) / "demo-credentials")
     return ClientCredentials(emb.token_endpoint, DEMO_USER, secret, scope="catalog")
+
+
+def start_embedded_async(data_dir: str | Path | None = None) -> Future[tuple[EmbeddedCatalog, Any]]:
+    """Start the embedded catalog and log the demo user in on a background thread.
+
+    ``lakesession.spark()`` launches the JVM meanwhile, so the catalog's start costs
+    almost nothing on the way to the first query.
+    """
+    def run() -> tuple[EmbeddedCatalog, Any]:
+        emb = start_embedded(data_dir)
+        identity = demo_identity(emb)
+        identity.token()  # log in now: the first catalog call then finds a token ready
+        return emb, identity
+
+    future: Future[tuple[EmbeddedCatalog, Any]] = Future()
+
+    def target() -> None:
+        try:
+            future.set_result(run())
+        except BaseException as e:  # surfaced to whoever waits on the session
+            future.set_exception(e)
+
+    threading.Thread(target=target, name="lakesession-embedded-start", daemon=True).start()
+    return future
 
 
 def stop_all() -> None:

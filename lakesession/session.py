@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from .gateway import AccessLog, Gateway
@@ -30,7 +31,7 @@ class Session:
 
     def __init__(
         self,
-        uri: str,
+        uri: str | None,
         identity: Any,
         *,
         warehouse: str | None = None,
@@ -41,9 +42,11 @@ class Session:
         gateway_host: str | None = None,
         spark_conf: dict[str, str] | None = None,
         embedded: Any = None,
+        pending: Future[tuple[Any, Any]] | None = None,
     ):
-        self.uri = uri.rstrip("/")
-        self.identity = identity
+        self._uri = uri.rstrip("/") if uri else None
+        self._identity = identity
+        self._pending = pending  # (embedded catalog, identity) still starting in the background
         self.warehouse = warehouse
         self.catalog_name = catalog_name
         self._jars = jars
@@ -59,13 +62,40 @@ class Session:
         self._catalog: RestCatalog | None = None
         self._lock = threading.RLock()
 
+    def _resolve(self) -> None:
+        pending = self._pending
+        if pending is not None:
+            emb, identity = pending.result()
+            self.embedded, self._identity, self._uri = emb, identity, emb.uri
+            self.warehouse = self.warehouse or emb.warehouse
+            self._pending = None
+
+    @property
+    def uri(self) -> str:
+        self._resolve()
+        assert self._uri is not None
+        return self._uri
+
+    @property
+    def identity(self) -> Any:
+        """The token source acting as the user (principal, issuer, expiry via ``describe()``)."""
+        self._resolve()
+        return self._identity
+
+    def _token(self) -> str:
+        return self.identity.token()
+
+    def _invalidate(self) -> None:
+        self.identity.invalidate()
+
     # -- the gateway the JVM talks to ---------------------------------------
     @property
     def gateway(self) -> Gateway:
         with self._lock:
             if self._gateway is None:
+                # upstream and token resolve lazily: an embedded catalog may still be starting
                 self._gateway = Gateway(
-                    self.uri, self.identity.token, invalidate=self.identity.invalidate,
+                    lambda: self.uri, self._token, invalidate=self._invalidate,
                     host=self._gateway_host, access_log=self.access_log,
                 ).start()
             return self._gateway
@@ -132,8 +162,10 @@ class Session:
         self.close()
 
     def __repr__(self) -> str:
-        who = getattr(self.identity, "principal", None)
-        return f"Session(uri={self.uri!r}, principal={who!r}, catalog_name={self.catalog_name!r})"
+        if self._pending is not None:
+            return f"Session(starting embedded catalog, catalog_name={self.catalog_name!r})"
+        who = getattr(self._identity, "principal", None)
+        return f"Session(uri={self._uri!r}, principal={who!r}, catalog_name={self.catalog_name!r})"
 
 
 def connect(catalog: str | None = None, **options: Any) -> Session:
@@ -148,10 +180,12 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     session_opts = {k: options.pop(k) for k in list(options)
                     if k in ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf")}
     if catalog is None and uri is None:
-        from .embedded import demo_identity, start_embedded
+        from .embedded import start_embedded_async
 
-        emb = start_embedded(options.pop("data_dir", None))
-        return Session(emb.uri, demo_identity(emb), warehouse=emb.warehouse, embedded=emb, **session_opts)
+        pending = start_embedded_async(options.pop("data_dir", None))
+        if options:
+            raise TypeError(f"unknown options for the embedded default: {', '.join(sorted(options))}")
+        return Session(None, None, pending=pending, **session_opts)
     if uri is None:
         raise ValueError(f"catalog {catalog!r}: pass uri=... or set LAKESESSION_URI")
     from .identity import ClientCredentials, StaticToken

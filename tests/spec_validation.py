@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
+from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 from jsonschema.exceptions import best_match
 from openapi_core import Config, OpenAPI
+from openapi_core.templating.paths.exceptions import OperationNotFound, PathNotFound
 from openapi_core.testing import MockRequest, MockResponse
 
 from lakesession.reference.openapi import official_spec
@@ -102,7 +104,21 @@ def _patch_spec_quirks(spec: dict[str, Any]) -> dict[str, Any]:
     # Narrow fix: also accept the capitalised spelling of the same three values.
     token_type = spec["components"]["schemas"]["OAuthTokenResponse"]["properties"]["token_type"]
     token_type["enum"] = list(dict.fromkeys([*token_type["enum"], "Bearer", "BEARER", "Mac", "MAC"]))
+
+    # Quirk 3: `viewExists` (HEAD .../views/{view}) is the only secured operation without a 403
+    # response, although `tableExists` and `namespaceExists` have one and the OAuth2 security
+    # scheme says "For unauthorized requests, services should return an appropriate 401 or 403
+    # response". Narrow fix: give viewExists the same ForbiddenResponse as tableExists.
+    view_exists = spec["paths"]["/v1/{prefix}/namespaces/{namespace}/views/{view}"]["head"]["responses"]
+    view_exists.setdefault("403", {"$ref": "#/components/responses/ForbiddenResponse"})
     return spec
+
+
+@functools.lru_cache(maxsize=1)
+def _error_validator() -> Draft202012Validator:
+    """`IcebergErrorResponse`, for answers to requests that are no operation of the spec."""
+    schemas = official_spec()["components"]["schemas"]
+    return Draft202012Validator({"$ref": "#/components/schemas/IcebergErrorResponse", "components": {"schemas": schemas}})
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,8 +140,11 @@ def _decode_headers(raw: Any) -> list[tuple[str, str]]:
 class SpecRecorder:
     """ASGI middleware recording ``/v1/...`` exchanges, and their validation against the spec."""
 
-    def __init__(self, path_prefix: str = "/v1/"):
+    def __init__(self, path_prefix: str = "/v1/", catalog_prefix: str | None = None):
         self.path_prefix = path_prefix
+        #: The REST ``{prefix}`` this server serves (read from the wrapped app when not given);
+        #: requests under any other prefix address no operation of the spec.
+        self.catalog_prefix = catalog_prefix
         self._lock = threading.Lock()
         self._exchanges: list[Exchange] = []
         self._validated: dict[int, list[str]] = {}  # id(exchange) -> its errors (validated once)
@@ -134,6 +153,9 @@ class SpecRecorder:
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         recorder = self
+        if self.catalog_prefix is None:
+            services = getattr(getattr(app, "state", None), "services", None)
+            self.catalog_prefix = getattr(getattr(services, "settings", None), "catalog_name", None)
 
         async def recording_app(scope: Scope, receive: Any, send: Any) -> None:
             if scope.get("type") != "http" or not scope.get("path", "").startswith(recorder.path_prefix):
@@ -202,7 +224,7 @@ class SpecRecorder:
             key = id(ex)
             found = self._validated.get(key)
             if found is None:
-                found = self._validated[key] = validate_exchange(ex)
+                found = self._validated[key] = validate_exchange(ex, catalog_prefix=self.catalog_prefix)
             errors.extend(found)
         return errors
 
@@ -238,21 +260,53 @@ def _short(s: str, limit: int = 400) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def validate_exchange(ex: Exchange) -> list[str]:
-    """Errors of one exchange against the spec (empty list when it conforms)."""
+_UNPREFIXED = ("/v1/config", "/v1/oauth/")
+
+
+def _outside_the_spec(ex: Exchange, why: str, statuses: set[int] | range) -> list[str]:
+    """A request that is no operation of the spec must fail plainly: an expected 4xx, an error body."""
+    if ex.status not in statuses:
+        return [f"{ex}: {why}, so it must be refused ({_statuses(statuses)}), not answered {ex.status}"]
+    if ex.method == "HEAD" and not ex.body:
+        return []
+    try:
+        body = json.loads(ex.body)
+    except ValueError:
+        return [f"{ex}: {why}; the error body is not JSON"]
+    err = best_match(_error_validator().iter_errors(body))
+    if err is not None:
+        where = "/".join(str(p) for p in err.absolute_path) or "(body)"
+        return [_short(f"{ex}: {why}; the error body is no IcebergErrorResponse: at {where}: {err.message}")]
+    return []
+
+
+def _statuses(statuses: set[int] | range) -> str:
+    if isinstance(statuses, range):
+        return f"{statuses.start}-{statuses.stop - 1}"
+    return "/".join(str(s) for s in sorted(statuses))
+
+
+def validate_exchange(ex: Exchange, catalog_prefix: str | None = None) -> list[str]:
+    """Errors of one exchange against the spec (empty list when it conforms).
+
+    Requests that address no operation of the spec (another ``{prefix}``, an unknown path or
+    method, e.g. from a fuzzer) cannot be checked against an operation; they must be refused
+    with 404/405 (any 4xx for a foreign prefix) and an ``IcebergErrorResponse`` body.
+    """
     if not ex.complete:
         return [f"{ex}: response body was never completed (more_body never went False)"]
-    api = _openapi()
-    data = ex.body
-    if ex.method == "HEAD" or ex.status == 204 or ex.status == 304:
-        if ex.status in (204, 304) and ex.body:
-            return [f"{ex}: a {ex.status} response must not have a body, got {len(ex.body)} bytes"]
+    if ex.status in (204, 304) and ex.body:
+        return [f"{ex}: a {ex.status} response must not have a body, got {len(ex.body)} bytes"]
     ct = _content_type(ex)
-    if data and ct.startswith("application/json"):
+    if ex.body and ct.startswith("application/json"):
         try:
-            json.loads(data)
+            json.loads(ex.body)
         except ValueError as e:
             return [f"{ex}: body is not valid JSON ({e})"]
+    if catalog_prefix is not None and not ex.path.startswith(_UNPREFIXED):
+        segment = ex.path[len("/v1/"):].split("/", 1)[0]
+        if segment != catalog_prefix:
+            return _outside_the_spec(ex, f"prefix {segment!r} is not this catalog's ({catalog_prefix!r})", range(400, 500))
     request = MockRequest(
         HOST_URL,
         ex.method,
@@ -262,9 +316,11 @@ def validate_exchange(ex: Exchange) -> list[str]:
         data=ex.request_body,
         content_type=next((v for k, v in ex.request_headers if k == "content-type"), "application/json"),
     )
-    response = MockResponse(data, status_code=ex.status, headers=dict(ex.response_headers), content_type=ct)
-    out = []
-    for err in api.iter_response_errors(request, response):
-        out.append(f"{ex}: {_first_message(err)}")
-        break  # the first message is the readable one; the rest repeat it
-    return out
+    response = MockResponse(ex.body, status_code=ex.status, headers=dict(ex.response_headers), content_type=ct)
+    for err in _openapi().iter_response_errors(request, response):
+        if isinstance(err, PathNotFound):
+            return _outside_the_spec(ex, "the spec has no such path", {404, 405})
+        if isinstance(err, OperationNotFound):
+            return _outside_the_spec(ex, f"the spec has no {ex.method} operation on this path", {404, 405})
+        return [f"{ex}: {_first_message(err)}"]  # the first message is the readable one
+    return []

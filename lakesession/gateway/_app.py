@@ -38,10 +38,17 @@ def error(status: int, type_: str, message: str) -> Response:
 
 @dataclass
 class Upstream:
-    base_url: str
+    """Where and as whom to forward. ``base`` may be a callable so the catalog can finish starting
+    while the JVM launches (the first forwarded call waits for it)."""
+
+    base: str | Callable[[], str]
     token: Callable[[], str]
     invalidate: Callable[[], None]
     client: httpx.Client
+
+    @property
+    def base_url(self) -> str:
+        return (self.base() if callable(self.base) else self.base).rstrip("/")
 
 
 class _Flight:

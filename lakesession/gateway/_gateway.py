@@ -16,7 +16,7 @@ class Gateway:
     """A loopback REST endpoint forwarding Iceberg REST calls upstream with the user's token.
 
     Args:
-        upstream: The catalog's base URI (what pyiceberg takes as ``uri``).
+        upstream: The catalog's base URI (what pyiceberg takes as ``uri``), or a callable returning it.
         token: Returns the user's current access token (refreshing as needed).
         invalidate: Called after an upstream 401, so the next ``token()`` fetches a new one.
         host: Bind address; loopback by default, a routable one for cluster mode.
@@ -25,7 +25,7 @@ class Gateway:
 
     def __init__(
         self,
-        upstream: str,
+        upstream: str | Callable[[], str],
         token: Callable[[], str],
         *,
         invalidate: Callable[[], None] | None = None,
@@ -34,20 +34,25 @@ class Gateway:
         access_log: AccessLog | None = None,
         timeout: float = 60.0,
     ):
-        self.upstream = upstream.rstrip("/")
+        self._upstream = upstream
         self._secret = secrets.token_urlsafe(32)
         self.access_log = access_log if access_log is not None else AccessLog()
         self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
         self._sock = bind(host, port)
         self.uri = f"http://{url_host(host)}:{self._sock.getsockname()[1]}"
         app = create_gateway_app(
-            Upstream(self.upstream, token, invalidate or (lambda: None), self._client),
+            Upstream(upstream, token, invalidate or (lambda: None), self._client),
             self._secret,
             self.access_log,
             lambda: self.uri,
         )
         self._server = BackgroundServer(app, self._sock, "lakesession-gateway")
         self._started = False
+
+    @property
+    def upstream(self) -> str:
+        up = self._upstream() if callable(self._upstream) else self._upstream
+        return up.rstrip("/")
 
     @property
     def secret(self) -> str:

@@ -228,8 +228,14 @@ def _apt_download(pin: Pin, dest_dir: Path, progress: Progress) -> Path:
     try:
         _run(["apt-get", "download", pin.spec], f"apt-get download {pin.spec}", cwd=dest_dir)
     except JarResolutionError as exc:
-        raise JarResolutionError(
-            f"{exc}\n(If apt does not know the package, run 'apt-get update' first.)") from None
+        if os.name == "posix" and os.geteuid() == 0:
+            # a fresh machine has empty package lists: refresh them once (root only) and retry
+            progress("apt does not know the package yet: running 'apt-get update' ...")
+            _run(["apt-get", "update", "-qq"], "apt-get update")
+            _run(["apt-get", "download", pin.spec], f"apt-get download {pin.spec}", cwd=dest_dir)
+        else:
+            raise JarResolutionError(
+                f"{exc}\n(If apt does not know the package, run 'sudo apt-get update' first.)") from None
     return _single_file(dest_dir, pin)
 
 
