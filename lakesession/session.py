@@ -43,6 +43,7 @@ class Session:
         spark_conf: dict[str, str] | None = None,
         embedded: Any = None,
         pending: Future[tuple[Any, Any]] | None = None,
+        gateway_options: dict[str, Any] | None = None,
     ):
         self._uri = uri.rstrip("/") if uri else None
         self._identity = identity
@@ -56,6 +57,7 @@ class Session:
         self._spark_conf = dict(spark_conf or {})
         self.embedded = embedded
         self.access_log = AccessLog()
+        self._gateway_options = dict(gateway_options or {})
         self._gateway: Gateway | None = None
         self._spark: SparkSession | None = None
         self._owns_spark = False
@@ -96,7 +98,7 @@ class Session:
                 # upstream and token resolve lazily: an embedded catalog may still be starting
                 self._gateway = Gateway(
                     lambda: self.uri, self._token, invalidate=self._invalidate,
-                    host=self._gateway_host, access_log=self.access_log,
+                    host=self._gateway_host, access_log=self.access_log, **self._gateway_options,
                 ).start()
             return self._gateway
 
@@ -178,7 +180,7 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     """
     uri = options.pop("uri", None) or os.environ.get("LAKESESSION_URI")
     session_opts = {k: options.pop(k) for k in list(options)
-                    if k in ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf")}
+                    if k in ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf", "gateway_options")}
     if catalog is None and uri is None:
         from .embedded import start_embedded_async
 

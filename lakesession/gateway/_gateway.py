@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -21,6 +22,7 @@ class Gateway:
         invalidate: Called after an upstream 401, so the next ``token()`` fetches a new one.
         host: Bind address; loopback by default, a routable one for cluster mode.
         port: 0 picks a free port.
+        wrap_app: Wraps the ASGI app before it is served (a seam for recorders in tests).
     """
 
     def __init__(
@@ -33,6 +35,7 @@ class Gateway:
         port: int = 0,
         access_log: AccessLog | None = None,
         timeout: float = 60.0,
+        wrap_app: Callable[[Any], Any] | None = None,
     ):
         self._upstream = upstream
         self._secret = secrets.token_urlsafe(32)
@@ -46,7 +49,7 @@ class Gateway:
             self.access_log,
             lambda: self.uri,
         )
-        self._server = BackgroundServer(app, self._sock, "lakesession-gateway")
+        self._server = BackgroundServer(wrap_app(app) if wrap_app else app, self._sock, "lakesession-gateway")
         self._started = False
 
     @property
