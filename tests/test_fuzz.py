@@ -47,11 +47,14 @@ principals:
   - {name: nobody, type: user, client_id: nobody, client_secret: nobody-secret-1}
 """
 
-# Objects that exist, so generated requests reach past "not found" (the prefix above all).
+# Objects that exist, so generated requests reach past "not found" (the prefix above all),
+# and names at the edge of validity (blank levels, separators, dots, unicode) that random
+# generation rarely hits.
 PREFIX = "lakesession"
 NAMESPACES = ["fz", "fz\x1fsub"]
 TABLES = ["t", "t2"]
 VIEWS = ["v"]
+TRICKY = [" ", "\t", "fz\x1f ", "fz\x1f\x1fsub", "a.b", "\u00e9t\u00e9", "x" * 256]
 PROTECTED = {"admin", "catalog_admin"}  # fuzzing must not delete the identity it runs as
 
 
@@ -103,7 +106,7 @@ def flatmap_path_parameters(ctx: Any, path_parameters: dict[str, Any]) -> Any:
     strategies: dict[str, Any] = {}
     for key, pool in (("namespace", NAMESPACES), ("table", TABLES), ("view", VIEWS)):
         if key in params:
-            strategies[key] = st.one_of(_existing(pool), st.just(params[key]))
+            strategies[key] = st.one_of(_existing(pool), st.just(params[key]), _existing(TRICKY))
     if "prefix" in params:
         params["prefix"] = PREFIX
     if not strategies:

@@ -15,15 +15,16 @@ from .context import Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
 from .idp import EmbeddedIssuer, RemoteVerifier
-from .routes import management, namespaces, tables, views
+from .routes import credentials, management, namespaces, tables, views
 from .settings import ServerSettings
+from .vending import CredentialVendor
 
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/v1/{prefix}"
 
 
-CATALOG_ROUTERS = (namespaces.router, tables.router, views.router)
+CATALOG_ROUTERS = (namespaces.router, tables.router, credentials.router, views.router)
 
 
 def implemented_endpoints() -> list[str]:
@@ -40,7 +41,8 @@ def implemented_endpoints() -> list[str]:
 
 def build_services(settings: ServerSettings, *, key_path: Path | None = None) -> tuple[Services, EmbeddedIssuer | None]:
     engine = store.make_engine(settings.db_url)
-    catalog = SqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse)
+    file_io = settings.s3.catalog_file_io() if settings.s3 is not None else {}
+    catalog = SqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse, **file_io)
     catalog.engine.dispose()
     catalog.engine = engine  # one engine (WAL pragmas, one pool) for everything
     directory = Directory(engine)
@@ -50,7 +52,9 @@ def build_services(settings: ServerSettings, *, key_path: Path | None = None) ->
         verifier: Any = issuer
     else:
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
-    services = Services(settings=settings, directory=directory, audit=AuditLog(engine), catalog=catalog, verifier=verifier)
+    vendor = CredentialVendor(settings.s3) if settings.s3 is not None else None
+    services = Services(settings=settings, directory=directory, audit=AuditLog(engine), catalog=catalog,
+                        verifier=verifier, vendor=vendor)
     return services, issuer
 
 
@@ -66,6 +70,7 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
     install_error_handlers(app)
     app.include_router(namespaces.router)
     app.include_router(tables.router)
+    app.include_router(credentials.router)
     app.include_router(views.router)
     app.include_router(management.router)
     if issuer is not None:

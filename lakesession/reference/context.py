@@ -35,6 +35,7 @@ class Services:
     audit: AuditLog
     catalog: SqlCatalog
     verifier: TokenVerifier
+    vendor: Any = None  # vending.CredentialVendor when the warehouse is on S3
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -44,6 +45,7 @@ class RequestContext:
     request_id: str
     claims: dict[str, Any]
     services: Services
+    delegation: frozenset[str] = frozenset()  # X-Iceberg-Access-Delegation modes the client accepts
 
     def allowed(self, privilege: Privilege, target: Securable) -> bool:
         return self.services.directory.is_allowed(self.principal.name, privilege, target)
@@ -91,4 +93,7 @@ def get_context(request: Request) -> RequestContext:
     if not isinstance(name, str) or not name:
         raise NotAuthorized(f"Token has no {services.settings.principal_claim!r} claim naming a principal")
     principal = services.directory.get_principal(name) or Principal(name, "user")
-    return RequestContext(principal, request_id_of(request), claims, services)
+    delegation = frozenset(
+        m.strip().lower() for m in request.headers.get("x-iceberg-access-delegation", "").split(",") if m.strip()
+    )
+    return RequestContext(principal, request_id_of(request), claims, services, delegation)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -22,6 +23,7 @@ class ServerSettings:
         device_code_ttl: How long a device code can wait for approval, in seconds.
         device_poll_interval: Minimum polling interval the device flow asks clients to keep, in seconds.
         namespace_separator: How multi-level namespaces are joined in URLs (spec default ``%1F``).
+        s3: ``vending.S3Settings`` when the warehouse is on S3 (enables credential vending and signing).
     """
 
     warehouse: str
@@ -37,6 +39,7 @@ class ServerSettings:
     device_poll_interval: int = 5
     namespace_separator: str = "%1F"
     extra_config: dict[str, str] = field(default_factory=dict)
+    s3: Any = None
 
     @property
     def embedded_issuer_url(self) -> str:

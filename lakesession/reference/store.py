@@ -74,6 +74,13 @@ views = Table(
     Column("metadata_json", Text, nullable=False),
 )
 
+table_locations = Table(
+    "ls_table_locations",  # metadata file → table location: immutable, so never stale
+    metadata,
+    Column("metadata_location", String(1000), primary_key=True),
+    Column("location", String(1000), nullable=False),
+)
+
 audit = Table(
     "ls_audit",
     metadata,

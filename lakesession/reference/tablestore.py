@@ -19,7 +19,8 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.io import load_file_io
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, insert, or_, select
+from sqlalchemy.exc import IntegrityError
 
 from . import store
 from .errors import BadRequest, CommitFailed, Conflict, NoSuchTable
@@ -75,6 +76,37 @@ class TableStore:
     def __init__(self, catalog: SqlCatalog, cache: MetadataCache | None = None):
         self.catalog = catalog
         self.cache = cache or MetadataCache()
+        self._locations: dict[str, str] = {}
+
+    def remember_location(self, metadata_location: str, location: str) -> None:
+        """Record which table location a metadata file describes (written once per new metadata file)."""
+        if self._locations.get(metadata_location) == location:
+            return
+        self._locations[metadata_location] = location
+        try:
+            with self.catalog.engine.begin() as conn:
+                conn.execute(insert(store.table_locations).values(metadata_location=metadata_location, location=location))
+        except IntegrityError:
+            pass
+
+    def table_location(self, ns: Namespace, name: str) -> str:
+        """The table's base location, without reading its metadata file (after the first time ever)."""
+        meta = self.metadata_location(ns, name)
+        if meta is None:
+            raise NoSuchTable(f"Table does not exist: {'.'.join((*ns, name))}")
+        hit = self._locations.get(meta)
+        if hit is not None:
+            return hit
+        with self.catalog.engine.connect() as conn:
+            row = conn.execute(
+                select(store.table_locations.c.location).where(store.table_locations.c.metadata_location == meta)
+            ).first()
+        if row is not None:
+            self._locations[meta] = row[0]
+            return row[0]
+        location = json.loads(self.cache.get(meta, self.catalog.properties))["location"]  # registered elsewhere
+        self.remember_location(meta, location)
+        return location
 
     @property
     def _t(self) -> Any:
@@ -142,6 +174,7 @@ class TableStore:
             raise Conflict(f"View with same name already exists: {'.'.join(ident)}")
         try:
             resp = self.catalog.commit_table(_Ident(ident), requirements, updates)  # type: ignore[arg-type]
+            self.remember_location(resp.metadata_location, resp.metadata.location)
         except CommitFailedException as e:
             raise CommitFailed(str(e)) from None
         except TableAlreadyExistsError as e:

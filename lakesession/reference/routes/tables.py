@@ -23,6 +23,7 @@ from ..context import RequestContext, get_context
 from ..errors import BadRequest, Conflict, NoSuchTable
 from ..tablestore import DATA_ACTIONS, TableStore, filter_refs, load_result
 from .common import Namespace, check_level, check_name, check_prefix, decode_namespace, ns_str, paginate, parse_body, parse_json_object, require_namespace
+from .credentials import vend
 from .namespaces import raw_body
 
 router = APIRouter()
@@ -82,10 +83,14 @@ def _table(ctx: RequestContext, prefix: str, namespace: str, table: str) -> tupl
     return ns, name, Securable.table(ns, name)
 
 
-def table_config(ctx: RequestContext, ns: Namespace, name: str, location: str | None) -> dict[str, str]:
-    """Per-table client config; credential vending and signing hook in here."""
-    hook = ctx.services.extras.get("table_config_hook")
-    return hook(ctx, ns, name, location) if hook else {}
+def table_result(ctx: RequestContext, ns: Namespace, name: str, metadata_location: str | None, raw: bytes,
+                 location: str | None, action: str) -> Response:
+    """A LoadTableResult, with vended credentials when the caller asked for them and may have them."""
+    config: dict[str, str] = {}
+    creds: list[dict[str, Any]] = []
+    if "vended-credentials" in ctx.delegation:
+        config, creds = vend(ctx, ns, name, location, action=action)
+    return json_bytes(load_result(metadata_location, raw, config, creds))
 
 
 @router.get(T)
@@ -129,15 +134,16 @@ def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), c
             staged = ts.catalog._create_staged_table((*ns, name), **args)
             raw = staged.metadata.model_dump_json().encode()
             ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
-            return json_bytes(load_result(None, raw, table_config(ctx, ns, name, staged.metadata.location)))
+            return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials")
         created = ts.catalog.create_table((*ns, name), **args)
     except TableAlreadyExistsError as e:
         raise Conflict(str(e)) from None
     except ValueError as e:
         raise BadRequest(f"Invalid table definition: {e}") from None
     loc, raw = ts.load_raw(ns, name)
+    ts.remember_location(loc, created.metadata.location)
     ctx.audit("create_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
-    return json_bytes(load_result(loc, raw, table_config(ctx, ns, name, created.metadata.location)))
+    return table_result(ctx, ns, name, loc, raw, created.metadata.location, "vend_credentials")
 
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/register")
@@ -164,7 +170,7 @@ def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body),
         raise BadRequest(f"Cannot register table: {e}") from None
     loc, raw = ts.load_raw(ns, name)
     ctx.audit("register_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
-    return json_bytes(load_result(loc, raw, table_config(ctx, ns, name, None)))
+    return table_result(ctx, ns, name, loc, raw, ts.table_location(ns, name), "vend_credentials")
 
 
 @router.get(T + "/{table}")
@@ -179,7 +185,8 @@ def load_table(
     if snapshots == "refs":
         raw = filter_refs(raw)
     ctx.audit("load_table", sec, "issued", {"metadata-location": loc})
-    return json_bytes(load_result(loc, raw, table_config(ctx, ns, name, loc)))
+    location = tables_of(ctx).table_location(ns, name) if "vended-credentials" in ctx.delegation else None
+    return table_result(ctx, ns, name, loc, raw, location, "vend_credentials")
 
 
 @router.head(T + "/{table}", status_code=204)

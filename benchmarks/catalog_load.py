@@ -1,0 +1,169 @@
+"""loadTable latency of the reference catalog, next to a trivial endpoint of the same app.
+
+    python benchmarks/catalog_load.py [--requests 1000] [--clients 16] [--snapshots 5]
+
+Starts an in-process catalog (uvicorn in a background thread, SQLite, file:// warehouse),
+creates a namespace and a table with a few snapshots through pyiceberg, then measures
+``GET /v1/lakesession/namespaces/ns/tables/t`` (bearer token, keep-alive httpx client per
+thread) and ``GET /healthz`` with 1 client and with ``--clients`` concurrent clients.
+Prints p50/p99 latency, requests/s and the loadTable/trivial ratio; the target is a
+single-client loadTable p50 of at most 5 ms.
+
+The clients run in the server's process, so they compete with it for the GIL: absolute
+numbers are pessimistic next to a separate server process, the loadTable/trivial ratio is
+the figure to watch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout
+
+os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
+
+TARGET_P50_MS = 5.0
+
+
+@dataclass
+class Result:
+    name: str
+    clients: int
+    latencies: list[float]  # seconds
+    wall: float
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies)
+
+    def pct(self, q: float) -> float:
+        xs = sorted(self.latencies)
+        return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] * 1000
+
+    @property
+    def p50(self) -> float:
+        return self.pct(50)
+
+    @property
+    def p99(self) -> float:
+        return self.pct(99)
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.wall
+
+
+def run(base_url: str, path: str, headers: dict[str, str], clients: int, per_client: int, warmup: int) -> tuple[list[float], float]:
+    """``clients`` threads, each with its own keep-alive client, each sending ``per_client`` requests."""
+    barrier = threading.Barrier(clients + 1)
+    results: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+
+    def worker(i: int) -> None:
+        with httpx.Client(base_url=base_url, headers=headers, timeout=30) as client:
+            for _ in range(warmup):
+                client.get(path)
+            barrier.wait()
+            out = results[i]
+            for _ in range(per_client):
+                t0 = time.perf_counter()
+                r = client.get(path)
+                r.read()
+                out.append(time.perf_counter() - t0)
+                if r.status_code != 200:
+                    errors.append(f"{path}: {r.status_code} {r.text[:200]}")
+                    return
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise SystemExit(f"benchmark request failed: {errors[0]}")
+    return [x for r in results for x in r], wall
+
+
+def seed(handle, snapshots: int) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+    c = handle.admin_credentials
+    cat = RestCatalog("bench", uri=handle.uri, warehouse=handle.warehouse, credential=f"{c.client_id}:{c.client_secret}",
+                      **{"oauth2-server-uri": f"{handle.issuer_uri}/token"})
+    cat.create_namespace("ns")
+    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False),
+                    NestedField(3, "amount", DoubleType(), required=False))
+    table = cat.create_table(("ns", "t"), schema, properties={"owner": "bench"})
+    for i in range(snapshots):
+        table.append(pa.table({"id": pa.array(range(i * 100, (i + 1) * 100), pa.int64()),
+                               "name": [f"n{j}" for j in range(100)], "amount": [j / 3 for j in range(100)]}))
+    meta = cat.load_table(("ns", "t")).metadata
+    return table.metadata_location, len(meta.snapshots)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=1000, help="single-client requests per endpoint (default 1000)")
+    ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    ap.add_argument("--per-client", type=int, default=None, help="requests per concurrent client (default requests/5)")
+    ap.add_argument("--snapshots", type=int, default=5, help="snapshots in the benchmark table (default 5)")
+    ap.add_argument("--warmup", type=int, default=50, help="warm-up requests per client (default 50)")
+    args = ap.parse_args(argv)
+    per_client = args.per_client or max(1, args.requests // 5)
+
+    from lakesession.reference import start
+
+    handle = start()
+    try:
+        location, n_snapshots = seed(handle, args.snapshots)
+        token = handle.admin.token_for("admin", ttl=24 * 3600)
+        auth = {"Authorization": f"Bearer {token}"}
+        prefix = handle.settings.catalog_name
+        load_path = f"/v1/{prefix}/namespaces/ns/tables/t"
+        size = len(httpx.get(handle.uri + load_path, headers=auth).content)
+        endpoints = [("loadTable", load_path, auth), ("healthz", "/healthz", {})]
+
+        results: dict[tuple[str, int], Result] = {}
+        for clients, n in ((1, args.requests), (args.clients, per_client)):
+            for name, path, headers in endpoints:
+                lat, wall = run(handle.uri, path, headers, clients, n, args.warmup)
+                results[(name, clients)] = Result(name, clients, lat, wall)
+    finally:
+        handle.stop()
+
+    print(f"reference catalog at {handle.uri} (in-process uvicorn), python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs")
+    print(f"table ns.t: {n_snapshots} snapshots, LoadTableResult {size} bytes, metadata {location.rsplit('/', 1)[-1]}")
+    print()
+    header = f"{'endpoint':<10} {'clients':>7} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}"
+    print(header)
+    print("-" * len(header))
+    for (name, clients), r in results.items():
+        print(f"{name:<10} {clients:>7} {r.requests:>8} {r.p50:>8.2f} {r.p99:>8.2f} {r.rps:>8.0f}")
+    print()
+    for clients in (1, args.clients):
+        lt, hz = results[("loadTable", clients)], results[("healthz", clients)]
+        print(f"loadTable/healthz, {clients:>2} client(s): p50 x{lt.p50 / hz.p50:.2f}, p99 x{lt.p99 / hz.p99:.2f}, "
+              f"req/s x{lt.rps / hz.rps:.2f}")
+    single = results[("loadTable", 1)]
+    verdict = "OK" if single.p50 <= TARGET_P50_MS else "OVER TARGET"
+    print(f"\nsingle-client loadTable p50 {single.p50:.2f} ms (target <= {TARGET_P50_MS:.0f} ms): {verdict}")
+    return 0 if single.p50 <= TARGET_P50_MS else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""Vended credentials: attached to table loads and served by ``GET …/tables/{table}/credentials``.
+
+Vending happens only when the client asks (``X-Iceberg-Access-Delegation:
+vended-credentials``) and the warehouse is on S3; the mode follows the
+principal's privilege: TABLE_WRITE_DATA → read-write, TABLE_READ_DATA →
+read-only, otherwise nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Response
+
+from ..authz import Privilege as P
+from ..authz import Securable
+from ..context import RequestContext, get_context
+from ..vending import READ, WRITE
+from .common import Namespace, check_name, check_prefix, decode_namespace
+
+router = APIRouter()
+
+REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
+
+
+def refresh_endpoint(ctx: RequestContext, ns: Namespace, name: str) -> str:
+    """Relative to the catalog URI, so a gateway in front of the catalog serves it too."""
+    sep = ctx.services.settings.namespace_separator
+    ns_part = sep.join(quote(level, safe="") for level in ns)
+    return f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/credentials"
+
+
+def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *, action: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """(table config, storage-credentials) for this caller; empty when nothing is to be vended."""
+    vendor = ctx.services.vendor
+    if vendor is None or not location or not location.startswith(("s3://", "s3a://", "s3n://")):
+        return {}, []
+    sec = Securable.table(ns, name)
+    if ctx.allowed(P.TABLE_WRITE_DATA, sec):
+        mode = WRITE
+    elif ctx.allowed(P.TABLE_READ_DATA, sec):
+        mode = READ
+    else:
+        return {}, []
+    cred, cache_hit = vendor.vend(ctx.principal.name, str(sec), location, mode)
+    ctx.audit(action, sec, "issued", {"mode": mode, "expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit,
+                                      "prefix": cred.prefix})
+    config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: refresh_endpoint(ctx, ns, name)}
+    return config, [{"prefix": cred.prefix, "config": config}]
+
+
+@router.get("/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
+def load_credentials(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context)) -> Response:
+    """Re-authorizes on every call and never reads table metadata (cost independent of history)."""
+    from .tables import json_bytes, tables_of
+
+    check_prefix(ctx.services, prefix)
+    ns = decode_namespace(ctx.services, namespace)
+    name = check_name("table", table)
+    sec = Securable.table(ns, name)
+    ctx.authorize("load_credentials", P.TABLE_READ_DATA, sec)
+    location = tables_of(ctx).table_location(ns, name)
+    if ctx.services.vendor is None:
+        return json_bytes(b'{"storage-credentials":[]}')
+    ctx.delegation = ctx.delegation | {"vended-credentials"}
+    _, creds = vend(ctx, ns, name, location, action="refresh_credentials")
+    import json
+
+    return json_bytes(json.dumps({"storage-credentials": creds}).encode())

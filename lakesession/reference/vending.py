@@ -1,0 +1,224 @@
+"""Credential vending: short-lived, table-scoped STS credentials per (principal, table, mode).
+
+Each issuance is an STS ``AssumeRole`` with a session policy that allows exactly
+the table's location prefix (path-boundary safe), read-only or read-write.
+Issued credentials are cached per (principal, table, location, mode) for at
+most half their lifetime, and concurrent misses for one key share one STS call,
+so STS sees about one call per TTL per table and principal however hard
+engines refresh.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ServiceUnavailable
+
+READ, WRITE = "read", "write"
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How the catalog reaches S3 and STS, and with which role it vends.
+
+    Attributes:
+        role_arn: The role the catalog assumes for every vended credential.
+        region: AWS region (also ``client.region`` for engines).
+        endpoint: S3 endpoint for engines and the catalog (``None`` = AWS).
+        sts_endpoint: STS endpoint (``None`` = AWS, or the S3 endpoint for emulators that serve both).
+        access_key_id / secret_access_key / session_token: the catalog's own credentials
+            (``None`` = boto's default chain). Never sent to clients.
+        path_style: Path-style addressing (emulators, MinIO).
+        credential_ttl: Lifetime of vended credentials in seconds.
+    """
+
+    role_arn: str
+    region: str = "us-east-1"
+    endpoint: str | None = None
+    sts_endpoint: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    path_style: bool = True
+    credential_ttl: int = 3600
+
+    def __repr__(self) -> str:
+        return f"S3Settings(role_arn={self.role_arn!r}, region={self.region!r}, endpoint={self.endpoint!r}, ttl={self.credential_ttl})"
+
+    def catalog_file_io(self) -> dict[str, str]:
+        """pyiceberg FileIO properties for the catalog's own metadata reads and writes."""
+        props = {"s3.region": self.region, "client.region": self.region}
+        if self.endpoint:
+            props["s3.endpoint"] = self.endpoint
+        if self.path_style:
+            props["s3.path-style-access"] = "true"
+        if self.access_key_id and self.secret_access_key:
+            props["s3.access-key-id"] = self.access_key_id
+            props["s3.secret-access-key"] = self.secret_access_key
+        if self.session_token:
+            props["s3.session-token"] = self.session_token
+        return props
+
+
+@dataclass(frozen=True)
+class VendedCredential:
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    expires_at: float  # epoch seconds
+    mode: str
+    prefix: str
+    issued_at: float = field(default_factory=time.time)
+
+    def __repr__(self) -> str:
+        return f"VendedCredential(prefix={self.prefix!r}, mode={self.mode!r}, expires_at={self.expires_at:.0f})"
+
+    def config(self, s3: S3Settings) -> dict[str, str]:
+        cfg = {
+            "s3.access-key-id": self.access_key_id,
+            "s3.secret-access-key": self.secret_access_key,
+            "s3.session-token": self.session_token,
+            "s3.session-token-expires-at-ms": str(int(self.expires_at * 1000)),
+            "client.region": s3.region,
+            "s3.region": s3.region,
+        }
+        if s3.endpoint:
+            cfg["s3.endpoint"] = s3.endpoint
+        if s3.path_style:
+            cfg["s3.path-style-access"] = "true"
+        return cfg
+
+
+def split_s3(location: str) -> tuple[str, str]:
+    """``s3://bucket/a/b/`` → ``("bucket", "a/b")`` (also s3a/s3n)."""
+    m = re.match(r"^s3[an]?://([^/]+)/?(.*)$", location)
+    if not m:
+        raise ValueError(f"not an s3 location: {location!r}")
+    return m.group(1), m.group(2).strip("/")
+
+
+def table_session_policy(location: str, write: bool) -> dict[str, Any]:
+    """An IAM session policy allowing exactly ``location``'s prefix, path-boundary safe.
+
+    ``s3://b/wh/orders`` allows ``wh/orders/*`` — never ``wh/orders_archive/*``.
+    """
+    bucket, key = split_s3(location)
+    prefix = f"{key}/" if key else ""
+    objects = f"arn:aws:s3:::{bucket}/{prefix}*"
+    actions = ["s3:GetObject", "s3:GetObjectVersion"]
+    if write:
+        actions += ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
+    list_actions = ["s3:ListBucket"] + (["s3:ListBucketMultipartUploads"] if write else [])
+    statements: list[dict[str, Any]] = [
+        {"Sid": "TableObjects", "Effect": "Allow", "Action": actions, "Resource": [objects]},
+        {"Sid": "TableListing", "Effect": "Allow", "Action": list_actions, "Resource": [f"arn:aws:s3:::{bucket}"],
+         "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*", key] if key else ["*"]}}},
+        {"Sid": "BucketLocation", "Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": [f"arn:aws:s3:::{bucket}"]},
+    ]
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def _session_name(principal: str) -> str:
+    cleaned = re.sub(r"[^\w+=,.@-]", "-", principal)[:48] or "principal"
+    return f"lakesession-{cleaned}"
+
+
+class _Flight:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: VendedCredential | None = None
+        self.error: BaseException | None = None
+
+
+class CredentialVendor:
+    """Issues and caches table-scoped STS credentials."""
+
+    def __init__(self, s3: S3Settings, sts_client: Any | None = None):
+        self.s3 = s3
+        self._sts = sts_client
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str, str, str], VendedCredential] = {}
+        self._flights: dict[tuple[str, str, str, str], _Flight] = {}
+        self.sts_calls = 0
+
+    def _client(self) -> Any:
+        if self._sts is None:
+            import boto3
+
+            self._sts = boto3.client(
+                "sts",
+                region_name=self.s3.region,
+                endpoint_url=self.s3.sts_endpoint or self.s3.endpoint,
+                aws_access_key_id=self.s3.access_key_id,
+                aws_secret_access_key=self.s3.secret_access_key,
+                aws_session_token=self.s3.session_token,
+            )
+        return self._sts
+
+    def vend(self, principal: str, table: str, location: str, mode: str, *, now: float | None = None) -> tuple[VendedCredential, bool]:
+        """Credentials for ``principal`` on ``table`` at ``location``; returns (credential, cache_hit)."""
+        key = (principal, table, location.rstrip("/"), mode)
+        now = time.time() if now is None else now
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and now < hit.issued_at + (hit.expires_at - hit.issued_at) / 2:
+                return hit, True
+            flight = self._flights.get(key)
+            leader = flight is None
+            if leader:
+                flight = self._flights[key] = _Flight()
+        assert flight is not None
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            assert flight.value is not None
+            return flight.value, True
+        try:
+            cred = self._assume(principal, location, mode)
+            with self._lock:
+                self._cache[key] = cred
+                if len(self._cache) > 10_000:
+                    self._evict(now)
+            flight.value = cred
+            return cred, False
+        except BaseException as e:
+            flight.error = e
+            raise
+        finally:
+            with self._lock:
+                self._flights.pop(key, None)
+            flight.done.set()
+
+    def _evict(self, now: float) -> None:
+        for k in [k for k, v in self._cache.items() if v.expires_at <= now]:
+            del self._cache[k]
+
+    def _assume(self, principal: str, location: str, mode: str) -> VendedCredential:
+        policy = table_session_policy(location, write=(mode == WRITE))
+        try:
+            self.sts_calls += 1
+            resp = self._client().assume_role(
+                RoleArn=self.s3.role_arn,
+                RoleSessionName=_session_name(principal),
+                Policy=json.dumps(policy),
+                DurationSeconds=self.s3.credential_ttl,
+            )
+        except Exception as e:  # botocore errors, connection errors
+            raise ServiceUnavailable(f"Credential vending failed: STS AssumeRole error ({type(e).__name__})") from None
+        c = resp["Credentials"]
+        expiration = c["Expiration"]
+        expires_at = expiration.timestamp() if hasattr(expiration, "timestamp") else time.time() + self.s3.credential_ttl
+        return VendedCredential(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"], expires_at, mode,
+                                location.rstrip("/"))
+
+    def invalidate(self, principal: str | None = None) -> None:
+        """Drop cached credentials (all, or one principal's) — e.g. after a grant is revoked."""
+        with self._lock:
+            for k in [k for k in self._cache if principal is None or k[0] == principal]:
+                del self._cache[k]
