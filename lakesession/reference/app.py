@@ -15,7 +15,7 @@ from .context import Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
 from .idp import EmbeddedIssuer, RemoteVerifier
-from .routes import credentials, management, namespaces, tables, views
+from .routes import credentials, management, namespaces, signing, tables, views
 from .settings import ServerSettings
 from .vending import CredentialVendor
 
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 API_PREFIX = "/v1/{prefix}"
 
 
-CATALOG_ROUTERS = (namespaces.router, tables.router, credentials.router, views.router)
+CATALOG_ROUTERS = (namespaces.router, tables.router, credentials.router, signing.router, views.router)
 
 
 def implemented_endpoints() -> list[str]:
@@ -71,6 +71,7 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
     app.include_router(namespaces.router)
     app.include_router(tables.router)
     app.include_router(credentials.router)
+    app.include_router(signing.router)
     app.include_router(views.router)
     app.include_router(management.router)
     if issuer is not None:

@@ -127,6 +127,17 @@ class TableStore:
             ).first()
         return row[0] if row else None
 
+    def current_locations(self) -> list[tuple[Namespace, str, str]]:
+        """(namespace, name, location) of every table whose current metadata location is known."""
+        t, loc = self._t, store.table_locations
+        q = (
+            select(t.c.table_namespace, t.c.table_name, loc.c.location)
+            .join(loc, loc.c.metadata_location == t.c.metadata_location)
+            .where(t.c.catalog_name == self.catalog.name)
+        )
+        with self.catalog.engine.connect() as conn:
+            return [(tuple(r[0].split(".")), r[1], r[2]) for r in conn.execute(q).all()]
+
     def names(self, ns: Namespace) -> list[str]:
         t = self._t
         with self.catalog.engine.connect() as conn:

@@ -1,0 +1,82 @@
+"""Remote signing endpoints: per-table ``…/tables/{table}/sign`` and the legacy ``/v1/aws/s3/sign``."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel, Field
+
+from ..authz import Privilege as P
+from ..authz import Securable
+from ..context import RequestContext, get_context
+from ..errors import BadRequest, Forbidden
+from ..signing import S3Target, parse_target, required_write, sign
+from .common import Namespace, check_name, check_prefix, decode_namespace, parse_body
+from .namespaces import raw_body
+
+router = APIRouter()
+
+
+class SignRequest(BaseModel):
+    region: str
+    uri: str
+    method: str
+    headers: dict[str, list[str]] = Field(default_factory=dict)
+    properties: dict[str, str] = Field(default_factory=dict)
+    body: str | None = None
+    provider: str | None = None
+
+
+def _signed(ctx: RequestContext, req: SignRequest, target: S3Target, ns: Namespace, name: str, location: str) -> Response:
+    s3 = ctx.services.vendor.s3
+    sec = Securable.table(ns, name)
+    write = required_write(req.method)
+    privilege = P.TABLE_WRITE_DATA if write else P.TABLE_READ_DATA
+    inside = target.within(location)
+    detail = {"method": req.method.upper(), "object": f"s3://{target.bucket}/{target.key}", "mode": "write" if write else "read"}
+    if not inside:
+        ctx.audit("sign_request", sec, "deny", {**detail, "reason": "outside table location"})
+        raise Forbidden(f"Refusing to sign: s3://{target.bucket}/{target.key} is outside the location of {sec}")
+    ctx.authorize("sign_request", privilege, sec, detail=detail)
+    headers = sign(req.method, req.uri, req.headers, req.region, s3, req.body)
+    cache = "private" if req.method.upper() in ("GET", "HEAD") else "no-cache"
+    body = json.dumps({"uri": req.uri, "headers": headers}).encode()
+    return Response(body, media_type="application/json", headers={"Cache-Control": cache})
+
+
+def _require_signing(ctx: RequestContext) -> None:
+    if ctx.services.vendor is None:
+        raise BadRequest("Remote signing needs an S3 warehouse; this catalog's warehouse is not on S3")
+
+
+@router.post("/v1/{prefix}/namespaces/{namespace}/tables/{table}/sign")
+def sign_table_request(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body),
+                       ctx: RequestContext = Depends(get_context)) -> Response:
+    from .tables import tables_of
+
+    check_prefix(ctx.services, prefix)
+    ns = decode_namespace(ctx.services, namespace)
+    name = check_name("table", table)
+    ctx.authorize("sign_request", P.TABLE_READ_DATA, Securable.table(ns, name))
+    _require_signing(ctx)
+    req = parse_body(SignRequest, body)
+    target = parse_target(req.uri, ctx.services.vendor.s3)
+    return _signed(ctx, req, target, ns, name, tables_of(ctx).table_location(ns, name))
+
+
+@router.post("/v1/aws/s3/sign")
+def sign_s3_request(body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+    """Legacy signer: the table is the one whose location contains the object (longest match)."""
+    from .tables import tables_of
+
+    _require_signing(ctx)
+    req = parse_body(SignRequest, body)
+    target = parse_target(req.uri, ctx.services.vendor.s3)
+    candidates = [(ns, name, loc) for ns, name, loc in tables_of(ctx).current_locations() if target.within(loc)]
+    if not candidates:
+        ctx.audit("sign_request", f"s3://{target.bucket}/{target.key}", "deny", {"reason": "no table at this location"})
+        raise Forbidden(f"Refusing to sign: s3://{target.bucket}/{target.key} belongs to no table of this catalog")
+    ns, name, loc = max(candidates, key=lambda c: len(c[2]))
+    check_name("table", name)
+    return _signed(ctx, req, target, ns, name, loc)

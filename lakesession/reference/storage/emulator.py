@@ -1,0 +1,297 @@
+"""An embedded S3 + STS emulator (moto 5.2.1 server) that enforces what AWS enforces.
+
+Every request must be SigV4-signed by credentials known to this emulator;
+STS ``AssumeRole`` credentials are limited to the intersection of the role's
+policies and the session policy, and expire (``ExpiredToken``) after
+``DurationSeconds``. See :mod:`._enforce` for the moto internals patched.
+
+Differences from AWS, on purpose: ``DurationSeconds`` may be as short as
+``min_duration_seconds`` (default 1 s; AWS: 900 s) so tests can watch
+credentials expire; presigned URLs (query-string auth) are not accepted;
+bucket policies, ACL grants, permissions boundaries and policy variables are
+not evaluated; DeleteObjects is all-or-nothing (one denied key denies all).
+
+Isolation: moto keeps state in process-global backends. Each emulator gets its
+own AWS account id, so IAM users, roles, STS sessions and buckets are
+separate, and keys or buckets of another emulator (or of an in-process
+``moto.mock_aws``) are rejected (``InvalidAccessKeyId`` / ``AccessDenied``).
+Bucket *names* are global, as in AWS: two emulators in one process cannot both
+own bucket ``warehouse``. moto's global reset (``mock_aws`` teardown,
+``moto.core.models.BackendDict.reset``) wipes every emulator's state;
+``/moto-api`` is not served.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from typing import Any, NamedTuple
+
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+from . import _enforce
+from ._enforce import SUPPORTED_MOTO_VERSION, Realm, check_moto_version
+
+__all__ = ["Credentials", "S3Emulator", "SUPPORTED_MOTO_VERSION", "check_moto_version"]
+
+ADMIN_USER = "lakesession-admin"
+VENDING_ROLE = "lakesession-vending"
+_DEFAULT_ACCOUNT = "123456789012"
+
+
+class Credentials(NamedTuple):
+    access_key_id: str
+    secret_access_key: str
+    session_token: str | None = None
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+_dispatcher_lock = threading.Lock()
+_dispatcher: Any = None
+
+
+def _moto_app() -> Any:
+    """One moto dispatcher per process (its per-service Flask apps are stateless)."""
+    global _dispatcher
+    with _dispatcher_lock:
+        if _dispatcher is None:
+            from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+            _dispatcher = DomainDispatcherApplication(create_backend_app)
+        return _dispatcher
+
+
+class _RealmApp:
+    """WSGI wrapper: binds the emulator's realm for the request; hides /moto-api."""
+
+    def __init__(self, realm: Realm, app: Any):
+        self.realm, self.app = realm, app
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO", "").startswith("/moto-api"):
+            start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "9")])
+            return [b"Not Found"]
+        token = _enforce.CURRENT_REALM.set(self.realm)
+        try:
+            return self.app(environ, start_response)
+        finally:
+            _enforce.CURRENT_REALM.reset(token)
+
+
+def _policy_json(policy: dict[str, Any] | str) -> str:
+    return policy if isinstance(policy, str) else json.dumps(policy)
+
+
+class S3Emulator:
+    """moto's S3 + STS (+ IAM) on ``127.0.0.1`` in a background thread, with enforcement.
+
+    Example::
+
+        with S3Emulator() as emu:
+            emu.create_bucket("warehouse")
+            s3 = emu.client("s3")                    # admin credentials
+            creds = emu.assume(table_session_policy("s3://warehouse/wh/orders", write=False))
+            scoped = emu.client("s3", creds)         # limited to wh/orders/
+
+    Args:
+        region: the region clients sign for (``.region``).
+        account_id: 12-digit account; default: a fresh random one per emulator.
+        host / port: bind address; port 0 picks a free port.
+        min_duration_seconds: shortest ``DurationSeconds`` AssumeRole accepts
+            (AWS: 900; default here 1, for expiry tests).
+    """
+
+    def __init__(self, region: str = "us-east-1", *, account_id: str | None = None, host: str = "127.0.0.1",
+                 port: int = 0, min_duration_seconds: int = 1):
+        check_moto_version()
+        self.region = region
+        self.account_id = account_id or self._fresh_account_id()
+        self._host, self._port = host, port
+        self._realm = Realm(self.account_id, min_duration_seconds=min_duration_seconds)
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self._admin: Credentials | None = None
+        self._vending_role_arn: str | None = None
+
+    @staticmethod
+    def _fresh_account_id() -> str:
+        from moto.iam.models import iam_backends
+
+        while True:
+            candidate = str(secrets.randbelow(9 * 10**11) + 10**11)
+            if candidate != _DEFAULT_ACCOUNT and candidate not in iam_backends:
+                return candidate
+
+    # --- lifecycle
+
+    def start(self) -> S3Emulator:
+        """Bootstrap the account (once) and serve on a free port; returns ``self``."""
+        if self._server is not None:
+            return self
+        _enforce.install()
+        if self._admin is None:
+            self._bootstrap()
+        server = make_server(self._host, self._port, _RealmApp(self._realm, _moto_app()), threaded=True,
+                             request_handler=_QuietHandler)
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"s3-emulator-{server.server_port}", daemon=True)
+        self._server = server
+        self._thread.start()
+        return self
+
+    def stop(self, clear: bool = False) -> None:
+        """Stop serving. State stays in the process unless ``clear`` (then it is deleted)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+        if clear:
+            self._clear()
+            self._admin = self._vending_role_arn = None
+
+    def __enter__(self) -> S3Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(clear=True)
+
+    def reset(self) -> None:
+        """Delete this emulator's buckets, roles, users and sessions, then bootstrap again
+        (new admin credentials and vending role ARN). Other emulators are untouched."""
+        self._clear()
+        self._bootstrap()
+
+    @property
+    def endpoint(self) -> str:
+        if self._server is None:
+            raise RuntimeError("S3Emulator is not started")
+        return f"http://{self._host}:{self._server.server_port}"
+
+    # --- account
+
+    def _iam(self) -> Any:
+        from moto.iam.models import iam_backends
+
+        return iam_backends[self.account_id][self._realm.partition]
+
+    def _s3(self) -> Any:
+        from moto.s3.models import s3_backends
+
+        return s3_backends[self.account_id][self._realm.partition]
+
+    def _bootstrap(self) -> None:
+        iam = self._iam()
+        iam.create_user(region_name=self.region, user_name=ADMIN_USER)
+        key = iam.create_access_key(ADMIN_USER)
+        admin_policy = {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": ["s3:*", "sts:AssumeRole"], "Resource": "*"}]}
+        iam.put_user_policy(ADMIN_USER, "lakesession-admin", json.dumps(admin_policy))
+        self._admin = Credentials(key.access_key_id, key.secret_access_key)
+        self._vending_role_arn = self.create_role(VENDING_ROLE, {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "s3:*", "Resource": ["arn:aws:s3:::*"]}]})
+
+    def _clear(self) -> None:
+        from moto.core.base_backend import BaseBackend
+        from moto.s3.models import s3_backends
+        from moto.sts.models import sts_backends
+
+        s3 = self._s3()
+        for bucket in list(s3.buckets.values()):
+            for key in list(bucket.keys.values()):
+                if hasattr(key, "dispose"):
+                    key.dispose()
+            for upload in list(bucket.multiparts.values()):
+                upload.dispose()
+            s3_backends.bucket_accounts.pop(bucket.name, None)
+        BaseBackend.reset(s3)  # not S3Backend.reset: that disposes every account's objects
+        self._iam().reset()
+        sts_backends[self.account_id][self._realm.partition].reset()
+        self._realm.sessions.clear()
+
+    @property
+    def admin_credentials(self) -> Credentials:
+        """``(access_key_id, secret_access_key)`` of the admin IAM user (s3:*, sts:AssumeRole)."""
+        if self._admin is None:
+            raise RuntimeError("S3Emulator is not started")
+        return self._admin
+
+    @property
+    def admin_arn(self) -> str:
+        return f"arn:aws:iam::{self.account_id}:user/{ADMIN_USER}"
+
+    @property
+    def vending_role_arn(self) -> str:
+        """A role the admin may assume, allowing s3:* on every bucket; scope it with a session policy."""
+        if self._vending_role_arn is None:
+            raise RuntimeError("S3Emulator is not started")
+        return self._vending_role_arn
+
+    def create_bucket(self, name: str) -> None:
+        """Create ``name`` in this emulator's account (idempotent for its own buckets)."""
+        from moto.s3.models import s3_backends
+
+        owner = s3_backends.bucket_accounts.get(name)
+        if owner is not None:
+            if owner[1] == self.account_id:
+                return
+            raise ValueError(f"bucket {name!r} belongs to another emulator or moto user in this process "
+                             "(bucket names are global)")
+        self._s3().create_bucket(name, self.region)
+
+    def create_role(self, name: str, policy_document: dict[str, Any] | str, *,
+                    trusted_principals: list[str] | None = None, max_session_duration: int = 43200) -> str:
+        """Create a role with one inline policy, assumable by the admin (or ``trusted_principals``)."""
+        trust = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": {"AWS": trusted_principals or [self.admin_arn]},
+            "Action": "sts:AssumeRole"}]}
+        iam = self._iam()
+        role = iam.create_role(role_name=name, assume_role_policy_document=json.dumps(trust), path="/",
+                               permissions_boundary=None, description="", tags=[],
+                               max_session_duration=str(max_session_duration))
+        iam.put_role_policy(name, f"{name}-policy", _policy_json(policy_document))
+        return role.arn
+
+    def expire(self, access_key_id: str) -> None:
+        """Make an STS credential expire now (revocation / refresh tests)."""
+        import time
+
+        session = self._realm.sessions.get(access_key_id)
+        if session is None:
+            raise KeyError(access_key_id)
+        session.expires_at = min(session.expires_at, time.time())
+
+    # --- boto3 conveniences (real SigV4 over loopback)
+
+    def client(self, service: str = "s3", credentials: Credentials | dict[str, Any] | None = None,
+               **kwargs: Any) -> Any:
+        """A boto3 client for this endpoint (path-style, ``.region``); admin credentials by default.
+        ``credentials`` may be a :class:`Credentials` or an STS ``Credentials`` dict."""
+        import boto3
+        from botocore.config import Config
+
+        if isinstance(credentials, dict):
+            credentials = Credentials(credentials["AccessKeyId"], credentials["SecretAccessKey"],
+                                      credentials.get("SessionToken"))
+        creds = credentials or self.admin_credentials
+        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1, "mode": "standard"})
+        return boto3.client(service, endpoint_url=self.endpoint, region_name=self.region,
+                            aws_access_key_id=creds[0], aws_secret_access_key=creds[1],
+                            aws_session_token=creds[2] if len(creds) > 2 else None,
+                            config=kwargs.pop("config", config), **kwargs)
+
+    def assume(self, policy: dict[str, Any] | str | None = None, *, duration_seconds: int = 3600,
+               role_arn: str | None = None, session_name: str = "lakesession") -> Credentials:
+        """``sts:AssumeRole`` (admin credentials, vending role by default) with a session policy."""
+        params: dict[str, Any] = {"RoleArn": role_arn or self.vending_role_arn, "RoleSessionName": session_name,
+                                  "DurationSeconds": duration_seconds}
+        if policy is not None:
+            params["Policy"] = _policy_json(policy)
+        c = self.client("sts").assume_role(**params)["Credentials"]
+        return Credentials(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"])
