@@ -31,6 +31,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             bootstrap=args.bootstrap,
             issuer_url=args.issuer_url,
             access_token_ttl=args.token_ttl,
+            s3_emulator=args.s3_emulator,
+            credential_ttl=args.credential_ttl,
         )
     except BootstrapError as e:
         print(f"lakesession serve: invalid bootstrap file: {e}", file=sys.stderr)
@@ -38,9 +40,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"lakesession serve: cannot listen on {args.host}:{args.port}: {e.strerror}", file=sys.stderr)
         return 2
+    except ValueError as e:
+        print(f"lakesession serve: {e}", file=sys.stderr)
+        return 2
     print(f"catalog: {handle.uri}", flush=True)
     print(f"issuer: {handle.issuer_uri}", flush=True)
     print(f"warehouse: {handle.settings.warehouse}", flush=True)
+    if handle.s3_emulator is not None:
+        print(f"s3: {handle.s3_emulator.endpoint}", flush=True)
     print(f"admin credentials: {handle.data_dir / 'admin-credentials'} (client id 'admin')", flush=True)
     try:
         while not stop.wait(0.5):
@@ -76,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--bootstrap", type=Path, default=None, help="YAML file of principals, roles and grants")
     serve.add_argument("--issuer-url", default=None, help="trust this external OIDC issuer instead of the embedded one")
     serve.add_argument("--token-ttl", type=int, default=3600, help="access token lifetime in seconds (embedded issuer)")
+    serve.add_argument("--s3-emulator", action="store_true",
+                       help="serve an s3:// warehouse from the embedded S3/STS emulator (enforces scoped, expiring credentials)")
+    serve.add_argument("--credential-ttl", type=int, default=3600, help="lifetime of vended credentials in seconds")
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser("demo", help="the whole path on the embedded default: create, write, read, show accesses",

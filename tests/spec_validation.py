@@ -11,7 +11,12 @@ query string, request headers and body, response status, headers and full body, 
 ``validate_all`` checks each recorded response with openapi-core against the spec shipped in
 the package (``lakesession/reference/spec/rest-catalog-open-api.yaml``): the operation must
 exist, the status must be documented for it (exactly, as a ``4XX``-style range or ``default``),
-the content type must be one the spec lists and the body must match the schema.
+the content type must be one the spec lists and the body must match the schema. Requests
+that address no operation of the spec (another ``{prefix}``, an unknown path or method) must
+be refused with an ``IcebergErrorResponse``. The few places where the spec file contradicts
+itself are corrected, narrowly and with the reason, in ``_patch_spec_quirks``.
+
+Errors read ``METHOD /path?query -> status: what is wrong at which JSON location``.
 """
 
 from __future__ import annotations
@@ -71,8 +76,9 @@ class Exchange:
 def _patch_spec_quirks(spec: dict[str, Any]) -> dict[str, Any]:
     """Narrow, documented corrections of the spec file itself (never of what the server sends).
 
-    Each entry fixes a place where the YAML contradicts its own prose or the Iceberg table spec,
-    so that a response that is right by the spec's intent is not reported as wrong.
+    Each entry fixes a place where the YAML contradicts its own examples, its prose or the RFC
+    it cites, so that a response that is right by the spec's intent is not reported as wrong.
+    Everything else the server sends must match the YAML as written.
     """
     # One fixed server for every recorded request (the spec's servers are templates).
     spec["servers"] = [{"url": HOST_URL}]
@@ -124,7 +130,7 @@ def _error_validator() -> Draft202012Validator:
 @functools.lru_cache(maxsize=1)
 def _openapi() -> OpenAPI:
     spec = _patch_spec_quirks(official_spec())
-    # The spec document itself is checked once by test_fuzz (openapi-spec-validator, ~2 s); skip it here.
+    # Skip openapi-core's ~2 s spec check: test_fuzz validates the merged document that embeds it.
     return OpenAPI.from_dict(spec, config=Config(spec_validator_cls=None))
 
 

@@ -481,3 +481,35 @@ def test_the_validator_catches_violations(recorder: SpecRecorder) -> None:
     assert validate_exchange(wrong_error)
     undocumented = replace(load, status=418, body=b'{"error": {"message": "x", "type": "T", "code": 418}}')
     assert validate_exchange(undocumented)
+
+
+def test_recorder_is_transparent_and_streaming_safe() -> None:
+    """Chunked bodies are recorded whole, messages pass through unchanged, other paths are ignored."""
+    import asyncio
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        for part in (b'{"namespaces": [', b'["a"], ["b"]', b"]}"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    rec = SpecRecorder(catalog_prefix="lakesession")
+    wrapped = rec.wrap(app)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    for path in ("/v1/lakesession/namespaces", "/healthz"):
+        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "headers": [(b"authorization", b"Bearer x")]}
+        asyncio.run(wrapped(scope, receive, send))
+    assert len(sent) == 10 and sent[1]["body"] == b'{"namespaces": ['
+    assert rec.recorded == 1
+    (ex,) = rec.exchanges
+    assert ex.body == b'{"namespaces": [["a"], ["b"]]}' and ex.complete
+    assert rec.validate_all() == []

@@ -7,7 +7,7 @@ import os
 import secrets
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from .authz import Grant
 from .context import Services
 from .directory import Principal
 from .settings import ServerSettings
+from .vending import S3Settings
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class ReferenceCatalog:
         services: Services = self.app.state.services
         self.services = services
         self.admin = Admin(services, self.app.state.issuer)
+        self.s3_emulator: Any = None
         self.admin_credentials = _ensure_admin(services, data_dir)
         if bootstrap is not None:
             self.admin.apply_bootstrap(bootstrap)
@@ -138,6 +140,8 @@ class ReferenceCatalog:
 
     def stop(self) -> None:
         self._server.stop()
+        if self.s3_emulator is not None:
+            self.s3_emulator.stop(clear=True)
         self.services.catalog.engine.dispose()
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -164,6 +168,9 @@ def start(
     issuer_url: str | None = None,
     access_token_ttl: int = 3600,
     wrap_app: Callable[[Any], Any] | None = None,
+    s3: S3Settings | None = None,
+    s3_emulator: bool = False,
+    credential_ttl: int = 3600,
     **settings: Any,
 ) -> ReferenceCatalog:
     """Start a reference catalog in a background thread and return its handle.
@@ -171,6 +178,11 @@ def start(
     With no arguments everything lives in a temporary directory removed on ``stop()``:
     ``file://`` warehouse, SQLite state, issuer key. ``wrap_app`` wraps the ASGI app
     (e.g. a test recorder) before it is served.
+
+    An ``s3://bucket/prefix`` warehouse vends credentials: pass ``s3=S3Settings(...)`` for real
+    S3/STS, or ``s3_emulator=True`` for the embedded emulator (moto, enforcing session policies
+    and expiry), which ``handle.s3_emulator`` then exposes. ``credential_ttl`` sets the lifetime
+    of vended credentials.
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -183,6 +195,13 @@ def start(
     if warehouse is None:
         (data_path / "warehouse").mkdir(exist_ok=True)
         warehouse = (data_path / "warehouse").as_uri()
+    emulator = None
+    if warehouse.startswith("s3") and s3 is None:
+        if not s3_emulator:
+            raise ValueError("an s3:// warehouse needs s3=S3Settings(...) (real S3/STS) or s3_emulator=True")
+        emulator, s3 = _start_emulator(warehouse, credential_ttl)
+    elif s3 is not None and s3.credential_ttl != credential_ttl and credential_ttl != 3600:
+        s3 = replace(s3, credential_ttl=credential_ttl)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
     cfg = ServerSettings(
@@ -191,15 +210,39 @@ def start(
         base_url=f"http://{url_host(host)}:{bound_port}",
         issuer_url=issuer_url,
         access_token_ttl=access_token_ttl,
+        s3=s3,
         **settings,
     )
     try:
         handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
+        handle.s3_emulator = emulator
         handle._start()
     except BaseException:
         sock.close()
+        if emulator is not None:
+            emulator.stop(clear=True)
         if tmp is not None:
             tmp.cleanup()
         raise
     return handle
+
+
+def _start_emulator(warehouse: str, credential_ttl: int) -> tuple[Any, S3Settings]:
+    from .storage import S3Emulator
+    from .storage.policy import split_s3_location as split_s3
+
+    emulator = S3Emulator().start()
+    bucket, _ = split_s3(warehouse)
+    emulator.create_bucket(bucket)
+    admin = emulator.admin_credentials
+    settings = S3Settings(
+        role_arn=emulator.vending_role_arn,
+        region=emulator.region,
+        endpoint=emulator.endpoint,
+        access_key_id=admin.access_key_id,
+        secret_access_key=admin.secret_access_key,
+        path_style=True,
+        credential_ttl=credential_ttl,
+    )
+    return emulator, settings
 

@@ -16,7 +16,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from .errors import BadRequest, Forbidden
-from .vending import S3Settings, split_s3
+from .storage.policy import split_s3_location as split_s3
+from .vending import S3Settings
 
 READ_METHODS = frozenset({"GET", "HEAD"})
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ServiceUnavailable
+from .storage.policy import split_s3_location as split_s3
+from .storage.policy import table_session_policy
 
 READ, WRITE = "read", "write"
 
@@ -94,35 +96,6 @@ class VendedCredential:
         return cfg
 
 
-def split_s3(location: str) -> tuple[str, str]:
-    """``s3://bucket/a/b/`` → ``("bucket", "a/b")`` (also s3a/s3n)."""
-    m = re.match(r"^s3[an]?://([^/]+)/?(.*)$", location)
-    if not m:
-        raise ValueError(f"not an s3 location: {location!r}")
-    return m.group(1), m.group(2).strip("/")
-
-
-def table_session_policy(location: str, write: bool) -> dict[str, Any]:
-    """An IAM session policy allowing exactly ``location``'s prefix, path-boundary safe.
-
-    ``s3://b/wh/orders`` allows ``wh/orders/*`` — never ``wh/orders_archive/*``.
-    """
-    bucket, key = split_s3(location)
-    prefix = f"{key}/" if key else ""
-    objects = f"arn:aws:s3:::{bucket}/{prefix}*"
-    actions = ["s3:GetObject", "s3:GetObjectVersion"]
-    if write:
-        actions += ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
-    list_actions = ["s3:ListBucket"] + (["s3:ListBucketMultipartUploads"] if write else [])
-    statements: list[dict[str, Any]] = [
-        {"Sid": "TableObjects", "Effect": "Allow", "Action": actions, "Resource": [objects]},
-        {"Sid": "TableListing", "Effect": "Allow", "Action": list_actions, "Resource": [f"arn:aws:s3:::{bucket}"],
-         "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*", key] if key else ["*"]}}},
-        {"Sid": "BucketLocation", "Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": [f"arn:aws:s3:::{bucket}"]},
-    ]
-    return {"Version": "2012-10-17", "Statement": statements}
-
-
 def _session_name(principal: str) -> str:
     cleaned = re.sub(r"[^\w+=,.@-]", "-", principal)[:48] or "principal"
     return f"lakesession-{cleaned}"
@@ -149,9 +122,12 @@ class CredentialVendor:
     def _client(self) -> Any:
         if self._sts is None:
             import boto3
+            from botocore.config import Config
 
             self._sts = boto3.client(
                 "sts",
+                # validation off below 900 s: emulators accept shorter DurationSeconds than AWS (short-TTL tests)
+                config=Config(parameter_validation=self.s3.credential_ttl >= 900, retries={"max_attempts": 2}),
                 region_name=self.s3.region,
                 endpoint_url=self.s3.sts_endpoint or self.s3.endpoint,
                 aws_access_key_id=self.s3.access_key_id,

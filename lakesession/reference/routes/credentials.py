@@ -50,6 +50,28 @@ def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *,
     return config, [{"prefix": cred.prefix, "config": config}]
 
 
+def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str | None) -> dict[str, str]:
+    """Config that tells engines to have each S3 request signed by the catalog (no credentials at all)."""
+    vendor = ctx.services.vendor
+    if vendor is None or not location or not ctx.allowed(P.TABLE_READ_DATA, Securable.table(ns, name)):
+        return {}
+    s3 = vendor.s3
+    sep = ctx.services.settings.namespace_separator
+    ns_part = sep.join(quote(level, safe="") for level in ns)
+    cfg = {
+        "s3.remote-signing-enabled": "true",
+        "s3.signer.uri": ctx.services.settings.base_url,
+        "s3.signer.endpoint": f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/sign",
+        "client.region": s3.region,
+        "s3.region": s3.region,
+    }
+    if s3.endpoint:
+        cfg["s3.endpoint"] = s3.endpoint
+    if s3.path_style:
+        cfg["s3.path-style-access"] = "true"
+    return cfg
+
+
 @router.get("/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
 def load_credentials(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context)) -> Response:
     """Re-authorizes on every call and never reads table metadata (cost independent of history)."""

@@ -23,7 +23,7 @@ from ..context import RequestContext, get_context
 from ..errors import BadRequest, Conflict, NoSuchTable
 from ..tablestore import DATA_ACTIONS, TableStore, filter_refs, load_result
 from .common import Namespace, check_level, check_name, check_prefix, decode_namespace, ns_str, paginate, parse_body, parse_json_object, require_namespace
-from .credentials import vend
+from .credentials import signing_config, vend
 from .namespaces import raw_body
 
 router = APIRouter()
@@ -90,6 +90,8 @@ def table_result(ctx: RequestContext, ns: Namespace, name: str, metadata_locatio
     creds: list[dict[str, Any]] = []
     if "vended-credentials" in ctx.delegation:
         config, creds = vend(ctx, ns, name, location, action=action)
+    elif "remote-signing" in ctx.delegation:
+        config = signing_config(ctx, ns, name, location)
     return json_bytes(load_result(metadata_location, raw, config, creds))
 
 
@@ -185,7 +187,7 @@ def load_table(
     if snapshots == "refs":
         raw = filter_refs(raw)
     ctx.audit("load_table", sec, "issued", {"metadata-location": loc})
-    location = tables_of(ctx).table_location(ns, name) if "vended-credentials" in ctx.delegation else None
+    location = tables_of(ctx).table_location(ns, name) if ctx.delegation else None
     return table_result(ctx, ns, name, loc, raw, location, "vend_credentials")
 
 

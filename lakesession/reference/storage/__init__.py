@@ -3,11 +3,20 @@ enforces scoped, expiring credentials, and the per-table session policy."""
 
 from .policy import split_s3_location, table_session_policy
 
-__all__ = ["Credentials", "S3Emulator", "SUPPORTED_MOTO_VERSION", "split_s3_location", "table_session_policy"]
+__all__ = [
+    "AccessKey",
+    "Credentials",
+    "S3Emulator",
+    "SUPPORTED_MOTO_VERSION",
+    "split_s3_location",
+    "table_session_policy",
+]
 
 
-def __getattr__(name: str):  # the emulator imports moto: load it only when asked for
-    if name in ("Credentials", "S3Emulator", "SUPPORTED_MOTO_VERSION"):
+def __getattr__(name: str) -> object:
+    # The emulator needs moto (a test/offline extra): import it only when asked for, so
+    # `policy` stays importable by the credential vendor without moto installed.
+    if name in ("AccessKey", "Credentials", "S3Emulator", "SUPPORTED_MOTO_VERSION"):
         from . import emulator
 
         return getattr(emulator, name)

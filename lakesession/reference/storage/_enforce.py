@@ -4,7 +4,8 @@ Two methods are patched, process-wide but active only for requests served by
 an :class:`~lakesession.reference.storage.S3Emulator` (the emulator's WSGI
 wrapper binds its :class:`Realm` to ``CURRENT_REALM`` for the request);
 everything else (e.g. ``moto.mock_aws`` in the same process) gets moto's
-original code path:
+original code path. A third patch, for everyone, fixes two S3 response root
+element names (:data:`_S3_RESULT_ROOTS`) that break pyarrow's multipart writes.
 
 * ``moto.core.authorization.ActionAuthenticatorMixin._authenticate_and_authorize_action``
   -> :func:`_authorize`: always authenticates (SigV4 via moto's
@@ -20,6 +21,7 @@ original code path:
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -46,7 +48,12 @@ check_moto_version()
 
 import xmltodict  # noqa: E402  (moto dependency)
 from moto.core.authorization import ActionAuthenticatorMixin  # noqa: E402
-from moto.core.exceptions import AccessDeniedError, InvalidClientTokenIdError  # noqa: E402
+from moto.core.exceptions import (  # noqa: E402
+    AccessDeniedError,
+    InvalidClientTokenIdError,
+    ServiceException,
+)
+from moto.core.utils import get_service_model  # noqa: E402
 from moto.iam.access_control import AssumedRoleAccessKey, S3IAMRequest  # noqa: E402
 from moto.iam.exceptions import NotFoundException  # noqa: E402
 from moto.iam.models import iam_backends  # noqa: E402
@@ -61,8 +68,11 @@ from moto.s3.exceptions import (  # noqa: E402
 from moto.s3.models import s3_backends  # noqa: E402
 from moto.sts.exceptions import STSClientError, STSValidationError  # noqa: E402
 from moto.sts.models import STSBackend, sts_backends  # noqa: E402
+from werkzeug.exceptions import HTTPException  # noqa: E402
 
 from . import policy as iam_policy  # noqa: E402
+
+log = logging.getLogger(__name__)
 
 CURRENT_REALM: ContextVar[Realm | None] = ContextVar("lakesession_s3_emulator_realm", default=None)
 MAX_SESSION_POLICY_CHARS = 2048  # AWS limit on a plain-text session policy
@@ -132,7 +142,8 @@ class _S3Errors:
         return S3ExpiredToken()
 
     def unsupported(self) -> Exception:
-        return S3InvalidRequest("The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.")
+        return S3InvalidRequest("The authorization mechanism you have provided is not supported. "
+                                "Please use AWS4-HMAC-SHA256.")
 
 
 class _ApiErrors:
@@ -161,16 +172,36 @@ _original_authorize = ActionAuthenticatorMixin._authenticate_and_authorize_actio
 _original_assume_role = STSBackend.assume_role
 
 
+# moto 5.2.1 serializes these S3 responses under "<Operation>Response"; S3 (and the
+# AWS SDK for C++ in pyarrow, which then fails CompleteMultipartUpload) uses these roots.
+_S3_RESULT_ROOTS = {"CompleteMultipartUpload": "CompleteMultipartUploadResult", "ListParts": "ListPartsResult"}
+
+
 def install() -> None:
     """Patch moto (idempotent)."""
     ActionAuthenticatorMixin._authenticate_and_authorize_action = _authorize  # type: ignore[method-assign]
     STSBackend.assume_role = _assume_role  # type: ignore[method-assign]
+    model = get_service_model("s3")  # cached: the instance moto's serializer uses
+    for operation, root in _S3_RESULT_ROOTS.items():
+        model.operation_model(operation).output_shape.serialization.setdefault("resultWrapper", root)
 
 
 def _authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
     realm = CURRENT_REALM.get()
     if realm is None:
         return _original_authorize(self, iam_request_cls, resource)
+    try:
+        _enforce(self, realm, iam_request_cls, resource)
+    except (ServiceException, HTTPException):
+        raise  # moto-shaped: serialized as a proper 4xx
+    except Exception:  # never a 500: fail closed like AWS would for a request it cannot verify
+        log.warning("S3 emulator: denying a request it could not verify", exc_info=True)
+        if issubclass(iam_request_cls, S3IAMRequest):
+            raise _S3Errors(_split_s3_arn(resource)[0]).denied() from None
+        raise _ApiErrors().denied() from None
+
+
+def _enforce(self: Any, realm: Realm, iam_request_cls: type, resource: str) -> None:
     is_s3 = issubclass(iam_request_cls, S3IAMRequest)
     bucket, key = _split_s3_arn(resource) if is_s3 else (None, None)
     errors: Any = _S3Errors(bucket) if is_s3 else _ApiErrors()
@@ -183,11 +214,13 @@ def _authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
     access_key_id = auth.partition("Credential=")[2].partition("/")[0]
     if self.current_account != realm.account_id:
         raise errors.invalid_key()  # unknown here, or another emulator's/moto user's key
+    signed = auth.partition("SignedHeaders=")[2].partition(",")[0].split(";")
+    if "x-amz-date" not in signed or "X-Amz-Date" not in self.headers:
+        raise errors.denied()  # AWS: "AWS authentication requires a valid Date or x-amz-date header"
     session = _session(realm, access_key_id)
     if session is not None and time.time() >= session.expires_at:
         raise errors.expired()
-    parsed = urlparse(self.uri)
-    path = parsed.path + (f"?{parsed.query}" if parsed.query else "")
+    path = _signed_path(self)
     iam_request = iam_request_cls(
         account_id=self.current_account, method=self.method, path=path, data=self.data,
         body=self.raw_body, headers=self.headers, action=self._get_action(),
@@ -204,7 +237,6 @@ def _authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
 
     context = _global_context(self, principal.arn)
     if is_s3:
-        errors = _S3Errors(bucket)
         if bucket:
             owner = s3_backends.bucket_accounts.get(bucket)
             if owner is not None and owner[1] != realm.account_id:
@@ -227,6 +259,14 @@ def _authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
             raise errors.denied()
         if action.lower() == "sts:assumerole" and not _trusts(realm, res, principal, ctx):
             raise errors.denied()
+
+
+def _signed_path(resp: Any) -> str:
+    """The path and query exactly as sent: moto's decoded URL breaks SigV4 for keys like ``a=1``."""
+    environ = getattr(getattr(resp, "request", None), "environ", None) or {}
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    parsed = urlparse(raw if raw else resp.uri)
+    return (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
 
 
 def _session(realm: Realm, access_key_id: str) -> Session | None:
@@ -357,7 +397,8 @@ def _assume_role(self: STSBackend, region_name: str, role_session_name: str, rol
             IAMPolicyDocumentValidator(policy).validate()
             parsed = json.loads(policy)
         except Exception as exc:
-            raise MalformedPolicyDocument(getattr(exc, "message", None) or str(exc) or "Syntax errors in policy.") from None
+            message = getattr(exc, "message", None) or str(exc) or "Syntax errors in policy."
+            raise MalformedPolicyDocument(message) from None
     assumed = _original_assume_role(self, region_name, role_session_name, role_arn, policy, duration, external_id)
     realm.sessions[assumed.access_key_id] = Session(role_arn, parsed, _epoch(assumed.expiration))
     return assumed

@@ -16,7 +16,7 @@ own AWS account id, so IAM users, roles, STS sessions and buckets are
 separate, and keys or buckets of another emulator (or of an in-process
 ``moto.mock_aws``) are rejected (``InvalidAccessKeyId`` / ``AccessDenied``).
 Bucket *names* are global, as in AWS: two emulators in one process cannot both
-own bucket ``warehouse``. moto's global reset (``mock_aws`` teardown,
+own bucket ``warehouse``. moto's global reset (``mock_aws`` start and stop,
 ``moto.core.models.BackendDict.reset``) wipes every emulator's state;
 ``/moto-api`` is not served.
 """
@@ -24,8 +24,10 @@ own bucket ``warehouse``. moto's global reset (``mock_aws`` teardown,
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import threading
+import time
 from typing import Any, NamedTuple
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
@@ -33,14 +35,23 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from . import _enforce
 from ._enforce import SUPPORTED_MOTO_VERSION, Realm, check_moto_version
 
-__all__ = ["Credentials", "S3Emulator", "SUPPORTED_MOTO_VERSION", "check_moto_version"]
+__all__ = ["AccessKey", "Credentials", "S3Emulator", "SUPPORTED_MOTO_VERSION", "check_moto_version"]
 
 ADMIN_USER = "lakesession-admin"
 VENDING_ROLE = "lakesession-vending"
 _DEFAULT_ACCOUNT = "123456789012"
 
 
+class AccessKey(NamedTuple):
+    """An IAM user's long-lived key pair: ``ak, sk = emu.admin_credentials``."""
+
+    access_key_id: str
+    secret_access_key: str
+
+
 class Credentials(NamedTuple):
+    """STS temporary credentials (or any key pair, with ``session_token=None``)."""
+
     access_key_id: str
     secret_access_key: str
     session_token: str | None = None
@@ -66,6 +77,17 @@ def _moto_app() -> Any:
         return _dispatcher
 
 
+_SIGV4 = re.compile(r"^AWS4-HMAC-SHA256 Credential=[A-Za-z0-9]+/\d{8}/[^/,\s]+/[^/,\s]+/aws4_request,\s*"
+                    r"SignedHeaders=[a-z0-9;-]+,\s*Signature=[0-9a-f]{64}$")
+
+
+def _error(start_response: Any, code: str, message: str) -> list[bytes]:
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>{message}</Message></Error>").encode()
+    start_response("400 Bad Request", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
 class _RealmApp:
     """WSGI wrapper: binds the emulator's realm for the request; hides /moto-api."""
 
@@ -76,6 +98,12 @@ class _RealmApp:
         if environ.get("PATH_INFO", "").startswith("/moto-api"):
             start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "9")])
             return [b"Not Found"]
+        auth = environ.get("HTTP_AUTHORIZATION")
+        if auth is not None and not _SIGV4.match(auth):  # moto answers 500 to some of these
+            if auth.startswith("AWS4-HMAC-SHA256"):
+                return _error(start_response, "AuthorizationHeaderMalformed", "The authorization header is malformed.")
+            return _error(start_response, "InvalidRequest", "The authorization mechanism you have provided is "
+                                                            "not supported. Please use AWS4-HMAC-SHA256.")
         token = _enforce.CURRENT_REALM.set(self.realm)
         try:
             return self.app(environ, start_response)
@@ -115,7 +143,7 @@ class S3Emulator:
         self._realm = Realm(self.account_id, min_duration_seconds=min_duration_seconds)
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
-        self._admin: Credentials | None = None
+        self._admin: AccessKey | None = None
         self._vending_role_arn: str | None = None
 
     @staticmethod
@@ -193,7 +221,7 @@ class S3Emulator:
         admin_policy = {"Version": "2012-10-17", "Statement": [
             {"Effect": "Allow", "Action": ["s3:*", "sts:AssumeRole"], "Resource": "*"}]}
         iam.put_user_policy(ADMIN_USER, "lakesession-admin", json.dumps(admin_policy))
-        self._admin = Credentials(key.access_key_id, key.secret_access_key)
+        self._admin = AccessKey(key.access_key_id, key.secret_access_key)
         self._vending_role_arn = self.create_role(VENDING_ROLE, {"Version": "2012-10-17", "Statement": [
             {"Effect": "Allow", "Action": "s3:*", "Resource": ["arn:aws:s3:::*"]}]})
 
@@ -216,7 +244,7 @@ class S3Emulator:
         self._realm.sessions.clear()
 
     @property
-    def admin_credentials(self) -> Credentials:
+    def admin_credentials(self) -> AccessKey:
         """``(access_key_id, secret_access_key)`` of the admin IAM user (s3:*, sts:AssumeRole)."""
         if self._admin is None:
             raise RuntimeError("S3Emulator is not started")
@@ -260,8 +288,6 @@ class S3Emulator:
 
     def expire(self, access_key_id: str) -> None:
         """Make an STS credential expire now (revocation / refresh tests)."""
-        import time
-
         session = self._realm.sessions.get(access_key_id)
         if session is None:
             raise KeyError(access_key_id)
@@ -269,10 +295,10 @@ class S3Emulator:
 
     # --- boto3 conveniences (real SigV4 over loopback)
 
-    def client(self, service: str = "s3", credentials: Credentials | dict[str, Any] | None = None,
+    def client(self, service: str = "s3", credentials: AccessKey | Credentials | dict[str, Any] | None = None,
                **kwargs: Any) -> Any:
         """A boto3 client for this endpoint (path-style, ``.region``); admin credentials by default.
-        ``credentials`` may be a :class:`Credentials` or an STS ``Credentials`` dict."""
+        ``credentials``: an :class:`AccessKey`, :class:`Credentials` or STS ``Credentials`` dict."""
         import boto3
         from botocore.config import Config
 
@@ -289,9 +315,13 @@ class S3Emulator:
     def assume(self, policy: dict[str, Any] | str | None = None, *, duration_seconds: int = 3600,
                role_arn: str | None = None, session_name: str = "lakesession") -> Credentials:
         """``sts:AssumeRole`` (admin credentials, vending role by default) with a session policy."""
+        from botocore.config import Config
+
         params: dict[str, Any] = {"RoleArn": role_arn or self.vending_role_arn, "RoleSessionName": session_name,
                                   "DurationSeconds": duration_seconds}
         if policy is not None:
             params["Policy"] = _policy_json(policy)
-        c = self.client("sts").assume_role(**params)["Credentials"]
+        # botocore validates DurationSeconds >= 900 client-side; the emulator allows less
+        sts = self.client("sts", config=Config(parameter_validation=False, retries={"max_attempts": 1}))
+        c = sts.assume_role(**params)["Credentials"]
         return Credentials(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"])

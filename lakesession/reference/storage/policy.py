@@ -1,9 +1,11 @@
-"""Session policies that scope STS credentials to exactly one table's S3 prefix.
+"""Session policies that scope STS credentials to exactly one table's S3 prefix,
+and the IAM policy evaluation the emulator enforces them with.
 
 Pure functions, no AWS or moto imports: the credential vendor calls
 :func:`table_session_policy` and passes the result (JSON-encoded) as the
-``Policy`` of ``sts:AssumeRole``. The same policy is enforced by real AWS and
-by :class:`lakesession.reference.storage.S3Emulator`.
+``Policy`` of ``sts:AssumeRole``. Real AWS and
+:class:`lakesession.reference.storage.S3Emulator` (via :func:`is_allowed`)
+enforce the same document.
 
 Path-boundary safety: a table at ``s3://b/wh/orders`` gets objects
 ``arn:aws:s3:::b/wh/orders/*`` and listing with ``s3:prefix`` in
@@ -57,7 +59,8 @@ def table_session_policy(location: str, write: bool) -> dict[str, Any]:
 
     Read: ``s3:GetObject`` and ``s3:GetObjectVersion`` on ``<prefix>/*``,
     ``s3:ListBucket`` on the bucket only for ``s3:prefix`` like ``<prefix>/*``
-    or exactly ``<prefix>``, and ``s3:GetBucketLocation``. Write adds
+    (not the bare ``<prefix>``: it would list sibling names such as
+    ``<prefix>_archive/``), and ``s3:GetBucketLocation``. Write adds
     ``s3:PutObject``, ``s3:DeleteObject``, ``s3:AbortMultipartUpload``,
     ``s3:ListMultipartUploadParts`` on the objects and
     ``s3:ListBucketMultipartUploads`` on the bucket.
@@ -83,15 +86,15 @@ def table_session_policy(location: str, write: bool) -> dict[str, Any]:
             "Effect": "Allow",
             "Action": "s3:ListBucket",
             "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*", prefix]}},
+            # only "<prefix>/…": a bare "<prefix>" would let the holder list names under "<prefix>_archive/"
+            "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
         },
         {"Sid": "BucketLocation", "Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": bucket_arn},
     ]
     if write:
         # AWS offers no s3:prefix key for ListBucketMultipartUploads: bucket-wide.
-        statements.append(
-            {"Sid": "TableUploads", "Effect": "Allow", "Action": "s3:ListBucketMultipartUploads", "Resource": bucket_arn}
-        )
+        statements.append({"Sid": "TableUploads", "Effect": "Allow", "Action": "s3:ListBucketMultipartUploads",
+                           "Resource": bucket_arn})
     return {"Version": "2012-10-17", "Statement": statements}
 
 
