@@ -7,7 +7,10 @@ imports ``lakesession.reference``.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import secrets
 import threading
 from concurrent.futures import Future
@@ -57,25 +60,49 @@ class EmbeddedCatalog:
         return f"{self.issuer}/token"
 
 
-def start_embedded(data_dir: str | Path | None = None) -> EmbeddedCatalog:
-    """Start (once per process and data dir) the reference catalog with a demo user who may manage content."""
+def storage_mode(storage: str | None = None) -> str:
+    mode = (storage or os.environ.get("LAKESESSION_EMBEDDED_STORAGE") or "s3-emulator").lower()
+    if mode not in ("s3-emulator", "file"):
+        raise ValueError(f"embedded storage {mode!r}: use 's3-emulator' (default) or 'file'")
+    return mode
+
+
+def start_embedded(data_dir: str | Path | None = None, storage: str | None = None,
+                   credential_ttl: int | None = None) -> EmbeddedCatalog:
+    """Start (once per process and data dir) the reference catalog with a demo user who may manage content.
+
+    ``s3-emulator`` (default): an ``s3://`` warehouse on the embedded S3/STS emulator, so every
+    table read and write uses vended, expiring, prefix-scoped credentials — a sandbox whose
+    state lives only as long as the process. ``file``: a persistent ``file://`` warehouse in
+    ``data_dir`` (no vending).
+    """
     from lakesession.reference import bootstrap, start
 
+    mode = storage_mode(storage)
     data = Path(data_dir or home()).expanduser().resolve()
+    key = f"{data}|{mode}"
     with _lock:
-        running = _running.get(str(data))
+        running = _running.get(key)
         if running is not None:
             return running
         data.mkdir(parents=True, exist_ok=True)
+        if mode == "s3-emulator":
+            data = Path(tempfile.mkdtemp(prefix="session-", dir=data))  # the emulator forgets on exit: so does this
         secret = _secret(data / "demo-credentials")
         policy = bootstrap.Bootstrap(
             principals=[{"name": DEMO_USER, "type": "user", "client_id": DEMO_USER, "client_secret": secret}],
             roles=[{"name": DEMO_ROLE, "members": [DEMO_USER]}],
             grants=[{"role": DEMO_ROLE, "privilege": "CATALOG_MANAGE_CONTENT", "on": "catalog"}],
         )
-        handle = start(data_dir=data, bootstrap=policy)
+        ttl = credential_ttl or int(os.environ.get("LAKESESSION_EMBEDDED_CREDENTIAL_TTL", "3600"))
+        if mode == "s3-emulator":
+            bucket = f"lakesession-{secrets.token_hex(4)}"
+            handle = start(data_dir=data, bootstrap=policy, warehouse=f"s3://{bucket}/warehouse", s3_emulator=True,
+                           credential_ttl=ttl)
+        else:
+            handle = start(data_dir=data, bootstrap=policy)
         emb = EmbeddedCatalog(handle.uri, handle.issuer_uri, handle.warehouse, handle)
-        _running[str(data)] = emb
+        _running[key] = emb
         return emb
 
 
@@ -87,14 +114,14 @@ def demo_identity(emb: EmbeddedCatalog) -> Any:
     return ClientCredentials(emb.token_endpoint, DEMO_USER, secret, scope="catalog")
 
 
-def start_embedded_async(data_dir: str | Path | None = None) -> Future[tuple[EmbeddedCatalog, Any]]:
+def start_embedded_async(data_dir: str | Path | None = None, **options: Any) -> Future[tuple[EmbeddedCatalog, Any]]:
     """Start the embedded catalog and log the demo user in on a background thread.
 
     ``lakesession.spark()`` launches the JVM meanwhile, so the catalog's start costs
     almost nothing on the way to the first query.
     """
     def run() -> tuple[EmbeddedCatalog, Any]:
-        emb = start_embedded(data_dir)
+        emb = start_embedded(data_dir, **options)
         identity = demo_identity(emb)
         identity.token()  # log in now: the first catalog call then finds a token ready
         return emb, identity
@@ -115,4 +142,9 @@ def stop_all() -> None:
     with _lock:
         for emb in _running.values():
             emb.handle.stop()
+            if emb.handle.s3_emulator is not None:
+                shutil.rmtree(emb.handle.data_dir, ignore_errors=True)
         _running.clear()
+
+
+atexit.register(stop_all)

@@ -184,7 +184,8 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     if catalog is None and uri is None:
         from .embedded import start_embedded_async
 
-        pending = start_embedded_async(options.pop("data_dir", None))
+        embedded_opts = {k: options.pop(k) for k in ("storage", "credential_ttl") if k in options}
+        pending = start_embedded_async(options.pop("data_dir", None), **embedded_opts)
         if options:
             raise TypeError(f"unknown options for the embedded default: {', '.join(sorted(options))}")
         return Session(None, None, pending=pending, **session_opts)

@@ -141,3 +141,40 @@ def test_revoked_grant_is_a_clean_spark_error(catalog, lake, spark) -> None:  # 
     finally:
         alice.close()  # stops alice's gateway; the shared SparkSession was not hers to stop
     assert spark.sql("SELECT 1").collect()[0][0] == 1
+
+
+def test_read_loop_outlives_three_ttls_with_coalesced_refreshes(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """TTL 8 s: Iceberg's S3FileIO asks the gateway for credentials on nearly every request; the
+    gateway answers from its cache and goes upstream about once per TTL."""
+    import time
+
+    import lakesession
+
+    from .conftest import SPARK_TEST_CONF
+
+    ttl = 8
+    s = lakesession.connect(data_dir=tmp_path, credential_ttl=ttl, catalog_name="lake_ttl", spark_conf=SPARK_TEST_CONF)
+    try:
+        sp = s.spark()
+        assert sp is spark
+        sp.sql("CREATE NAMESPACE IF NOT EXISTS lake_ttl.loop")
+        sp.sql("CREATE TABLE lake_ttl.loop.events (id BIGINT, kind STRING) USING iceberg")
+        sp.sql("INSERT INTO lake_ttl.loop.events SELECT id, CAST(id % 7 AS STRING) FROM range(0, 5000)")
+        started = time.time()
+        runs = 0
+        while time.time() - started < 3 * ttl + 2:
+            assert sp.sql("SELECT count(*), count(DISTINCT kind) FROM lake_ttl.loop.events").collect()[0][0] == 5000
+            runs += 1
+        elapsed = time.time() - started
+        refreshes = [r for r in s.access_log.records(since=started) if r.action == "refresh_credentials"]
+        upstream = [r for r in refreshes if r.via == "upstream"]
+        print(f"\n{runs} queries in {elapsed:.0f}s: {len(refreshes)} credential refreshes asked, {len(upstream)} went upstream")
+        assert runs >= 3 and refreshes, "the JVM refreshed through the gateway"
+        assert all(r.status == 200 for r in refreshes)
+        assert len(upstream) <= (elapsed / ttl) * 1.5 + 2, (len(upstream), len(refreshes), elapsed)
+        issued = s.embedded.handle.admin.audit(action="refresh_credentials", securable="table loop.events", since=started)
+        assert len(issued) == len(upstream)  # the catalog saw exactly the gateway's upstream calls
+        location = s.table("loop.events").location()
+        assert location.startswith("s3://")
+    finally:
+        s.close()

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 from fastapi import Depends, FastAPI, Request, Response
 
 from ._accesslog import AccessLog, AccessRecord, classify
+from ._credcache import CredentialCache, earliest_expiry
 
 logger = logging.getLogger("lakesession.gateway")
 
@@ -107,20 +108,8 @@ def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> 
     return json.dumps(doc).encode() if changed else body
 
 
-def _expiry_of(body: bytes) -> float | None:
-    """Earliest vended-credential expiry in a load/credentials response, epoch seconds."""
-    if b"expires-at-ms" not in body:
-        return None
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return None
-    configs = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
-    times = [int(v) / 1000 for cfg in configs for k, v in cfg.items() if k.endswith("expires-at-ms") and str(v).isdigit()]
-    return min(times) if times else None
-
-
-def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, gateway_base: Callable[[], str]) -> FastAPI:
+def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, gateway_base: Callable[[], str],
+                       credentials: CredentialCache) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     flights = SingleFlight()
     expected = f"Bearer {secret}".encode()
@@ -159,20 +148,32 @@ def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, g
         logger.debug("%s %s -> %s", method, path, what)
         if what is None and method == "POST" and path.endswith(("/tables", "/views")):
             what = _create_target(path, body)
+        via = "upstream"
         if what and what[0] == "refresh_credentials":
             key = f"{path}?{query}|{req_headers.get('x-iceberg-access-delegation', '')}"
-            (status, content, out_headers), shared = flights.do(key, lambda: forward(method, path, query, headers, body))
+            cached = credentials.get(key)
+            if cached is not None:
+                (status, content, out_headers), via = cached, "cache"
+            else:
+                def fetch() -> tuple[int, bytes, dict[str, str]]:
+                    reply = forward(method, path, query, headers, body)
+                    credentials.store(key, reply)
+                    return reply
+
+                (status, content, out_headers), shared = flights.do(key, fetch)
+                via = "shared" if shared else "upstream"
         else:
             status, content, out_headers = forward(method, path, query, headers, body)
-            shared = False
+        out_headers = dict(out_headers)
         if status == 200 and "/tables" in path:
             content = rewrite_table_config(content, upstream.base_url, gateway_base())
-        if what and not shared:
+        if what:
             access_log.add(AccessRecord(
                 time=time.time(), action=what[0], object=what[1], status=status,
                 duration_ms=round((time.monotonic() - started) * 1000, 2),
                 request_id=out_headers.get("x-request-id"),
-                credentials_expire_at=_expiry_of(content) if status == 200 else None,
+                credentials_expire_at=earliest_expiry(content) if status == 200 else None,
+                via=via,
             ))
         media = out_headers.pop("content-type", None)
         return Response(content if method != "HEAD" else b"", status_code=status, headers=out_headers, media_type=media)

@@ -1,0 +1,75 @@
+"""The gateway's cache of vended credentials, per table.
+
+Iceberg's S3FileIO asks for new credentials on *every* request once fewer than
+five minutes remain (and short TTLs are always under five minutes). The gateway
+answers those from this cache and goes upstream only when a quarter of the
+credential's lifetime is left — so the catalog sees about one refresh per TTL
+per table, and a revoked grant is noticed within one TTL (the upstream refresh
+answers 403, which is passed through and clears the entry).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+Reply = tuple[int, bytes, dict[str, str]]
+REFRESH_AT_FRACTION_LEFT = 0.25
+
+
+def earliest_expiry(body: bytes) -> float | None:
+    """Earliest ``*expires-at-ms`` in a credentials or load-table body, as epoch seconds."""
+    if b"expires-at-ms" not in body:
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    configs = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
+    times = [int(v) / 1000 for cfg in configs for k, v in cfg.items() if k.endswith("expires-at-ms") and str(v).isdigit()]
+    return min(times) if times else None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    reply: Reply
+    fetched_at: float
+    expires_at: float
+
+    def fresh(self, now: float) -> bool:
+        lifetime = max(self.expires_at - self.fetched_at, 0.0)
+        return now < self.expires_at - REFRESH_AT_FRACTION_LEFT * lifetime
+
+
+class CredentialCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self.upstream_fetches = 0
+        self.served_from_cache = 0
+
+    def get(self, key: str) -> Reply | None:
+        now = time.time()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.fresh(now):
+                self.served_from_cache += 1
+                return entry.reply
+        return None
+
+    def store(self, key: str, reply: Reply) -> None:
+        """Keep a 200 with an expiry; anything else (403 after revocation, errors) evicts the entry."""
+        self.upstream_fetches += 1
+        status, content, _ = reply
+        expires = earliest_expiry(content) if status == 200 else None
+        with self._lock:
+            if expires is None:
+                self._entries.pop(key, None)
+            else:
+                self._entries[key] = _Entry(reply, time.time(), expires)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
