@@ -2,7 +2,7 @@
 
 Iceberg's S3FileIO asks for new credentials on *every* request once fewer than
 five minutes remain (and short TTLs are always under five minutes). The gateway
-answers those from this cache and goes upstream only when a quarter of the
+answers those from this cache and goes upstream only when 15% of the
 credential's lifetime is left — so the catalog sees about one refresh per TTL
 per table, and a revoked grant is noticed within one TTL (the upstream refresh
 answers 403, which is passed through and clears the entry).
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 Reply = tuple[int, bytes, dict[str, str]]
-REFRESH_AT_FRACTION_LEFT = 0.25
+REFRESH_AT_FRACTION_LEFT = 0.15
 
 
 def earliest_expiry(body: bytes) -> float | None:
