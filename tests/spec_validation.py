@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -146,11 +147,16 @@ def _decode_headers(raw: Any) -> list[tuple[str, str]]:
 class SpecRecorder:
     """ASGI middleware recording ``/v1/...`` exchanges, and their validation against the spec."""
 
-    def __init__(self, path_prefix: str = "/v1/", catalog_prefix: str | None = None):
+    def __init__(self, path_prefix: str = "/v1/", catalog_prefix: str | None = None,
+                 extension_paths: list[str] | None = None):
         self.path_prefix = path_prefix
         #: The REST ``{prefix}`` this server serves (read from the wrapped app when not given);
         #: requests under any other prefix address no operation of the spec.
         self.catalog_prefix = catalog_prefix
+        #: Path templates the app serves under ``/v1`` beyond the Iceberg spec (e.g. the legacy
+        #: ``/v1/aws/s3/sign``), read from the wrapped app when not given. The official spec says
+        #: nothing about them: only their error bodies are checked (``IcebergErrorResponse``).
+        self.extension_paths = extension_paths
         self._lock = threading.Lock()
         self._exchanges: list[Exchange] = []
         self._validated: dict[int, list[str]] = {}  # id(exchange) -> its errors (validated once)
@@ -162,6 +168,8 @@ class SpecRecorder:
         if self.catalog_prefix is None:
             services = getattr(getattr(app, "state", None), "services", None)
             self.catalog_prefix = getattr(getattr(services, "settings", None), "catalog_name", None)
+        if self.extension_paths is None:
+            self.extension_paths = _extension_paths(app, self.path_prefix)
 
         async def recording_app(scope: Scope, receive: Any, send: Any) -> None:
             if scope.get("type") != "http" or not scope.get("path", "").startswith(recorder.path_prefix):
@@ -230,9 +238,25 @@ class SpecRecorder:
             key = id(ex)
             found = self._validated.get(key)
             if found is None:
-                found = self._validated[key] = validate_exchange(ex, catalog_prefix=self.catalog_prefix)
+                found = self._validated[key] = validate_exchange(
+                    ex, catalog_prefix=self.catalog_prefix, extensions=_templates(tuple(self.extension_paths or ())))
             errors.extend(found)
         return errors
+
+
+def _extension_paths(app: Any, path_prefix: str) -> list[str]:
+    """Templates of the operations ``app`` documents under ``path_prefix`` that the spec lacks."""
+    if not hasattr(app, "openapi_schema") or not hasattr(app, "routes"):
+        return []  # not a FastAPI app: nothing to learn
+    from lakesession.reference.openapi import spec_openapi
+
+    official = set(official_spec()["paths"])
+    return sorted(p for p in spec_openapi(app)["paths"] if p.startswith(path_prefix) and p not in official)
+
+
+@functools.lru_cache(maxsize=16)
+def _templates(paths: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile("^" + re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(p)) + "$") for p in paths)
 
 
 def _content_type(ex: Exchange) -> str:
@@ -292,12 +316,14 @@ def _statuses(statuses: set[int] | range) -> str:
     return "/".join(str(s) for s in sorted(statuses))
 
 
-def validate_exchange(ex: Exchange, catalog_prefix: str | None = None) -> list[str]:
+def validate_exchange(ex: Exchange, catalog_prefix: str | None = None,
+                      extensions: tuple[re.Pattern[str], ...] = ()) -> list[str]:
     """Errors of one exchange against the spec (empty list when it conforms).
 
     Requests that address no operation of the spec (another ``{prefix}``, an unknown path or
     method, e.g. from a fuzzer) cannot be checked against an operation; they must be refused
-    with 404/405 (any 4xx for a foreign prefix) and an ``IcebergErrorResponse`` body.
+    with 404/405 (any 4xx for a foreign prefix) and an ``IcebergErrorResponse`` body. Paths
+    in ``extensions`` (served by the app beyond the spec) only need error bodies of that shape.
     """
     if not ex.complete:
         return [f"{ex}: response body was never completed (more_body never went False)"]
@@ -309,6 +335,10 @@ def validate_exchange(ex: Exchange, catalog_prefix: str | None = None) -> list[s
             json.loads(ex.body)
         except ValueError as e:
             return [f"{ex}: body is not valid JSON ({e})"]
+    if any(t.match(ex.path) for t in extensions):
+        if ex.status < 400:
+            return []
+        return _outside_the_spec(ex, "an extension of this server", range(400, 600))
     if catalog_prefix is not None and not ex.path.startswith(_UNPREFIXED):
         segment = ex.path[len("/v1/"):].split("/", 1)[0]
         if segment != catalog_prefix:
