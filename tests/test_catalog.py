@@ -99,7 +99,7 @@ def test_config_lists_every_implemented_endpoint(catalog, http) -> None:  # type
     ]:
         assert e in endpoints, e
     r = http.get("/v1/config", params={"warehouse": "other"}, headers=bearer(catalog, "alice"))
-    assert r.status_code == 400
+    assert r.status_code == 404
 
 
 def test_namespaces_nested_pagination_properties_and_drop(catalog, http) -> None:  # type: ignore[no-untyped-def]

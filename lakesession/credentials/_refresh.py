@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ._errors import CredentialsRefreshError, CredentialsRevokedError
+from ..errors import LakesessionError
+from ._errors import CredentialsError, CredentialsRefreshError, CredentialsRevokedError
 from ._store import FAILED, REFRESHING, REVOKED, VALID, TableCredentials
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def _error_detail(response: httpx.Response) -> str:
         err = response.json().get("error") or {}
         parts = [str(err.get("type") or ""), str(err.get("message") or "")]
         text = ": ".join(p for p in parts if p)
-    except Exception:
+    except (ValueError, AttributeError):
         text = ""
     return f"{detail} {text[:300]}".strip() if text else detail
 
@@ -69,7 +70,7 @@ class Refresher:
     """Refreshes the entries of one ``CredentialStore`` (see the module docstring)."""
 
     def __init__(self, store: CredentialStore, *, transport: Any = None, timeout: float = 10.0, max_attempts: int = 3,
-                 base_delay: float = 0.2, max_delay: float = 30.0, sleep: Callable[[float], None] = time.sleep):
+                 base_delay: float = 0.2, max_delay: float = 5.0, sleep: Callable[[float], None] = time.sleep):
         self._store = store
         self._transport = transport
         self._timeout = timeout
@@ -114,13 +115,13 @@ class Refresher:
         for name in self._store.tables():
             try:
                 e = self._store.entry(name)
-            except Exception:
+            except CredentialsError:
                 continue  # forgotten meanwhile
             if force or (e.state != REVOKED and self._due(e, self._store.clock())):
                 with e.flight:
                     try:
                         self._run(e, force=force)
-                    except Exception as exc:  # never raise from a bulk refresh
+                    except Exception as exc:  # noqa: BLE001 - never raise from a bulk refresh
                         log.warning("refreshing credentials of %s failed: %s", name, type(exc).__name__)
             states[name] = e.effective_state(self._store.clock())
         return states
@@ -166,6 +167,14 @@ class Refresher:
 
     def _run(self, e: TableCredentials, *, force: bool) -> None:
         """One refresh (caller holds ``e.flight``): a single try while usable, a few with jitter once expired."""
+        try:
+            self._attempt(e, force=force)
+        finally:
+            if e.state == REFRESHING:  # an unexpected error escaped: never leave the table "refreshing"
+                usable = e.usable(self._store.clock())
+                self._store._set_state(e, VALID if usable else FAILED, "refresh failed unexpectedly")
+
+    def _attempt(self, e: TableCredentials, *, force: bool) -> None:
         store = self._store
         now = store.clock()
         if not force and not self._due(e, now):
@@ -204,8 +213,10 @@ class Refresher:
         assert e.refresh_url is not None and e.token is not None
         try:
             token = e.token()
-        except Exception as exc:  # identity errors never carry secrets
+        except LakesessionError as exc:  # identity errors never carry secrets
             return TRANSIENT, f"could not get the user's token ({type(exc).__name__}: {exc})"
+        except Exception as exc:  # noqa: BLE001 - anything else: its message is not ours to show
+            return TRANSIENT, f"could not get the user's token ({type(exc).__name__})"
         secrets = [token] + [v for c in e.credentials for v in c.config.values()]
         headers = {"Authorization": f"Bearer {token}", "X-Iceberg-Access-Delegation": "vended-credentials",
                    "Accept": "application/json"}
@@ -218,9 +229,11 @@ class Refresher:
         if r.status_code == 200:
             try:
                 creds = r.json()["storage-credentials"]
-                if not isinstance(creds, list):
+                if not isinstance(creds, list) or not all(
+                        isinstance(c, dict) and isinstance(c.get("prefix"), str) and isinstance(c.get("config"), dict)
+                        for c in creds):
                     raise TypeError
-            except Exception:
+            except (ValueError, KeyError, TypeError, AttributeError):
                 return PERMANENT, "malformed credentials response"
             if not creds:
                 return PERMANENT, "the catalog returned no storage credentials"

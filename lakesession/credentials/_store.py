@@ -15,6 +15,7 @@ state listener or error message ever shows them.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +24,8 @@ from types import MappingProxyType
 from typing import Any
 
 from ._errors import CredentialsError
+
+log = logging.getLogger("lakesession.credentials")
 
 VALID, REFRESHING, REVOKED, FAILED, EXPIRED = "valid", "refreshing", "revoked", "failed", "expired"
 STATES = (VALID, REFRESHING, REVOKED, FAILED, EXPIRED)
@@ -224,8 +227,8 @@ class CredentialStore:
             for fn in listeners:
                 try:
                     fn(entry.table, old, state)
-                except Exception:  # a widget's callback must never break a read
-                    pass
+                except Exception:
+                    log.exception("credential state listener failed")
 
     def forget(self, table: str) -> None:
         with self._lock:
@@ -271,11 +274,13 @@ class CredentialStore:
         return self.entry(table).effective_state(self.clock())
 
     def match(self, path: str, table: str | None = None) -> StorageCredential | None:
-        """The credential whose prefix is the longest one containing ``path`` on a path boundary (optionally of one table)."""
+        """The credential whose prefix is the longest one containing ``path`` on a path boundary (optionally of one table).
+
+        A pure lookup (no refresh; see ``credential_for``); revoked tables' credentials are never returned."""
         with self._lock:
             entries = [self._tables[table]] if table is not None and table in self._tables else (
                 [] if table is not None else list(self._tables.values()))
-            candidates = [c for e in entries for c in e.credentials]
+            candidates = [c for e in entries if e.state != REVOKED for c in e.credentials]
         best: StorageCredential | None = None
         for cred in candidates:
             if covers(cred.prefix, path) and (best is None or len(_norm(cred.prefix)) > len(_norm(best.prefix))):

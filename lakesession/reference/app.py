@@ -11,11 +11,12 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from . import store
 from .audit import AuditLog
-from .context import Services
+from .context import CachingVerifier, Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
 from .idp import EmbeddedIssuer, RemoteVerifier
 from .routes import credentials, management, namespaces, signing, tables, views
+from .openapi import install_openapi
 from .settings import ServerSettings
 from .vending import CredentialVendor
 
@@ -54,7 +55,7 @@ def build_services(settings: ServerSettings, *, key_path: Path | None = None) ->
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
     vendor = CredentialVendor(settings.s3) if settings.s3 is not None else None
     services = Services(settings=settings, directory=directory, audit=AuditLog(engine), catalog=catalog,
-                        verifier=verifier, vendor=vendor)
+                        verifier=CachingVerifier(verifier), vendor=vendor)
     return services, issuer
 
 
@@ -89,4 +90,5 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
         return {"status": "ok"}
 
     app.state.endpoints = implemented_endpoints()
+    install_openapi(app)
     return app

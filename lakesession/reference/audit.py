@@ -58,6 +58,14 @@ class AuditLog:
                 )
             )
 
+    def record_many(self, records: list[dict[str, Any]]) -> None:
+        """Write several records in one transaction (one request's decisions and issuances)."""
+        now = time.time()
+        rows = [{**r, "ts": now, "detail": json.dumps(r["detail"], sort_keys=True) if r.get("detail") else None}
+                for r in records]
+        with self.engine.begin() as conn:
+            conn.execute(insert(store.audit), rows)
+
     def query(
         self,
         *,

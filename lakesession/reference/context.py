@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +25,29 @@ class TokenVerifier(Protocol):
     """Validates a bearer access token and returns its claims, or raises ``NotAuthorized``."""
 
     def verify(self, token: str) -> dict[str, Any]: ...
+
+
+class CachingVerifier:
+    """Remembers verified tokens until shortly before they expire (verification runs on every request)."""
+
+    def __init__(self, inner: TokenVerifier, max_age: float = 60.0, max_entries: int = 10_000):
+        self.inner = inner
+        self.max_age = max_age
+        self.max_entries = max_entries
+        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    def verify(self, token: str) -> dict[str, Any]:
+        now = time.time()
+        hit = self._cache.get(token)
+        if hit is not None and now < hit[0]:
+            return hit[1]
+        claims = self.inner.verify(token)
+        exp = claims.get("exp")
+        until = min(now + self.max_age, float(exp) if isinstance(exp, (int, float)) else now)
+        if len(self._cache) >= self.max_entries:
+            self._cache.clear()
+        self._cache[token] = (until, claims)
+        return claims
 
 
 @dataclass
@@ -46,6 +70,7 @@ class RequestContext:
     claims: dict[str, Any]
     services: Services
     delegation: frozenset[str] = frozenset()  # X-Iceberg-Access-Delegation modes the client accepts
+    pending: list[dict[str, Any]] = field(default_factory=list)  # audit records, written once per request
 
     def allowed(self, privilege: Privilege, target: Securable) -> bool:
         return self.services.directory.is_allowed(self.principal.name, privilege, target)
@@ -55,6 +80,7 @@ class RequestContext:
         ok = self.allowed(privilege, target)
         self.audit(action, target, "allow" if ok else "deny", {"privilege": privilege.value, **(detail or {})})
         if not ok:
+            self.flush()
             raise Forbidden(f"Principal {self.principal.name!r} is not authorized for {action} on {target} ({privilege.value} required)")
 
     def authorize_any(self, action: str, privileges: Iterable[Privilege], target: Securable) -> None:
@@ -63,17 +89,18 @@ class RequestContext:
         ok = any(self.allowed(p, target) for p in privileges)
         self.audit(action, target, "allow" if ok else "deny", {"privilege": "|".join(p.value for p in privileges)})
         if not ok:
+            self.flush()
             raise Forbidden(f"Principal {self.principal.name!r} is not authorized for {action} on {target}")
 
     def audit(self, action: str, target: Securable | str, decision: str, detail: dict[str, Any] | None = None) -> None:
-        self.services.audit.record(
-            principal=self.principal.name,
-            action=action,
-            securable=str(target),
-            decision=decision,
-            request_id=self.request_id,
-            detail=detail,
-        )
+        """Queue an audit record; the request's records are written in one transaction before it answers."""
+        self.pending.append({"principal": self.principal.name, "action": action, "securable": str(target),
+                             "decision": decision, "request_id": self.request_id, "detail": detail})
+
+    def flush(self) -> None:
+        if self.pending:
+            records, self.pending = self.pending, []
+            self.services.audit.record_many(records)
 
 
 def request_id_of(request: Request) -> str:
@@ -81,8 +108,9 @@ def request_id_of(request: Request) -> str:
     return rid[:64] if rid and rid.isprintable() else uuid.uuid4().hex
 
 
-def get_context(request: Request) -> RequestContext:
-    """FastAPI dependency: authenticate the bearer token and build the request context."""
+def get_context(request: Request) -> Iterator[RequestContext]:
+    """FastAPI dependency (``scope="function"``): authenticate, build the context, and write its
+    audit records before the response is sent — whatever the outcome."""
     services: Services = request.app.state.services
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -96,4 +124,8 @@ def get_context(request: Request) -> RequestContext:
     delegation = frozenset(
         m.strip().lower() for m in request.headers.get("x-iceberg-access-delegation", "").split(",") if m.strip()
     )
-    return RequestContext(principal, request_id_of(request), claims, services, delegation)
+    ctx = RequestContext(principal, request_id_of(request), claims, services, delegation)
+    try:
+        yield ctx
+    finally:
+        ctx.flush()

@@ -67,6 +67,7 @@ class Directory:
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, tuple[Grant, ...]]] = {}
         self._secret_cache: dict[tuple[str, str], float] = {}
+        self._principals: dict[str, tuple[float, Principal | None]] = {}
 
     # -- principals -------------------------------------------------------
     def create_principal(
@@ -89,12 +90,23 @@ class Directory:
                 conn.execute(insert(store.principals).values(**row))
         except IntegrityError:
             raise Conflict(f"Principal {name!r} (or client id {client_id!r}) already exists") from None
+        self.invalidate()
         return Principal(name, type, client_id)
 
     def get_principal(self, name: str) -> Principal | None:
+        """The principal named ``name`` (cached briefly: it is looked up on every request)."""
+        now = time.monotonic()
+        hit = self._principals.get(name)
+        if hit is not None and now - hit[0] < _CACHE_SECONDS:
+            return hit[1]
         with self.engine.connect() as conn:
             row = conn.execute(select(store.principals).where(store.principals.c.name == name)).first()
-        return Principal(row.name, row.type, row.client_id) if row else None
+        principal = Principal(row.name, row.type, row.client_id) if row else None
+        with self._lock:
+            if len(self._principals) > 10_000:
+                self._principals.clear()
+            self._principals[name] = (now, principal)
+        return principal
 
     def list_principals(self) -> list[Principal]:
         with self.engine.connect() as conn:
@@ -248,3 +260,4 @@ class Directory:
     def invalidate(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._principals.clear()

@@ -13,6 +13,8 @@ log record (authlib's own versions log the issued token at DEBUG).
 
 from __future__ import annotations
 
+import re
+
 import logging
 import secrets
 import time
@@ -185,8 +187,10 @@ class OAuthServer(AuthorizationServer):
         payload: FormPayload = request.payload
         repeated = payload.repeated(allowed=("audience", "resource"))
         if repeated:
-            return self.handle_error_response(request, InvalidRequestError(
-                f"Parameters must not be repeated: {', '.join(repeated)}"))
+            # echo names only when they are plain (RFC 6749 §5.2 restricts error_description's characters)
+            names = [n for n in repeated if re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", n)]
+            listed = f": {', '.join(names)}" if len(names) == len(repeated) else ""
+            return self.handle_error_response(request, InvalidRequestError(f"Parameters must not be repeated{listed}"))
         return super().create_token_response(request)
 
 

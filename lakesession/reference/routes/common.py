@@ -29,15 +29,15 @@ def check_prefix(services: Services, prefix: str) -> None:
 
 
 def check_level(level: str) -> str:
-    if not level or "." in level or "\x1f" in level or len(level) > 255:
+    if not level or not level.strip() or not level.isprintable() or "." in level or len(level) > 255:
         raise BadRequest(
-            f"Invalid namespace level {level!r}: levels must be non-empty, at most 255 characters, without '.'"
+            f"Invalid namespace level {level!r}: levels must be printable, not blank, at most 255 characters, without '.'"
         )
     return level
 
 
 def check_name(kind: str, name: str) -> str:
-    if not name or "\x1f" in name or len(name) > 255 or "/" in name:
+    if not name or not name.strip() or not name.isprintable() or len(name) > 255 or "/" in name:
         raise BadRequest(f"Invalid {kind} name {name!r}: must be non-empty, at most 255 characters, without '/'")
     return name
 
@@ -58,7 +58,13 @@ def ns_str(ns: Namespace) -> str:
 
 
 def require_namespace(services: Services, ns: Namespace) -> None:
-    if not services.catalog.namespace_exists(ns_str(ns)):
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        exists = services.catalog.namespace_exists(ns_str(ns))
+    except NoSuchNamespaceError:
+        exists = False
+    if not exists:
         raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
 
 
@@ -73,6 +79,8 @@ def parse_body(model: type[M], raw: bytes) -> M:
             f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()[:5]
         )
         raise BadRequest(f"Malformed request: {details}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # pyiceberg's own validators
+        raise BadRequest(f"Malformed request: {type(e).__name__}: {e}") from None
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:

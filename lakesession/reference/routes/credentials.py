@@ -73,7 +73,7 @@ def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str 
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
-def load_credentials(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def load_credentials(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     """Re-authorizes on every call and never reads table metadata (cost independent of history)."""
     from .tables import json_bytes, tables_of
 

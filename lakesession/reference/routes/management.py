@@ -85,7 +85,7 @@ def _manage(ctx: RequestContext, action: str) -> None:
 
 
 @router.get("/me/grants", response_model=MyGrants)
-def my_grants(ctx: RequestContext = Depends(get_context)) -> MyGrants:
+def my_grants(ctx: RequestContext = Depends(get_context, scope="function")) -> MyGrants:
     """The caller's effective privileges per securable (what widgets show as 'my grants')."""
     grants = ctx.services.directory.grants_of(ctx.principal.name)
     by: dict[Securable, dict[str, set[str]]] = {}
@@ -107,13 +107,13 @@ def my_grants(ctx: RequestContext = Depends(get_context)) -> MyGrants:
 
 
 @router.get("/grants", response_model=list[GrantOut])
-def list_grants(role: str | None = None, ctx: RequestContext = Depends(get_context)) -> list[GrantOut]:
+def list_grants(role: str | None = None, ctx: RequestContext = Depends(get_context, scope="function")) -> list[GrantOut]:
     _manage(ctx, "list_grants")
     return [GrantOut(**g.as_dict()) for g in ctx.services.directory.list_grants(role)]
 
 
 @router.post("/grants", response_model=GrantOut, status_code=201)
-def add_grant(body: GrantBody, ctx: RequestContext = Depends(get_context)) -> GrantOut:
+def add_grant(body: GrantBody, ctx: RequestContext = Depends(get_context, scope="function")) -> GrantOut:
     _manage(ctx, "grant")
     g = ctx.services.directory.grant(body.role, body.privilege, body.on)
     ctx.audit("grant", g.on, "issued", {"role": g.role, "privilege": g.privilege.value})
@@ -121,7 +121,7 @@ def add_grant(body: GrantBody, ctx: RequestContext = Depends(get_context)) -> Gr
 
 
 @router.delete("/grants", status_code=204)
-def revoke_grant(body: GrantBody, ctx: RequestContext = Depends(get_context)) -> Response:
+def revoke_grant(body: GrantBody, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     _manage(ctx, "revoke")
     ctx.services.directory.revoke(body.role, body.privilege, body.on)
     ctx.audit("revoke", Securable.parse(body.on), "issued", {"role": body.role, "privilege": body.privilege})
@@ -129,13 +129,13 @@ def revoke_grant(body: GrantBody, ctx: RequestContext = Depends(get_context)) ->
 
 
 @router.get("/principals", response_model=list[PrincipalOut])
-def list_principals(ctx: RequestContext = Depends(get_context)) -> list[PrincipalOut]:
+def list_principals(ctx: RequestContext = Depends(get_context, scope="function")) -> list[PrincipalOut]:
     _manage(ctx, "list_principals")
     return [PrincipalOut(name=p.name, type=p.type, client_id=p.client_id) for p in ctx.services.directory.list_principals()]
 
 
 @router.post("/principals", response_model=PrincipalOut, status_code=201)
-def create_principal(body: PrincipalBody, ctx: RequestContext = Depends(get_context)) -> PrincipalOut:
+def create_principal(body: PrincipalBody, ctx: RequestContext = Depends(get_context, scope="function")) -> PrincipalOut:
     _manage(ctx, "create_principal")
     generated = None
     secret = body.client_secret
@@ -147,41 +147,41 @@ def create_principal(body: PrincipalBody, ctx: RequestContext = Depends(get_cont
 
 
 @router.delete("/principals/{name}", status_code=204)
-def delete_principal(name: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def delete_principal(name: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     _manage(ctx, "delete_principal")
     ctx.services.directory.delete_principal(name)
     return Response(status_code=204)
 
 
 @router.get("/roles", response_model=list[RoleOut])
-def list_roles(ctx: RequestContext = Depends(get_context)) -> list[RoleOut]:
+def list_roles(ctx: RequestContext = Depends(get_context, scope="function")) -> list[RoleOut]:
     _manage(ctx, "list_roles")
     return [RoleOut(name=n, members=m) for n, m in ctx.services.directory.list_roles().items()]
 
 
 @router.post("/roles", response_model=RoleOut, status_code=201)
-def create_role(body: RoleBody, ctx: RequestContext = Depends(get_context)) -> RoleOut:
+def create_role(body: RoleBody, ctx: RequestContext = Depends(get_context, scope="function")) -> RoleOut:
     _manage(ctx, "create_role")
     ctx.services.directory.create_role(body.name, body.members)
     return RoleOut(name=body.name, members=sorted(body.members))
 
 
 @router.delete("/roles/{name}", status_code=204)
-def delete_role(name: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def delete_role(name: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     _manage(ctx, "delete_role")
     ctx.services.directory.delete_role(name)
     return Response(status_code=204)
 
 
 @router.put("/roles/{name}/members/{principal}", status_code=204)
-def add_member(name: str, principal: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def add_member(name: str, principal: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     _manage(ctx, "add_member")
     ctx.services.directory.add_member(name, principal)
     return Response(status_code=204)
 
 
 @router.delete("/roles/{name}/members/{principal}", status_code=204)
-def remove_member(name: str, principal: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def remove_member(name: str, principal: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     _manage(ctx, "remove_member")
     ctx.services.directory.remove_member(name, principal)
     return Response(status_code=204)
@@ -208,7 +208,7 @@ def audit_log(
     since: str | None = None,
     action: str | None = None,
     limit: int = Query(1000, ge=1, le=10_000),
-    ctx: RequestContext = Depends(get_context),
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> list[AuditOut]:
     """Audit records; anyone may read their own, CATALOG_MANAGE_ACCESS reads everyone's."""
     if principal != ctx.principal.name:

@@ -19,7 +19,7 @@ from .. import store
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
-from ..errors import BadRequest, CatalogError, Conflict, NamespaceNotEmpty, NoSuchNamespace
+from ..errors import BadRequest, CatalogError, Conflict, NamespaceNotEmpty, NoSuchNamespace, NotFound
 from .common import (
     Namespace,
     check_level,
@@ -153,11 +153,11 @@ def _parent_securable(parent: Namespace) -> Securable:
 
 
 @router.get("/v1/config")
-def get_config(request: Request, warehouse: str | None = None, ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+def get_config(request: Request, warehouse: str | None = None, ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
     services = ctx.services
     settings = services.settings
     if warehouse not in (None, "", settings.catalog_name):
-        raise BadRequest(f"Unknown warehouse {warehouse!r}; this catalog serves warehouse {settings.catalog_name!r}")
+        raise NotFound(f"Unknown warehouse {warehouse!r}; this catalog serves warehouse {settings.catalog_name!r}")
     endpoints = request.app.state.endpoints
     return {
         "defaults": {"namespace-separator": settings.namespace_separator, **settings.extra_config},
@@ -172,7 +172,7 @@ def list_namespaces(
     parent: str | None = None,
     page_token: str | None = Query(None, alias="pageToken"),
     page_size: int | None = Query(None, alias="pageSize"),
-    ctx: RequestContext = Depends(get_context),
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> dict[str, Any]:
     check_prefix(ctx.services, prefix)
     parent_ns: Namespace = decode_namespace(ctx.services, parent) if parent else ()
@@ -190,7 +190,7 @@ def list_namespaces(
 
 
 @router.post("/v1/{prefix}/namespaces")
-def create_namespace(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+def create_namespace(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
     check_prefix(ctx.services, prefix)
     req = parse_body(CreateNamespaceRequest, body)
     if not req.namespace:
@@ -219,19 +219,19 @@ def _load(ctx: RequestContext, prefix: str, namespace: str, action: str, privile
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}")
-def load_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+def load_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
     ns, _, props = _load(ctx, prefix, namespace, "load_namespace", P.NAMESPACE_READ_PROPERTIES)
     return {"namespace": list(ns), "properties": props}
 
 
 @router.head("/v1/{prefix}/namespaces/{namespace}", status_code=204)
-def namespace_exists(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def namespace_exists(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     _load(ctx, prefix, namespace, "namespace_exists", P.NAMESPACE_READ_PROPERTIES)
     return Response(status_code=204)
 
 
 @router.delete("/v1/{prefix}/namespaces/{namespace}", status_code=204)
-def drop_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def drop_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     ns, nss, _ = _load(ctx, prefix, namespace, "drop_namespace", P.NAMESPACE_DROP)
     if not nss.is_empty(ns):
         raise NamespaceNotEmpty(f"Namespace {ns_str(ns)} is not empty: drop its tables, views and namespaces first")
@@ -241,7 +241,7 @@ def drop_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(ge
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/properties")
 def update_namespace_properties(
-    prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)
+    prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
 ) -> dict[str, Any]:
     ns, nss, _ = _load(ctx, prefix, namespace, "update_namespace_properties", P.NAMESPACE_WRITE_PROPERTIES)
     req = parse_body(UpdateNamespacePropertiesRequest, body)

@@ -52,7 +52,7 @@ def _require_signing(ctx: RequestContext) -> None:
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/tables/{table}/sign")
 def sign_table_request(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body),
-                       ctx: RequestContext = Depends(get_context)) -> Response:
+                       ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     from .tables import tables_of
 
     check_prefix(ctx.services, prefix)
@@ -66,7 +66,7 @@ def sign_table_request(prefix: str, namespace: str, table: str, body: bytes = De
 
 
 @router.post("/v1/aws/s3/sign")
-def sign_s3_request(body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+def sign_s3_request(body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     """Legacy signer: the table is the one whose location contains the object (longest match)."""
     from .tables import tables_of
 

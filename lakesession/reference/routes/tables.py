@@ -101,7 +101,7 @@ def list_tables(
     namespace: str,
     page_token: str | None = Query(None, alias="pageToken"),
     page_size: int | None = Query(None, alias="pageSize"),
-    ctx: RequestContext = Depends(get_context),
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> dict[str, Any]:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
@@ -115,7 +115,7 @@ def list_tables(
 
 
 @router.post(T)
-def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
@@ -149,7 +149,7 @@ def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), c
 
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/register")
-def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize("register_table", P.TABLE_CREATE, Securable.namespace(ns))
@@ -177,7 +177,7 @@ def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body),
 
 @router.get(T + "/{table}")
 def load_table(
-    prefix: str, namespace: str, table: str, snapshots: str = "all", ctx: RequestContext = Depends(get_context)
+    prefix: str, namespace: str, table: str, snapshots: str = "all", ctx: RequestContext = Depends(get_context, scope="function")
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     if snapshots not in ("all", "refs"):
@@ -192,7 +192,7 @@ def load_table(
 
 
 @router.head(T + "/{table}", status_code=204)
-def table_exists(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def table_exists(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     ctx.authorize_any("table_exists", (P.TABLE_READ_PROPERTIES, P.TABLE_LIST), sec)
     if tables_of(ctx).metadata_location(ns, name) is None:
@@ -201,7 +201,7 @@ def table_exists(prefix: str, namespace: str, table: str, ctx: RequestContext = 
 
 
 @router.post(T + "/{table}")
-def commit_table(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+def commit_table(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     req = parse_body(CommitTableBody, body)
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
@@ -220,7 +220,7 @@ def commit_table(prefix: str, namespace: str, table: str, body: bytes = Depends(
 @router.delete(T + "/{table}", status_code=204)
 def drop_table(
     prefix: str, namespace: str, table: str, purge_requested: bool = Query(False, alias="purgeRequested"),
-    ctx: RequestContext = Depends(get_context),
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     ctx.authorize("drop_table", P.TABLE_DROP, sec, detail={"purge": purge_requested})
@@ -238,7 +238,7 @@ def drop_table(
 
 
 @router.post("/v1/{prefix}/tables/rename", status_code=204)
-def rename_table(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+def rename_table(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     check_prefix(ctx.services, prefix)
     req = parse_body(RenameBody, body)
     src_ns = tuple(req.source.namespace)
@@ -265,7 +265,7 @@ def rename_table(prefix: str, body: bytes = Depends(raw_body), ctx: RequestConte
 
 
 @router.post(T + "/{table}/metrics", status_code=204)
-def report_metrics(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+def report_metrics(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     ctx.authorize("report_metrics", P.TABLE_READ_PROPERTIES, sec)
     report = parse_json_object(body)

@@ -65,8 +65,8 @@ def _parse(model: Any, body: bytes) -> Any:
     """``parse_body``, also turning model-construction errors (pyiceberg validators) into 400."""
     try:
         return parse_body(model, body)
-    except (ValueError, TypeError) as e:
-        raise BadRequest(f"Malformed request: {e}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise BadRequest(f"Malformed request: {type(e).__name__}: {e}") from None
 
 
 # ---------------------------------------------------------------- storage
@@ -229,7 +229,7 @@ def list_views(
     namespace: str,
     page_token: str | None = Query(None, alias="pageToken"),
     page_size: int | None = Query(None, alias="pageSize"),
-    ctx: RequestContext = Depends(get_context),
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> dict[str, Any]:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
@@ -244,7 +244,7 @@ def list_views(
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/views")
 def create_view(
-    prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)
+    prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
 ) -> dict[str, Any]:
     check_prefix(ctx.services, prefix)
     services = ctx.services
@@ -273,7 +273,7 @@ def create_view(
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/views/{view}")
-def load_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+def load_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
     # ``referenced-by`` is accepted and ignored: the caller's own privileges decide (INVOKER semantics).
     ns, name = _view_path(ctx, prefix, namespace, view)
     ctx.authorize("load_view", P.VIEW_READ, Securable.view(ns, name))
@@ -281,7 +281,7 @@ def load_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depe
 
 
 @router.head("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
-def view_exists(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def view_exists(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     ns, name = _view_path(ctx, prefix, namespace, view)
     ctx.authorize("view_exists", P.VIEW_READ, Securable.view(ns, name))
     _load(ViewStore(ctx.services), ns, name)
@@ -290,7 +290,7 @@ def view_exists(prefix: str, namespace: str, view: str, ctx: RequestContext = De
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/views/{view}")
 def replace_view(
-    prefix: str, namespace: str, view: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)
+    prefix: str, namespace: str, view: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
 ) -> dict[str, Any]:
     ns, name = _view_path(ctx, prefix, namespace, view)
     services = ctx.services
@@ -317,7 +317,7 @@ def replace_view(
 
 
 @router.delete("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
-def drop_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context)) -> Response:
+def drop_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     ns, name = _view_path(ctx, prefix, namespace, view)
     ctx.authorize("drop_view", P.VIEW_DROP, Securable.view(ns, name))
     if not ViewStore(ctx.services).delete(ns, name):
@@ -326,7 +326,7 @@ def drop_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depe
 
 
 @router.post("/v1/{prefix}/views/rename", status_code=204)
-def rename_view(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context)) -> Response:
+def rename_view(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
     check_prefix(ctx.services, prefix)
     req: RenameViewRequest = _parse(RenameViewRequest, body)
     src, dst = _identifier(req.source), _identifier(req.destination)

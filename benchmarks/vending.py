@@ -1,0 +1,157 @@
+"""Credential vending costs, each next to its baseline from the same run (S3 emulator, real SigV4).
+
+1. loadTable with vending p50: cache hit vs miss (baseline: loadTable without vending).
+2. GET /credentials ÷ loadTable on a table with 10,000 snapshots (target <= 1/20).
+3. STS calls per 1,000 loads of one table by one principal (target <= 2).
+4. Reading a ~200 MB table through vended credentials vs remote signing (target <= 1.5).
+
+    python benchmarks/vending.py [--snapshots 10000] [--read-mb 200] [--skip-read]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lakesession.reference import bootstrap, start  # noqa: E402
+
+POLICY = """
+principals:
+  - {name: etl, type: service, client_id: etl, client_secret: bench-secret-1}
+roles:
+  - {name: eng, members: [etl]}
+grants:
+  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
+"""
+P = "/v1/lakesession"
+
+
+def timed(fn, n: int) -> list[float]:  # type: ignore[no-untyped-def]
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def p50(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def rest_catalog(handle):  # type: ignore[no-untyped-def]
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return RestCatalog("bench", uri=handle.uri, warehouse="lakesession", credential="etl:bench-secret-1",
+                       **{"oauth2-server-uri": f"{handle.issuer_uri}/token"})
+
+
+def synthetic_history(handle, snapshots: int) -> str:  # type: ignore[no-untyped-def]
+    """Register a table whose metadata carries ``snapshots`` snapshots (written straight to storage)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    cat = rest_catalog(handle)
+    base = cat.create_table(("bench", "seed"), Schema(NestedField(1, "x", LongType(), required=False)))
+    meta = json.loads(base.metadata.model_dump_json())
+    now = int(time.time() * 1000)
+    snaps, log, parent = [], [], None
+    for i in range(snapshots):
+        sid = 10_000_000 + i
+        snap = {"snapshot-id": sid, "sequence-number": i + 1, "timestamp-ms": now - (snapshots - i) * 1000,
+                "manifest-list": f"{base.location()}/metadata/snap-{sid}-1-{uuid.uuid4()}.avro",
+                "summary": {"operation": "append", "added-records": "1"}, "schema-id": 0}
+        if parent is not None:
+            snap["parent-snapshot-id"] = parent
+        snaps.append(snap)
+        log.append({"snapshot-id": sid, "timestamp-ms": snap["timestamp-ms"]})
+        parent = sid
+    meta.update({"snapshots": snaps, "snapshot-log": log, "current-snapshot-id": parent,
+                 "last-sequence-number": snapshots, "refs": {"main": {"snapshot-id": parent, "type": "branch"}}})
+    location = f"{base.location()}/metadata/99999-{uuid.uuid4()}.metadata.json"
+    out = base.io.new_output(location)
+    with out.create(overwrite=True) as f:
+        f.write(json.dumps(meta).encode())
+    cat.register_table(("bench", "history"), location)
+    return location
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--snapshots", type=int, default=10_000)
+    parser.add_argument("--loads", type=int, default=300)
+    parser.add_argument("--read-mb", type=int, default=200)
+    parser.add_argument("--skip-read", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        handle = start(warehouse="s3://bench-bucket/wh", s3_emulator=True, credential_ttl=3600, data_dir=tmp,
+                       bootstrap=bootstrap.parse(POLICY))
+        try:
+            run(handle, args)
+        finally:
+            handle.stop()
+
+
+def run(handle, args) -> None:  # type: ignore[no-untyped-def]
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    cat = rest_catalog(handle)
+    cat.create_namespace("bench")
+    cat.create_table(("bench", "t"), Schema(NestedField(1, "x", LongType(), required=False)))
+    vendor = handle.services.vendor
+    token = handle.admin.token_for("etl")
+    auth = {"Authorization": f"Bearer {token}"}
+    vended = {**auth, "X-Iceberg-Access-Delegation": "vended-credentials"}
+    with httpx.Client(base_url=handle.uri) as http:
+        url = f"{P}/namespaces/bench/tables/t"
+        for _ in range(20):
+            http.get(url, headers=auth)
+        plain = timed(lambda: http.get(url, headers=auth), args.loads)
+
+        def miss() -> None:
+            vendor.invalidate()
+            http.get(url, headers=vended)
+
+        misses = timed(miss, max(30, args.loads // 10))
+        hits = timed(lambda: http.get(url, headers=vended), args.loads)
+        print("1. loadTable p50 (ms)")
+        print(f"   without vending {p50(plain):7.2f}   vending cache hit {p50(hits):7.2f}   vending cache miss (STS) {p50(misses):7.2f}")
+        print(f"   ratio hit/plain {p50(hits) / p50(plain):.2f}   miss/hit {p50(misses) / p50(hits):.2f}")
+
+        synthetic_history(handle, args.snapshots)
+        hist = f"{P}/namespaces/bench/tables/history"
+        for _ in range(5):
+            http.get(hist, headers=vended)
+            http.get(f"{hist}/credentials", headers=vended)
+        loads = timed(lambda: http.get(hist, headers=vended), 30)
+        creds = timed(lambda: http.get(f"{hist}/credentials", headers=vended), 200)
+        size = len(http.get(hist, headers=vended).content)
+        print(f"2. table with {args.snapshots} snapshots (LoadTableResult {size / 1e6:.1f} MB)")
+        print(f"   loadTable p50 {p50(loads):7.2f} ms   /credentials p50 {p50(creds):7.2f} ms   "
+              f"ratio /credentials ÷ loadTable = 1/{p50(loads) / p50(creds):.0f} (target <= 1/20)")
+
+        vendor.invalidate()
+        before = vendor.sts_calls
+        for _ in range(1000):
+            http.get(url, headers=vended)
+        print(f"3. STS calls per 1,000 loads of one table by one principal: {vendor.sts_calls - before} (target <= 2); "
+              f"baseline without cache: 1,000")
+    if not args.skip_read:
+        from benchmarks_read import compare_reads  # type: ignore[import-not-found]
+
+        compare_reads(handle, args.read_mb)
+
+
+if __name__ == "__main__":
+    main()

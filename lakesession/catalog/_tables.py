@@ -1,0 +1,162 @@
+"""pyiceberg tables whose FileIO always uses fresh per-table credentials — or remote signing.
+
+pyiceberg 0.12 builds a table's FileIO once, from the load response, and never
+refreshes vended credentials. ``load_table`` therefore does the load itself
+(through the RestCatalog's own HTTP session, so auth, headers and the prefix are
+the catalog's) with an explicit ``X-Iceberg-Access-Delegation``, records the
+vended ``storage-credentials`` in the session's ``CredentialStore``, and builds the
+``Table`` with a ``VendedFileIO`` that asks the store for a fresh credential before
+every file open. Commits still go through the catalog (``Table.catalog``).
+
+With ``access="remote-signing"`` the catalog vends no credentials; the table reads and
+writes through a ``SigningFileIO`` whose every S3 request the catalog signs, authorized
+with the session's current token.
+
+pyiceberg internals relied on: ``RestCatalog._session`` (a requests Session with the auth
+manager), ``url``/``_split_identifier_for_path``/``_check_endpoint``/``_load_file_io``,
+``Endpoints``, ``Capability``, ``TableResponse`` and ``_handle_non_200_response``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.catalog.rest import (
+    SNAPSHOT_LOADING_MODE,
+    Capability,
+    Endpoints,
+    TableResponse,
+)
+from pyiceberg.catalog.rest.auth import AUTH_MANAGER
+from pyiceberg.catalog.rest.response import _handle_non_200_response
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+from pyiceberg.typedef import Identifier
+from requests import HTTPError
+
+from ..credentials import (
+    CredentialsError,
+    CredentialStore,
+    is_secret_key,
+    public_config,
+    resolve_endpoint,
+)
+from ..credentials._store import REFRESH_ENDPOINT
+from ._pyiceberg import TokenSourceAuthManager
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.schema import Schema
+
+VENDED = "vended-credentials"
+SIGNING = "remote-signing"
+ACCESS_MODES = (VENDED, SIGNING)
+
+
+class _CallableSource:
+    def __init__(self, token: Callable[[], str]):
+        self._token = token
+
+    def token(self) -> str:
+        return self._token()
+
+    def __repr__(self) -> str:
+        return "_CallableSource(***)"
+
+
+class SessionTable(Table):
+    """A pyiceberg ``Table`` whose ``refresh()`` reloads through ``load_table`` (keeping fresh credentials)."""
+
+    _reload: Callable[[], Table]
+
+    def refresh(self) -> Table:
+        fresh = self._reload()
+        self._check_uuid(self.metadata, fresh.metadata)
+        self.metadata = fresh.metadata
+        self.io = fresh.io
+        self.metadata_location = fresh.metadata_location
+        self.config = fresh.config
+        return self
+
+
+def table_name(identifier: Identifier) -> str:
+    """The store's key for a table: its identifier joined with dots (``ns.table``)."""
+    return ".".join(identifier)
+
+
+def _load_response(catalog: RestCatalog, ident: Identifier, access: str) -> TableResponse:
+    catalog._check_endpoint(Capability.V1_LOAD_TABLE)
+    params = {}
+    if (mode := catalog.properties.get(SNAPSHOT_LOADING_MODE)) in {"all", "refs"}:
+        params["snapshots"] = mode
+    response = catalog._session.get(
+        catalog.url(Endpoints.load_table, prefixed=True, **catalog._split_identifier_for_path(ident)),
+        params=params, headers={"X-Iceberg-Access-Delegation": access},
+    )
+    try:
+        response.raise_for_status()
+    except HTTPError as exc:
+        _handle_non_200_response(exc, {404: NoSuchTableError})
+    return TableResponse.model_validate_json(response.text)
+
+
+def _refresh_url(catalog: RestCatalog, ident: Identifier, response: TableResponse, catalog_uri: str) -> str:
+    endpoint = response.config.get(REFRESH_ENDPOINT) or next(
+        (c.config[REFRESH_ENDPOINT] for c in response.storage_credentials if c.config.get(REFRESH_ENDPOINT)), None)
+    if endpoint is None:  # the spec's loadCredentials route
+        endpoint = catalog.url(Endpoints.load_credentials, prefixed=True, **catalog._split_identifier_for_path(ident))
+    return resolve_endpoint(catalog_uri, endpoint)
+
+
+def load_table(catalog: RestCatalog, identifier: str | Identifier, store: CredentialStore, token: Callable[[], str],
+               catalog_uri: str, *, access: str = VENDED, mode: str | None = None) -> Table:
+    """Load ``identifier`` as a pyiceberg ``Table`` reading and writing with fresh credentials.
+
+    Args:
+        catalog: The session's RestCatalog (acting as the user).
+        store: The session's credential store; the table's vended credentials are registered there.
+        token: Returns the user's current access token (sent to the refresh endpoint / the signer).
+        catalog_uri: The catalog's base URI (what ``client.refresh-credentials-endpoint`` is relative to).
+        access: ``vended-credentials`` (default) or ``remote-signing``.
+        mode: ``read``/``write`` when the caller knows the privilege (shown in snapshots), else unknown.
+    """
+    if access not in ACCESS_MODES:
+        raise ValueError(f"access must be one of {ACCESS_MODES}, not {access!r}")
+    ident = catalog.identifier_to_tuple(identifier)
+    response = _load_response(catalog, ident, access)
+    name = table_name(ident)
+    metadata = response.metadata
+    config = dict(response.config)
+    catalog_props = {k: v for k, v in catalog.properties.items() if isinstance(v, str)}
+    props = {**metadata.properties, **config}
+    io: Any
+    if access == SIGNING:
+        if str(config.get("s3.remote-signing-enabled", "")).lower() != "true":
+            raise CredentialsError(f"The catalog did not enable remote signing for table {name}: "
+                                   f"load it with access='vended-credentials', or ask the catalog's operator.", name)
+        io_props = {**public_config(catalog_props), **props,
+                    AUTH_MANAGER: TokenSourceAuthManager(_CallableSource(token))}
+        from ..credentials import SigningFileIO
+
+        io = SigningFileIO(io_props)
+    elif response.storage_credentials or any(is_secret_key(k) for k in config):
+        from ..credentials import VendedFileIO
+
+        store.register(name, response.storage_credentials, config, location=metadata.location,
+                       refresh_url=_refresh_url(catalog, ident, response, catalog_uri), token=token, mode=mode)
+        io = VendedFileIO({**catalog_props, **props}, store=store, table=name, location=metadata.location)
+    else:  # nothing vended (e.g. a file:// warehouse): pyiceberg's own FileIO
+        io = catalog._load_file_io(props, response.metadata_location)
+    table = SessionTable(identifier=ident, metadata=metadata, metadata_location=response.metadata_location or "",
+                         io=io, catalog=catalog, config=public_config(config))
+    table._reload = lambda: load_table(catalog, ident, store, token, catalog_uri, access=access, mode=mode)
+    return table
+
+
+def create_table(catalog: RestCatalog, identifier: str | Identifier, schema: Schema | Any, store: CredentialStore,
+                 token: Callable[[], str], catalog_uri: str, *, access: str = VENDED, mode: str | None = None,
+                 **kwargs: Any) -> Table:
+    """Create ``identifier`` (``kwargs`` as pyiceberg's ``create_table``), then ``load_table`` it."""
+    catalog.create_table(identifier, schema, **kwargs)
+    return load_table(catalog, identifier, store, token, catalog_uri, access=access, mode=mode)
