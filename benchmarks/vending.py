@@ -134,12 +134,27 @@ def run(handle, args) -> None:  # type: ignore[no-untyped-def]
         for _ in range(5):
             http.get(hist, headers=vended)
             http.get(f"{hist}/credentials", headers=vended)
-        loads = timed(lambda: http.get(hist, headers=vended), 30)
-        creds = timed(lambda: http.get(f"{hist}/credentials", headers=vended), 200)
+        metadata_cache = handle.services.extras["tables"].cache
+
+        def cold_load() -> None:
+            metadata_cache.clear()  # as after every commit: a new metadata file nobody has read yet
+            json.loads(http.get(hist, headers=vended).content)
+
+        def warm_load() -> None:
+            json.loads(http.get(hist, headers=vended).content)
+
+        def refresh() -> None:
+            json.loads(http.get(f"{hist}/credentials", headers=vended).content)
+
+        cold = timed(cold_load, 20)
+        warm = timed(warm_load, 30)
+        creds = timed(refresh, 200)
         size = len(http.get(hist, headers=vended).content)
-        print(f"2. table with {args.snapshots} snapshots (LoadTableResult {size / 1e6:.1f} MB)")
-        print(f"   loadTable p50 {p50(loads):7.2f} ms   /credentials p50 {p50(creds):7.2f} ms   "
-              f"ratio /credentials ÷ loadTable = 1/{p50(loads) / p50(creds):.0f} (target <= 1/20)")
+        print(f"2. table with {args.snapshots} snapshots (LoadTableResult {size / 1e6:.1f} MB); client parses each response")
+        print(f"   loadTable p50: first load after a commit {p50(cold):7.2f} ms, repeat load (server cache) {p50(warm):7.2f} ms")
+        print(f"   /credentials p50 {p50(creds):7.2f} ms")
+        print(f"   ratio /credentials ÷ loadTable = 1/{p50(cold) / p50(creds):.0f} after a commit (target <= 1/20), "
+              f"1/{p50(warm) / p50(creds):.0f} on a repeat load")
 
         vendor.invalidate()
         before = vendor.sts_calls

@@ -50,6 +50,11 @@ class MetadataCache:
         self._size = 0
         self._lock = threading.Lock()
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._size = 0
+
     def get(self, location: str, properties: dict[str, str]) -> bytes:
         with self._lock:
             hit = self._items.get(location)
