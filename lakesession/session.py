@@ -7,6 +7,7 @@ import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from .credentials import CredentialStore
 from .gateway import AccessLog, Gateway
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Session:
         self._spark_conf = dict(spark_conf or {})
         self.embedded = embedded
         self.access_log = AccessLog()
+        self.credential_store = CredentialStore()
         self._gateway_options = dict(gateway_options or {})
         self._gateway: Gateway | None = None
         self._spark: SparkSession | None = None
@@ -131,9 +133,22 @@ class Session:
                 self._catalog = rest_catalog(self.catalog_name, self.uri, self.identity, warehouse=self.warehouse)
             return self._catalog
 
-    def table(self, name: str) -> Table:
-        """Load ``ns.table`` with pyiceberg."""
-        return self.catalog.load_table(name)
+    def table(self, name: str, *, access: str = "vended-credentials", mode: str | None = None) -> Table:
+        """Load ``ns.table`` with pyiceberg, its storage credentials refreshed ahead of expiry.
+
+        ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request.
+        """
+        from .catalog._tables import load_table
+
+        return load_table(self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode)
+
+    def credentials(self) -> pd.DataFrame:
+        """Per-table credential state from Python (prefix, mode, state, expiry) and the JVM's refreshes."""
+        import pandas as pd
+
+        return pd.DataFrame(self.credential_store.snapshot(),
+                            columns=["table", "prefix", "mode", "state", "expires_at", "seconds_left",
+                                     "last_refresh", "refreshes", "last_error"])
 
     # -- what happened ------------------------------------------------------------
     def accesses(self) -> pd.DataFrame:
@@ -156,6 +171,7 @@ class Session:
             if self._gateway is not None:
                 self._gateway.stop()
                 self._gateway = None
+            self.credential_store.close()
 
     def __enter__(self) -> Session:
         return self
