@@ -34,6 +34,7 @@ from pyiceberg.io import (
     InputFile,
     OutputFile,
 )
+from pyiceberg.catalog.rest.auth import AUTH_MANAGER
 from pyiceberg.io.fsspec import FsspecFileIO, S3V4RestSigner
 from pyiceberg.io.pyarrow import ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
@@ -138,10 +139,54 @@ def _signing_s3(properties: Properties) -> Any:
     client_kwargs = {"endpoint_url": properties.get(S3_ENDPOINT),
                      "region_name": properties.get(S3_REGION) or properties.get(AWS_REGION)}
     fs = S3FileSystem(anon=False, client_kwargs=client_kwargs, config_kwargs=config_kwargs, skip_instance_cache=True)
-    signer = S3V4RestSigner(properties)
+    signer = AsyncRestSigner(properties)
     fs.s3.meta.events.unregister("before-sign.s3", unique_id=1925)
     fs.s3.meta.events.register_last("before-sign.s3", signer, unique_id=1925)
     return fs
+
+
+class AsyncRestSigner:
+    """pyiceberg's ``S3V4RestSigner`` protocol, without blocking s3fs's event loop.
+
+    pyiceberg's signer posts to the catalog with synchronous ``requests`` from inside
+    aiobotocore's event hook, which stalls every concurrent download while a request is
+    being signed. aiobotocore awaits coroutine hooks, so this signer awaits an async
+    HTTP call instead and the other range reads keep streaming.
+    """
+
+    def __init__(self, properties: Properties):
+        self.properties = properties
+        self._client: Any = None
+
+    def _url(self) -> str:
+        base = self.properties.get(S3_SIGNER_URI, self.properties.get("uri", "")).rstrip("/")
+        endpoint = self.properties.get("s3.signer.endpoint", "v1/aws/s3/sign").strip()
+        return f"{base}/{endpoint}"
+
+    def _headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        manager = self.properties.get(AUTH_MANAGER)
+        auth = manager.auth_header() if manager is not None else (
+            f"Bearer {self.properties['token']}" if self.properties.get("token") else None)
+        if auth:
+            headers["Authorization"] = auth
+        return headers
+
+    async def __call__(self, request: Any, **_: Any) -> None:
+        import httpx
+        from pyiceberg.io.fsspec import SignError
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=60)
+        body = {"method": request.method, "region": request.context["client_region"], "uri": request.url,
+                "headers": {key: [val] for key, val in request.headers.items()}}
+        response = await self._client.post(self._url(), headers=self._headers(), json=body)
+        if response.status_code != 200:
+            raise SignError(f"Failed to sign request {response.status_code}: {request.method} {request.url}")
+        signed = response.json()
+        for key, value in signed["headers"].items():
+            request.headers.add_header(key, ", ".join(value))
+        request.url = signed["uri"]
 
 
 class SigningFileIO(FsspecFileIO):
