@@ -142,6 +142,40 @@ class Session:
 
         return load_table(self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode)
 
+    def grants(self) -> pd.DataFrame:
+        """The user's effective privileges per securable, from the catalog's grants endpoint.
+
+        Catalogs without one (the endpoint is not part of the Iceberg spec) give a single row
+        saying "unknown" — never invented grants.
+        """
+        import httpx
+        import pandas as pd
+
+        cols = ["securable", "privileges", "granted", "roles"]
+        try:
+            r = httpx.get(f"{self.uri}/management/v1/me/grants", headers={"Authorization": f"Bearer {self._token()}"},
+                          timeout=30)
+        except httpx.HTTPError:
+            r = None
+        if r is None or r.status_code != 200:
+            return pd.DataFrame([{"securable": "unknown", "privileges": "unknown", "granted": "unknown",
+                                  "roles": "unknown"}], columns=cols)
+        rows = [{"securable": g["securable"], "privileges": ", ".join(g["privileges"]),
+                 "granted": ", ".join(g["granted"]), "roles": ", ".join(g["roles"])} for g in r.json()["grants"]]
+        return pd.DataFrame(rows, columns=cols)
+
+    def audit(self) -> pd.DataFrame:
+        """What this session accessed: time, action, object, via-chain, decision, credential expiry."""
+        import pandas as pd
+
+        rows = [{"time": r.time, "action": r.action, "object": r.object, "via_chain": r.via or "",
+                 "decision": "allow" if r.status < 400 else ("deny" if r.status in (401, 403) else f"error {r.status}"),
+                 "credentials_expire_at": r.credentials_expire_at} for r in self.access_log.records()]
+        df = pd.DataFrame(rows, columns=["time", "action", "object", "via_chain", "decision", "credentials_expire_at"])
+        df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
+        df["credentials_expire_at"] = pd.to_datetime(df["credentials_expire_at"], unit="s", utc=True)
+        return df
+
     def credentials(self) -> pd.DataFrame:
         """Per-table credential state from Python (prefix, mode, state, expiry) and the JVM's refreshes."""
         import pandas as pd
@@ -186,43 +220,69 @@ class Session:
         return f"Session(uri={self._uri!r}, principal={who!r}, catalog_name={self.catalog_name!r})"
 
 
+SESSION_OPTIONS = ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf", "gateway_options")
+EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl")
+
+
 def connect(catalog: str | None = None, **options: Any) -> Session:
     """A session on ``catalog`` — or, with nothing configured, on the embedded default.
 
-    Options: ``uri``, ``warehouse``, ``token`` (static), ``credential`` (``client_id:secret``)
-    with ``token_url``, ``catalog_name``, ``jars``, ``master``, ``remote``, ``gateway_host``,
-    ``spark_conf``. Environment: ``LAKESESSION_URI``, ``LAKESESSION_TOKEN``, ``LAKESESSION_CREDENTIAL``,
-    ``LAKESESSION_TOKEN_URL``, ``LAKESESSION_WAREHOUSE``.
+    Settings come from arguments, then ``LAKESESSION_*`` variables, then the config file or
+    pyiceberg's ``~/.pyiceberg.yaml`` (see ``lakesession.config``). Identity options:
+    ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
+    or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, with
+    ``on_prompt`` to show the code). Spark options: ``catalog_name``, ``jars``, ``master``,
+    ``remote``, ``gateway_host``, ``spark_conf``.
     """
-    uri = options.pop("uri", None) or os.environ.get("LAKESESSION_URI")
-    session_opts = {k: options.pop(k) for k in list(options)
-                    if k in ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf", "gateway_options")}
-    if catalog is None and uri is None:
+    from .config import resolve
+
+    session_opts = {k: options.pop(k) for k in list(options) if k in SESSION_OPTIONS}
+    embedded_opts = {k: options.pop(k) for k in list(options) if k in EMBEDDED_OPTIONS}
+    settings = resolve(catalog, options)
+    if settings.get("uri") is None:
+        if catalog is not None:
+            raise ValueError(f"catalog {catalog!r} has no uri: define it in the config file or pass uri=...")
         from .embedded import start_embedded_async
 
-        embedded_opts = {k: options.pop(k) for k in ("storage", "credential_ttl") if k in options}
-        pending = start_embedded_async(options.pop("data_dir", None), **embedded_opts)
         if options:
             raise TypeError(f"unknown options for the embedded default: {', '.join(sorted(options))}")
-        return Session(None, None, pending=pending, **session_opts)
-    if uri is None:
-        raise ValueError(f"catalog {catalog!r}: pass uri=... or set LAKESESSION_URI")
-    from .identity import ClientCredentials, StaticToken
-
-    warehouse = options.pop("warehouse", None) or os.environ.get("LAKESESSION_WAREHOUSE")
-    token = options.pop("token", None) or os.environ.get("LAKESESSION_TOKEN")
-    credential = options.pop("credential", None) or os.environ.get("LAKESESSION_CREDENTIAL")
-    if token:
-        identity: Any = StaticToken(token)
-    elif credential:
-        client_id, _, secret = credential.partition(":")
-        token_url = options.pop("token_url", None) or os.environ.get("LAKESESSION_TOKEN_URL") or f"{uri.rstrip('/')}/v1/oauth/tokens"
-        identity = ClientCredentials(token_url, client_id, secret, scope=options.pop("scope", "catalog"))
-    else:
-        raise ValueError("no identity: pass token=..., or credential='client_id:secret' (with token_url=...)")
-    if options:
-        raise TypeError(f"unknown options: {', '.join(sorted(options))}")
+        return Session(None, None, pending=start_embedded_async(embedded_opts.pop("data_dir", None), **embedded_opts),
+                       **session_opts)
+    uri = str(settings.pop("uri")).rstrip("/")
+    warehouse = settings.pop("warehouse", None)
+    identity = _identity(uri, settings)
+    if settings:
+        raise TypeError(f"unknown options: {', '.join(sorted(settings))}")
     return Session(uri, identity, warehouse=warehouse, **session_opts)
+
+
+def _identity(uri: str, settings: dict[str, Any]) -> Any:
+    """The token source the settings describe (consumes the identity keys from ``settings``)."""
+    from .identity import ClientCredentials, StaticToken, from_issuer
+
+    token = settings.pop("token", None)
+    credential = settings.pop("credential", None)
+    token_url = settings.pop("token_url", None)
+    issuer = settings.pop("issuer", None)
+    client_id = settings.pop("client_id", None)
+    client_secret = settings.pop("client_secret", None)
+    scope = settings.pop("scope", None)
+    on_prompt = settings.pop("on_prompt", None)
+    if token:
+        return StaticToken(token)
+    if credential:
+        client_id, _, client_secret = str(credential).partition(":")
+    if issuer:
+        flow = "client_credentials" if client_secret else "device"
+        source = from_issuer(issuer, client_id=client_id or "lakesession-cli", client_secret=client_secret, flow=flow,
+                             **({"scope": scope} if scope else {}), **({"on_prompt": on_prompt} if on_prompt else {}))
+        if flow == "device":
+            source.login()
+        return source
+    if client_id and client_secret:
+        return ClientCredentials(token_url or f"{uri}/v1/oauth/tokens", client_id, client_secret, scope=scope or "catalog")
+    raise ValueError("no identity: pass token=..., credential='client_id:secret' (with token_url=...), "
+                     "or issuer=... with client_id=... (device login)")
 
 
 _current: Session | None = None
