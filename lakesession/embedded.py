@@ -68,7 +68,7 @@ def storage_mode(storage: str | None = None) -> str:
 
 
 def start_embedded(data_dir: str | Path | None = None, storage: str | None = None,
-                   credential_ttl: int | None = None) -> EmbeddedCatalog:
+                   credential_ttl: int | None = None, access_token_ttl: int | None = None) -> EmbeddedCatalog:
     """Start (once per process and data dir) the reference catalog with a demo user who may manage content.
 
     ``s3-emulator`` (default): an ``s3://`` warehouse on the embedded S3/STS emulator, so every
@@ -98,9 +98,9 @@ def start_embedded(data_dir: str | Path | None = None, storage: str | None = Non
         if mode == "s3-emulator":
             bucket = f"lakesession-{secrets.token_hex(4)}"
             handle = start(data_dir=data, bootstrap=policy, warehouse=f"s3://{bucket}/warehouse", s3_emulator=True,
-                           credential_ttl=ttl)
+                           credential_ttl=ttl, access_token_ttl=access_token_ttl or 3600)
         else:
-            handle = start(data_dir=data, bootstrap=policy)
+            handle = start(data_dir=data, bootstrap=policy, access_token_ttl=access_token_ttl or 3600)
         emb = EmbeddedCatalog(handle.uri, handle.issuer_uri, handle.warehouse, handle)
         _running[key] = emb
         return emb

@@ -221,7 +221,7 @@ class Session:
 
 
 SESSION_OPTIONS = ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf", "gateway_options")
-EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl")
+EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl", "access_token_ttl")
 
 
 def connect(catalog: str | None = None, **options: Any) -> Session:

@@ -178,3 +178,30 @@ def test_read_loop_outlives_three_ttls_with_coalesced_refreshes(spark, tmp_path)
         assert location.startswith("s3://")
     finally:
         s.close()
+
+
+def test_ten_second_tokens_refresh_ahead_while_spark_runs_a_minute(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No 401 ever reaches Spark: the identity layer renews the 10 s token ahead of expiry."""
+    import time
+
+    import lakesession
+
+    from .conftest import SPARK_TEST_CONF
+
+    s = lakesession.connect(data_dir=tmp_path, access_token_ttl=10, catalog_name="lake_short",
+                            spark_conf=SPARK_TEST_CONF)
+    try:
+        sp = s.spark()
+        sp.sql("CREATE NAMESPACE IF NOT EXISTS lake_short.t")
+        sp.sql("CREATE TABLE lake_short.t.ticks (n BIGINT) USING iceberg")
+        tokens, started, n = set(), time.time(), 0
+        while time.time() - started < 60:
+            n += 1
+            sp.sql(f"INSERT INTO lake_short.t.ticks VALUES ({n})")
+            assert sp.sql("SELECT count(*) FROM lake_short.t.ticks").collect()[0][0] == n
+            tokens.add(s.identity.token())
+        records = s.access_log.records(since=started)
+        assert records and all(r.status != 401 for r in records)
+        assert len(tokens) >= 5, f"only {len(tokens)} distinct tokens in 60 s of 10 s tokens"
+    finally:
+        s.close()
