@@ -20,6 +20,7 @@ import httpx
 from urllib.parse import unquote
 from fastapi import Depends, FastAPI, Request, Response
 
+from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._credcache import CredentialCache, earliest_expiry
 
@@ -50,45 +51,6 @@ class Upstream:
     @property
     def base_url(self) -> str:
         return (self.base() if callable(self.base) else self.base).rstrip("/")
-
-
-class _Flight:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: tuple[int, bytes, dict[str, str]] | None = None
-        self.error: BaseException | None = None
-
-
-class SingleFlight:
-    """Concurrent identical calls share one upstream request."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._flights: dict[str, _Flight] = {}
-
-    def do(self, key: str, fn: Callable[[], tuple[int, bytes, dict[str, str]]]) -> tuple[tuple[int, bytes, dict[str, str]], bool]:
-        with self._lock:
-            flight = self._flights.get(key)
-            leader = flight is None
-            if leader:
-                flight = self._flights[key] = _Flight()
-        assert flight is not None
-        if not leader:
-            flight.done.wait()
-            if flight.error is not None:
-                raise flight.error
-            assert flight.result is not None
-            return flight.result, True
-        try:
-            flight.result = fn()
-            return flight.result, False
-        except BaseException as e:
-            flight.error = e
-            raise
-        finally:
-            with self._lock:
-                self._flights.pop(key, None)
-            flight.done.set()
 
 
 def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> bytes:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._singleflight import SingleFlight
 from .errors import ServiceUnavailable
 from .storage.policy import split_s3_location as split_s3
 from .storage.policy import table_session_policy
@@ -52,6 +53,15 @@ class S3Settings:
     def __repr__(self) -> str:
         return f"S3Settings(role_arn={self.role_arn!r}, region={self.region!r}, endpoint={self.endpoint!r}, ttl={self.credential_ttl})"
 
+    def client_config(self) -> dict[str, str]:
+        """Where engines find the store: region, endpoint, addressing (no credentials)."""
+        cfg = {"client.region": self.region, "s3.region": self.region}
+        if self.endpoint:
+            cfg["s3.endpoint"] = self.endpoint
+        if self.path_style:
+            cfg["s3.path-style-access"] = "true"
+        return cfg
+
     def catalog_file_io(self) -> dict[str, str]:
         """pyiceberg FileIO properties for the catalog's own metadata reads and writes."""
         props = {"s3.region": self.region, "client.region": self.region}
@@ -81,31 +91,18 @@ class VendedCredential:
         return f"VendedCredential(prefix={self.prefix!r}, mode={self.mode!r}, expires_at={self.expires_at:.0f})"
 
     def config(self, s3: S3Settings) -> dict[str, str]:
-        cfg = {
+        return {
             "s3.access-key-id": self.access_key_id,
             "s3.secret-access-key": self.secret_access_key,
             "s3.session-token": self.session_token,
             "s3.session-token-expires-at-ms": str(int(self.expires_at * 1000)),
-            "client.region": s3.region,
-            "s3.region": s3.region,
+            **s3.client_config(),
         }
-        if s3.endpoint:
-            cfg["s3.endpoint"] = s3.endpoint
-        if s3.path_style:
-            cfg["s3.path-style-access"] = "true"
-        return cfg
 
 
 def _session_name(principal: str) -> str:
     cleaned = re.sub(r"[^\w+=,.@-]", "-", principal)[:48] or "principal"
     return f"lakesession-{cleaned}"
-
-
-class _Flight:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: VendedCredential | None = None
-        self.error: BaseException | None = None
 
 
 class CredentialVendor:
@@ -116,7 +113,7 @@ class CredentialVendor:
         self._sts = sts_client
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str, str, str], VendedCredential] = {}
-        self._flights: dict[tuple[str, str, str, str], _Flight] = {}
+        self._flights: SingleFlight[VendedCredential] = SingleFlight()
         self.sts_calls = 0
 
     def _client(self) -> Any:
@@ -144,32 +141,16 @@ class CredentialVendor:
             hit = self._cache.get(key)
             if hit is not None and now < hit.issued_at + (hit.expires_at - hit.issued_at) / 2:
                 return hit, True
-            flight = self._flights.get(key)
-            leader = flight is None
-            if leader:
-                flight = self._flights[key] = _Flight()
-        assert flight is not None
-        if not leader:
-            flight.done.wait()
-            if flight.error is not None:
-                raise flight.error
-            assert flight.value is not None
-            return flight.value, True
-        try:
+
+        def issue() -> VendedCredential:
             cred = self._assume(principal, location, mode)
             with self._lock:
                 self._cache[key] = cred
                 if len(self._cache) > 10_000:
                     self._evict(now)
-            flight.value = cred
-            return cred, False
-        except BaseException as e:
-            flight.error = e
-            raise
-        finally:
-            with self._lock:
-                self._flights.pop(key, None)
-            flight.done.set()
+            return cred
+
+        return self._flights.do(key, issue)
 
     def _evict(self, now: float) -> None:
         for k in [k for k, v in self._cache.items() if v.expires_at <= now]:

@@ -62,13 +62,8 @@ def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str 
         "s3.remote-signing-enabled": "true",
         "s3.signer.uri": ctx.services.settings.base_url,
         "s3.signer.endpoint": f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/sign",
-        "client.region": s3.region,
-        "s3.region": s3.region,
+        **s3.client_config(),
     }
-    if s3.endpoint:
-        cfg["s3.endpoint"] = s3.endpoint
-    if s3.path_style:
-        cfg["s3.path-style-access"] = "true"
     return cfg
 
 
