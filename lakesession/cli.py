@@ -22,6 +22,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
+        s3 = _s3_settings(args)
         handle = start(
             args.warehouse,
             host=args.host,
@@ -32,6 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             issuer_url=args.issuer_url,
             access_token_ttl=args.token_ttl,
             s3_emulator=args.s3_emulator,
+            s3=s3,
             credential_ttl=args.credential_ttl,
         )
     except BootstrapError as e:
@@ -56,6 +58,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         handle.stop()
         print("stopped", flush=True)
     return 0
+
+
+def _s3_settings(args: argparse.Namespace) -> object | None:
+    """Real S3/STS (or any compatible endpoint): the catalog's own keys come from the AWS default
+    chain (environment, profile, instance role) — never from the command line."""
+    if not args.s3_role_arn:
+        return None
+    import boto3
+
+    from .reference.vending import S3Settings
+
+    creds = boto3.Session().get_credentials()
+    frozen = creds.get_frozen_credentials() if creds is not None else None
+    return S3Settings(
+        role_arn=args.s3_role_arn,
+        region=args.s3_region,
+        endpoint=args.s3_endpoint,
+        access_key_id=frozen.access_key if frozen else None,
+        secret_access_key=frozen.secret_key if frozen else None,
+        session_token=frozen.token if frozen else None,
+        path_style=args.s3_endpoint is not None,
+        credential_ttl=args.credential_ttl,
+    )
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
@@ -86,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--s3-emulator", action="store_true",
                        help="serve an s3:// warehouse from the embedded S3/STS emulator (enforces scoped, expiring credentials)")
     serve.add_argument("--credential-ttl", type=int, default=3600, help="lifetime of vended credentials in seconds")
+    serve.add_argument("--s3-role-arn", default=None,
+                       help="vend from real S3/STS: the role to assume (the catalog's own keys: AWS default chain)")
+    serve.add_argument("--s3-endpoint", default=None, help="S3/STS endpoint for S3-compatible stores (path-style)")
+    serve.add_argument("--s3-region", default="us-east-1", help="S3 region (default us-east-1)")
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser("demo", help="the whole path on the embedded default: create, write, read, show accesses",

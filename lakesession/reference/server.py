@@ -198,7 +198,8 @@ def start(
     emulator = None
     if warehouse.startswith("s3") and s3 is None:
         if not s3_emulator:
-            raise ValueError("an s3:// warehouse needs s3=S3Settings(...) (real S3/STS) or s3_emulator=True")
+            raise ValueError("an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
+                             "or s3_emulator=True (serve: --s3-emulator)")
         emulator, s3 = _start_emulator(warehouse, credential_ttl)
     elif s3 is not None and s3.credential_ttl != credential_ttl and credential_ttl != 3600:
         s3 = replace(s3, credential_ttl=credential_ttl)

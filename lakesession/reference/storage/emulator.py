@@ -325,3 +325,28 @@ class S3Emulator:
         sts = self.client("sts", config=Config(parameter_validation=False, retries={"max_attempts": 1}))
         c = sts.assume_role(**params)["Credentials"]
         return Credentials(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lakesession.reference.storage.emulator BUCKET``: an emulator in its own process.
+
+    Prints one JSON line (endpoint, region, vending role ARN and the emulator's admin key pair —
+    fake credentials that exist only inside this emulator), then serves until stdin closes.
+    """
+    import json
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    emulator = S3Emulator().start()
+    for bucket in args:
+        emulator.create_bucket(bucket)
+    admin = emulator.admin_credentials
+    print(json.dumps({"endpoint": emulator.endpoint, "region": emulator.region, "role_arn": emulator.vending_role_arn,
+                      "access_key_id": admin.access_key_id, "secret_access_key": admin.secret_access_key}), flush=True)
+    sys.stdin.read()
+    emulator.stop(clear=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
