@@ -177,12 +177,39 @@ class Session:
         return df
 
     def credentials(self) -> pd.DataFrame:
-        """Per-table credential state from Python (prefix, mode, state, expiry) and the JVM's refreshes."""
+        """Per-table credential state: tables read from Python (``engine="python"``: the credential
+        store) and tables Spark loaded through the gateway (``engine="spark"``: vended expiries seen
+        in its loads and refreshes)."""
+        import time
+
         import pandas as pd
 
-        return pd.DataFrame(self.credential_store.snapshot(),
-                            columns=["table", "prefix", "mode", "state", "expires_at", "seconds_left",
-                                     "last_refresh", "refreshes", "last_error"])
+        cols = ["engine", "table", "prefix", "mode", "state", "expires_at", "seconds_left", "last_refresh",
+                "refreshes", "last_error"]
+        rows = [{"engine": "python", **r} for r in self.credential_store.snapshot()]
+        now = time.time()
+        spark: dict[str, dict[str, Any]] = {}
+        for r in self.access_log.records():
+            if r.action not in ("load_table", "create_table", "refresh_credentials") or not r.object.startswith("table "):
+                continue
+            row = spark.setdefault(r.object[6:], {"engine": "spark", "table": r.object[6:], "prefix": None, "mode": None,
+                                                  "state": "unknown", "expires_at": None, "seconds_left": None,
+                                                  "last_refresh": None, "refreshes": 0, "last_error": None})
+            if r.action == "refresh_credentials":
+                row["refreshes"] += 1
+                row["last_refresh"] = r.time
+            if r.status in (401, 403):
+                row["state"], row["last_error"] = "revoked", f"catalog answered {r.status}"
+            elif r.status == 200 and r.credentials_expire_at:
+                row["expires_at"] = r.credentials_expire_at
+                row["state"], row["last_error"] = ("valid" if r.credentials_expire_at > now else "expired"), None
+        for row in spark.values():
+            if row["expires_at"]:
+                row["seconds_left"] = max(0.0, round(row["expires_at"] - now, 1))
+                if row["state"] == "valid" and row["expires_at"] <= now:
+                    row["state"] = "expired"
+            rows.append(row)
+        return pd.DataFrame(rows, columns=cols)
 
     # -- what happened ------------------------------------------------------------
     def accesses(self) -> pd.DataFrame:

@@ -176,6 +176,11 @@ def test_read_loop_outlives_three_ttls_with_coalesced_refreshes(spark, tmp_path)
         assert len(issued) == len(upstream)  # the catalog saw exactly the gateway's upstream calls
         location = s.table("loop.events").location()
         assert location.startswith("s3://")
+        creds = s.credentials()
+        spark_row = creds[(creds["engine"] == "spark") & (creds["table"] == "loop.events")].iloc[0]
+        assert spark_row["state"] in ("valid", "expired") and spark_row["refreshes"] >= len(refreshes)
+        python_row = creds[(creds["engine"] == "python") & (creds["table"] == "loop.events")].iloc[0]
+        assert python_row["state"] == "valid" and python_row["prefix"].startswith("s3://")
     finally:
         s.close()
 
