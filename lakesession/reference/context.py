@@ -75,6 +75,10 @@ class RequestContext:
     def allowed(self, privilege: Privilege, target: Securable) -> bool:
         return self.services.directory.is_allowed(self.principal.name, privilege, target)
 
+    def allowed_for(self, principal_name: str, privilege: Privilege, target: Securable) -> bool:
+        """``allowed`` for another principal (the user in effect of a DEFINER view chain)."""
+        return self.services.directory.is_allowed(principal_name, privilege, target)
+
     def authorize(self, action: str, privilege: Privilege, target: Securable, *, detail: dict[str, Any] | None = None) -> None:
         """Check one privilege, audit the decision, raise 403 (revealing nothing) when denied."""
         ok = self.allowed(privilege, target)

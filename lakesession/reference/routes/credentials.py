@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ..authz import Privilege as P
 from ..authz import Securable
@@ -31,21 +31,26 @@ def refresh_endpoint(ctx: RequestContext, ns: Namespace, name: str) -> str:
     return f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/credentials"
 
 
-def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *, action: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """(table config, storage-credentials) for this caller; empty when nothing is to be vended."""
+def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *, action: str,
+         principal_name: str | None = None, detail: dict[str, Any] | None = None) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """(table config, storage-credentials) for this caller; empty when nothing is to be vended.
+
+    ``principal_name`` (the user in effect of a view chain) picks the mode instead of the caller;
+    ``detail`` is added to the issuance audit record (delegated, chain)."""
     vendor = ctx.services.vendor
     if vendor is None or not location or not location.startswith(("s3://", "s3a://", "s3n://")):
         return {}, []
     sec = Securable.table(ns, name)
-    if ctx.allowed(P.TABLE_WRITE_DATA, sec):
+    who = principal_name or ctx.principal.name
+    if ctx.allowed_for(who, P.TABLE_WRITE_DATA, sec):
         mode = WRITE
-    elif ctx.allowed(P.TABLE_READ_DATA, sec):
+    elif ctx.allowed_for(who, P.TABLE_READ_DATA, sec):
         mode = READ
     else:
         return {}, []
     cred, cache_hit = vendor.vend(ctx.principal.name, str(sec), location, mode)
     ctx.audit(action, sec, "issued", {"mode": mode, "expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit,
-                                      "prefix": cred.prefix})
+                                      "prefix": cred.prefix, **(detail or {})})
     config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: refresh_endpoint(ctx, ns, name)}
     return config, [{"prefix": cred.prefix, "config": config}]
 
@@ -68,20 +73,25 @@ def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str 
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
-def load_credentials(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def load_credentials(
+    prefix: str, namespace: str, table: str, request: Request,
+    referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
+    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> Response:
     """Re-authorizes on every call and never reads table metadata (cost independent of history)."""
+    from ..viewsecurity import authorize_target
     from .tables import json_bytes, tables_of
 
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)
     sec = Securable.table(ns, name)
-    ctx.authorize("load_credentials", P.TABLE_READ_DATA, sec)
+    eff = authorize_target(ctx, request, "load_credentials", P.TABLE_READ_DATA, sec)
     location = tables_of(ctx).table_location(ns, name)
     if ctx.services.vendor is None:
         return json_bytes(b'{"storage-credentials":[]}')
     ctx.delegation = ctx.delegation | {"vended-credentials"}
-    _, creds = vend(ctx, ns, name, location, action="refresh_credentials")
+    _, creds = vend(ctx, ns, name, location, action="refresh_credentials", principal_name=eff.name, detail=eff.detail())
     import json
 
     return json_bytes(json.dumps({"storage-credentials": creds}).encode())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
@@ -24,6 +24,7 @@ from ..errors import BadRequest, Conflict, NoSuchTable
 from ..tablestore import DATA_ACTIONS, TableStore, filter_refs, load_result
 from .common import Namespace, check_level, check_name, check_prefix, decode_namespace, ns_str, paginate, parse_body, parse_json_object, require_namespace
 from .credentials import signing_config, vend
+from ..viewsecurity import EffectiveUser, authorize_target
 from .namespaces import raw_body
 
 router = APIRouter()
@@ -84,12 +85,14 @@ def _table(ctx: RequestContext, prefix: str, namespace: str, table: str) -> tupl
 
 
 def table_result(ctx: RequestContext, ns: Namespace, name: str, metadata_location: str | None, raw: bytes,
-                 location: str | None, action: str) -> Response:
-    """A LoadTableResult, with vended credentials when the caller asked for them and may have them."""
+                 location: str | None, action: str, eff: EffectiveUser | None = None) -> Response:
+    """A LoadTableResult, with vended credentials when the caller (or the user in effect of a view
+    chain, ``eff``) asked for them and may have them."""
     config: dict[str, str] = {}
     creds: list[dict[str, Any]] = []
     if "vended-credentials" in ctx.delegation:
-        config, creds = vend(ctx, ns, name, location, action=action)
+        config, creds = vend(ctx, ns, name, location, action=action, principal_name=eff.name if eff else None,
+                             detail=eff.detail() if eff else None)
     elif "remote-signing" in ctx.delegation:
         config = signing_config(ctx, ns, name, location)
     return json_bytes(load_result(metadata_location, raw, config, creds))
@@ -177,18 +180,20 @@ def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body),
 
 @router.get(T + "/{table}")
 def load_table(
-    prefix: str, namespace: str, table: str, snapshots: str = "all", ctx: RequestContext = Depends(get_context, scope="function")
+    prefix: str, namespace: str, table: str, request: Request, snapshots: str = "all",
+    referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     if snapshots not in ("all", "refs"):
         raise BadRequest("snapshots must be 'all' or 'refs'")
-    ctx.authorize("load_table", P.TABLE_READ_PROPERTIES, sec)
+    eff = authorize_target(ctx, request, "load_table", P.TABLE_READ_PROPERTIES, sec)
     loc, raw = tables_of(ctx).load_raw(ns, name)
     if snapshots == "refs":
         raw = filter_refs(raw)
-    ctx.audit("load_table", sec, "issued", {"metadata-location": loc})
+    ctx.audit("load_table", sec, "issued", {"metadata-location": loc, **eff.detail()})
     location = tables_of(ctx).table_location(ns, name) if ctx.delegation else None
-    return table_result(ctx, ns, name, loc, raw, location, "vend_credentials")
+    return table_result(ctx, ns, name, loc, raw, location, "vend_credentials", eff)
 
 
 @router.head(T + "/{table}", status_code=204)

@@ -18,7 +18,7 @@ import re
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pyiceberg.catalog.sql import IcebergTables
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.view.metadata import ViewMetadata
@@ -34,13 +34,16 @@ from ..viewmeta import (
     WRITE_METADATA_LOCATION,
     CommitViewRequest,
     CreateViewRequest,
+    RemovePropertiesUpdate,
     RenameViewRequest,
+    SetPropertiesUpdate,
     TableIdentifier,
     apply_commit,
     metadata_dict,
     metadata_json,
     new_view_metadata,
 )
+from ..viewsecurity import authorize_target, check_owner_property_change
 from .common import (
     Namespace,
     check_level,
@@ -252,6 +255,7 @@ def create_view(
     ctx.authorize("create_view", P.VIEW_CREATE, Securable.namespace(ns))
     req: CreateViewRequest = _parse(CreateViewRequest, body)
     name = check_name("view", req.name)
+    check_owner_property_change(ctx, req.properties)
     location = (
         _check_location(services, req.location) if req.location else
         _check_location(services, _default_location(services, ns, name))
@@ -273,11 +277,15 @@ def create_view(
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/views/{view}")
-def load_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
-    # ``referenced-by`` is accepted and ignored: the caller's own privileges decide (INVOKER semantics).
+def load_view(
+    prefix: str, namespace: str, view: str, request: Request,
+    referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
+    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> dict[str, Any]:
+    # ``referenced-by`` from a trusted engine walks the view chain (DEFINER/INVOKER); otherwise ignored.
     ns, name = _view_path(ctx, prefix, namespace, view)
-    ctx.authorize("load_view", P.VIEW_READ, Securable.view(ns, name))
-    return _issue(ctx, "load_view", ns, name, *_load(ViewStore(ctx.services), ns, name))
+    eff = authorize_target(ctx, request, "load_view", P.VIEW_READ, Securable.view(ns, name))
+    return _issue(ctx, "load_view", ns, name, *_load(ViewStore(ctx.services), ns, name), eff.detail())
 
 
 @router.head("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
@@ -298,6 +306,11 @@ def replace_view(
     req: CommitViewRequest = _parse(CommitViewRequest, body)
     if req.identifier is not None and _identifier(req.identifier) != (ns, name):
         raise BadRequest("Malformed request: the identifier in the body does not match the view in the path")
+    for u in req.updates:
+        if isinstance(u, SetPropertiesUpdate):
+            check_owner_property_change(ctx, u.updates)
+        elif isinstance(u, RemovePropertiesUpdate):
+            check_owner_property_change(ctx, u.removals, removing=True)
     vs = ViewStore(services)
     for _ in range(COMMIT_ATTEMPTS):
         base_location, base = _load(vs, ns, name)

@@ -1,0 +1,259 @@
+"""View security: DEFINER/INVOKER views and the ``referenced-by`` view chain (Lakekeeper's model).
+
+When a query engine loads a table (or view, or a table's credentials) *through* views, it
+passes the chain in the ``referenced-by`` query parameter, outermost view first. If the
+caller is a **trusted engine** (``ServerSettings.trusted_engines``) the chain is walked:
+
+* the *user in effect* starts as the caller;
+* every view is checked for ``VIEW_READ`` as the user in effect;
+* a view whose owner property (``ServerSettings.view_owner_property``, default
+  ``trino.run-as-owner``) is set is a DEFINER view: from there on the user in effect is its
+  owner (execution is *delegated*); a view without it is INVOKER and changes nothing;
+* the target is checked for the route's privilege as the user in effect.
+
+All checks are computed, audited one record per step, then decided at once: any denial is a
+403 naming the failed step (never anything about the target's metadata). From an untrusted
+caller ``referenced-by`` is ignored (debug log) and the caller alone is checked on the target.
+
+Decisions made here:
+
+* A view of the chain that does not exist answers 403 (``ForbiddenException``, "not found or
+  not authorized"), not 404: the chain may be evaluated as another principal (a DEFINER
+  owner), so a 404 would reveal to the caller what only the owner may see.
+* A DEFINER owner that names no principal of the directory answers 403 ``ForbiddenException``
+  with a message naming the view and the owner (a server-side configuration problem the
+  caller cannot fix by changing the request, so not a 400).
+* The owner property is protected only while trusted engines are configured (as in
+  Lakekeeper): without them it has no effect. Setting or removing it, under any casing, is a
+  403 ``ProtectedPropertyModification`` for untrusted callers; trusted engines may set only the
+  exact configured key (a case variant would be silently ignored by engines) but may remove
+  case variants.
+* Trust rules: ``{"principal": NAME}`` (the caller's principal name, for the embedded issuer)
+  or ``{"issuer": ISS?, "audience": AUD | [AUD…]?, "subject": SUB | [SUB…]?}``: ``iss`` must
+  equal ``issuer`` when given, and ``aud`` must contain one of the audiences or ``sub`` equal
+  one of the subjects. A rule without principal, audience or subject never matches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, unquote_plus
+
+from fastapi import Request
+
+from .authz import Privilege, Securable
+from .errors import BadRequest, Forbidden
+from .settings import ServerSettings
+
+if TYPE_CHECKING:
+    from .context import RequestContext
+
+logger = logging.getLogger(__name__)
+
+MAX_CHAIN = 10
+PARAM = "referenced-by"
+TOO_MANY = "TooManyViewsInChainException"
+PROTECTED = "ProtectedPropertyModification"
+
+ViewId = tuple[tuple[str, ...], str]
+
+
+@dataclass(frozen=True)
+class EffectiveUser:
+    """The principal whose privileges decided the target (and pick the vending mode)."""
+
+    name: str
+    delegated: bool = False
+    chain: list[str] = field(default_factory=list)
+
+    def detail(self) -> dict[str, Any]:
+        """Audit detail for issuances made on behalf of this user (empty without a chain)."""
+        if not self.chain:
+            return {}
+        return {"delegated": self.delegated, "chain": list(self.chain), "user_in_effect": self.name}
+
+
+# ---------------------------------------------------------------- parsing
+def _separator(separator: str) -> str:
+    return unquote(separator) if "%" in separator else separator
+
+
+def _bad_level(level: str) -> bool:
+    return not level or not level.strip() or not level.isprintable() or "." in level or len(level) > 255
+
+
+def parse_referenced_by(raw: str, separator: str = "%1F") -> list[ViewId]:
+    """Parse the *raw* (still percent-encoded) ``referenced-by`` value into ``[(namespace, view), …]``.
+
+    Split on ``,`` first, then percent-decode each identifier (so ``%2C`` is a comma inside a
+    name), then split on the namespace separator; its last occurrence separates the view name.
+    More than ``MAX_CHAIN`` views → 400 ``TooManyViewsInChainException``; malformed → 400.
+    """
+    if raw is None or not raw.strip():
+        return []
+    parts = raw.split(",")
+    if len(parts) > MAX_CHAIN:
+        raise BadRequest(f"Too many views in referenced-by: {len(parts)} (at most {MAX_CHAIN})", type=TOO_MANY)
+    sep = _separator(separator)
+    out: list[ViewId] = []
+    for i, part in enumerate(parts, 1):
+        ident = unquote_plus(part)
+        levels = ident.split(sep)
+        if len(levels) < 2:
+            raise BadRequest(f"Malformed referenced-by: view {i} ({ident!r}) needs a namespace and a name "
+                             f"joined by the namespace separator")
+        ns, name = tuple(levels[:-1]), levels[-1]
+        if any(_bad_level(level) for level in ns):
+            raise BadRequest(f"Malformed referenced-by: view {i} has an invalid namespace level")
+        if not name or not name.strip() or not name.isprintable() or len(name) > 255 or "/" in name:
+            raise BadRequest(f"Malformed referenced-by: view {i} has an invalid view name")
+        out.append((ns, name))
+    return out
+
+
+def raw_param(request: Request, name: str = PARAM) -> str | None:
+    """The raw (undecoded) value of a query parameter: ``%2C`` must survive until after splitting."""
+    values = [v for k, _, v in (p.partition("=") for p in request.url.query.split("&") if p) if unquote_plus(k) == name]
+    if len(values) > 1:
+        raise BadRequest(f"Malformed request: {name} given more than once")
+    return values[0] if values else None
+
+
+# ---------------------------------------------------------------- trust
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def is_trusted(claims: dict[str, Any], principal: str | None, settings: ServerSettings) -> bool:
+    """Whether the caller (its token claims / principal name) matches a trusted-engine rule."""
+    for rule in settings.trusted_engines or ():
+        if not isinstance(rule, dict):
+            continue
+        if "principal" in rule:
+            if principal is not None and principal in _as_list(rule["principal"]):
+                return True
+            continue
+        audiences = _as_list(rule.get("audience", rule.get("audiences")))
+        subjects = _as_list(rule.get("subject", rule.get("subjects")))
+        if not audiences and not subjects:
+            continue
+        issuer = rule.get("issuer")
+        if issuer is not None and claims.get("iss") != issuer:
+            continue
+        aud = _as_list(claims.get("aud"))
+        if any(a in aud for a in audiences) or (claims.get("sub") is not None and claims.get("sub") in subjects):
+            return True
+    return False
+
+
+def caller_trusted(ctx: RequestContext) -> bool:
+    return is_trusted(ctx.claims, ctx.principal.name, ctx.services.settings)
+
+
+# ---------------------------------------------------------------- chain evaluation
+def _view_name(view: ViewId) -> str:
+    return ".".join((*view[0], view[1]))
+
+
+def _view_properties(ctx: RequestContext, view: ViewId) -> dict[str, str] | None:
+    from .routes.views import ViewStore
+
+    found = ViewStore(ctx.services).get(*view)
+    return None if found is None else dict(found[1].properties or {})
+
+
+def evaluate_chain(ctx: RequestContext, chain: list[ViewId], target: Securable, privilege: Privilege, *,
+                   action: str = "load") -> EffectiveUser:
+    """Check every view of ``chain`` and then ``target`` for the right user, audit each step, and
+    decide all at once (403 naming the first failed step). Returns the user in effect on the target."""
+    settings = ctx.services.settings
+    directory = ctx.services.directory
+    owner_key = settings.view_owner_property
+    names = [_view_name(v) for v in chain]
+    user, delegated = ctx.principal.name, False
+    failures: list[str] = []
+    for i, view in enumerate(chain, 1):
+        sec = Securable.view(*view)
+        ok = directory.is_allowed(user, Privilege.VIEW_READ, sec)
+        props = _view_properties(ctx, view)
+        detail: dict[str, Any] = {"privilege": Privilege.VIEW_READ.value, "step": i, "delegated": delegated,
+                                  "chain": names, "user_in_effect": user}
+        owner = props.get(owner_key) if props is not None else None
+        if props is None:
+            ok = False
+            detail["reason"] = "view not found"
+        if not ok:  # one message for "missing" and "denied": no existence leak
+            failures.append(f"step {i} (view {names[i - 1]}): VIEW_READ denied for {user!r} or view not found")
+        if owner is not None:
+            detail["security"], detail["owner"] = "definer", owner
+        elif props is not None:
+            detail["security"] = "invoker"
+        unresolved = owner is not None and (not owner.strip() or directory.get_principal(owner) is None)
+        if unresolved:
+            detail["reason"] = "owner does not resolve to a principal"
+        ctx.audit(action, sec, "allow" if ok and not unresolved else "deny", detail)
+        if unresolved:
+            if ok:  # only someone allowed to read the view learns who its owner is
+                failures.append(f"step {i} (view {names[i - 1]}): DEFINER owner {owner!r} "
+                                f"does not resolve to a principal of this catalog")
+            return _deny(ctx, action, failures)
+        if owner is not None:
+            user, delegated = owner, True
+    ok = directory.is_allowed(user, privilege, target)
+    ctx.audit(action, target, "allow" if ok else "deny",
+              {"privilege": privilege.value, "step": len(chain) + 1, "delegated": delegated, "chain": names,
+               "user_in_effect": user})
+    if not ok:
+        failures.append(f"target {target.kind}: {user!r} lacks {privilege.value}")
+    if failures:
+        _deny(ctx, action, failures)
+    return EffectiveUser(user, delegated, names)
+
+
+def _deny(ctx: RequestContext, action: str, failures: list[str]) -> EffectiveUser:
+    ctx.flush()
+    raise Forbidden(f"Principal {ctx.principal.name!r} is not authorized for {action} through the view chain: "
+                    + "; ".join(failures))
+
+
+def authorize_target(ctx: RequestContext, request: Request, action: str, privilege: Privilege,
+                     target: Securable) -> EffectiveUser:
+    """The route's authorization step: the view chain from a trusted caller, else the caller alone."""
+    raw = raw_param(request)
+    if raw is not None and raw.strip():
+        if caller_trusted(ctx):
+            chain = parse_referenced_by(raw, ctx.services.settings.namespace_separator)
+            if chain:
+                return evaluate_chain(ctx, chain, target, privilege, action=action)
+        else:
+            logger.debug("ignoring referenced-by from untrusted caller %r", ctx.principal.name)
+    ctx.authorize(action, privilege, target)
+    return EffectiveUser(ctx.principal.name)
+
+
+# ---------------------------------------------------------------- owner property protection
+def check_owner_property_change(ctx: RequestContext, keys: Iterable[str], *, removing: bool = False) -> None:
+    """403 ``ProtectedPropertyModification`` when ``keys`` (set or removed) touch the owner property
+    and the caller may not: see the module docstring."""
+    settings = ctx.services.settings
+    if not settings.trusted_engines:
+        return
+    owner_key = settings.view_owner_property
+    touched = [k for k in keys if k.lower() == owner_key.lower()]
+    if not touched:
+        return
+    trusted = caller_trusted(ctx)
+    if trusted and (removing or all(k == owner_key for k in touched)):
+        return
+    why = (f"only trusted engines may {'remove' if removing else 'set'} the view owner property {owner_key!r}" if not trusted
+           else f"property {touched[0]!r} differs from the owner property {owner_key!r} only in casing")
+    raise Forbidden(f"Protected property modification: {why}", type=PROTECTED)
