@@ -142,6 +142,12 @@ class Session:
 
         return load_table(self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode)
 
+    def resolve(self, name: str) -> Any:
+        """The view chain behind ``ns.view`` as a tree: object, security model, user in effect, decision."""
+        from .catalog._chains import resolve
+
+        return resolve(self.catalog, name, token=self._token, uri=self.uri, catalog_names=(self.catalog_name,))
+
     def grants(self) -> pd.DataFrame:
         """The user's effective privileges per securable, from the catalog's grants endpoint.
 
