@@ -110,3 +110,12 @@ def paginate(items: Sequence[Any], page_token: str | None, page_size: int | None
     more = start + page_size < len(items)
     token = base64.urlsafe_b64encode(json.dumps(key(page[-1])).encode()).decode().rstrip("=") if more and page else None
     return page, token
+
+
+def identifiers_page(ns: Namespace, names: Sequence[str], page_token: str | None, page_size: int | None) -> dict[str, Any]:
+    """A ListTablesResponse-shaped page (tables and views share it)."""
+    page, token = paginate(names, page_token, page_size)
+    out: dict[str, Any] = {"identifiers": [{"namespace": list(ns), "name": n} for n in page]}
+    if token:
+        out["next-page-token"] = token
+    return out

@@ -22,7 +22,18 @@ from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Conflict, NoSuchTable
 from ..tablestore import DATA_ACTIONS, TableStore, filter_refs, load_result
-from .common import Namespace, check_level, check_name, check_prefix, decode_namespace, ns_str, paginate, parse_body, parse_json_object, require_namespace
+from .common import (
+    Namespace,
+    check_level,
+    check_name,
+    check_prefix,
+    decode_namespace,
+    identifiers_page,
+    ns_str,
+    parse_body,
+    parse_json_object,
+    require_namespace,
+)
 from .credentials import signing_config, vend
 from ..viewsecurity import EffectiveUser, authorize_target
 from .namespaces import raw_body
@@ -110,11 +121,7 @@ def list_tables(
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize("list_tables", P.TABLE_LIST, Securable.namespace(ns))
     require_namespace(ctx.services, ns)
-    page, token = paginate(tables_of(ctx).names(ns), page_token, page_size)
-    out: dict[str, Any] = {"identifiers": [{"namespace": list(ns), "name": n} for n in page]}
-    if token:
-        out["next-page-token"] = token
-    return out
+    return identifiers_page(ns, tables_of(ctx).names(ns), page_token, page_size)
 
 
 @router.post(T)

@@ -48,10 +48,10 @@ from .common import (
     Namespace,
     check_level,
     check_name,
+    identifiers_page,
     check_prefix,
     decode_namespace,
     ns_str,
-    paginate,
     parse_body,
 )
 from .namespaces import NamespaceStore, raw_body
@@ -238,11 +238,7 @@ def list_views(
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize("list_views", P.VIEW_LIST, Securable.namespace(ns))
     _require_namespace(ctx.services, ns)
-    page, token = paginate(ViewStore(ctx.services).names(ns), page_token, page_size)
-    out: dict[str, Any] = {"identifiers": [{"namespace": list(ns), "name": n} for n in page]}
-    if token:
-        out["next-page-token"] = token
-    return out
+    return identifiers_page(ns, ViewStore(ctx.services).names(ns), page_token, page_size)
 
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/views")
