@@ -192,7 +192,11 @@ class AsyncRestSigner:
             raise SignError(f"Failed to sign request {response.status_code}: {request.method} {request.url}")
         signed = response.json()
         for key, value in signed["headers"].items():
-            request.headers.add_header(key, ", ".join(value))
+            # replace, never append: the catalog echoes the request's own headers (Range, Host, …) and a
+            # duplicated Range makes the store ignore it and send the whole object (pyiceberg appends)
+            if key in request.headers:
+                del request.headers[key]
+            request.headers[key] = ", ".join(value)
         request.url = signed["uri"]
 
 
