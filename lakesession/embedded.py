@@ -14,7 +14,7 @@ import tempfile
 import secrets
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ class EmbeddedCatalog:
     issuer: str
     warehouse: str
     handle: Any  # lakesession.reference.ReferenceCatalog
+    demo_secret: str = field(repr=False)
 
     @property
     def token_endpoint(self) -> str:
@@ -101,7 +102,7 @@ def start_embedded(data_dir: str | Path | None = None, storage: str | None = Non
                            credential_ttl=ttl, access_token_ttl=access_token_ttl or 3600)
         else:
             handle = start(data_dir=data, bootstrap=policy, access_token_ttl=access_token_ttl or 3600)
-        emb = EmbeddedCatalog(handle.uri, handle.issuer_uri, handle.warehouse, handle)
+        emb = EmbeddedCatalog(handle.uri, handle.issuer_uri, handle.warehouse, handle, secret)
         _running[key] = emb
         return emb
 
@@ -110,8 +111,7 @@ def demo_identity(emb: EmbeddedCatalog) -> Any:
     """The demo user, logged in through the embedded issuer's client-credentials flow."""
     from lakesession.identity import ClientCredentials
 
-    secret = _secret(Path(emb.handle.data_dir) / "demo-credentials")
-    return ClientCredentials(emb.token_endpoint, DEMO_USER, secret, scope="catalog")
+    return ClientCredentials(emb.token_endpoint, DEMO_USER, emb.demo_secret, scope="catalog")
 
 
 def start_embedded_async(data_dir: str | Path | None = None, **options: Any) -> Future[tuple[EmbeddedCatalog, Any]]:

@@ -130,12 +130,12 @@ def test_unsigned_and_unknown_credentials_are_rejected(emu):
                f" SignedHeaders=host, Signature={'0' * 64}")
     assert requests.get(url, headers={"Authorization": no_date}, timeout=5).status_code == 403
 
-    unknown = emu.client("s3", Credentials("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"))
+    unknown = emu.client("s3", Credentials("UNKNOWNKEYID0000", "notasecret" + "x" * 30))
     denied(unknown.get_object, Bucket=BUCKET, Key="wh/orders/data/a.parquet", code="InvalidAccessKeyId")
     denied(unknown.list_buckets, code="InvalidAccessKeyId")
     wrong_secret = emu.client("s3", Credentials(emu.admin_credentials.access_key_id, "x" * 40))
     denied(wrong_secret.get_object, Bucket=BUCKET, Key="wh/orders/data/a.parquet", code="SignatureDoesNotMatch")
-    denied(emu.client("sts", Credentials("AKIAIOSFODNN7EXAMPLE", "y" * 40)).get_caller_identity,
+    denied(emu.client("sts", Credentials("UNKNOWNKEYID0000", "y" * 40)).get_caller_identity,
            code="InvalidClientTokenId")
     creds = emu.assume(table_session_policy(ORDERS, write=False))
     bad_token = emu.client("s3", Credentials(creds.access_key_id, creds.secret_access_key, "not-the-token"))

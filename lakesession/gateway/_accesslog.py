@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -69,6 +68,3 @@ class AccessLog:
     def __len__(self) -> int:
         return len(self._records)
 
-
-def now() -> float:
-    return time.time()

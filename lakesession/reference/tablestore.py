@@ -99,6 +99,10 @@ class TableStore:
         meta = self.metadata_location(ns, name)
         if meta is None:
             raise NoSuchTable(f"Table does not exist: {'.'.join((*ns, name))}")
+        return self.location_of(meta)
+
+    def location_of(self, meta: str) -> str:
+        """The table location a metadata file describes (memory, then the database, then the file once)."""
         hit = self._locations.get(meta)
         if hit is not None:
             return hit
@@ -120,17 +124,14 @@ class TableStore:
     def metadata_location(self, ns: Namespace, name: str) -> str | None:
         t = self._t
         with self.catalog.engine.connect() as conn:
-            row = conn.execute(
-                select(t.c.metadata_location).where(
-                    and_(
-                        t.c.catalog_name == self.catalog.name,
-                        t.c.table_namespace == ".".join(ns),
-                        t.c.table_name == name,
-                        or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
-                    )
-                )
-            ).first()
+            row = conn.execute(select(t.c.metadata_location).where(self._in(ns), t.c.table_name == name)).first()
         return row[0] if row else None
+
+    def _in(self, ns: Namespace) -> Any:
+        """Tables (not pyiceberg views) of namespace ``ns`` in this catalog."""
+        t = self._t
+        return and_(t.c.catalog_name == self.catalog.name, t.c.table_namespace == ".".join(ns),
+                    or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)))
 
     def current_locations(self) -> list[tuple[Namespace, str, str]]:
         """(namespace, name, location) of every table whose current metadata location is known."""
@@ -144,17 +145,8 @@ class TableStore:
             return [(tuple(r[0].split(".")), r[1], r[2]) for r in conn.execute(q).all()]
 
     def names(self, ns: Namespace) -> list[str]:
-        t = self._t
         with self.catalog.engine.connect() as conn:
-            rows = conn.execute(
-                select(t.c.table_name).where(
-                    and_(
-                        t.c.catalog_name == self.catalog.name,
-                        t.c.table_namespace == ".".join(ns),
-                        or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
-                    )
-                )
-            ).all()
+            rows = conn.execute(select(self._t.c.table_name).where(self._in(ns))).all()
         return sorted(r[0] for r in rows)
 
     def view_exists(self, ns: Namespace, name: str) -> bool:

@@ -24,11 +24,12 @@ router = APIRouter()
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 
 
-def refresh_endpoint(ctx: RequestContext, ns: Namespace, name: str) -> str:
-    """Relative to the catalog URI, so a gateway in front of the catalog serves it too."""
+def table_endpoint(ctx: RequestContext, ns: Namespace, name: str, leaf: str) -> str:
+    """``v1/{prefix}/namespaces/{ns}/tables/{table}/{leaf}``, relative to the catalog URI, so a
+    gateway in front of the catalog serves it too."""
     sep = ctx.services.settings.namespace_separator
     ns_part = sep.join(quote(level, safe="") for level in ns)
-    return f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/credentials"
+    return f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/{leaf}"
 
 
 def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *, action: str,
@@ -51,7 +52,7 @@ def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *,
     cred, cache_hit = vendor.vend(ctx.principal.name, str(sec), location, mode)
     ctx.audit(action, sec, "issued", {"mode": mode, "expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit,
                                       "prefix": cred.prefix, **(detail or {})})
-    config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: refresh_endpoint(ctx, ns, name)}
+    config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: table_endpoint(ctx, ns, name, "credentials")}
     return config, [{"prefix": cred.prefix, "config": config}]
 
 
@@ -61,12 +62,10 @@ def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str 
     if vendor is None or not location or not ctx.allowed(P.TABLE_READ_DATA, Securable.table(ns, name)):
         return {}
     s3 = vendor.s3
-    sep = ctx.services.settings.namespace_separator
-    ns_part = sep.join(quote(level, safe="") for level in ns)
     cfg = {
         "s3.remote-signing-enabled": "true",
         "s3.signer.uri": ctx.services.settings.base_url,
-        "s3.signer.endpoint": f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/sign",
+        "s3.signer.endpoint": table_endpoint(ctx, ns, name, "sign"),
         **s3.client_config(),
     }
     return cfg

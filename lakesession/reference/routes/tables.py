@@ -182,7 +182,7 @@ def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body),
         raise BadRequest(f"Cannot register table: {e}") from None
     loc, raw = ts.load_raw(ns, name)
     ctx.audit("register_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
-    return table_result(ctx, ns, name, loc, raw, ts.table_location(ns, name), "vend_credentials")
+    return table_result(ctx, ns, name, loc, raw, ts.location_of(loc), "vend_credentials")
 
 
 @router.get(T + "/{table}")
@@ -199,7 +199,7 @@ def load_table(
     if snapshots == "refs":
         raw = filter_refs(raw)
     ctx.audit("load_table", sec, "issued", {"metadata-location": loc, **eff.detail()})
-    location = tables_of(ctx).table_location(ns, name) if ctx.delegation else None
+    location = tables_of(ctx).location_of(loc) if ctx.delegation else None
     return table_result(ctx, ns, name, loc, raw, location, "vend_credentials", eff)
 
 

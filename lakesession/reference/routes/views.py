@@ -29,7 +29,7 @@ from .. import store
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
-from ..errors import BadRequest, CommitFailed, Conflict, NoSuchNamespace, NoSuchView
+from ..errors import BadRequest, CommitFailed, Conflict, NoSuchView
 from ..viewmeta import (
     WRITE_METADATA_LOCATION,
     CommitViewRequest,
@@ -48,13 +48,14 @@ from .common import (
     Namespace,
     check_level,
     check_name,
-    identifiers_page,
     check_prefix,
     decode_namespace,
+    identifiers_page,
     ns_str,
     parse_body,
+    require_namespace,
 )
-from .namespaces import NamespaceStore, raw_body
+from .namespaces import raw_body
 
 logger = logging.getLogger(__name__)
 
@@ -202,11 +203,6 @@ def _issue(ctx: RequestContext, action: str, ns: Namespace, name: str, location:
 
 
 # ---------------------------------------------------------------- request helpers
-def _require_namespace(services: Services, ns: Namespace) -> None:
-    if NamespaceStore(services).properties(ns) is None:
-        raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
-
-
 def _identifier(ident: TableIdentifier) -> tuple[Namespace, str]:
     if not ident.namespace:
         raise BadRequest("Malformed request: a view identifier needs a namespace")
@@ -237,7 +233,7 @@ def list_views(
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize("list_views", P.VIEW_LIST, Securable.namespace(ns))
-    _require_namespace(ctx.services, ns)
+    require_namespace(ctx.services, ns)
     return identifiers_page(ns, ViewStore(ctx.services).names(ns), page_token, page_size)
 
 
@@ -256,7 +252,7 @@ def create_view(
         _check_location(services, req.location) if req.location else
         _check_location(services, _default_location(services, ns, name))
     )
-    _require_namespace(services, ns)
+    require_namespace(services, ns)
     vs = ViewStore(services)
     if vs.table_exists(ns, name):
         raise Conflict(f"Table with same name already exists: {ns_str(ns)}.{name}")
@@ -343,7 +339,7 @@ def rename_view(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContex
     ctx.authorize("rename_view", P.VIEW_CREATE, Securable.namespace(dst[0]), detail={"source": f"{ns_str(src[0])}.{src[1]}"})
     vs = ViewStore(ctx.services)
     _load(vs, *src)
-    _require_namespace(ctx.services, dst[0])
+    require_namespace(ctx.services, dst[0])
     if vs.table_exists(*dst):
         raise Conflict(f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a table with that name exists")
     renamed = vs.rename(src, dst) if src != dst else None
