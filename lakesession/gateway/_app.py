@@ -12,12 +12,12 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-import httpx
 from urllib.parse import unquote
+
+import httpx
 from fastapi import Depends, FastAPI, Request, Response
 
 from .._singleflight import SingleFlight
