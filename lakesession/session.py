@@ -217,6 +217,24 @@ class Session:
             rows.append(row)
         return pd.DataFrame(rows, columns=cols)
 
+    def status(self) -> dict[str, Any]:
+        """A secret-free, JSON-ready snapshot for widgets and the JupyterLab panel: who, where, and
+        each table's credential state. Does not start anything (an embedded catalog still starting
+        reports ``state="starting"``)."""
+        import math
+        import time
+
+        if self._pending is not None and not self._pending.done():
+            return {"state": "starting", "catalog_name": self.catalog_name, "uri": None, "identity": None,
+                    "credentials": [], "time": time.time()}
+        self._resolve()
+        ident = self._identity.describe() if self._identity is not None else None
+        creds = []
+        for row in self.credentials().to_dict("records"):
+            creds.append({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+        return {"state": "ready", "catalog_name": self.catalog_name, "uri": self._uri, "identity": ident,
+                "spark": self._spark is not None, "credentials": creds, "time": time.time()}
+
     # -- what happened ------------------------------------------------------------
     def accesses(self) -> pd.DataFrame:
         """What the Spark engine loaded, created, committed and dropped through the gateway."""
