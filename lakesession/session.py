@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.table import Table
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class Session:
@@ -65,6 +65,13 @@ class Session:
         self._owns_spark = False
         self._catalog: RestCatalog | None = None
         self._lock = threading.RLock()
+        try:  # the JupyterLab panel: publish status() when inside an IPython kernel (no-op elsewhere, never raises)
+            from .lab._publisher import start_publisher
+
+            start_publisher(self)
+        except Exception:
+            pass
+        self._chain_catalogs: set[str] = set()
 
     def _resolve(self) -> None:
         pending = self._pending
@@ -133,14 +140,69 @@ class Session:
                 self._catalog = rest_catalog(self.catalog_name, self.uri, self.identity, warehouse=self.warehouse)
             return self._catalog
 
-    def table(self, name: str, *, access: str = "vended-credentials", mode: str | None = None) -> Table:
+    def table(self, name: str, *, access: str = "vended-credentials", mode: str | None = None) -> Table | DataFrame:
         """Load ``ns.table`` with pyiceberg, its storage credentials refreshed ahead of expiry.
 
         ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request.
+        A view (pyiceberg cannot read views) gives a Spark DataFrame over it instead, with its chain
+        evaluated by the catalog as in ``sql()``.
         """
+        from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
+
         from .catalog._tables import load_table
 
-        return load_table(self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode)
+        try:
+            return load_table(self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode)
+        except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
+            if isinstance(name, str) and self.catalog.view_exists(name):
+                return self.sql("SELECT * FROM " + ".".join("`" + p.replace("`", "``") + "`"
+                                                            for p in (self.catalog_name, *name.split("."))))
+            raise
+
+    def sql(self, query: str, **kwargs: Any) -> DataFrame:
+        """Spark SQL as this user, with view chains evaluated by the catalog (DEFINER views work).
+
+        Each view the query reads is expanded into its SQL, and each table below it is loaded
+        through a chain-scoped catalog (``<catalog>__chain_<id>``) whose loads carry the chain in
+        ``referenced-by``: the catalog checks every step for the right user. Those tables are
+        never loaded into the main catalog, so a direct reference to one (in this query or a
+        later one) is still checked as the user alone. Plain ``spark.sql`` keeps INVOKER semantics.
+        """
+        from .catalog._chains import _Client
+
+        spark = self.spark()
+        expansion = self._expand(query, _Client(self.catalog, self.uri, self._catalog_prop("prefix", ""),
+                                                self._catalog_prop("namespace-separator", "%1F")), spark)
+        return spark.sql(expansion.sql, **kwargs)
+
+    def _catalog_prop(self, key: str, default: str) -> str:
+        return str((getattr(self.catalog, "properties", {}) or {}).get(key, default))
+
+    def _expand(self, query: str, client: Any, spark: SparkSession) -> Any:
+        from .catalog._expand import expand
+
+        current = None
+        if spark.catalog.currentCatalog() == self.catalog_name:
+            current = tuple(spark.catalog.currentDatabase().split("."))
+        return expand(query, client=client, catalog_name=self.catalog_name, current_namespace=current,
+                      chain_catalog=self._chain_catalog)
+
+    def _chain_catalog(self, chain: tuple[Any, ...], table: Any) -> str:
+        """The Spark catalog serving ``table`` through view ``chain`` (registered on first use)."""
+        from .catalog._chains import encode_referenced_by
+        from .spark.session import catalog_conf
+
+        gw = self.gateway
+        route = gw.chains.register(chain, encode_referenced_by(list(chain), self._catalog_prop(
+            "namespace-separator", "%1F")), {table})
+        name = f"{self.catalog_name}__chain_{route.id}"
+        with self._lock:
+            if name not in self._chain_catalogs:
+                spark = self.spark()
+                for key, value in catalog_conf(name, f"{gw.uri}/chain/{route.id}", gw.secret, self.warehouse).items():
+                    spark.conf.set(key, value)
+                self._chain_catalogs.add(name)
+        return name
 
     def resolve(self, name: str) -> Any:
         """The view chain behind ``ns.view`` as a tree: object, security model, user in effect, decision."""
@@ -174,7 +236,7 @@ class Session:
         """What this session accessed: time, action, object, via-chain, decision, credential expiry."""
         import pandas as pd
 
-        rows = [{"time": r.time, "action": r.action, "object": r.object, "via_chain": r.via or "",
+        rows = [{"time": r.time, "action": r.action, "object": r.object, "via_chain": r.chain or "",
                  "decision": "allow" if r.status < 400 else ("deny" if r.status in (401, 403) else f"error {r.status}"),
                  "credentials_expire_at": r.credentials_expire_at} for r in self.access_log.records()]
         df = pd.DataFrame(rows, columns=["time", "action", "object", "via_chain", "decision", "credentials_expire_at"])
@@ -242,7 +304,7 @@ class Session:
 
         rows = [r.as_dict() for r in self.access_log.records()]
         df = pd.DataFrame(rows, columns=["time", "action", "object", "status", "duration_ms", "request_id",
-                                         "credentials_expire_at", "via"])
+                                         "credentials_expire_at", "via", "chain"])
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
         return df
 

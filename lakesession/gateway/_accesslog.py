@@ -22,7 +22,8 @@ class AccessRecord:
     duration_ms: float
     request_id: str | None = None
     credentials_expire_at: float | None = None
-    via: str | None = None
+    via: str | None = None  # upstream, cache, shared (how a credential refresh was served)
+    chain: str | None = None  # the view chain the load went through ("sales.v1 → sales.v2")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

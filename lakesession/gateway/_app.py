@@ -22,11 +22,11 @@ from fastapi import Depends, FastAPI, Request, Response
 
 from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
+from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
 
 logger = logging.getLogger("lakesession.gateway")
 
-REFRESH_KEY = "client.refresh-credentials-endpoint"
 FORWARD_REQUEST_HEADERS = ("content-type", "accept", "x-iceberg-access-delegation", "x-request-id", "if-none-match",
                            "idempotency-key", "accept-encoding")
 FORWARD_RESPONSE_HEADERS = ("content-type", "etag", "cache-control", "www-authenticate", "x-request-id", "retry-after")
@@ -54,8 +54,9 @@ class Upstream:
 
 
 def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> bytes:
-    """Point the table's credential refresh endpoint at the gateway (relative paths already do)."""
-    if REFRESH_KEY.encode() not in body:
+    """Point every absolute catalog URL in a table's configs (credential refresh endpoint, remote
+    signer URI) at the gateway, so the JVM never needs the user's token (relative paths already do)."""
+    if upstream_base.encode() not in body:
         return body
     try:
         doc = json.loads(body)
@@ -63,16 +64,17 @@ def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> 
         return body
     changed = False
     for holder in [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]:
-        value = holder.get(REFRESH_KEY)
-        if isinstance(value, str) and value.startswith(upstream_base):
-            holder[REFRESH_KEY] = gateway_base + value[len(upstream_base):]
-            changed = True
+        for key, value in holder.items():
+            if isinstance(value, str) and (value == upstream_base or value.startswith(upstream_base + "/")):
+                holder[key] = gateway_base + value[len(upstream_base):]
+                changed = True
     return json.dumps(doc).encode() if changed else body
 
 
 def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, gateway_base: Callable[[], str],
-                       credentials: CredentialCache) -> FastAPI:
+                       credentials: CredentialCache, chains: ChainRoutes | None = None) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    routes = chains if chains is not None else ChainRoutes()
     flights = SingleFlight()
     expected = f"Bearer {secret}".encode()
 
@@ -101,9 +103,26 @@ def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, g
         auth = request.headers.get("authorization", "").encode()
         if not hmac.compare_digest(auth, expected):
             return error(401, "NotAuthorizedException", "Not authorized: wrong or missing lakesession session secret")
-        return _handle(request.method, "/" + path, request.url.query, dict(request.headers), body)
+        query = request.url.query
+        if not path.startswith("chain/"):
+            # the main catalog keeps INVOKER semantics: view chains only through chain routes
+            return _handle(request.method, "/" + path, strip_referenced_by(query), dict(request.headers), body,
+                           gateway_base(), None)
+        route_id, _, rest = path[len("chain/"):].partition("/")
+        route = routes.get(route_id)
+        if route is None:
+            return error(403, "ForbiddenException", "Unknown view-chain catalog: chain catalogs exist only for "
+                                                    "queries run through Session.sql")
+        ok, why = route.permits(request.method, "/" + rest)
+        if not ok:
+            return error(403, "ForbiddenException", f"Forbidden through view chain {route.display}: {why}")
+        if rest.rstrip("/") != "v1/config":
+            query = with_referenced_by(query, route.referenced_by)
+        return _handle(request.method, "/" + rest, query, dict(request.headers), body,
+                       f"{gateway_base()}/chain/{route.id}", route.display)
 
-    def _handle(method: str, path: str, query: str, req_headers: dict[str, str], body: bytes) -> Response:
+    def _handle(method: str, path: str, query: str, req_headers: dict[str, str], body: bytes, base: str,
+                chain: str | None) -> Response:
         headers = {k: v for k, v in req_headers.items() if k.lower() in FORWARD_REQUEST_HEADERS}
         started = time.monotonic()
         what = classify(method, path)
@@ -128,14 +147,14 @@ def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, g
             status, content, out_headers = forward(method, path, query, headers, body)
         out_headers = dict(out_headers)
         if status == 200 and "/tables" in path:
-            content = rewrite_table_config(content, upstream.base_url, gateway_base())
+            content = rewrite_table_config(content, upstream.base_url, base)
         if what:
             access_log.add(AccessRecord(
                 time=time.time(), action=what[0], object=what[1], status=status,
                 duration_ms=round((time.monotonic() - started) * 1000, 2),
                 request_id=out_headers.get("x-request-id"),
                 credentials_expire_at=earliest_expiry(content) if status == 200 else None,
-                via=via,
+                via=via, chain=chain,
             ))
         media = out_headers.pop("content-type", None)
         return Response(content if method != "HEAD" else b"", status_code=status, headers=out_headers, media_type=media)

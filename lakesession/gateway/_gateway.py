@@ -11,6 +11,7 @@ import httpx
 from .._background import BackgroundServer, bind, url_host
 from ._accesslog import AccessLog
 from ._app import Upstream, create_gateway_app
+from ._chains import ChainRoutes
 from ._credcache import CredentialCache
 
 
@@ -42,6 +43,7 @@ class Gateway:
         self._secret = secrets.token_urlsafe(32)
         self.access_log = access_log if access_log is not None else AccessLog()
         self.credential_cache = CredentialCache()
+        self.chains = ChainRoutes()
         self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
         self._sock = bind(host, port)
         self.uri = f"http://{url_host(host)}:{self._sock.getsockname()[1]}"
@@ -51,6 +53,7 @@ class Gateway:
             self.access_log,
             lambda: self.uri,
             self.credential_cache,
+            self.chains,
         )
         self._server = BackgroundServer(wrap_app(app) if wrap_app else app, self._sock, "lakesession-gateway")
         self._started = False

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, unquote_plus
 
@@ -68,6 +68,7 @@ class EffectiveUser:
     name: str
     delegated: bool = False
     chain: list[str] = field(default_factory=list)
+    referenced_by: str | None = None  # the raw chain as received, for endpoints advertised to the engine
 
     def detail(self) -> dict[str, Any]:
         """Audit detail for issuances made on behalf of this user (empty without a chain)."""
@@ -213,7 +214,7 @@ def evaluate_chain(ctx: RequestContext, chain: list[ViewId], target: Securable, 
               {"privilege": privilege.value, "step": len(chain) + 1, "delegated": delegated, "chain": names,
                "user_in_effect": user})
     if not ok:
-        failures.append(f"target {target.kind}: {user!r} lacks {privilege.value}")
+        failures.append(f"target {target}: {user!r} lacks {privilege.value}")
     if failures:
         _deny(ctx, action, failures)
     return EffectiveUser(user, delegated, names)
@@ -233,7 +234,7 @@ def authorize_target(ctx: RequestContext, request: Request, action: str, privile
         if caller_trusted(ctx):
             chain = parse_referenced_by(raw, ctx.services.settings.namespace_separator)
             if chain:
-                return evaluate_chain(ctx, chain, target, privilege, action=action)
+                return replace(evaluate_chain(ctx, chain, target, privilege, action=action), referenced_by=raw)
         else:
             logger.debug("ignoring referenced-by from untrusted caller %r", ctx.principal.name)
     ctx.authorize(action, privilege, target)

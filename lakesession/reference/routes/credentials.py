@@ -33,11 +33,14 @@ def table_endpoint(ctx: RequestContext, ns: Namespace, name: str, leaf: str) -> 
 
 
 def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *, action: str,
-         principal_name: str | None = None, detail: dict[str, Any] | None = None) -> tuple[dict[str, str], list[dict[str, Any]]]:
+         principal_name: str | None = None, detail: dict[str, Any] | None = None,
+         referenced_by: str | None = None) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """(table config, storage-credentials) for this caller; empty when nothing is to be vended.
 
     ``principal_name`` (the user in effect of a view chain) picks the mode instead of the caller;
-    ``detail`` is added to the issuance audit record (delegated, chain)."""
+    ``detail`` is added to the issuance audit record (delegated, chain); ``referenced_by`` (the raw
+    chain the load came through) is kept on the refresh endpoint, so refreshes are authorized
+    through the same chain."""
     vendor = ctx.services.vendor
     if vendor is None or not location or not location.startswith(("s3://", "s3a://", "s3n://")):
         return {}, []
@@ -52,7 +55,8 @@ def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *,
     cred, cache_hit = vendor.vend(ctx.principal.name, str(sec), location, mode)
     ctx.audit(action, sec, "issued", {"mode": mode, "expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit,
                                       "prefix": cred.prefix, **(detail or {})})
-    config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: table_endpoint(ctx, ns, name, "credentials")}
+    endpoint = table_endpoint(ctx, ns, name, "credentials") + (f"?referenced-by={referenced_by}" if referenced_by else "")
+    config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: endpoint}
     return config, [{"prefix": cred.prefix, "config": config}]
 
 
@@ -90,7 +94,8 @@ def load_credentials(
     if ctx.services.vendor is None:
         return json_bytes(b'{"storage-credentials":[]}')
     ctx.delegation = ctx.delegation | {"vended-credentials"}
-    _, creds = vend(ctx, ns, name, location, action="refresh_credentials", principal_name=eff.name, detail=eff.detail())
+    _, creds = vend(ctx, ns, name, location, action="refresh_credentials", principal_name=eff.name, detail=eff.detail(),
+                    referenced_by=eff.referenced_by)
     import json
 
     return json_bytes(json.dumps({"storage-credentials": creds}).encode())

@@ -1,0 +1,196 @@
+"""Expand the views a query reads into their SQL, each table pinned to a chain-scoped catalog.
+
+Spark resolves an Iceberg view by loading the tables in its SQL as the *invoker*: a DEFINER
+view over a table the user may not read directly fails. ``expand`` does what a view-aware
+engine does instead: it replaces each view reference with the view's own SQL (recursively,
+in the view's dialect, honouring its default catalog and namespace) and rewrites every table
+the chain reads to ``<chain catalog>.ns.table``. The caller maps each chain to a catalog whose
+loads carry that chain in ``referenced-by`` (the gateway's chain routes), so the catalog
+decides — per step, for the right user — and a table authorized through a view is never
+loaded into, or cached by, the main catalog.
+
+Statements other than queries (and ``INSERT … SELECT``) run unchanged: a ``CREATE VIEW`` must
+store what the user wrote, not chain catalog names.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from ._chains import MAX_DEPTH, ViewChainError, ViewId, _classify, _Client, _dotted, _pick_sql
+
+logger = logging.getLogger("lakesession.catalog")
+
+__all__ = ["Expansion", "expand"]
+
+ChainCatalog = Callable[[tuple[ViewId, ...], ViewId], str]
+
+
+@dataclass
+class Expansion:
+    """The query to run, and what was expanded (views, and per chain the tables it reads)."""
+
+    sql: str
+    views: list[str] = field(default_factory=list)
+    chains: dict[str, list[str]] = field(default_factory=dict)  # "v1 → v2" -> ["ns.t", …]
+
+    @property
+    def expanded(self) -> bool:
+        return bool(self.views)
+
+
+def _quoted(parts: list[str] | tuple[str, ...]) -> str:
+    return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
+
+
+def _ctes(tree: exp.Expression) -> set[str]:
+    return {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+
+
+def _table_refs(tree: exp.Expression) -> list[exp.Table]:
+    ctes = _ctes(tree)
+    out = []
+    for table in list(tree.find_all(exp.Table)):
+        if not isinstance(table.this, (exp.Identifier, exp.Dot)):
+            continue  # table functions, UNNEST, …
+        if len(table.parts) == 1 and table.parts[0].name.lower() in ctes:
+            continue
+        out.append(table)
+    return out
+
+
+def _alias(table: exp.Table) -> str:
+    return table.alias or table.parts[-1].name
+
+
+class _Expander:
+    def __init__(self, client: _Client, catalog_name: str, current_namespace: tuple[str, ...] | None,
+                 chain_catalog: ChainCatalog, max_depth: int):
+        self.client = client
+        self.catalog_name = catalog_name
+        self.current_namespace = current_namespace
+        self.chain_catalog = chain_catalog
+        self.max_depth = max_depth
+        self.result = Expansion("")
+        self.changed = False
+
+    # -- the user's query ------------------------------------------------------------------
+    def top_level(self, table: exp.Table) -> ViewId | None:
+        """The identifier in this catalog that a reference of the user's query names, if any."""
+        parts = [p.name for p in table.parts]
+        internal = f"{self.catalog_name.lower()}__chain_"
+        if parts[0].lower().startswith(internal):
+            raise ViewChainError(f"{'.'.join(parts)} names an internal view-chain catalog: reference the view "
+                                 f"instead (e.g. {self.catalog_name}.ns.view); tables read through a view are "
+                                 f"not reachable directly.")
+        if len(parts) >= 3:
+            if parts[0].lower() != self.catalog_name.lower():
+                return None  # another catalog
+            return tuple(parts[1:-1]), parts[-1]
+        if len(parts) == 2:
+            return (parts[0],), parts[1]
+        if self.current_namespace:
+            return self.current_namespace, parts[0]
+        return None
+
+    def query(self, tree: exp.Expression) -> None:
+        for table in _table_refs(tree):
+            ident = self.top_level(table)
+            if ident is None:
+                continue
+            status, body = self.client.get("views", ident, [])
+            if status == 200:
+                table.replace(self._subquery(self.view(ident, body, []), table))
+            elif len(table.parts) < 3:  # run where it was resolved: this session's catalog
+                table.replace(self._pinned(self.catalog_name, ident, table))
+            self.changed = True
+
+    # -- views ---------------------------------------------------------------------------------
+    def view(self, ident: ViewId, body: Any, chain: list[ViewId]) -> exp.Expression:
+        """The view's SQL as a tree (in Spark's dialect once rendered), its references rewritten."""
+        path = [*chain, ident]
+        if len(path) > self.max_depth:
+            raise ViewChainError(f"View chain deeper than {self.max_depth}: {' → '.join(map(_dotted, path))}. "
+                                 f"Catalogs refuse longer referenced-by chains: flatten some of the views.")
+        metadata = body.get("metadata") or {}
+        current = metadata.get("current-version-id")
+        version = next((v for v in metadata.get("versions") or [] if v.get("version-id") == current), None)
+        if version is None:
+            raise ViewChainError(f"View {_dotted(ident)} has no current version in its metadata.")
+        sql, dialect = _pick_sql(version)
+        try:
+            tree = sqlglot.parse_one(sql, read=dialect)
+        except sqlglot.errors.ParseError as exc:
+            raise ViewChainError(f"Cannot parse view {_dotted(ident)}'s SQL ({dialect}): {exc}") from exc
+        self.result.views.append(_dotted(ident))
+        local = {self.catalog_name.lower()}
+        for table in _table_refs(tree):
+            child, _display = _classify([p.name for p in table.parts], version, local)
+            if child is None:
+                continue  # another catalog: left as the view wrote it
+            if child in path:
+                cycle = " → ".join(_dotted(v) for v in path[path.index(child):] + [child])
+                raise ViewChainError(f"View cycle: {cycle}. A view must not read itself, directly or through "
+                                     f"other views: replace one of them to break the cycle.")
+            status, child_body = self.client.get("views", child, path)
+            if status == 200:
+                table.replace(self._subquery(self.view(child, child_body, path), table))
+                continue
+            catalog = self.chain_catalog(tuple(path), child)
+            self.result.chains.setdefault(" → ".join(map(_dotted, path)), []).append(_dotted(child))
+            table.replace(self._pinned(catalog, child, table))
+        return tree
+
+    @staticmethod
+    def _pinned(catalog: str, ident: ViewId, table: exp.Table) -> exp.Table:
+        """``catalog.ns.name``, keeping the name the SQL used as its alias (``t.col`` still resolves)."""
+        pinned = exp.to_table(_quoted((catalog, *ident[0], ident[1])), dialect="spark")
+        pinned.set("alias", exp.TableAlias(this=exp.to_identifier(_alias(table))))
+        return pinned
+
+    @staticmethod
+    def _subquery(tree: exp.Expression, table: exp.Table) -> exp.Expression:
+        return exp.Subquery(this=tree, alias=exp.TableAlias(this=exp.to_identifier(_alias(table))))
+
+
+def expand(query: str, *, client: _Client, catalog_name: str, current_namespace: tuple[str, ...] | None,
+           chain_catalog: ChainCatalog, max_depth: int = MAX_DEPTH) -> Expansion:
+    """``query`` with every view of ``catalog_name`` it reads expanded (see the module docstring).
+
+    Args:
+        client: Loads views (and probes chains) as the user, directly at the catalog.
+        catalog_name: The session's catalog name in Spark; three-part names in other catalogs are
+            left alone.
+        current_namespace: Where one-part names resolve (Spark's current namespace when the
+            current catalog is ``catalog_name``), or None to leave them to Spark.
+        chain_catalog: ``(chain, table) -> catalog name`` serving ``table`` through ``chain``.
+
+    Raises:
+        ViewChainError: a cycle, a chain deeper than ``max_depth``, unparsable view SQL, or a
+            reference to an internal chain catalog.
+    """
+    try:
+        tree = sqlglot.parse_one(query, read="spark")
+    except sqlglot.errors.ParseError:
+        logger.debug("query not parsed by sqlglot; running it unchanged (views keep INVOKER semantics)")
+        return Expansion(query)
+    if tree is None:
+        return Expansion(query)
+    expander = _Expander(client, catalog_name, current_namespace, chain_catalog, max_depth)
+    if isinstance(tree, exp.Query):
+        expander.query(tree)
+    elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Query):
+        expander.query(tree.expression)
+    else:
+        for table in _table_refs(tree):  # still refuse direct use of chain catalogs
+            expander.top_level(table)
+        return Expansion(query)
+    result = expander.result
+    result.sql = tree.sql(dialect="spark") if expander.changed else query
+    return result
