@@ -46,6 +46,9 @@ grants:
   - {role: r_bob, privilege: TABLE_READ_DATA, on: table sales.orders}
   # INVOKER view over orders: alice has no grant on orders, so it fails for her
   - {role: r_alice, privilege: VIEW_READ, on: view sales.v_invoker}
+  # the seed's INVOKER example: alice may read both the view and its table
+  - {role: r_alice, privilege: VIEW_READ, on: view sales.v_public}
+  - {role: r_alice, privilege: TABLE_READ_DATA, on: table sales.public}
   - {role: r_alice, privilege: VIEW_READ, on: namespace loops}
   - {role: r_alice, privilege: VIEW_READ, on: namespace deep}
 """
@@ -72,7 +75,7 @@ def views(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from pyiceberg.types import LongType, NestedField
 
     schema = Schema(NestedField(1, "id", LongType(), required=False))
-    for name, ids in (("t_chain", [1, 2, 3]), ("orders", [10, 20, 30, 40])):
+    for name, ids in (("t_chain", [1, 2, 3]), ("orders", [10, 20, 30, 40]), ("public", [7])):
         cat.create_table(f"sales.{name}", schema)
         admin.table(f"sales.{name}").append(pa.table({"id": pa.array(ids, pa.int64())}))
     headers = {"Authorization": f"Bearer {handle.admin.token_for('admin')}"}
@@ -82,6 +85,7 @@ def views(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         ("sales", view_body("v3", "WITH recent AS (SELECT id FROM t_chain) SELECT r.id FROM recent r", "carol")),
         ("sales", view_body("v_orders", "SELECT o.id FROM orders o WHERE o.id >= 20", "bob")),
         ("sales", view_body("v_invoker", "SELECT id FROM orders")),
+        ("sales", view_body("v_public", "SELECT id FROM sales.public")),
         ("loops", view_body("a", "SELECT * FROM b", namespace="loops")),
         ("loops", view_body("b", "SELECT * FROM a", namespace="loops")),
     ]
@@ -113,11 +117,30 @@ def ids(df: Any) -> list[int]:
     return sorted(r["id"] for r in df.collect())
 
 
+def chain_checks(views: Any, since: float, table: str) -> list[tuple[str, str, int, str]]:
+    """(object, user checked, step, decision) of the last chain load of ``table``, as audited."""
+    records = views.admin.audit(principal="alice", since=since)
+    loads = [r for r in records if r.action == "load_table" and r.securable == f"table {table}"
+             and (r.detail or {}).get("step")]
+    assert loads, f"no chain load of {table} audited"
+    return [(r.securable, (r.detail or {}).get("user_in_effect"), (r.detail or {}).get("step"), r.decision)
+            for r in records if r.request_id == loads[-1].request_id and (r.detail or {}).get("step")]
+
+
+def test_seed_invoker_view_checks_alice_twice(alice: lakesession.Session, views: Any) -> None:
+    since = time.time()
+    assert ids(alice.sql("SELECT * FROM sales.v_public")) == [7]
+    assert chain_checks(views, since, "sales.public") == [("view sales.v_public", "alice", 1, "allow"),
+                                                          ("table sales.public", "alice", 2, "allow")]
+
+
 def test_definer_view_reads_in_spark_and_the_table_stays_out_of_reach(alice: lakesession.Session, views: Any) -> None:
     since = time.time()
     assert ids(alice.sql("SELECT * FROM as_alice.sales.v_orders")) == [20, 30, 40]
     assert ids(alice.sql("SELECT id FROM sales.v_orders WHERE id < 40")) == [20, 30]  # namespace-qualified
     assert ids(alice.table("sales.v_orders")) == [20, 30, 40]
+    assert chain_checks(views, since, "sales.orders") == [("view sales.v_orders", "alice", 1, "allow"),
+                                                          ("table sales.orders", "bob", 2, "allow")]
     # the same Spark session, directly: alice has no grant on orders
     with pytest.raises(CatalogAccessError, match="orders"):
         alice.spark().sql("SELECT * FROM as_alice.sales.orders").collect()
@@ -127,8 +150,7 @@ def test_definer_view_reads_in_spark_and_the_table_stays_out_of_reach(alice: lak
     with pytest.raises(CatalogAccessError, match="orders"):
         alice.sql("SELECT v.id FROM sales.v_orders v JOIN sales.orders o ON v.id = o.id").collect()
     # the chain catalog's name is not a way in either
-    chain_catalog = next(r for r in alice.accesses().to_dict("records") if r["chain"])
-    assert chain_catalog["chain"] == "sales.v_orders"
+    assert "sales.v_orders" in {r["chain"] for r in alice.accesses().to_dict("records")}
     with pytest.raises(ViewChainError, match="internal view-chain catalog"):
         alice.sql(f"SELECT * FROM {next(iter(alice._chain_catalogs))}.sales.orders")
     # the catalog delegated to bob for the table load and vended credentials as delegated
@@ -153,16 +175,8 @@ def test_plain_spark_sql_keeps_invoker_semantics(alice: lakesession.Session) -> 
 def test_seed_mixed_chain_through_spark(alice: lakesession.Session, views: Any) -> None:
     since = time.time()
     assert ids(alice.sql("SELECT * FROM sales.v1")) == [2, 3]
-    steps = [r for r in views.admin.audit(principal="alice", since=since)
-             if r.action == "load_table" and r.securable == "table sales.t_chain"]
-    assert steps, "no chain load of t_chain audited"
-    detail = steps[-1].detail or {}
-    assert detail.get("chain") == ["sales.v1", "sales.v2", "sales.v3"]
-    assert detail.get("user_in_effect") == "carol" and detail.get("delegated") is True
     # exactly the seed's checks, in one request: v1 as alice, v2 and v3 as bob, the table as carol
-    request = [r for r in views.admin.audit(principal="alice", since=since) if r.request_id == steps[-1].request_id]
-    assert [(r.securable, (r.detail or {}).get("user_in_effect"), (r.detail or {}).get("step"), r.decision)
-            for r in request if (r.detail or {}).get("step")] == [
+    assert chain_checks(views, since, "sales.t_chain") == [
         ("view sales.v1", "alice", 1, "allow"), ("view sales.v2", "bob", 2, "allow"),
         ("view sales.v3", "bob", 3, "allow"), ("table sales.t_chain", "carol", 4, "allow")]
     audit = alice.audit()
