@@ -96,12 +96,14 @@ def start_embedded(data_dir: str | Path | None = None, storage: str | None = Non
             grants=[{"role": DEMO_ROLE, "privilege": "CATALOG_MANAGE_CONTENT", "on": "catalog"}],
         )
         ttl = credential_ttl or int(os.environ.get("LAKESESSION_EMBEDDED_CREDENTIAL_TTL", "3600"))
+        # lakesession is the engine here: its view chains (referenced-by) are honoured, so DEFINER views work
+        common: dict[str, Any] = {"data_dir": data, "bootstrap": policy, "access_token_ttl": access_token_ttl or 3600,
+                                  "trusted_engines": [{"audience": "lakesession"}]}
         if mode == "s3-emulator":
             bucket = f"lakesession-{secrets.token_hex(4)}"
-            handle = start(data_dir=data, bootstrap=policy, warehouse=f"s3://{bucket}/warehouse", s3_emulator=True,
-                           credential_ttl=ttl, access_token_ttl=access_token_ttl or 3600)
+            handle = start(warehouse=f"s3://{bucket}/warehouse", s3_emulator=True, credential_ttl=ttl, **common)
         else:
-            handle = start(data_dir=data, bootstrap=policy, access_token_ttl=access_token_ttl or 3600)
+            handle = start(**common)
         emb = EmbeddedCatalog(handle.uri, handle.issuer_uri, handle.warehouse, handle, secret)
         _running[key] = emb
         return emb
