@@ -5,8 +5,10 @@
     session = lakesession.connect(uri="https://catalog.example.com", credential="id:secret", token_url=...)
 """
 
+from .notebook import load_ipython_extension, unload_ipython_extension
 from .session import Session, connect, current_session, spark
 
 __version__ = "0.1.0"
 
-__all__ = ["Session", "__version__", "connect", "current_session", "spark"]
+__all__ = ["Session", "__version__", "connect", "current_session", "load_ipython_extension", "spark",
+           "unload_ipython_extension"]

@@ -1,0 +1,166 @@
+"""``%lakesession`` line magic and ``%%lakesql`` cell magic.
+
+Failures show as one readable line with the fix (``MagicError`` renders its own one-line
+traceback), never a Java stack trace; with the extension loaded, any ``LakesessionError`` or
+``CatalogAccessError`` raised in a cell is shown the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from ..errors import LakesessionError
+from . import _views
+
+USAGE = """%lakesession login [CATALOG] [--device | --client-credentials] [--uri URI] [--issuer URL] [--client-id ID]
+%lakesession use VARIABLE          bind the magics to a Session held in a notebook variable
+%lakesession status | grants | credentials [--auto-refresh] | audit [--since 10m] [--action A]
+%lakesession resolve NS.VIEW
+%%lakesql [--limit 20] [--out NAME]   Spark SQL through the session"""
+
+
+class MagicError(LakesessionError):
+    """A failed magic: IPython shows just this one line, not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31mlakesession: {self}\x1b[0m"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise MagicError(f"{message}. Usage:\n{USAGE}")
+
+
+def explain(exc: BaseException) -> str:
+    """One secret-free line for a failure, ending with how to fix it."""
+    from ..spark.errors import CatalogAccessError
+
+    if isinstance(exc, MagicError):
+        return str(exc)
+    if isinstance(exc, CatalogAccessError):
+        fix = {"forbidden": "ask the catalog's administrator for a grant (see %lakesession grants)",
+               "not authorized": "log in again (%lakesession login)",
+               }.get(exc.kind, "retry; if it persists, ask the catalog's operator")
+        return f"the catalog refused the request ({exc.kind}): {_first(str(exc))}. Fix: {fix}."
+    if isinstance(exc, LakesessionError):
+        return _first(str(exc), 400)
+    from pyiceberg.exceptions import ForbiddenError, UnauthorizedError
+
+    if isinstance(exc, ForbiddenError):
+        return f"the catalog refused the request: {_first(str(exc))}. Fix: ask for a grant (see %lakesession grants)."
+    if isinstance(exc, UnauthorizedError):
+        return f"the catalog rejected your login: {_first(str(exc))}. Fix: log in again (%lakesession login)."
+    name = type(exc).__name__
+    try:
+        from pyspark.errors import PySparkException
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        PySparkException = ()  # type: ignore[assignment,misc]
+    if isinstance(exc, PySparkException):  # AnalysisException, ParseException, …: Spark's own first line
+        return f"Spark: {_first(str(exc))}. Fix: correct the SQL (names are lake.<namespace>.<table>)."
+    if name in ("Py4JJavaError", "Py4JError", "Py4JNetworkError"):
+        java = getattr(exc, "java_exception", None)
+        text = str(java.toString()) if java is not None else str(exc)
+        return f"the Spark JVM failed: {_first(text)}. Fix: check the SQL and the session (%lakesession status)."
+    return f"{name}: {_first(str(exc))}"
+
+
+def _first(text: str, limit: int = 300) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    for marker in ("\tat ", " at org.", " at java."):
+        line = line.split(marker)[0]
+    line = line.rstrip(".")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def show_one_line(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> None:
+    """``set_custom_exc`` handler: a lakesession failure in any cell, as one line (still an error for the kernel)."""
+    err = value if isinstance(value, MagicError) else MagicError(explain(value))
+    shell.showtraceback((MagicError, err, None))
+
+
+@magics_class
+class LakesessionMagics(Magics):
+    """The magics; the session they act on is ``_views.active_session()``."""
+
+    @line_magic
+    def lakesession(self, line: str) -> Any:
+        """Log in, and show status, grants, credentials, audit, view chains — see ``%lakesession help``."""
+        try:
+            return self._dispatch(shlex.split(line))
+        except MagicError:
+            raise
+        except Exception as exc:
+            raise MagicError(explain(exc)) from None
+
+    def _dispatch(self, argv: list[str]) -> Any:
+        if not argv or argv[0] in ("help", "-h", "--help"):
+            print(USAGE)
+            return None
+        cmd, rest = argv[0], argv[1:]
+        p = _Parser(prog=f"%lakesession {cmd}", add_help=False)
+        if cmd == "login":
+            p.add_argument("catalog", nargs="?")
+            flow = p.add_mutually_exclusive_group()
+            flow.add_argument("--device", action="store_true")
+            flow.add_argument("--client-credentials", action="store_true")
+            p.add_argument("--uri")
+            p.add_argument("--issuer")
+            p.add_argument("--client-id")
+            a = p.parse_args(rest)
+            return _views.login(a.catalog, device=a.device, client_credentials=a.client_credentials, uri=a.uri,
+                                issuer=a.issuer, client_id=a.client_id)
+        if cmd == "use":
+            p.add_argument("variable")
+            a = p.parse_args(rest)
+            if a.variable not in self.shell.user_ns:
+                raise MagicError(f"no variable {a.variable!r} in the notebook. Fix: session = lakesession.connect(...) first.")
+            _views.use(self.shell.user_ns[a.variable])
+            return _views.status()
+        if cmd in ("status", "grants"):
+            p.parse_args(rest)
+            return _views.status() if cmd == "status" else _views.grants()
+        if cmd == "credentials":
+            p.add_argument("--auto-refresh", action="store_true")
+            return _views.credentials(auto_refresh=p.parse_args(rest).auto_refresh)
+        if cmd == "audit":
+            p.add_argument("--since")
+            p.add_argument("--action")
+            a = p.parse_args(rest)
+            return _views.audit(since=a.since, action=a.action)
+        if cmd == "resolve":
+            p.add_argument("name")
+            return _views.chain(p.parse_args(rest).name)
+        raise MagicError(f"unknown command {cmd!r}. Usage:\n{USAGE}")
+
+    @cell_magic
+    def lakesql(self, line: str, cell: str) -> None:
+        """Run the cell as Spark SQL through the session; show up to ``--limit`` rows (default 20)."""
+        p = _Parser(prog="%%lakesql", add_help=False)
+        p.add_argument("--limit", type=int, default=20)
+        p.add_argument("--out")
+        try:
+            a = p.parse_args(shlex.split(line))
+            df = _views.run_sql(cell, limit=a.limit)
+        except MagicError:
+            raise
+        except Exception as exc:
+            raise MagicError(explain(exc)) from None
+        if a.out:
+            self.shell.user_ns[a.out] = df
+
+
+def load(shell: Any) -> None:
+    shell.register_magics(LakesessionMagics)
+    from ..spark.errors import CatalogAccessError
+
+    from pyiceberg.exceptions import ForbiddenError, UnauthorizedError
+
+    shell.set_custom_exc((LakesessionError, CatalogAccessError, ForbiddenError, UnauthorizedError), show_one_line)
+
+
+def unload(shell: Any) -> None:
+    shell.set_custom_exc((), None)
