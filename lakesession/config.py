@@ -37,6 +37,7 @@ ENV = {
     "client_id": "LAKESESSION_CLIENT_ID",
     "client_secret": "LAKESESSION_CLIENT_SECRET",
     "scope": "LAKESESSION_SCOPE",
+    "identity": "LAKESESSION_IDENTITY",
 }
 # pyiceberg catalog keys -> our option names
 PYICEBERG_KEYS = {"uri": "uri", "warehouse": "warehouse", "token": "token", "credential": "credential",

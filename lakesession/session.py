@@ -381,8 +381,15 @@ def _identity(uri: str, settings: dict[str, Any]) -> Any:
     client_secret = settings.pop("client_secret", None)
     scope = settings.pop("scope", None)
     on_prompt = settings.pop("on_prompt", None)
+    kind = settings.pop("identity", None)
     if token:
         return StaticToken(token)
+    if not credential and not client_secret:  # a hub-spawned server: LAKESESSION_IDENTITY=jupyterhub
+        from .hub import identity_from_env
+
+        hub = identity_from_env(kind, issuer=issuer)
+        if hub is not None:
+            return hub
     if credential:
         client_id, _, client_secret = str(credential).partition(":")
     if issuer:

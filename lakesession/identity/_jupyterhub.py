@@ -16,6 +16,10 @@ Optionally (``token_url`` + ``client_id``), when the hub still holds an expired
 access token, the refresh token from ``auth_state`` is used directly at the
 issuer. With rotating refresh tokens this spends the hub's copy, so enable it
 only when the hub does not refresh tokens itself.
+
+``initial_token`` (e.g. what ``lakesession.hub.auth_state_hook`` put into the
+server's environment) is served until it is due for a refresh, saving the first
+round trip to the hub.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ class JupyterHubToken(TokenSource):
                  access_token_key: str = "access_token", refresh_token_key: str = "refresh_token",
                  expires_at_key: str = "expires_at", reread_interval: float = DEFAULT_REREAD,
                  token_url: str | None = None, client_id: str | None = None, client_secret: str | None = None,
-                 http_options: Mapping[str, Any] | None = None, refresh_margin: float | None = None):
+                 http_options: Mapping[str, Any] | None = None, refresh_margin: float | None = None,
+                 issuer: str | None = None, initial_token: str | None = None,
+                 initial_expires_at: float | None = None):
         api_url = api_url or os.environ.get("JUPYTERHUB_API_URL")
         user = user or os.environ.get("JUPYTERHUB_USER")
         api_token = api_token or os.environ.get("JUPYTERHUB_API_TOKEN")
@@ -63,7 +69,7 @@ class JupyterHubToken(TokenSource):
             raise IdentityError(f"Not inside a JupyterHub single-user server: {', '.join(missing)} not set. "
                                 "Run in a hub-spawned server, or pass api_url=, user=, api_token=.")
         assert api_url and user and api_token
-        super().__init__(refresh_margin=refresh_margin, issuer_hint=None)
+        super().__init__(refresh_margin=refresh_margin, issuer_hint=issuer)
         self._api_url = api_url.rstrip("/")
         self._user = user
         self._api_token = api_token
@@ -72,6 +78,10 @@ class JupyterHubToken(TokenSource):
         self._http = httpx.Client(**{"timeout": DEFAULT_TIMEOUT, **(http_options or {})})
         self._direct = (token_url, oauth_client(client_id, client_secret, http_options=http_options)) if (
             token_url and client_id) else None
+        if initial_token:
+            first = Token.from_expiry(initial_token, initial_expires_at)
+            if not first.expired(time.monotonic()):
+                self._install(first, save=False)
 
     @property
     def _where(self) -> str:

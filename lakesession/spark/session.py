@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+SECRET_ENV = ("JUPYTERHUB_API_TOKEN", "LAKESESSION_TOKEN", "LAKESESSION_CREDENTIAL", "LAKESESSION_CLIENT_SECRET",
+              "LAKESESSION_HUB_ACCESS_TOKEN")
 
 
 def catalog_conf(name: str, gateway_uri: str, session_secret: str, warehouse: str | None) -> dict[str, str]:
@@ -91,7 +93,12 @@ def build_spark(
     from pyspark import SparkContext
 
     existed = SparkContext._active_spark_context is not None
-    spark = builder.getOrCreate()
+    # the JVM inherits os.environ: keep tokens that could act as the user out of it
+    saved = {k: os.environ.pop(k) for k in SECRET_ENV if k in os.environ}
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.environ.update(saved)
     if existed or remote:
         # getOrCreate reused a session: catalogs are runtime SQL confs and can still be registered
         for k, v in conf.items():

@@ -1,0 +1,97 @@
+"""JupyterHub entry point: notebooks on a hub act as the hub user on the catalog.
+
+In ``jupyterhub_config.py``::
+
+    import lakesession.hub
+    lakesession.hub.configure(c, catalog_uri="https://catalog.example.com",
+                              issuer="https://idp.example.com/realms/data")
+
+sets the spawner hook and roles (see ``configure``). In the single-user server,
+``lakesession.spark()`` / ``lakesession.connect()`` with nothing else configured
+then finds ``LAKESESSION_IDENTITY=jupyterhub`` and uses ``identity_from_env()``:
+a ``JupyterHubToken`` that starts from the token the hook passed and re-reads the
+user's ``auth_state`` from the hub API before it expires.
+
+``lakesession.hub.authenticator.DeviceCodeAuthenticator`` logs users in to the
+hub with an issuer's device authorization grant (RFC 8628) — e.g. the reference
+catalog's embedded issuer — and refreshes their tokens in ``auth_state``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+
+from ..identity import IdentityError, JupyterHubToken
+from ._spawn import (
+    ACCESS_TOKEN_VAR,
+    EXPIRES_AT_VAR,
+    IDENTITY_JUPYTERHUB,
+    IDENTITY_VAR,
+    ISSUER_VAR,
+    ROLE_SCOPES,
+    SERVER_SCOPES,
+    TOKEN_VARS,
+    URI_VAR,
+    WAREHOUSE_VAR,
+    auth_state_hook,
+    chain_hooks,
+    configure,
+    merge_roles,
+    spawn_environment,
+    token_environment,
+)
+
+__all__ = [
+    "ACCESS_TOKEN_VAR",
+    "EXPIRES_AT_VAR",
+    "IDENTITY_JUPYTERHUB",
+    "IDENTITY_VAR",
+    "ISSUER_VAR",
+    "ROLE_SCOPES",
+    "SERVER_SCOPES",
+    "TOKEN_VARS",
+    "URI_VAR",
+    "WAREHOUSE_VAR",
+    "auth_state_hook",
+    "chain_hooks",
+    "configure",
+    "hub_identity",
+    "identity_from_env",
+    "merge_roles",
+    "spawn_environment",
+    "token_environment",
+]
+
+
+def hub_identity(*, issuer: str | None = None, environ: MutableMapping[str, str] | None = None) -> JupyterHubToken:
+    """The hub user's token source inside a single-user server (raises ``IdentityError`` outside one).
+
+    Takes the initial access token the spawner hook passed (``LAKESESSION_HUB_ACCESS_TOKEN``) and
+    removes it from ``environ`` (default ``os.environ``) so that processes started later — the
+    Spark JVM, shell commands — do not inherit it.
+    """
+    env = os.environ if environ is None else environ
+    initial = env.pop(ACCESS_TOKEN_VAR, None) or None
+    raw_expiry = env.pop(EXPIRES_AT_VAR, None)
+    try:
+        expires_at = float(raw_expiry) if raw_expiry else None
+    except ValueError:
+        expires_at = None
+    return JupyterHubToken(api_url=env.get("JUPYTERHUB_API_URL"), user=env.get("JUPYTERHUB_USER"),
+                           api_token=env.get("JUPYTERHUB_API_TOKEN"), issuer=issuer or env.get(ISSUER_VAR) or None,
+                           initial_token=initial, initial_expires_at=expires_at)
+
+
+def identity_from_env(kind: str | None = None, *, issuer: str | None = None,
+                      environ: MutableMapping[str, str] | None = None) -> JupyterHubToken | None:
+    """``hub_identity()`` when ``kind`` (default: ``$LAKESESSION_IDENTITY``, which ``configure``'s
+    spawner sets) is ``"jupyterhub"``; ``None`` when neither is set (other identities apply)."""
+    env = os.environ if environ is None else environ
+    kind = (kind or env.get(IDENTITY_VAR) or "").strip().lower()
+    if not kind:
+        return None
+    if kind != IDENTITY_JUPYTERHUB:
+        raise IdentityError(f"identity {kind!r} ({IDENTITY_VAR}) is not one lakesession knows: "
+                            f"use {IDENTITY_JUPYTERHUB!r}, or unset it")
+    return hub_identity(issuer=issuer, environ=env)
