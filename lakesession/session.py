@@ -65,13 +65,13 @@ class Session:
         self._owns_spark = False
         self._catalog: RestCatalog | None = None
         self._lock = threading.RLock()
+        self._chain_catalogs: set[str] = set()
         try:  # the JupyterLab panel: publish status() when inside an IPython kernel (no-op elsewhere, never raises)
             from .lab._publisher import start_publisher
 
             start_publisher(self)
         except Exception:
             pass
-        self._chain_catalogs: set[str] = set()
 
     def _resolve(self) -> None:
         pending = self._pending
