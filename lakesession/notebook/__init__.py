@@ -22,8 +22,14 @@ __all__ = ["active_session", "audit", "chain", "credentials", "grants", "load_ip
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext lakesession`` (or ``c.InteractiveShellApp.extensions = ["lakesession"]``)."""
+    import warnings
+
     from ._magics import load
 
+    # httpcore imports trio when it is installed, and trio warns once about IPython's exception
+    # hook: noise in the first cell's output that the user can do nothing about
+    warnings.filterwarnings("ignore", message="IPython detected, but you already have a custom exception handler",
+                            category=RuntimeWarning)
     load(ipython)
 
 
