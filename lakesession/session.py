@@ -56,7 +56,7 @@ class Session:
         self._remote = remote
         self._gateway_host = gateway_host or os.environ.get("LAKESESSION_GATEWAY_HOST", "127.0.0.1")
         self._spark_conf = dict(spark_conf or {})
-        self.embedded = embedded
+        self._embedded = embedded
         self.access_log = AccessLog()
         self.credential_store = CredentialStore()
         self._gateway_options = dict(gateway_options or {})
@@ -77,9 +77,15 @@ class Session:
         pending = self._pending
         if pending is not None:
             emb, identity = pending.result()
-            self.embedded, self._identity, self._uri = emb, identity, emb.uri
+            self._embedded, self._identity, self._uri = emb, identity, emb.uri
             self.warehouse = self.warehouse or emb.warehouse
             self._pending = None
+
+    @property
+    def embedded(self) -> Any:
+        """The embedded catalog behind this session (waits for it to finish starting), or None."""
+        self._resolve()
+        return self._embedded
 
     @property
     def uri(self) -> str:
