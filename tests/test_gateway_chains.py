@@ -24,10 +24,11 @@ def test_route_permits_only_its_tables_and_reads() -> None:
     route = ChainRoute("r1", ((("db",), "v"),), "db%1Fv", {(("db",), "t"), (("a", "b"), "u")})
     ok = [("GET", "/v1/config"), ("GET", "/v1/wh/namespaces/db/tables/t"), ("HEAD", "/v1/wh/namespaces/db/tables/t"),
           ("GET", "/v1/wh/namespaces/db/tables/t/credentials"), ("POST", "/v1/wh/namespaces/db/tables/t/metrics"),
-          ("GET", "/v1/wh/namespaces/a%1Fb/tables/u")]
+          ("GET", "/v1/wh/namespaces/a%1Fb/tables/u"),
+          ("POST", "/v1/wh/namespaces/db/tables/t/sign")]
     no = [("GET", "/v1/wh/namespaces/db/tables/t_other"), ("POST", "/v1/wh/namespaces/db/tables/t"),
           ("DELETE", "/v1/wh/namespaces/db/tables/t"), ("GET", "/v1/wh/namespaces/db/tables"),
-          ("GET", "/v1/wh/namespaces/db/views/v"), ("POST", "/v1/wh/namespaces/db/tables/t/sign"),
+          ("GET", "/v1/wh/namespaces/db/views/v"), ("POST", "/v1/wh/namespaces/db/tables/u/sign"),
           ("GET", "/v1/wh/namespaces"), ("POST", "/v1/wh/tables/rename")]
     assert all(route.permits(m, p)[0] for m, p in ok)
     assert not any(route.permits(m, p)[0] for m, p in no)

@@ -227,3 +227,27 @@ def test_chain_routes_are_narrow_and_read_only(alice: lakesession.Session) -> No
     direct = httpx.get(f"{gw.uri}/v1/lakesession/namespaces/sales/tables/orders?referenced-by=sales%1Fv_orders",
                        headers=auth, timeout=30)
     assert direct.status_code == 403
+
+
+def test_remote_signing_through_a_chain(views: Any) -> None:
+    """Remote signing keeps the chain: bob's read privilege signs alice's GETs, never her writes."""
+    headers = {"Authorization": f"Bearer {views.admin.token_for('alice')}"}
+    base = f"{views.uri}/v1/lakesession/namespaces/sales/tables/orders"
+    r = httpx.get(base + "?referenced-by=sales%1Fv_orders", timeout=30,
+                  headers={**headers, "X-Iceberg-Access-Delegation": "remote-signing"})
+    assert r.status_code == 200, r.text
+    config, metadata_location = r.json()["config"], r.json()["metadata-location"]
+    endpoint = config["s3.signer.endpoint"]
+    assert endpoint.endswith("/sign?referenced-by=sales%1Fv_orders"), endpoint
+    bucket, _, key = metadata_location[len("s3://"):].partition("/")
+    s3 = config["s3.endpoint"].rstrip("/")
+
+    def sign(method: str, url: str, chain: bool = True) -> httpx.Response:
+        target = f"{config['s3.signer.uri'].rstrip('/')}/{endpoint if chain else endpoint.split('?')[0]}"
+        return httpx.post(target, headers=headers, timeout=30, json={
+            "region": config.get("client.region", "us-east-1"), "method": method, "uri": url,
+            "headers": {"Host": [s3.split("//")[1]]}})
+
+    assert sign("GET", f"{s3}/{bucket}/{key}").status_code == 200
+    assert sign("GET", f"{s3}/{bucket}/{key}", chain=False).status_code == 403  # alice alone
+    assert sign("PUT", f"{s3}/{bucket}/{key.rsplit('/', 1)[0]}/evil.parquet").status_code == 403  # read-only chain

@@ -5,7 +5,8 @@ catalog of its own (``lake__chain_…``), served by the gateway under ``/chain/{
 request on that route:
 
 * is limited to exactly the tables the chain reads — loadTable, table exists, credential
-  refresh and scan metrics; anything else (listings, creates, commits, other tables, views)
+  refresh, remote signing (the catalog still refuses writes to a read-only chain) and scan
+  metrics; anything else (listings, creates, commits, other tables, views)
   answers 403 ``ForbiddenException`` — so the chain catalog is read-only and narrow;
 * carries the chain in ``referenced-by`` (set by the gateway, replacing any value the engine
   sent), so the catalog evaluates DEFINER/INVOKER security for the right user.
@@ -30,7 +31,7 @@ ViewId = tuple[tuple[str, ...], str]
 
 _TABLE = re.compile(r"^/v1/(?:[^/]+/)?namespaces/(?P<ns>[^/]+)/tables/(?P<name>[^/]+)(?P<rest>/[^/]*)?$")
 # (method, path tail after the table) allowed on a chain route
-_ALLOWED = {("GET", ""), ("HEAD", ""), ("GET", "/credentials"), ("POST", "/metrics")}
+_ALLOWED = {("GET", ""), ("HEAD", ""), ("GET", "/credentials"), ("POST", "/metrics"), ("POST", "/sign")}
 
 
 @dataclass

@@ -60,16 +60,22 @@ def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *,
     return config, [{"prefix": cred.prefix, "config": config}]
 
 
-def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str | None) -> dict[str, str]:
-    """Config that tells engines to have each S3 request signed by the catalog (no credentials at all)."""
+def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *,
+                   principal_name: str | None = None, referenced_by: str | None = None) -> dict[str, str]:
+    """Config that tells engines to have each S3 request signed by the catalog (no credentials at all).
+
+    Through a view chain (``referenced_by``), the user in effect (``principal_name``) decides, and the
+    signer endpoint keeps the chain so that every signature is authorized through it."""
     vendor = ctx.services.vendor
-    if vendor is None or not location or not ctx.allowed(P.TABLE_READ_DATA, Securable.table(ns, name)):
+    who = principal_name or ctx.principal.name
+    if vendor is None or not location or not ctx.allowed_for(who, P.TABLE_READ_DATA, Securable.table(ns, name)):
         return {}
     s3 = vendor.s3
+    endpoint = table_endpoint(ctx, ns, name, "sign") + (f"?referenced-by={referenced_by}" if referenced_by else "")
     cfg = {
         "s3.remote-signing-enabled": "true",
         "s3.signer.uri": ctx.services.settings.base_url,
-        "s3.signer.endpoint": table_endpoint(ctx, ns, name, "sign"),
+        "s3.signer.endpoint": endpoint,
         **s3.client_config(),
     }
     return cfg

@@ -105,7 +105,8 @@ def table_result(ctx: RequestContext, ns: Namespace, name: str, metadata_locatio
         config, creds = vend(ctx, ns, name, location, action=action, principal_name=eff.name if eff else None,
                              detail=eff.detail() if eff else None, referenced_by=eff.referenced_by if eff else None)
     elif "remote-signing" in ctx.delegation:
-        config = signing_config(ctx, ns, name, location)
+        config = signing_config(ctx, ns, name, location, principal_name=eff.name if eff else None,
+                                referenced_by=eff.referenced_by if eff else None)
     return json_bytes(load_result(metadata_location, raw, config, creds))
 
 
