@@ -262,3 +262,32 @@ def test_audit_endpoint_filters_and_access(catalog, http) -> None:  # type: igno
     iso = http.get("/management/v1/audit", params={"since": "2999-01-01T00:00:00Z"}, headers=bearer(catalog, "admin"))
     assert iso.json() == []
     assert http.get("/management/v1/audit", params={"since": "yesterday"}, headers=bearer(catalog, "admin")).status_code == 400
+
+
+def test_table_files_stay_inside_the_warehouse(catalog, http, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No location (create, commit, path properties, register) may point outside the warehouse."""
+    etl = bearer(catalog, "etl")
+    http.post(f"{P}/namespaces", json={"namespace": ["fenced"]}, headers=etl)
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+    wh = catalog.services.settings.warehouse.rstrip("/")
+    bad = [tmp_path.as_uri(), f"{wh}/../escape", f"{wh}x/t", "relative/dir", "s3://other-bucket/t", f"{wh}/./t"]
+    for i, location in enumerate(bad):
+        r = http.post(f"{P}/namespaces/fenced/tables", headers=etl,
+                      json={"name": f"t{i}", "schema": schema, "location": location})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestException", (location, r.text)
+    r = http.post(f"{P}/namespaces/fenced/tables", headers=etl,
+                  json={"name": "p", "schema": schema, "properties": {"write.data.path": tmp_path.as_uri()}})
+    assert r.status_code == 400, r.text
+    r = http.post(f"{P}/namespaces/fenced/tables", headers=etl,
+                  json={"name": "ok", "schema": schema, "location": f"{wh}/fenced/custom_ok"})
+    assert r.status_code == 200, r.text
+    for update in ({"action": "set-location", "location": tmp_path.as_uri()},
+                   {"action": "set-properties", "updates": {"write.metadata.path": f"{wh}/../x"}}):
+        r = http.post(f"{P}/namespaces/fenced/tables/ok", headers=etl, json={"requirements": [], "updates": [update]})
+        assert r.status_code == 400, (update, r.text)
+    outside = tmp_path / "m.metadata.json"
+    outside.write_text("{}")
+    r = http.post(f"{P}/namespaces/fenced/register", headers=etl, json={"name": "r", "metadata-location": outside.as_uri()})
+    assert r.status_code == 400 and "inside the warehouse" in r.json()["error"]["message"], r.text
+    assert list(tmp_path.iterdir()) == [outside]  # nothing was written outside
+    assert http.get(f"{P}/namespaces/fenced/tables/ok", headers=etl).json()["metadata"]["location"] == f"{wh}/fenced/custom_ok"

@@ -119,3 +119,24 @@ def identifiers_page(ns: Namespace, names: Sequence[str], page_token: str | None
     if token:
         out["next-page-token"] = token
     return out
+
+
+PATH_PROPERTIES = ("write.data.path", "write.metadata.path", "write.object-storage.path", "write.folder-storage.path")
+
+
+def check_location(services: Services, location: str, what: str = "table location") -> str:
+    """Files must stay inside the warehouse: no escape through '..', '.', a sibling prefix
+    (``…/wh`` never covers ``…/whx``), a relative path or another store. 400 otherwise."""
+    location = location.rstrip("/")
+    base = services.settings.warehouse.rstrip("/")
+    segments = location.split("://", 1)[-1].split("/")
+    if ".." in segments or "." in segments or not (location == base or location.startswith(base + "/")):
+        raise BadRequest(f"Invalid {what} {location!r}: must be inside the warehouse {base!r}")
+    return location
+
+
+def check_path_properties(services: Services, properties: dict[str, str] | None, kind: str = "table") -> None:
+    """Properties that redirect where files are written obey ``check_location`` too."""
+    for key, value in (properties or {}).items():
+        if key.lower() in PATH_PROPERTIES:
+            check_location(services, str(value), f"{kind} property {key}")

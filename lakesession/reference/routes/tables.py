@@ -25,6 +25,8 @@ from ..tablestore import DATA_ACTIONS, TableStore, filter_refs, load_result
 from .common import (
     Namespace,
     check_level,
+    check_location,
+    check_path_properties,
     check_name,
     check_prefix,
     decode_namespace,
@@ -135,6 +137,9 @@ def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), c
     require_namespace(ctx.services, ns)
     ts = tables_of(ctx)
     ts.require_free(ns, name)
+    if req.location:
+        check_location(ctx.services, req.location)
+    check_path_properties(ctx.services, req.properties)
     args = dict(
         schema=req.table_schema,
         location=req.location,
@@ -171,6 +176,7 @@ def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body),
     if req.overwrite:
         raise BadRequest("register with overwrite=true is not supported by this catalog")
     ts.require_free(ns, name)
+    check_location(ctx.services, req.metadata_location, "metadata location")
     try:
         ts.cache.get(req.metadata_location, ts.catalog.properties)
     except (OSError, ValueError) as e:
@@ -225,6 +231,11 @@ def commit_table(prefix: str, namespace: str, table: str, body: bytes = Depends(
     else:
         writes_data = any(u.action in DATA_ACTIONS for u in req.updates)
         ctx.authorize("commit_table", P.TABLE_WRITE_DATA if writes_data else P.TABLE_WRITE_PROPERTIES, sec)
+    for update in req.updates:
+        if update.action == "set-location":
+            check_location(ctx.services, update.location)
+        elif update.action == "set-properties":
+            check_path_properties(ctx.services, update.updates)
     loc, raw = ts.commit(ns, name, req.requirements, req.updates)
     ctx.audit("commit_table", sec, "issued", {"metadata-location": loc, "updates": [u.action for u in req.updates]})
     return json_bytes(b'{"metadata-location":' + json.dumps(loc).encode() + b',"metadata":' + raw + b"}")

@@ -47,6 +47,7 @@ from ..viewsecurity import authorize_target, check_owner_property_change
 from .common import (
     Namespace,
     check_level,
+    check_location,
     check_name,
     check_prefix,
     decode_namespace,
@@ -155,12 +156,7 @@ class ViewStore:
 # ---------------------------------------------------------------- locations and files
 def _check_location(services: Services, location: str, what: str = "location") -> str:
     """A view's files must stay inside the warehouse (no escape via '..' or a sibling prefix)."""
-    location = location.rstrip("/")
-    base = services.settings.warehouse.rstrip("/")
-    segments = location.split("://", 1)[-1].split("/")
-    if ".." in segments or "." in segments or not (location == base or location.startswith(base + "/")):
-        raise BadRequest(f"Invalid view {what} {location!r}: must be inside the warehouse {base!r}")
-    return location
+    return check_location(services, location, f"view {what}")
 
 
 def _default_location(services: Services, ns: Namespace, name: str) -> str:
