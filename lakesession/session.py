@@ -161,8 +161,9 @@ class Session:
             return load_table(self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode)
         except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
             if isinstance(name, str) and self.catalog.view_exists(name):
-                return self.sql("SELECT * FROM " + ".".join("`" + p.replace("`", "``") + "`"
-                                                            for p in (self.catalog_name, *name.split("."))))
+                from .catalog._expand import quoted
+
+                return self.sql(f"SELECT * FROM {quoted((self.catalog_name, *name.split('.')))}")
             raise
 
     def sql(self, query: str, **kwargs: Any) -> DataFrame:
@@ -254,12 +255,16 @@ class Session:
         """Per-table credential state: tables read from Python (``engine="python"``: the credential
         store) and tables Spark loaded through the gateway (``engine="spark"``: vended expiries seen
         in its loads and refreshes)."""
-        import time
-
         import pandas as pd
 
         cols = ["engine", "table", "prefix", "mode", "state", "expires_at", "seconds_left", "last_refresh",
                 "refreshes", "last_error"]
+        return pd.DataFrame(self._credential_rows(), columns=cols)
+
+    def _credential_rows(self) -> list[dict[str, Any]]:
+        """The rows of ``credentials()`` as plain dicts (no pandas: the kernel publisher calls this often)."""
+        import time
+
         rows = [{"engine": "python", **r} for r in self.credential_store.snapshot()]
         now = time.time()
         spark: dict[str, dict[str, Any]] = {}
@@ -283,13 +288,12 @@ class Session:
                 if row["state"] == "valid" and row["expires_at"] <= now:
                     row["state"] = "expired"
             rows.append(row)
-        return pd.DataFrame(rows, columns=cols)
+        return rows
 
     def status(self) -> dict[str, Any]:
         """A secret-free, JSON-ready snapshot for widgets and the JupyterLab panel: who, where, and
         each table's credential state. Does not start anything (an embedded catalog still starting
         reports ``state="starting"``)."""
-        import math
         import time
 
         if self._pending is not None and not self._pending.done():
@@ -297,9 +301,7 @@ class Session:
                     "credentials": [], "time": time.time()}
         self._resolve()
         ident = self._identity.describe() if self._identity is not None else None
-        creds = []
-        for row in self.credentials().to_dict("records"):
-            creds.append({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+        creds = self._credential_rows()
         return {"state": "ready", "catalog_name": self.catalog_name, "uri": self._uri, "identity": ident,
                 "spark": self._spark is not None, "credentials": creds, "time": time.time()}
 

@@ -19,10 +19,10 @@ import lakesession
 from lakesession.catalog._chains import ViewChainError
 from lakesession.reference import bootstrap, start
 from lakesession.spark.errors import CatalogAccessError
+from tests.test_chains import view_body
 
 pytestmark = pytest.mark.slow
 
-OWNER = "trino.run-as-owner"
 POLICY = """
 principals:
   - {name: alice, type: user}
@@ -52,14 +52,6 @@ grants:
   - {role: r_alice, privilege: VIEW_READ, on: namespace loops}
   - {role: r_alice, privilege: VIEW_READ, on: namespace deep}
 """
-
-
-def view_body(name: str, sql: str, owner: str | None = None, namespace: str = "sales") -> dict[str, Any]:
-    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
-    return {"name": name, "schema": schema, "properties": {OWNER: owner} if owner else {},
-            "view-version": {"version-id": 1, "timestamp-ms": int(time.time() * 1000), "schema-id": 0,
-                             "summary": {"engine-name": "spark"}, "default-namespace": [namespace],
-                             "representations": [{"type": "sql", "sql": sql, "dialect": "spark"}]}}
 
 
 @pytest.fixture(scope="module")

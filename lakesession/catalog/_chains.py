@@ -177,6 +177,13 @@ def _pick_sql(version: dict[str, Any]) -> tuple[str, str]:
     raise AssertionError("unreachable")
 
 
+def table_refs(tree: exp.Expression) -> list[exp.Table]:
+    """The table/view references in a parsed statement: CTE names, table functions and UNNEST excluded."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    return [t for t in tree.find_all(exp.Table, bfs=False)
+            if isinstance(t.this, (exp.Identifier, exp.Dot)) and not (len(t.parts) == 1 and t.parts[0].name.lower() in ctes)]
+
+
 def references(sql: str, dialect: str) -> list[list[str]]:
     """The identifiers (as lists of parts) of the tables/views ``sql`` reads, in order, CTE names excluded."""
     try:
@@ -184,17 +191,21 @@ def references(sql: str, dialect: str) -> list[list[str]]:
     except sqlglot.errors.ParseError as exc:
         raise ViewChainError(f"Cannot parse the view's SQL ({dialect}): {exc}. "
                              f"Check the view's representation dialect.") from exc
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     seen: list[list[str]] = []
-    for table in tree.find_all(exp.Table, bfs=False):
-        if not isinstance(table.this, (exp.Identifier, exp.Dot)):
-            continue  # table functions, UNNEST, …
+    for table in table_refs(tree):
         parts = [p.name for p in table.parts]
-        if len(parts) == 1 and parts[0].lower() in ctes:
-            continue
         if parts not in seen:
             seen.append(parts)
     return seen
+
+
+def current_version(metadata: dict[str, Any], display: str) -> dict[str, Any]:
+    """The view metadata's current version (raises when the metadata has none)."""
+    current = metadata.get("current-version-id")
+    version = next((v for v in metadata.get("versions") or [] if v.get("version-id") == current), None)
+    if version is None:
+        raise ViewChainError(f"View {display} has no current version in its metadata. Ask the catalog operator.")
+    return version
 
 
 def _classify(parts: list[str], version: dict[str, Any], local: set[str]) -> tuple[ViewId | None, str]:
@@ -315,10 +326,7 @@ def _view_node(client: _Client, ident: ViewId, display: str, chain: list[ViewId]
     if len(path) > max_depth:
         raise ViewChainError(f"View chain deeper than {max_depth}: {' → '.join(_dotted(v) for v in path)}. "
                              f"Catalogs refuse longer referenced-by chains: flatten some of the views.")
-    current = metadata.get("current-version-id")
-    version = next((v for v in metadata.get("versions") or [] if v.get("version-id") == current), None)
-    if version is None:
-        raise ViewChainError(f"View {display} has no current version in its metadata. Ask the catalog operator.")
+    version = current_version(metadata, display)
     sql, dialect = _pick_sql(version)
     below = owner if owner is not None else user
     for parts in references(sql, dialect):

@@ -23,11 +23,12 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from ._chains import MAX_DEPTH, ViewChainError, ViewId, _classify, _Client, _dotted, _pick_sql
+from ._chains import MAX_DEPTH, ViewChainError, ViewId, _classify, _Client, _dotted, _pick_sql, current_version
+from ._chains import table_refs as _table_refs
 
 logger = logging.getLogger("lakesession.catalog")
 
-__all__ = ["Expansion", "expand"]
+__all__ = ["Expansion", "expand", "quoted"]
 
 ChainCatalog = Callable[[tuple[ViewId, ...], ViewId], str]
 
@@ -40,29 +41,10 @@ class Expansion:
     views: list[str] = field(default_factory=list)
     chains: dict[str, list[str]] = field(default_factory=dict)  # "v1 → v2" -> ["ns.t", …]
 
-    @property
-    def expanded(self) -> bool:
-        return bool(self.views)
 
-
-def _quoted(parts: list[str] | tuple[str, ...]) -> str:
+def quoted(parts: list[str] | tuple[str, ...]) -> str:
+    """A Spark identifier with every part backquoted (dots and backquotes inside names survive)."""
     return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
-
-
-def _ctes(tree: exp.Expression) -> set[str]:
-    return {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-
-
-def _table_refs(tree: exp.Expression) -> list[exp.Table]:
-    ctes = _ctes(tree)
-    out = []
-    for table in list(tree.find_all(exp.Table)):
-        if not isinstance(table.this, (exp.Identifier, exp.Dot)):
-            continue  # table functions, UNNEST, …
-        if len(table.parts) == 1 and table.parts[0].name.lower() in ctes:
-            continue
-        out.append(table)
-    return out
 
 
 def _alias(table: exp.Table) -> str:
@@ -118,11 +100,7 @@ class _Expander:
         if len(path) > self.max_depth:
             raise ViewChainError(f"View chain deeper than {self.max_depth}: {' → '.join(map(_dotted, path))}. "
                                  f"Catalogs refuse longer referenced-by chains: flatten some of the views.")
-        metadata = body.get("metadata") or {}
-        current = metadata.get("current-version-id")
-        version = next((v for v in metadata.get("versions") or [] if v.get("version-id") == current), None)
-        if version is None:
-            raise ViewChainError(f"View {_dotted(ident)} has no current version in its metadata.")
+        version = current_version(body.get("metadata") or {}, _dotted(ident))
         sql, dialect = _pick_sql(version)
         try:
             tree = sqlglot.parse_one(sql, read=dialect)
@@ -150,7 +128,7 @@ class _Expander:
     @staticmethod
     def _pinned(catalog: str, ident: ViewId, table: exp.Table) -> exp.Table:
         """``catalog.ns.name``, keeping the name the SQL used as its alias (``t.col`` still resolves)."""
-        pinned = exp.to_table(_quoted((catalog, *ident[0], ident[1])), dialect="spark")
+        pinned = exp.to_table(quoted((catalog, *ident[0], ident[1])), dialect="spark")
         pinned.set("alias", exp.TableAlias(this=exp.to_identifier(_alias(table))))
         return pinned
 

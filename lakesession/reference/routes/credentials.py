@@ -24,12 +24,13 @@ router = APIRouter()
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 
 
-def table_endpoint(ctx: RequestContext, ns: Namespace, name: str, leaf: str) -> str:
+def table_endpoint(ctx: RequestContext, ns: Namespace, name: str, leaf: str, referenced_by: str | None = None) -> str:
     """``v1/{prefix}/namespaces/{ns}/tables/{table}/{leaf}``, relative to the catalog URI, so a
-    gateway in front of the catalog serves it too."""
+    gateway in front of the catalog serves it too; ``referenced_by`` (a raw view chain) is kept on it."""
     sep = ctx.services.settings.namespace_separator
     ns_part = sep.join(quote(level, safe="") for level in ns)
-    return f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/{leaf}"
+    path = f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/{leaf}"
+    return path + (f"?referenced-by={referenced_by}" if referenced_by else "")
 
 
 def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *, action: str,
@@ -55,7 +56,7 @@ def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *,
     cred, cache_hit = vendor.vend(ctx.principal.name, str(sec), location, mode)
     ctx.audit(action, sec, "issued", {"mode": mode, "expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit,
                                       "prefix": cred.prefix, **(detail or {})})
-    endpoint = table_endpoint(ctx, ns, name, "credentials") + (f"?referenced-by={referenced_by}" if referenced_by else "")
+    endpoint = table_endpoint(ctx, ns, name, "credentials", referenced_by)
     config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: endpoint}
     return config, [{"prefix": cred.prefix, "config": config}]
 
@@ -71,7 +72,7 @@ def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str 
     if vendor is None or not location or not ctx.allowed_for(who, P.TABLE_READ_DATA, Securable.table(ns, name)):
         return {}
     s3 = vendor.s3
-    endpoint = table_endpoint(ctx, ns, name, "sign") + (f"?referenced-by={referenced_by}" if referenced_by else "")
+    endpoint = table_endpoint(ctx, ns, name, "sign", referenced_by)
     cfg = {
         "s3.remote-signing-enabled": "true",
         "s3.signer.uri": ctx.services.settings.base_url,
