@@ -46,7 +46,7 @@ class Result:
 
     def pct(self, q: float) -> float:
         xs = sorted(self.latencies)
-        return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] * 1000
+        return xs[min(len(xs) - 1, round(q / 100 * (len(xs) - 1)))] * 1000
 
     @property
     def p50(self) -> float:
@@ -61,7 +61,9 @@ class Result:
         return self.requests / self.wall
 
 
-def run(base_url: str, path: str, headers: dict[str, str], clients: int, per_client: int, warmup: int) -> tuple[list[float], float]:
+def run(
+    base_url: str, path: str, headers: dict[str, str], clients: int, per_client: int, warmup: int
+) -> tuple[list[float], float]:
     """``clients`` threads, each with its own keep-alive client, each sending ``per_client`` requests."""
     barrier = threading.Barrier(clients + 1)
     results: list[list[float]] = [[] for _ in range(clients)]
@@ -102,15 +104,30 @@ def seed(handle, snapshots: int) -> tuple[str, int]:  # type: ignore[no-untyped-
     from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
     c = handle.admin_credentials
-    cat = RestCatalog("bench", uri=handle.uri, warehouse=handle.warehouse, credential=f"{c.client_id}:{c.client_secret}",
-                      **{"oauth2-server-uri": f"{handle.issuer_uri}/token"})
+    cat = RestCatalog(
+        "bench",
+        uri=handle.uri,
+        warehouse=handle.warehouse,
+        credential=f"{c.client_id}:{c.client_secret}",
+        **{"oauth2-server-uri": f"{handle.issuer_uri}/token"},
+    )
     cat.create_namespace("ns")
-    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False),
-                    NestedField(3, "amount", DoubleType(), required=False))
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "name", StringType(), required=False),
+        NestedField(3, "amount", DoubleType(), required=False),
+    )
     table = cat.create_table(("ns", "t"), schema, properties={"owner": "bench"})
     for i in range(snapshots):
-        table.append(pa.table({"id": pa.array(range(i * 100, (i + 1) * 100), pa.int64()),
-                               "name": [f"n{j}" for j in range(100)], "amount": [j / 3 for j in range(100)]}))
+        table.append(
+            pa.table(
+                {
+                    "id": pa.array(range(i * 100, (i + 1) * 100), pa.int64()),
+                    "name": [f"n{j}" for j in range(100)],
+                    "amount": [j / 3 for j in range(100)],
+                }
+            )
+        )
     meta = cat.load_table(("ns", "t")).metadata
     return table.metadata_location, len(meta.snapshots)
 
@@ -145,8 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         handle.stop()
 
-    print(f"reference catalog at {handle.uri} (in-process uvicorn), python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"reference catalog at {handle.uri} (in-process uvicorn), python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs"
+    )
     print(f"table ns.t: {n_snapshots} snapshots, LoadTableResult {size} bytes, metadata {location.rsplit('/', 1)[-1]}")
     print()
     header = f"{'endpoint':<10} {'clients':>7} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}"
@@ -157,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for clients in (1, args.clients):
         lt, hz = results[("loadTable", clients)], results[("healthz", clients)]
-        print(f"loadTable/healthz, {clients:>2} client(s): p50 x{lt.p50 / hz.p50:.2f}, p99 x{lt.p99 / hz.p99:.2f}, "
-              f"req/s x{lt.rps / hz.rps:.2f}")
+        print(
+            f"loadTable/healthz, {clients:>2} client(s): p50 x{lt.p50 / hz.p50:.2f}, p99 x{lt.p99 / hz.p99:.2f}, "
+            f"req/s x{lt.rps / hz.rps:.2f}"
+        )
     single = results[("loadTable", 1)]
     verdict = "OK" if single.p50 <= TARGET_P50_MS else "OVER TARGET"
     print(f"\nsingle-client loadTable p50 {single.p50:.2f} ms (target <= {TARGET_P50_MS:.0f} ms): {verdict}")

@@ -21,7 +21,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lakesession.reference import bootstrap, start  # noqa: E402
+from lakesession.reference import bootstrap, start
 
 POLICY = """
 principals:
@@ -64,11 +64,15 @@ def p99(xs: list[float]) -> float:
 def report(name: str, samples: list[tuple[float, float]], refreshes: int, expiries: float, threads: int) -> None:
     slow = [w for _, w in samples if w > 1.0]  # calls that waited for a refresh in flight
     fast = [w for _, w in samples if w <= 1.0]
-    print(f"{name}: {len(samples)} calls, {refreshes} refreshes over {expiries:.1f} lifetimes "
-          f"= {refreshes / max(expiries, 1):.2f} per expiry (target 1; without single flight up to {threads})")
+    print(
+        f"{name}: {len(samples)} calls, {refreshes} refreshes over {expiries:.1f} lifetimes "
+        f"= {refreshes / max(expiries, 1):.2f} per expiry (target 1; without single flight up to {threads})"
+    )
     if slow:
-        print(f"   p99 wait during a refresh {p99(slow):7.2f} ms ({len(slow)} calls waited)   "
-              f"p99 when nothing is due {p99(fast):6.3f} ms   ratio {p99(slow) / max(p99(fast), 1e-3):.0f}x")
+        print(
+            f"   p99 wait during a refresh {p99(slow):7.2f} ms ({len(slow)} calls waited)   "
+            f"p99 when nothing is due {p99(fast):6.3f} ms   ratio {p99(slow) / max(p99(fast), 1e-3):.0f}x"
+        )
 
 
 def main() -> None:
@@ -77,22 +81,33 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=32)
     parser.add_argument("--ttl", type=int, default=4)
     args = parser.parse_args()
-    from lakesession.catalog._tables import load_table
     from lakesession.catalog._pyiceberg import rest_catalog
+    from lakesession.catalog._tables import load_table
     from lakesession.credentials import CredentialStore
     from lakesession.identity import ClientCredentials
 
     with tempfile.TemporaryDirectory() as tmp:
-        handle = start(warehouse="s3://refresh-bench/wh", s3_emulator=True, credential_ttl=args.ttl,
-                       access_token_ttl=args.ttl, data_dir=tmp, bootstrap=bootstrap.parse(POLICY))
+        handle = start(
+            warehouse="s3://refresh-bench/wh",
+            s3_emulator=True,
+            credential_ttl=args.ttl,
+            access_token_ttl=args.ttl,
+            data_dir=tmp,
+            bootstrap=bootstrap.parse(POLICY),
+        )
         try:
             token_requests = [0]
 
             def count(request: httpx.Request) -> None:
                 token_requests[0] += 1
 
-            source = ClientCredentials(f"{handle.issuer_uri}/token", "etl", "refresh-bench-1", scope="catalog",
-                                       http_options={"event_hooks": {"request": [count]}})
+            source = ClientCredentials(
+                f"{handle.issuer_uri}/token",
+                "etl",
+                "refresh-bench-1",
+                scope="catalog",
+                http_options={"event_hooks": {"request": [count]}},
+            )
             source.token()
             token_requests[0] = 0
             samples = hammer(source.token, args.threads, args.seconds)

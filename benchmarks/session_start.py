@@ -24,7 +24,7 @@ t0 = time.perf_counter()
 
 PLAIN = COMMON + textwrap.dedent("""
     from pyspark.sql import SparkSession
-    from lakesession.spark.jars import resolve_jars
+    from lakesession._spark.jars import resolve_jars
     jars = resolve_jars("cache")
     b = (SparkSession.builder.master("local[*]").appName("plain")
          .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
@@ -61,7 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    from lakesession.spark.jars import resolve_jars
+    from lakesession._spark.jars import resolve_jars
 
     resolve_jars()  # make sure the jar cache exists before timing anything
     plain, lake = [], []
@@ -69,11 +69,13 @@ def main() -> None:
         run(LAKESESSION, data)  # first run creates the embedded state; not timed
         for i in range(args.runs):
             p = run(PLAIN)
-            l = run(LAKESESSION, data)
+            lk = run(LAKESESSION, data)
             plain.append(p)
-            lake.append(l)
-            print(f"run {i + 1}: plain {p['first_query']:.2f}s  lakesession {l['first_query']:.2f}s  "
-                  f"(first catalog query: plain {p['catalog_query']:.2f}s, lakesession {l['catalog_query']:.2f}s)")
+            lake.append(lk)
+            print(
+                f"run {i + 1}: plain {p['first_query']:.2f}s  lakesession {lk['first_query']:.2f}s  "
+                f"(first catalog query: plain {p['catalog_query']:.2f}s, lakesession {lk['catalog_query']:.2f}s)"
+            )
     mp = statistics.median(r["first_query"] for r in plain)
     ml = statistics.median(r["first_query"] for r in lake)
     print(f"median cold start to first query: plain SparkSession.builder {mp:.2f}s, lakesession.spark() {ml:.2f}s")

@@ -23,7 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lakesession.reference import bootstrap, start  # noqa: E402
+from lakesession.reference import bootstrap, start
 
 POLICY = """
 principals:
@@ -52,8 +52,13 @@ def p50(xs: list[float]) -> float:
 def rest_catalog(handle):  # type: ignore[no-untyped-def]
     from pyiceberg.catalog.rest import RestCatalog
 
-    return RestCatalog("bench", uri=handle.uri, warehouse="lakesession", credential="etl:bench-secret-1",
-                       **{"oauth2-server-uri": f"{handle.issuer_uri}/token"})
+    return RestCatalog(
+        "bench",
+        uri=handle.uri,
+        warehouse="lakesession",
+        credential="etl:bench-secret-1",
+        **{"oauth2-server-uri": f"{handle.issuer_uri}/token"},
+    )
 
 
 def synthetic_history(handle, snapshots: int) -> str:  # type: ignore[no-untyped-def]
@@ -68,16 +73,28 @@ def synthetic_history(handle, snapshots: int) -> str:  # type: ignore[no-untyped
     snaps, log, parent = [], [], None
     for i in range(snapshots):
         sid = 10_000_000 + i
-        snap = {"snapshot-id": sid, "sequence-number": i + 1, "timestamp-ms": now - (snapshots - i) * 1000,
-                "manifest-list": f"{base.location()}/metadata/snap-{sid}-1-{uuid.uuid4()}.avro",
-                "summary": {"operation": "append", "added-records": "1"}, "schema-id": 0}
+        snap = {
+            "snapshot-id": sid,
+            "sequence-number": i + 1,
+            "timestamp-ms": now - (snapshots - i) * 1000,
+            "manifest-list": f"{base.location()}/metadata/snap-{sid}-1-{uuid.uuid4()}.avro",
+            "summary": {"operation": "append", "added-records": "1"},
+            "schema-id": 0,
+        }
         if parent is not None:
             snap["parent-snapshot-id"] = parent
         snaps.append(snap)
         log.append({"snapshot-id": sid, "timestamp-ms": snap["timestamp-ms"]})
         parent = sid
-    meta.update({"snapshots": snaps, "snapshot-log": log, "current-snapshot-id": parent,
-                 "last-sequence-number": snapshots, "refs": {"main": {"snapshot-id": parent, "type": "branch"}}})
+    meta.update(
+        {
+            "snapshots": snaps,
+            "snapshot-log": log,
+            "current-snapshot-id": parent,
+            "last-sequence-number": snapshots,
+            "refs": {"main": {"snapshot-id": parent, "type": "branch"}},
+        }
+    )
     location = f"{base.location()}/metadata/99999-{uuid.uuid4()}.metadata.json"
     out = base.io.new_output(location)
     with out.create(overwrite=True) as f:
@@ -100,8 +117,13 @@ def main() -> None:
         compare_reads(None, None, args.read_mb, args.read_rounds)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        handle = start(warehouse="s3://bench-bucket/wh", s3_emulator=True, credential_ttl=3600, data_dir=tmp,
-                       bootstrap=bootstrap.parse(POLICY))
+        handle = start(
+            warehouse="s3://bench-bucket/wh",
+            s3_emulator=True,
+            credential_ttl=3600,
+            data_dir=tmp,
+            bootstrap=bootstrap.parse(POLICY),
+        )
         try:
             run(handle, args)
         finally:
@@ -132,7 +154,9 @@ def run(handle, args) -> None:  # type: ignore[no-untyped-def]
         misses = timed(miss, max(30, args.loads // 10))
         hits = timed(lambda: http.get(url, headers=vended), args.loads)
         print("1. loadTable p50 (ms)")
-        print(f"   without vending {p50(plain):7.2f}   vending cache hit {p50(hits):7.2f}   vending cache miss (STS) {p50(misses):7.2f}")
+        print(
+            f"   without vending {p50(plain):7.2f}   vending cache hit {p50(hits):7.2f}   vending cache miss (STS) {p50(misses):7.2f}"
+        )
         print(f"   ratio hit/plain {p50(hits) / p50(plain):.2f}   miss/hit {p50(misses) / p50(hits):.2f}")
 
         synthetic_history(handle, args.snapshots)
@@ -156,18 +180,26 @@ def run(handle, args) -> None:  # type: ignore[no-untyped-def]
         warm = timed(warm_load, 30)
         creds = timed(refresh, 200)
         size = len(http.get(hist, headers=vended).content)
-        print(f"2. table with {args.snapshots} snapshots (LoadTableResult {size / 1e6:.1f} MB); client parses each response")
-        print(f"   loadTable p50: first load after a commit {p50(cold):7.2f} ms, repeat load (server cache) {p50(warm):7.2f} ms")
+        print(
+            f"2. table with {args.snapshots} snapshots (LoadTableResult {size / 1e6:.1f} MB); client parses each response"
+        )
+        print(
+            f"   loadTable p50: first load after a commit {p50(cold):7.2f} ms, repeat load (server cache) {p50(warm):7.2f} ms"
+        )
         print(f"   /credentials p50 {p50(creds):7.2f} ms")
-        print(f"   ratio /credentials ÷ loadTable = 1/{p50(cold) / p50(creds):.0f} after a commit (target <= 1/20), "
-              f"1/{p50(warm) / p50(creds):.0f} on a repeat load")
+        print(
+            f"   ratio /credentials ÷ loadTable = 1/{p50(cold) / p50(creds):.0f} after a commit (target <= 1/20), "
+            f"1/{p50(warm) / p50(creds):.0f} on a repeat load"
+        )
 
         vendor.invalidate()
         before = vendor.sts_calls
         for _ in range(1000):
             http.get(url, headers=vended)
-        print(f"3. STS calls per 1,000 loads of one table by one principal: {vendor.sts_calls - before} (target <= 2); "
-              f"baseline without cache: 1,000")
+        print(
+            f"3. STS calls per 1,000 loads of one table by one principal: {vendor.sts_calls - before} (target <= 2); "
+            f"baseline without cache: 1,000"
+        )
     if not args.skip_read:
         compare_reads(handle, cat, args.read_mb, args.read_rounds)
 
@@ -180,17 +212,41 @@ class ServedCatalog:
         import os
         import subprocess
 
-        self.store = subprocess.Popen([sys.executable, "-m", "lakesession.reference.storage.emulator", "bench-read"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.store = subprocess.Popen(
+            [sys.executable, "-m", "lakesession.reference.storage.emulator", "bench-read"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         s3 = json.loads(self.store.stdout.readline())  # type: ignore[union-attr]
         policy = Path(tmp) / "policy.yaml"
         policy.write_text(POLICY)
         env = {**os.environ, "AWS_ACCESS_KEY_ID": s3["access_key_id"], "AWS_SECRET_ACCESS_KEY": s3["secret_access_key"]}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lakesession.cli", "serve", "--port", "0", "--data-dir", f"{tmp}/served",
-             "--warehouse", "s3://bench-read/wh", "--s3-role-arn", s3["role_arn"], "--s3-endpoint", s3["endpoint"],
-             "--s3-region", s3["region"], "--bootstrap", str(policy)],
-            stdout=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                "-m",
+                "lakesession.cli",
+                "serve",
+                "--port",
+                "0",
+                "--data-dir",
+                f"{tmp}/served",
+                "--warehouse",
+                "s3://bench-read/wh",
+                "--s3-role-arn",
+                s3["role_arn"],
+                "--s3-endpoint",
+                s3["endpoint"],
+                "--s3-region",
+                s3["region"],
+                "--bootstrap",
+                str(policy),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         lines: dict[str, str] = {}
         while not {"catalog", "issuer"} <= lines.keys():
             line = self.proc.stdout.readline()  # type: ignore[union-attr]
@@ -231,12 +287,16 @@ def _compare_reads(handle, cat, megabytes: int, rounds: int) -> None:  # type: i
 
     if ("bench",) not in cat.list_namespaces():
         cat.create_namespace("bench")
-    table = cat.create_table(("bench", "big"), Schema(NestedField(1, "a", LongType(), required=False),
-                                                       NestedField(2, "b", LongType(), required=False)))
+    table = cat.create_table(
+        ("bench", "big"),
+        Schema(NestedField(1, "a", LongType(), required=False), NestedField(2, "b", LongType(), required=False)),
+    )
     rng = np.random.default_rng(7)
     rows_per_chunk = 50 * 1024 * 1024 // 16  # 50 MB of random (incompressible) longs per append
     for _ in range(max(1, megabytes // 50)):
-        table.append(pa.table({"a": rng.integers(0, 2**62, rows_per_chunk), "b": rng.integers(0, 2**62, rows_per_chunk)}))
+        table.append(
+            pa.table({"a": rng.integers(0, 2**62, rows_per_chunk), "b": rng.integers(0, 2**62, rows_per_chunk)})
+        )
     data_bytes = sum(t.file.file_size_in_bytes for t in table.scan().plan_files())
     from lakesession.identity import ClientCredentials
 
@@ -247,8 +307,9 @@ def _compare_reads(handle, cat, megabytes: int, rounds: int) -> None:  # type: i
     loaders = {
         "vended, pyarrow S3": lambda: load_table(cat, ("bench", "big"), store, token, handle.uri),
         "vended, fsspec S3": lambda: fsspec_cat.load_table(("bench", "big")),
-        "remote signing, fsspec S3": lambda: load_table(cat, ("bench", "big"), store, token, handle.uri,
-                                                         access="remote-signing"),
+        "remote signing, fsspec S3": lambda: load_table(
+            cat, ("bench", "big"), store, token, handle.uri, access="remote-signing"
+        ),
     }
     results: dict[str, list[float]] = {k: [] for k in loaders}
     for _ in range(rounds):
@@ -258,21 +319,32 @@ def _compare_reads(handle, cat, megabytes: int, rounds: int) -> None:  # type: i
             assert t.scan().to_arrow().num_rows == expected
             results[name].append(time.perf_counter() - t0)
     best = {k: min(v) for k, v in results.items()}
-    print(f"4. full scan of {data_bytes / 1e6:.0f} MB (best of {rounds}); S3 emulator, catalog and client in three processes")
+    print(
+        f"4. full scan of {data_bytes / 1e6:.0f} MB (best of {rounds}); S3 emulator, catalog and client in three processes"
+    )
     for name, secs in best.items():
         print(f"   {name:27s} {secs:6.2f} s  ({data_bytes / 1e6 / secs:5.0f} MB/s)")
-    print(f"   ratio remote signing / vended, same IO stack (fsspec) = "
-          f"{best['remote signing, fsspec S3'] / best['vended, fsspec S3']:.2f} (target <= 1.5)")
-    print(f"   ratio remote signing (fsspec) / vended (pyarrow, the default) = "
-          f"{best['remote signing, fsspec S3'] / best['vended, pyarrow S3']:.2f}")
+    print(
+        f"   ratio remote signing / vended, same IO stack (fsspec) = "
+        f"{best['remote signing, fsspec S3'] / best['vended, fsspec S3']:.2f} (target <= 1.5)"
+    )
+    print(
+        f"   ratio remote signing (fsspec) / vended (pyarrow, the default) = "
+        f"{best['remote signing, fsspec S3'] / best['vended, pyarrow S3']:.2f}"
+    )
     store.close()
 
 
 def RestCatalogFsspec(handle):  # type: ignore[no-untyped-def]
     from pyiceberg.catalog.rest import RestCatalog
 
-    return RestCatalog("bench-fsspec", uri=handle.uri, warehouse="lakesession", credential="etl:bench-secret-1",
-                       **{"oauth2-server-uri": f"{handle.issuer_uri}/token", "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"})
+    return RestCatalog(
+        "bench-fsspec",
+        uri=handle.uri,
+        warehouse="lakesession",
+        credential="etl:bench-secret-1",
+        **{"oauth2-server-uri": f"{handle.issuer_uri}/token", "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"},
+    )
 
 
 if __name__ == "__main__":

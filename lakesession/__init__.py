@@ -1,8 +1,8 @@
 """lakesession: PySpark on Iceberg REST catalogs as your SSO identity.
 
-    import lakesession
-    spark = lakesession.spark()          # embedded catalog + demo user when nothing is configured
-    session = lakesession.connect(uri="https://catalog.example.com", credential="id:secret", token_url=...)
+import lakesession
+spark = lakesession.spark()          # embedded catalog + demo user when nothing is configured
+session = lakesession.connect(uri="https://catalog.example.com", credential="id:secret", token_url=...)
 """
 
 from .notebook import load_ipython_extension, unload_ipython_extension
@@ -10,5 +10,12 @@ from .session import Session, connect, current_session, spark
 
 __version__ = "0.1.0"
 
-__all__ = ["Session", "__version__", "connect", "current_session", "load_ipython_extension", "spark",
-           "unload_ipython_extension"]
+__all__ = [
+    "Session",
+    "__version__",
+    "connect",
+    "current_session",
+    "load_ipython_extension",
+    "spark",
+    "unload_ipython_extension",
+]

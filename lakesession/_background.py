@@ -41,7 +41,9 @@ class BackgroundServer:
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._sock = sock
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name=name, daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name=name, daemon=True
+        )
 
     @property
     def port(self) -> int:

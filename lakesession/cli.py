@@ -84,7 +84,7 @@ def _s3_settings(args: argparse.Namespace) -> object | None:
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
-    from .spark.jars import jars_main
+    from ._spark.jars import jars_main
 
     return jars_main(args.rest)
 
@@ -108,22 +108,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--bootstrap", type=Path, default=None, help="YAML file of principals, roles and grants")
     serve.add_argument("--issuer-url", default=None, help="trust this external OIDC issuer instead of the embedded one")
     serve.add_argument("--token-ttl", type=int, default=3600, help="access token lifetime in seconds (embedded issuer)")
-    serve.add_argument("--s3-emulator", action="store_true",
-                       help="serve an s3:// warehouse from the embedded S3/STS emulator (enforces scoped, expiring credentials)")
+    serve.add_argument(
+        "--s3-emulator",
+        action="store_true",
+        help="serve an s3:// warehouse from the embedded S3/STS emulator (enforces scoped, expiring credentials)",
+    )
     serve.add_argument("--credential-ttl", type=int, default=3600, help="lifetime of vended credentials in seconds")
-    serve.add_argument("--s3-role-arn", default=None,
-                       help="vend from real S3/STS: the role to assume (the catalog's own keys: AWS default chain)")
+    serve.add_argument(
+        "--s3-role-arn",
+        default=None,
+        help="vend from real S3/STS: the role to assume (the catalog's own keys: AWS default chain)",
+    )
     serve.add_argument("--s3-endpoint", default=None, help="S3/STS endpoint for S3-compatible stores (path-style)")
     serve.add_argument("--s3-region", default="us-east-1", help="S3 region (default us-east-1)")
     serve.set_defaults(func=cmd_serve)
 
-    demo = sub.add_parser("demo", help="the whole path on the embedded default: create, write, read, show accesses",
-                          add_help=False)
+    demo = sub.add_parser(
+        "demo", help="the whole path on the embedded default: create, write, read, show accesses", add_help=False
+    )
     demo.add_argument("rest", nargs=argparse.REMAINDER)
     demo.set_defaults(func=cmd_demo)
 
-    jars = sub.add_parser("jars", help="resolve Spark's JVM jars (Iceberg runtime, AWS SDK), offline if needed",
-                          add_help=False)
+    jars = sub.add_parser(
+        "jars", help="resolve Spark's JVM jars (Iceberg runtime, AWS SDK), offline if needed", add_help=False
+    )
     jars.add_argument("rest", nargs=argparse.REMAINDER)
     jars.set_defaults(func=cmd_jars)
     return parser

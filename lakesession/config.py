@@ -40,8 +40,14 @@ ENV = {
     "identity": "LAKESESSION_IDENTITY",
 }
 # pyiceberg catalog keys -> our option names
-PYICEBERG_KEYS = {"uri": "uri", "warehouse": "warehouse", "token": "token", "credential": "credential",
-                  "oauth2-server-uri": "token_url", "scope": "scope"}
+PYICEBERG_KEYS = {
+    "uri": "uri",
+    "warehouse": "warehouse",
+    "token": "token",
+    "credential": "credential",
+    "oauth2-server-uri": "token_url",
+    "scope": "scope",
+}
 
 
 class ConfigError(LakesessionError):
@@ -78,8 +84,9 @@ def catalog_options(name: str | None) -> dict[str, Any]:
     entry = (theirs.get("catalog") or {}).get(name)
     if entry is not None:
         return {ours_key: entry[key] for key, ours_key in PYICEBERG_KEYS.items() if key in entry}
-    raise ConfigError(f"no catalog named {name!r} in {config_file()} or {pyiceberg_file()}; "
-                      f"define it there or pass uri=...")
+    raise ConfigError(
+        f"no catalog named {name!r} in {config_file()} or {pyiceberg_file()}; define it there or pass uri=..."
+    )
 
 
 def resolve(catalog: str | None, options: dict[str, Any]) -> dict[str, Any]:

@@ -27,8 +27,13 @@ class _Narrator:
         self.out.flush()
 
 
-def run_demo(*, data_dir: Path | None = None, out: TextIO = sys.stdout, jars: Any = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_demo(
+    *,
+    data_dir: Path | None = None,
+    out: TextIO = sys.stdout,
+    jars: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run the demo; returns what it observed (for tests)."""
     import lakesession
 
@@ -46,12 +51,16 @@ def run_demo(*, data_dir: Path | None = None, out: TextIO = sys.stdout, jars: An
     spark.sql("DROP TABLE IF EXISTS lake.demo.orders")
     spark.sql("DROP TABLE IF EXISTS lake.demo.customers")
     spark.sql("CREATE TABLE lake.demo.customers (id BIGINT, name STRING, country STRING) USING iceberg")
-    spark.sql("CREATE TABLE lake.demo.orders (id BIGINT, customer_id BIGINT, amount DOUBLE, note STRING) "
-              "USING iceberg PARTITIONED BY (customer_id)")
+    spark.sql(
+        "CREATE TABLE lake.demo.orders (id BIGINT, customer_id BIGINT, amount DOUBLE, note STRING) "
+        "USING iceberg PARTITIONED BY (customer_id)"
+    )
     say.step("created namespace demo and tables demo.customers, demo.orders")
     spark.sql("INSERT INTO lake.demo.customers VALUES (1, 'Ada', 'UK'), (2, 'Grace', 'US'), (3, 'Linus', 'FI')")
-    spark.sql("INSERT INTO lake.demo.orders VALUES (10, 1, 12.5, 'first'), (11, 1, 30.0, NULL), "
-              "(12, 2, 99.9, 'rush'), (13, 3, 5.0, NULL)")
+    spark.sql(
+        "INSERT INTO lake.demo.orders VALUES (10, 1, 12.5, 'first'), (11, 1, 30.0, NULL), "
+        "(12, 2, 99.9, 'rush'), (13, 3, 5.0, NULL)"
+    )
     spark.sql("UPDATE lake.demo.orders SET amount = amount * 2 WHERE customer_id = 3")
     say.step("wrote rows with Spark (INSERT, UPDATE)")
 
@@ -67,9 +76,11 @@ def run_demo(*, data_dir: Path | None = None, out: TextIO = sys.stdout, jars: An
     say.step(f"read with pyiceberg: {len(orders)} orders, notes {orders['note'].tolist()}")
 
     accesses = session.accesses()
-    summary = (accesses.groupby(["object", "action", "status"], as_index=False)
-               .agg(calls=("time", "size"), p50_ms=("duration_ms", "median"))
-               .sort_values(["object", "action", "status"]))
+    summary = (
+        accesses.groupby(["object", "action", "status"], as_index=False)
+        .agg(calls=("time", "size"), p50_ms=("duration_ms", "median"))
+        .sort_values(["object", "action", "status"])
+    )
     say.step(f"what this session accessed through the gateway ({len(accesses)} catalog calls):")
     say.block(summary.to_string(index=False))
     return {"report": report, "orders": orders, "accesses": accesses, "session": session}
@@ -79,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="lakesession demo", description=__doc__)
-    parser.add_argument("--data-dir", type=Path, default=None, help="embedded catalog state (default: LAKESESSION_HOME)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="embedded catalog state (default: LAKESESSION_HOME)"
+    )
     parser.add_argument("--jars", default=None, help="jar mode: auto, offline, maven, cache")
     args = parser.parse_args(argv)
     from .errors import LakesessionError

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import shutil
 import tempfile
-import secrets
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -68,8 +68,12 @@ def storage_mode(storage: str | None = None) -> str:
     return mode
 
 
-def start_embedded(data_dir: str | Path | None = None, storage: str | None = None,
-                   credential_ttl: int | None = None, access_token_ttl: int | None = None) -> EmbeddedCatalog:
+def start_embedded(
+    data_dir: str | Path | None = None,
+    storage: str | None = None,
+    credential_ttl: int | None = None,
+    access_token_ttl: int | None = None,
+) -> EmbeddedCatalog:
     """Start (once per process and data dir) the reference catalog with a demo user who may manage content.
 
     ``s3-emulator`` (default): an ``s3://`` warehouse on the embedded S3/STS emulator, so every
@@ -97,8 +101,12 @@ def start_embedded(data_dir: str | Path | None = None, storage: str | None = Non
         )
         ttl = credential_ttl or int(os.environ.get("LAKESESSION_EMBEDDED_CREDENTIAL_TTL", "3600"))
         # lakesession is the engine here: its view chains (referenced-by) are honoured, so DEFINER views work
-        common: dict[str, Any] = {"data_dir": data, "bootstrap": policy, "access_token_ttl": access_token_ttl or 3600,
-                                  "trusted_engines": [{"audience": "lakesession"}]}
+        common: dict[str, Any] = {
+            "data_dir": data,
+            "bootstrap": policy,
+            "access_token_ttl": access_token_ttl or 3600,
+            "trusted_engines": [{"audience": "lakesession"}],
+        }
         if mode == "s3-emulator":
             bucket = f"lakesession-{secrets.token_hex(4)}"
             handle = start(warehouse=f"s3://{bucket}/warehouse", s3_emulator=True, credential_ttl=ttl, **common)
@@ -122,6 +130,7 @@ def start_embedded_async(data_dir: str | Path | None = None, **options: Any) -> 
     ``lakesession.spark()`` launches the JVM meanwhile, so the catalog's start costs
     almost nothing on the way to the first query.
     """
+
     def run() -> tuple[EmbeddedCatalog, Any]:
         emb = start_embedded(data_dir, **options)
         identity = demo_identity(emb)

@@ -112,8 +112,12 @@ class Session:
             if self._gateway is None:
                 # upstream and token resolve lazily: an embedded catalog may still be starting
                 self._gateway = Gateway(
-                    lambda: self.uri, self._token, invalidate=self._invalidate,
-                    host=self._gateway_host, access_log=self.access_log, **self._gateway_options,
+                    lambda: self.uri,
+                    self._token,
+                    invalidate=self._invalidate,
+                    host=self._gateway_host,
+                    access_log=self.access_log,
+                    **self._gateway_options,
                 ).start()
             return self._gateway
 
@@ -122,8 +126,8 @@ class Session:
         """The SparkSession acting as this session's user (created once, then reused)."""
         with self._lock:
             if self._spark is None:
-                from .spark.jars import resolve_jars
-                from .spark.session import base_conf, build_spark, catalog_conf
+                from ._spark.jars import resolve_jars
+                from ._spark.session import base_conf, build_spark, catalog_conf
 
                 jars = None if self._remote else resolve_jars(self._jars)
                 gw = self.gateway
@@ -158,7 +162,9 @@ class Session:
         from .catalog._tables import load_table
 
         try:
-            return load_table(self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode)
+            return load_table(
+                self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode
+            )
         except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
             if isinstance(name, str) and self.catalog.view_exists(name):
                 from .catalog._expand import quoted
@@ -178,8 +184,16 @@ class Session:
         from .catalog._chains import _Client
 
         spark = self.spark()
-        expansion = self._expand(query, _Client(self.catalog, self.uri, self._catalog_prop("prefix", ""),
-                                                self._catalog_prop("namespace-separator", "%1F")), spark)
+        expansion = self._expand(
+            query,
+            _Client(
+                self.catalog,
+                self.uri,
+                self._catalog_prop("prefix", ""),
+                self._catalog_prop("namespace-separator", "%1F"),
+            ),
+            spark,
+        )
         return spark.sql(expansion.sql, **kwargs)
 
     def _catalog_prop(self, key: str, default: str) -> str:
@@ -191,17 +205,23 @@ class Session:
         current = None
         if spark.catalog.currentCatalog() == self.catalog_name:
             current = tuple(spark.catalog.currentDatabase().split("."))
-        return expand(query, client=client, catalog_name=self.catalog_name, current_namespace=current,
-                      chain_catalog=self._chain_catalog)
+        return expand(
+            query,
+            client=client,
+            catalog_name=self.catalog_name,
+            current_namespace=current,
+            chain_catalog=self._chain_catalog,
+        )
 
     def _chain_catalog(self, chain: tuple[Any, ...], table: Any) -> str:
         """The Spark catalog serving ``table`` through view ``chain`` (registered on first use)."""
+        from ._spark.session import catalog_conf
         from .catalog._chains import encode_referenced_by
-        from .spark.session import catalog_conf
 
         gw = self.gateway
-        route = gw.chains.register(chain, encode_referenced_by(list(chain), self._catalog_prop(
-            "namespace-separator", "%1F")), {table})
+        route = gw.chains.register(
+            chain, encode_referenced_by(list(chain), self._catalog_prop("namespace-separator", "%1F")), {table}
+        )
         name = f"{self.catalog_name}__chain_{route.id}"
         with self._lock:
             if name not in self._chain_catalogs:
@@ -228,24 +248,42 @@ class Session:
 
         cols = ["securable", "privileges", "granted", "roles"]
         try:
-            r = httpx.get(f"{self.uri}/management/v1/me/grants", headers={"Authorization": f"Bearer {self._token()}"},
-                          timeout=30)
+            r = httpx.get(
+                f"{self.uri}/management/v1/me/grants", headers={"Authorization": f"Bearer {self._token()}"}, timeout=30
+            )
         except httpx.HTTPError:
             r = None
         if r is None or r.status_code != 200:
-            return pd.DataFrame([{"securable": "unknown", "privileges": "unknown", "granted": "unknown",
-                                  "roles": "unknown"}], columns=cols)
-        rows = [{"securable": g["securable"], "privileges": ", ".join(g["privileges"]),
-                 "granted": ", ".join(g["granted"]), "roles": ", ".join(g["roles"])} for g in r.json()["grants"]]
+            return pd.DataFrame(
+                [{"securable": "unknown", "privileges": "unknown", "granted": "unknown", "roles": "unknown"}],
+                columns=cols,
+            )
+        rows = [
+            {
+                "securable": g["securable"],
+                "privileges": ", ".join(g["privileges"]),
+                "granted": ", ".join(g["granted"]),
+                "roles": ", ".join(g["roles"]),
+            }
+            for g in r.json()["grants"]
+        ]
         return pd.DataFrame(rows, columns=cols)
 
     def audit(self) -> pd.DataFrame:
         """What this session accessed: time, action, object, via-chain, decision, credential expiry."""
         import pandas as pd
 
-        rows = [{"time": r.time, "action": r.action, "object": r.object, "via_chain": r.chain or "",
-                 "decision": "allow" if r.status < 400 else ("deny" if r.status in (401, 403) else f"error {r.status}"),
-                 "credentials_expire_at": r.credentials_expire_at} for r in self.access_log.records()]
+        rows = [
+            {
+                "time": r.time,
+                "action": r.action,
+                "object": r.object,
+                "via_chain": r.chain or "",
+                "decision": "allow" if r.status < 400 else ("deny" if r.status in (401, 403) else f"error {r.status}"),
+                "credentials_expire_at": r.credentials_expire_at,
+            }
+            for r in self.access_log.records()
+        ]
         df = pd.DataFrame(rows, columns=["time", "action", "object", "via_chain", "decision", "credentials_expire_at"])
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
         df["credentials_expire_at"] = pd.to_datetime(df["credentials_expire_at"], unit="s", utc=True)
@@ -257,8 +295,18 @@ class Session:
         in its loads and refreshes)."""
         import pandas as pd
 
-        cols = ["engine", "table", "prefix", "mode", "state", "expires_at", "seconds_left", "last_refresh",
-                "refreshes", "last_error"]
+        cols = [
+            "engine",
+            "table",
+            "prefix",
+            "mode",
+            "state",
+            "expires_at",
+            "seconds_left",
+            "last_refresh",
+            "refreshes",
+            "last_error",
+        ]
         return pd.DataFrame(self._credential_rows(), columns=cols)
 
     def _credential_rows(self) -> list[dict[str, Any]]:
@@ -269,11 +317,25 @@ class Session:
         now = time.time()
         spark: dict[str, dict[str, Any]] = {}
         for r in self.access_log.records():
-            if r.action not in ("load_table", "create_table", "refresh_credentials") or not r.object.startswith("table "):
+            if r.action not in ("load_table", "create_table", "refresh_credentials") or not r.object.startswith(
+                "table "
+            ):
                 continue
-            row = spark.setdefault(r.object[6:], {"engine": "spark", "table": r.object[6:], "prefix": None, "mode": None,
-                                                  "state": "unknown", "expires_at": None, "seconds_left": None,
-                                                  "last_refresh": None, "refreshes": 0, "last_error": None})
+            row = spark.setdefault(
+                r.object[6:],
+                {
+                    "engine": "spark",
+                    "table": r.object[6:],
+                    "prefix": None,
+                    "mode": None,
+                    "state": "unknown",
+                    "expires_at": None,
+                    "seconds_left": None,
+                    "last_refresh": None,
+                    "refreshes": 0,
+                    "last_error": None,
+                },
+            )
             if r.action == "refresh_credentials":
                 row["refreshes"] += 1
                 row["last_refresh"] = r.time
@@ -297,13 +359,26 @@ class Session:
         import time
 
         if self._pending is not None and not self._pending.done():
-            return {"state": "starting", "catalog_name": self.catalog_name, "uri": None, "identity": None,
-                    "credentials": [], "time": time.time()}
+            return {
+                "state": "starting",
+                "catalog_name": self.catalog_name,
+                "uri": None,
+                "identity": None,
+                "credentials": [],
+                "time": time.time(),
+            }
         self._resolve()
         ident = self._identity.describe() if self._identity is not None else None
         creds = self._credential_rows()
-        return {"state": "ready", "catalog_name": self.catalog_name, "uri": self._uri, "identity": ident,
-                "spark": self._spark is not None, "credentials": creds, "time": time.time()}
+        return {
+            "state": "ready",
+            "catalog_name": self.catalog_name,
+            "uri": self._uri,
+            "identity": ident,
+            "spark": self._spark is not None,
+            "credentials": creds,
+            "time": time.time(),
+        }
 
     # -- what happened ------------------------------------------------------------
     def accesses(self) -> pd.DataFrame:
@@ -311,8 +386,20 @@ class Session:
         import pandas as pd
 
         rows = [r.as_dict() for r in self.access_log.records()]
-        df = pd.DataFrame(rows, columns=["time", "action", "object", "status", "duration_ms", "request_id",
-                                         "credentials_expire_at", "via", "chain"])
+        df = pd.DataFrame(
+            rows,
+            columns=[
+                "time",
+                "action",
+                "object",
+                "status",
+                "duration_ms",
+                "request_id",
+                "credentials_expire_at",
+                "via",
+                "chain",
+            ],
+        )
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
         return df
 
@@ -367,8 +454,12 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
 
         if options:
             raise TypeError(f"unknown options for the embedded default: {', '.join(sorted(options))}")
-        return Session(None, None, pending=start_embedded_async(embedded_opts.pop("data_dir", None), **embedded_opts),
-                       **session_opts)
+        return Session(
+            None,
+            None,
+            pending=start_embedded_async(embedded_opts.pop("data_dir", None), **embedded_opts),
+            **session_opts,
+        )
     uri = str(settings.pop("uri")).rstrip("/")
     warehouse = settings.pop("warehouse", None)
     identity = _identity(uri, settings)
@@ -402,15 +493,25 @@ def _identity(uri: str, settings: dict[str, Any]) -> Any:
         client_id, _, client_secret = str(credential).partition(":")
     if issuer:
         flow = "client_credentials" if client_secret else "device"
-        source = from_issuer(issuer, client_id=client_id or "lakesession-cli", client_secret=client_secret, flow=flow,
-                             **({"scope": scope} if scope else {}), **({"on_prompt": on_prompt} if on_prompt else {}))
+        source = from_issuer(
+            issuer,
+            client_id=client_id or "lakesession-cli",
+            client_secret=client_secret,
+            flow=flow,
+            **({"scope": scope} if scope else {}),
+            **({"on_prompt": on_prompt} if on_prompt else {}),
+        )
         if flow == "device":
             source.login()
         return source
     if client_id and client_secret:
-        return ClientCredentials(token_url or f"{uri}/v1/oauth/tokens", client_id, client_secret, scope=scope or "catalog")
-    raise ValueError("no identity: pass token=..., credential='client_id:secret' (with token_url=...), "
-                     "or issuer=... with client_id=... (device login)")
+        return ClientCredentials(
+            token_url or f"{uri}/v1/oauth/tokens", client_id, client_secret, scope=scope or "catalog"
+        )
+    raise ValueError(
+        "no identity: pass token=..., credential='client_id:secret' (with token_url=...), "
+        "or issuer=... with client_id=... (device login)"
+    )
 
 
 _current: Session | None = None

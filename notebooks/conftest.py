@@ -33,15 +33,19 @@ class SecretScan(pytest.Item):
         fd, path = tempfile.mkstemp(prefix="lakesession-secrets-", suffix=".json")
         os.close(fd)
         try:
-            code = (COLLECT + f"\nimport json as _j\nwith open({path!r}, 'w') as _f:\n"
-                    "    _f.write(_j.dumps(_lakesession_collect_secrets()))\n")
+            code = (
+                COLLECT + f"\nimport json as _j\nwith open({path!r}, 'w') as _f:\n"
+                "    _f.write(_j.dumps(_lakesession_collect_secrets()))\n"
+            )
             msg_id = kernel.execute_cell_input(code, allow_stdin=False)
             while True:
                 reply = kernel.get_message(stream="shell", timeout=120)
                 if reply["parent_header"].get("msg_id") == msg_id:
                     break
             content = reply["content"]
-            assert content["status"] == "ok", f"the secret collector failed: {content.get('ename')}: {content.get('evalue')}"
+            assert content["status"] == "ok", (
+                f"the secret collector failed: {content.get('ename')}: {content.get('evalue')}"
+            )
             with open(path) as f:
                 secrets = json.load(f)
         finally:

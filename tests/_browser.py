@@ -31,8 +31,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 SERVER_CONFIG = ROOT / "jupyter-config" / "server-config" / "lakesession.json"
 
@@ -44,8 +50,12 @@ def ensure_chromium() -> str:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise RuntimeError(f"{CHROMIUM} is missing: install Debian's chromium (sudo apt-get install -y chromium)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env, capture_output=True,
-                      check=False).returncode != 0:
+    if (
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "chromium"], env=env, capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         subprocess.run(["apt-get", "update", "-qq"], env=env, check=True, capture_output=True)
         subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env, check=True, capture_output=True)
     return CHROMIUM
@@ -110,18 +120,35 @@ def jupyter_lab(tmp: Path, root_dir: Path, env: dict[str, str] | None = None) ->
     token = os.urandom(16).hex()
     port = free_port()
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "JUPYTER", "LAKESESSION_URI"))}
-    child_env.update({
-        "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_DATA_DIR": str(data), "JUPYTER_RUNTIME_DIR": str(runtime),
-        "JUPYTER_PATH": str(jpath), "JUPYTER_TOKEN": token, "IPYTHONDIR": str(tmp / "ipython"),
-        "LAKESESSION_HOME": str(tmp / "lakesession-home"), "LAKESESSION_LAB_INTERVAL": "1",
-        "PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE": "true", "PYTHONUNBUFFERED": "1",
-        **(env or {}),
-    })
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-           f"--ServerApp.root_dir={root_dir}", "--LabApp.expose_app_in_browser=True",
-           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-           "--LabApp.extension_manager=readonly"]
+    child_env.update(
+        {
+            "JUPYTER_CONFIG_DIR": str(config),
+            "JUPYTER_DATA_DIR": str(data),
+            "JUPYTER_RUNTIME_DIR": str(runtime),
+            "JUPYTER_PATH": str(jpath),
+            "JUPYTER_TOKEN": token,
+            "IPYTHONDIR": str(tmp / "ipython"),
+            "LAKESESSION_HOME": str(tmp / "lakesession-home"),
+            "LAKESESSION_LAB_INTERVAL": "1",
+            "PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE": "true",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--allow-root",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root_dir}",
+        "--LabApp.expose_app_in_browser=True",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+    ]
     log_path = tmp / "jupyter-lab.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, env=child_env, stdout=log, stderr=subprocess.STDOUT, cwd=root_dir)
@@ -176,8 +203,12 @@ def chromium_page(tmp: Path) -> Iterator[Any]:
     executable = ensure_chromium()
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(tmp / "chromium-profile"), executable_path=executable, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1440, "height": 900})
+            str(tmp / "chromium-profile"),
+            executable_path=executable,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1440, "height": 900},
+        )
         try:
             page = context.pages[0] if context.pages else context.new_page()
             page.set_default_timeout(60_000)
@@ -249,13 +280,16 @@ def run_all(page: Any, timeout: float = 240) -> dict[str, Any]:
 def screenshot_element(page: Any, selector: str, path: Path) -> Path:
     """A screenshot of the first ``selector`` — by clip, since live countdowns re-render it every second
     (Playwright's element screenshots wait for a stability that never comes)."""
-    box = page.evaluate("""s => {
+    box = page.evaluate(
+        """s => {
       const el = document.querySelector(s);
       if (!el) return null;
       el.scrollIntoView({block: 'center'});
       const r = el.getBoundingClientRect();
       return r.width && r.height ? {x: Math.max(0, r.x - 4), y: Math.max(0, r.y - 4), width: r.width + 8,
                                     height: r.height + 8} : null;
-    }""", selector)
+    }""",
+        selector,
+    )
     page.screenshot(path=str(path), clip=box) if box else page.screenshot(path=str(path))
     return path

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lakesession.spark.jars import cache_dir
+from lakesession._spark.jars import cache_dir
 
 NPM_TIMEOUT = 300.0
 
@@ -51,9 +51,21 @@ def npm_tool(package: str, version: str, command: str | None = None, *, use_path
             return exe
         shutil.rmtree(prefix / "node_modules", ignore_errors=True)
         proc = subprocess.run(
-            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--no-save", "--loglevel=error",
-             f"{package}@{version}"],
-            check=False, capture_output=True, text=True, timeout=NPM_TIMEOUT,
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(prefix),
+                "--no-audit",
+                "--no-fund",
+                "--no-save",
+                "--loglevel=error",
+                f"{package}@{version}",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=NPM_TIMEOUT,
             env={**os.environ, "npm_config_update_notifier": "false"},
         )
         if proc.returncode != 0 or not _works(exe):

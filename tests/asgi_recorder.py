@@ -28,7 +28,9 @@ class ResponseRecorder:
                     if not message.get("more_body"):
                         with self._lock:
                             if len(self.responses) < self._limit:
-                                self.responses.append((scope["path"], state["status"], state["headers"], b"".join(state["body"])))
+                                self.responses.append(
+                                    (scope["path"], state["status"], state["headers"], b"".join(state["body"]))
+                                )
                 await send(message)
 
             await app(scope, receive, capture)

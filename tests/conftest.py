@@ -114,8 +114,12 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     from tests.asgi_recorder import ResponseRecorder
 
     recorder = ResponseRecorder()
-    session = lakesession.connect(data_dir=tmp_path_factory.mktemp("embedded"), master="local[2]",
-                                  spark_conf=SPARK_TEST_CONF, gateway_options={"wrap_app": recorder.wrap})
+    session = lakesession.connect(
+        data_dir=tmp_path_factory.mktemp("embedded"),
+        master="local[2]",
+        spark_conf=SPARK_TEST_CONF,
+        gateway_options={"wrap_app": recorder.wrap},
+    )
     session.gateway_recorder = recorder  # type: ignore[attr-defined]
     session.spark()
     yield session

@@ -99,7 +99,7 @@ def _patch_spec_quirks(spec: dict[str, Any]) -> dict[str, Any]:
             media["schema"] = {"$ref": "#/components/schemas/IcebergErrorResponse"}
 
     for item in spec["paths"].values():
-        for method, op in item.items():
+        for _method, op in item.items():
             if isinstance(op, dict) and "responses" in op:
                 for code, response in op["responses"].items():
                     wrap_error_model(str(code), response)
@@ -125,7 +125,9 @@ def _patch_spec_quirks(spec: dict[str, Any]) -> dict[str, Any]:
 def _error_validator() -> Draft202012Validator:
     """`IcebergErrorResponse`, for answers to requests that are no operation of the spec."""
     schemas = official_spec()["components"]["schemas"]
-    return Draft202012Validator({"$ref": "#/components/schemas/IcebergErrorResponse", "components": {"schemas": schemas}})
+    return Draft202012Validator(
+        {"$ref": "#/components/schemas/IcebergErrorResponse", "components": {"schemas": schemas}}
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,8 +149,9 @@ def _decode_headers(raw: Any) -> list[tuple[str, str]]:
 class SpecRecorder:
     """ASGI middleware recording ``/v1/...`` exchanges, and their validation against the spec."""
 
-    def __init__(self, path_prefix: str = "/v1/", catalog_prefix: str | None = None,
-                 extension_paths: list[str] | None = None):
+    def __init__(
+        self, path_prefix: str = "/v1/", catalog_prefix: str | None = None, extension_paths: list[str] | None = None
+    ):
         self.path_prefix = path_prefix
         #: The REST ``{prefix}`` this server serves (read from the wrapped app when not given);
         #: requests under any other prefix address no operation of the spec.
@@ -239,7 +242,8 @@ class SpecRecorder:
             found = self._validated.get(key)
             if found is None:
                 found = self._validated[key] = validate_exchange(
-                    ex, catalog_prefix=self.catalog_prefix, extensions=_templates(tuple(self.extension_paths or ())))
+                    ex, catalog_prefix=self.catalog_prefix, extensions=_templates(tuple(self.extension_paths or ()))
+                )
             errors.extend(found)
         return errors
 
@@ -272,7 +276,9 @@ def _first_message(exc: BaseException) -> str:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        schema_errors = [e for e in getattr(current, "schema_errors", None) or () if isinstance(e, SchemaValidationError)]
+        schema_errors = [
+            e for e in getattr(current, "schema_errors", None) or () if isinstance(e, SchemaValidationError)
+        ]
         if schema_errors:
             err = best_match(schema_errors)
             where = "/".join(str(p) for p in err.absolute_path) or "(body)"
@@ -316,8 +322,9 @@ def _statuses(statuses: set[int] | range) -> str:
     return "/".join(str(s) for s in sorted(statuses))
 
 
-def validate_exchange(ex: Exchange, catalog_prefix: str | None = None,
-                      extensions: tuple[re.Pattern[str], ...] = ()) -> list[str]:
+def validate_exchange(
+    ex: Exchange, catalog_prefix: str | None = None, extensions: tuple[re.Pattern[str], ...] = ()
+) -> list[str]:
     """Errors of one exchange against the spec (empty list when it conforms).
 
     Requests that address no operation of the spec (another ``{prefix}``, an unknown path or
@@ -340,9 +347,11 @@ def validate_exchange(ex: Exchange, catalog_prefix: str | None = None,
             return []
         return _outside_the_spec(ex, "an extension of this server", range(400, 600))
     if catalog_prefix is not None and not ex.path.startswith(_UNPREFIXED):
-        segment = ex.path[len("/v1/"):].split("/", 1)[0]
+        segment = ex.path[len("/v1/") :].split("/", 1)[0]
         if segment != catalog_prefix:
-            return _outside_the_spec(ex, f"prefix {segment!r} is not this catalog's ({catalog_prefix!r})", range(400, 500))
+            return _outside_the_spec(
+                ex, f"prefix {segment!r} is not this catalog's ({catalog_prefix!r})", range(400, 500)
+            )
     request = MockRequest(
         HOST_URL,
         ex.method,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lakesession.reference.authz import IMPLIES, Grant, Privilege as P, Securable as S, allowed
+from lakesession.reference.authz import IMPLIES, Grant, allowed
+from lakesession.reference.authz import Privilege as P
+from lakesession.reference.authz import Securable as S
 from lakesession.reference.errors import BadRequest
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lakesession.reference import BootstrapError
+from lakesession.reference import BootstrapError, store
 from lakesession.reference import bootstrap as b
-from lakesession.reference import store
 from lakesession.reference.directory import Directory
 
 GOOD = """\
@@ -27,8 +26,16 @@ grants:
         ("principals:\n  - {name: a}\nroles:\n  - {name: r, members: [zed]}\n", None, "unknown principal 'zed'"),
         ("grants:\n  - {role: r, privilege: TABLE_READ_DATA, on: namespace s}\n", None, "not defined under roles"),
         ("roles:\n  - {name: r}\ngrants:\n  - {role: r, privilege: TABLE_EAT, on: catalog}\n", 4, "unknown privilege"),
-        ("roles:\n  - {name: r}\ngrants:\n  - {role: r, privilege: TABLE_READ_DATA, on: shelf x}\n", 4, "Unknown securable"),
-        ("roles:\n  - {name: r}\ngrants:\n\n  - {role: r, privilege: TABLE_READ_DATA, on: table orders}\n", 5, "namespace and a name"),
+        (
+            "roles:\n  - {name: r}\ngrants:\n  - {role: r, privilege: TABLE_READ_DATA, on: shelf x}\n",
+            4,
+            "Unknown securable",
+        ),
+        (
+            "roles:\n  - {name: r}\ngrants:\n\n  - {role: r, privilege: TABLE_READ_DATA, on: table orders}\n",
+            5,
+            "namespace and a name",
+        ),
         ("principals:\n  - {name: a, colour: red}\n", 2, "unknown key 'colour'"),
         ("principals: {name: a}\n", 1, "must be a list"),
         ("users:\n  - a\n", 1, "unknown section 'users'"),

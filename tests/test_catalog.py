@@ -50,7 +50,10 @@ def test_reader_reads_but_cannot_append(catalog, orders) -> None:  # type: ignor
     with pytest.raises(ForbiddenError, match="TABLE_WRITE_DATA"):
         t.append(ROWS)
     # nothing was lost or added by the refused write
-    assert rest_catalog(catalog, "etl").load_table(orders.name()).scan().to_arrow().num_rows == t.scan().to_arrow().num_rows
+    assert (
+        rest_catalog(catalog, "etl").load_table(orders.name()).scan().to_arrow().num_rows
+        == t.scan().to_arrow().num_rows
+    )
 
 
 def test_principal_without_grants_is_refused_and_audited(catalog, orders) -> None:  # type: ignore[no-untyped-def]
@@ -86,16 +89,27 @@ def test_config_lists_every_implemented_endpoint(catalog, http) -> None:  # type
     assert cfg["overrides"]["prefix"] == "lakesession"
     endpoints = set(cfg["endpoints"])
     for e in [
-        "GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
-        "HEAD /v1/{prefix}/namespaces/{namespace}", "DELETE /v1/{prefix}/namespaces/{namespace}",
-        "POST /v1/{prefix}/namespaces/{namespace}/properties", "GET /v1/{prefix}/namespaces/{namespace}/tables",
-        "POST /v1/{prefix}/namespaces/{namespace}/tables", "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-        "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}", "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-        "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}", "POST /v1/{prefix}/tables/rename",
-        "POST /v1/{prefix}/namespaces/{namespace}/register", "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
-        "GET /v1/{prefix}/namespaces/{namespace}/views", "POST /v1/{prefix}/namespaces/{namespace}/views",
-        "GET /v1/{prefix}/namespaces/{namespace}/views/{view}", "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
-        "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}", "POST /v1/{prefix}/views/rename",
+        "GET /v1/{prefix}/namespaces",
+        "POST /v1/{prefix}/namespaces",
+        "GET /v1/{prefix}/namespaces/{namespace}",
+        "HEAD /v1/{prefix}/namespaces/{namespace}",
+        "DELETE /v1/{prefix}/namespaces/{namespace}",
+        "POST /v1/{prefix}/namespaces/{namespace}/properties",
+        "GET /v1/{prefix}/namespaces/{namespace}/tables",
+        "POST /v1/{prefix}/namespaces/{namespace}/tables",
+        "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+        "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+        "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+        "POST /v1/{prefix}/tables/rename",
+        "POST /v1/{prefix}/namespaces/{namespace}/register",
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+        "GET /v1/{prefix}/namespaces/{namespace}/views",
+        "POST /v1/{prefix}/namespaces/{namespace}/views",
+        "GET /v1/{prefix}/namespaces/{namespace}/views/{view}",
+        "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
+        "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}",
+        "POST /v1/{prefix}/views/rename",
     ]:
         assert e in endpoints, e
     r = http.get("/v1/config", params={"warehouse": "other"}, headers=bearer(catalog, "alice"))
@@ -105,8 +119,13 @@ def test_config_lists_every_implemented_endpoint(catalog, http) -> None:  # type
 def test_namespaces_nested_pagination_properties_and_drop(catalog, http) -> None:  # type: ignore[no-untyped-def]
     h = bearer(catalog, "etl")
     root = uniq("ns")
-    assert http.post(f"{P}/namespaces", json={"namespace": [root], "properties": {"a": "1"}}, headers=h).status_code == 200
-    assert http.post(f"{P}/namespaces", json={"namespace": [root]}, headers=h).json()["error"]["type"] == "AlreadyExistsException"
+    assert (
+        http.post(f"{P}/namespaces", json={"namespace": [root], "properties": {"a": "1"}}, headers=h).status_code == 200
+    )
+    assert (
+        http.post(f"{P}/namespaces", json={"namespace": [root]}, headers=h).json()["error"]["type"]
+        == "AlreadyExistsException"
+    )
     assert http.post(f"{P}/namespaces", json={"namespace": ["missing_parent", "x"]}, headers=h).status_code == 400
     for i in range(5):
         assert http.post(f"{P}/namespaces", json={"namespace": [root, f"c{i}"]}, headers=h).status_code == 200
@@ -120,10 +139,17 @@ def test_namespaces_nested_pagination_properties_and_drop(catalog, http) -> None
             break
     assert seen == [(root, f"c{i}") for i in range(5)]
     assert http.head(f"{P}/namespaces/{root}%1Fc1", headers=h).status_code == 204
-    upd = http.post(f"{P}/namespaces/{root}/properties", json={"removals": ["a", "zz"], "updates": {"b": "2"}}, headers=h).json()
+    upd = http.post(
+        f"{P}/namespaces/{root}/properties", json={"removals": ["a", "zz"], "updates": {"b": "2"}}, headers=h
+    ).json()
     assert upd == {"updated": ["b"], "removed": ["a"], "missing": ["zz"]}
     assert http.get(f"{P}/namespaces/{root}", headers=h).json()["properties"] == {"b": "2"}
-    assert http.post(f"{P}/namespaces/{root}/properties", json={"removals": ["b"], "updates": {"b": "3"}}, headers=h).status_code == 422
+    assert (
+        http.post(
+            f"{P}/namespaces/{root}/properties", json={"removals": ["b"], "updates": {"b": "3"}}, headers=h
+        ).status_code
+        == 422
+    )
     r = http.delete(f"{P}/namespaces/{root}", headers=h)
     assert r.status_code == 409 and r.json()["error"]["type"] == "NamespaceNotEmptyException"
     for i in range(5):
@@ -149,7 +175,9 @@ def test_namespaces_nested_pagination_properties_and_drop(catalog, http) -> None
     ],
 )
 def test_client_mistakes_are_400_never_500(catalog, http, method, path, body) -> None:  # type: ignore[no-untyped-def]
-    r = http.request(method, f"{P}{path}", content=body, headers={**bearer(catalog, "etl"), "Content-Type": "application/json"})
+    r = http.request(
+        method, f"{P}{path}", content=body, headers={**bearer(catalog, "etl"), "Content-Type": "application/json"}
+    )
     assert 400 <= r.status_code < 500, r.text
     err = r.json()["error"]
     assert err["code"] == r.status_code and err["type"].endswith("Exception") and err["message"]
@@ -163,8 +191,10 @@ def test_unknown_prefix_and_route(catalog, http) -> None:  # type: ignore[no-unt
 
 def test_commit_with_failed_requirement_is_409(catalog, orders, http, caplog) -> None:  # type: ignore[no-untyped-def]
     ns, name = orders.name()
-    body = {"requirements": [{"type": "assert-table-uuid", "uuid": str(uuid.uuid4())}],
-            "updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+    body = {
+        "requirements": [{"type": "assert-table-uuid", "uuid": str(uuid.uuid4())}],
+        "updates": [{"action": "set-properties", "updates": {"k": "v"}}],
+    }
     r = http.post(f"{P}/namespaces/{ns}/tables/{name}", json=body, headers=bearer(catalog, "etl"))
     assert r.status_code == 409 and r.json()["error"]["type"] == "CommitFailedException"
     # a stale writer gets 409 (pyiceberg then refreshes and retries); no append is lost
@@ -197,8 +227,11 @@ def test_stage_create_then_commit(catalog, http) -> None:  # type: ignore[no-unt
         tx.set_properties(stage="yes")
     t = etl.load_table(ident)
     assert t.properties["stage"] == "yes"
-    staged = http.post(f"{P}/namespaces/sales/tables", json={"name": uniq("s"), "schema": json.loads(SCHEMA.model_dump_json()),
-                       "stage-create": True}, headers=bearer(catalog, "etl")).json()
+    staged = http.post(
+        f"{P}/namespaces/sales/tables",
+        json={"name": uniq("s"), "schema": json.loads(SCHEMA.model_dump_json()), "stage-create": True},
+        headers=bearer(catalog, "etl"),
+    ).json()
     assert "metadata-location" not in staged and staged["metadata"]["format-version"] == 2
 
 
@@ -214,8 +247,11 @@ def test_rename_register_metrics_and_purge(catalog, http, tmp_path) -> None:  # 
     moved = etl.load_table(dst)
     assert moved.scan().to_arrow().num_rows == 3
     h = bearer(catalog, "etl")
-    r = http.post(f"{P}/namespaces/sales/tables/{dst[1]}/metrics",
-                  json={"report-type": "scan-report", "table-name": dst[1]}, headers=h)
+    r = http.post(
+        f"{P}/namespaces/sales/tables/{dst[1]}/metrics",
+        json={"report-type": "scan-report", "table-name": dst[1]},
+        headers=h,
+    )
     assert r.status_code == 204
     # register the same metadata under a new name, then drop the original without purge
     reg = ("sales", uniq("reg"))
@@ -229,6 +265,7 @@ def test_rename_register_metrics_and_purge(catalog, http, tmp_path) -> None:  # 
     assert r.status_code == 204
     from pathlib import Path
     from urllib.parse import urlparse
+
     assert data_files and not any(Path(urlparse(f).path).exists() for f in data_files)
 
 
@@ -238,7 +275,9 @@ def test_management_grants_revoke_and_me(catalog, orders, http) -> None:  # type
     grant = {"role": "bobs", "privilege": "TABLE_READ_DATA", "on": f"table {ns}.{name}"}
     # bob cannot grant himself anything
     assert http.post("/management/v1/grants", json=grant, headers=bob).status_code == 403
-    assert http.post("/management/v1/roles", json={"name": "bobs", "members": ["bob"]}, headers=admin).status_code == 201
+    assert (
+        http.post("/management/v1/roles", json={"name": "bobs", "members": ["bob"]}, headers=admin).status_code == 201
+    )
     assert http.post("/management/v1/grants", json=grant, headers=admin).status_code == 201
     me = http.get("/management/v1/me/grants", headers=bob).json()
     assert me["principal"] == "bob" and me["roles"] == ["bobs"]
@@ -256,12 +295,20 @@ def test_audit_endpoint_filters_and_access(catalog, http) -> None:  # type: igno
     http.get(f"{P}/namespaces/sales/tables/anything", headers=bearer(catalog, "bob"))
     mine = http.get("/management/v1/audit", params={"principal": "bob", "since": since}, headers=bearer(catalog, "bob"))
     assert mine.status_code == 200 and mine.json() and all(r["principal"] == "bob" for r in mine.json())
-    assert http.get("/management/v1/audit", params={"principal": "alice"}, headers=bearer(catalog, "bob")).status_code == 403
-    everything = http.get("/management/v1/audit", params={"securable": "table sales.anything"}, headers=bearer(catalog, "admin"))
+    assert (
+        http.get("/management/v1/audit", params={"principal": "alice"}, headers=bearer(catalog, "bob")).status_code
+        == 403
+    )
+    everything = http.get(
+        "/management/v1/audit", params={"securable": "table sales.anything"}, headers=bearer(catalog, "admin")
+    )
     assert everything.status_code == 200 and {r["decision"] for r in everything.json()} == {"deny"}
     iso = http.get("/management/v1/audit", params={"since": "2999-01-01T00:00:00Z"}, headers=bearer(catalog, "admin"))
     assert iso.json() == []
-    assert http.get("/management/v1/audit", params={"since": "yesterday"}, headers=bearer(catalog, "admin")).status_code == 400
+    assert (
+        http.get("/management/v1/audit", params={"since": "yesterday"}, headers=bearer(catalog, "admin")).status_code
+        == 400
+    )
 
 
 def test_table_files_stay_inside_the_warehouse(catalog, http, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -272,22 +319,36 @@ def test_table_files_stay_inside_the_warehouse(catalog, http, tmp_path) -> None:
     wh = catalog.services.settings.warehouse.rstrip("/")
     bad = [tmp_path.as_uri(), f"{wh}/../escape", f"{wh}x/t", "relative/dir", "s3://other-bucket/t", f"{wh}/./t"]
     for i, location in enumerate(bad):
-        r = http.post(f"{P}/namespaces/fenced/tables", headers=etl,
-                      json={"name": f"t{i}", "schema": schema, "location": location})
+        r = http.post(
+            f"{P}/namespaces/fenced/tables", headers=etl, json={"name": f"t{i}", "schema": schema, "location": location}
+        )
         assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestException", (location, r.text)
-    r = http.post(f"{P}/namespaces/fenced/tables", headers=etl,
-                  json={"name": "p", "schema": schema, "properties": {"write.data.path": tmp_path.as_uri()}})
+    r = http.post(
+        f"{P}/namespaces/fenced/tables",
+        headers=etl,
+        json={"name": "p", "schema": schema, "properties": {"write.data.path": tmp_path.as_uri()}},
+    )
     assert r.status_code == 400, r.text
-    r = http.post(f"{P}/namespaces/fenced/tables", headers=etl,
-                  json={"name": "ok", "schema": schema, "location": f"{wh}/fenced/custom_ok"})
+    r = http.post(
+        f"{P}/namespaces/fenced/tables",
+        headers=etl,
+        json={"name": "ok", "schema": schema, "location": f"{wh}/fenced/custom_ok"},
+    )
     assert r.status_code == 200, r.text
-    for update in ({"action": "set-location", "location": tmp_path.as_uri()},
-                   {"action": "set-properties", "updates": {"write.metadata.path": f"{wh}/../x"}}):
+    for update in (
+        {"action": "set-location", "location": tmp_path.as_uri()},
+        {"action": "set-properties", "updates": {"write.metadata.path": f"{wh}/../x"}},
+    ):
         r = http.post(f"{P}/namespaces/fenced/tables/ok", headers=etl, json={"requirements": [], "updates": [update]})
         assert r.status_code == 400, (update, r.text)
     outside = tmp_path / "m.metadata.json"
     outside.write_text("{}")
-    r = http.post(f"{P}/namespaces/fenced/register", headers=etl, json={"name": "r", "metadata-location": outside.as_uri()})
+    r = http.post(
+        f"{P}/namespaces/fenced/register", headers=etl, json={"name": "r", "metadata-location": outside.as_uri()}
+    )
     assert r.status_code == 400 and "inside the warehouse" in r.json()["error"]["message"], r.text
     assert list(tmp_path.iterdir()) == [outside]  # nothing was written outside
-    assert http.get(f"{P}/namespaces/fenced/tables/ok", headers=etl).json()["metadata"]["location"] == f"{wh}/fenced/custom_ok"
+    assert (
+        http.get(f"{P}/namespaces/fenced/tables/ok", headers=etl).json()["metadata"]["location"]
+        == f"{wh}/fenced/custom_ok"
+    )

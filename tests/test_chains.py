@@ -60,11 +60,23 @@ grants:
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
-def view_body(name: str, sql: str, owner: str | None = None, *, namespace: str = "sales", dialect: str = "spark",
-              default_catalog: str | None = None) -> dict[str, Any]:
+def view_body(
+    name: str,
+    sql: str,
+    owner: str | None = None,
+    *,
+    namespace: str = "sales",
+    dialect: str = "spark",
+    default_catalog: str | None = None,
+) -> dict[str, Any]:
     version: dict[str, Any] = {
-        "version-id": 1, "timestamp-ms": int(time.time() * 1000), "schema-id": 0, "summary": {"engine-name": "spark"},
-        "representations": [{"type": "sql", "sql": sql, "dialect": dialect}], "default-namespace": [namespace]}
+        "version-id": 1,
+        "timestamp-ms": int(time.time() * 1000),
+        "schema-id": 0,
+        "summary": {"engine-name": "spark"},
+        "representations": [{"type": "sql", "sql": sql, "dialect": dialect}],
+        "default-namespace": [namespace],
+    }
     if default_catalog:
         version["default-catalog"] = default_catalog
     return {"name": name, "schema": SCHEMA, "view-version": version, "properties": {OWNER: owner} if owner else {}}
@@ -75,13 +87,18 @@ class Lake:
         self.handle = handle
 
     def create_view(self, namespace: str, body: dict[str, Any]) -> None:
-        r = httpx.post(f"{self.handle.uri}/v1/lakesession/namespaces/{namespace}/views", json=body, timeout=30,
-                       headers={"Authorization": f"Bearer {self.handle.admin.token_for('admin')}"})
+        r = httpx.post(
+            f"{self.handle.uri}/v1/lakesession/namespaces/{namespace}/views",
+            json=body,
+            timeout=30,
+            headers={"Authorization": f"Bearer {self.handle.admin.token_for('admin')}"},
+        )
         assert r.status_code == 200, r.text
 
     def catalog(self, who: str) -> Any:
-        return rest_catalog("lake", self.handle.uri, StaticToken(self.handle.admin.token_for(who)),
-                            warehouse=self.handle.warehouse)
+        return rest_catalog(
+            "lake", self.handle.uri, StaticToken(self.handle.admin.token_for(who)), warehouse=self.handle.warehouse
+        )
 
     def resolve(self, who: str, name: str, **kw: Any) -> ChainNode:
         tok = self.handle.admin.token_for(who)
@@ -93,8 +110,11 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    handle = start(data_dir=tmp_path_factory.mktemp("chains"), bootstrap=bootstrap.parse(POLICY),
-                   trusted_engines=[{"audience": "lakesession"}])
+    handle = start(
+        data_dir=tmp_path_factory.mktemp("chains"),
+        bootstrap=bootstrap.parse(POLICY),
+        trusted_engines=[{"audience": "lakesession"}],
+    )
     lk = Lake(handle)
     admin = lk.catalog("admin")
     schema = Schema(NestedField(1, "id", LongType(), required=False))
@@ -118,9 +138,15 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     admin.create_table("sales.eu.v_eu_t", schema)
     lk.create_view("loops", view_body("a", "SELECT * FROM b", namespace="loops"))
     lk.create_view("loops", view_body("b", "SELECT * FROM loops.a JOIN other.events e ON true", namespace="loops"))
-    lk.create_view("other", view_body("unq", "SELECT id FROM events UNION ALL SELECT id FROM remote.db.t "
-                                             "UNION ALL SELECT id FROM lake.other.events", namespace="other",
-                                      default_catalog="lake"))
+    lk.create_view(
+        "other",
+        view_body(
+            "unq",
+            "SELECT id FROM events UNION ALL SELECT id FROM remote.db.t UNION ALL SELECT id FROM lake.other.events",
+            namespace="other",
+            default_catalog="lake",
+        ),
+    )
     lk.create_view("other", view_body("weird<b>", "SELECT id FROM events", namespace="other"))
     yield lk
     handle.stop()
@@ -146,10 +172,12 @@ def test_encode_round_trip() -> None:
 
 
 def test_references_exclude_ctes_and_functions() -> None:
-    sql = ("WITH a AS (SELECT * FROM db.x), b AS (SELECT * FROM a) "
-           "SELECT * FROM b JOIN y ON true JOIN cat.ns.z ON true, LATERAL VIEW explode(array(1)) t AS c")
+    sql = (
+        "WITH a AS (SELECT * FROM db.x), b AS (SELECT * FROM a) "
+        "SELECT * FROM b JOIN y ON true JOIN cat.ns.z ON true, LATERAL VIEW explode(array(1)) t AS c"
+    )
     assert sorted(references(sql, "spark")) == [["cat", "ns", "z"], ["db", "x"], ["y"]]
-    assert references("SELECT * FROM \"s\".\"t\"", "trino") == [["s", "t"]]
+    assert references('SELECT * FROM "s"."t"', "trino") == [["s", "t"]]
     assert references("SELECT * FROM t", "no-such-dialect") == [["t"]]
     with pytest.raises(ViewChainError):
         references("SELECT FROM WHERE (", "spark")
@@ -158,8 +186,10 @@ def test_references_exclude_ctes_and_functions() -> None:
 # ---------------------------------------------------------------- resolution
 def test_mixed_chain(lake: Lake) -> None:
     tree = lake.resolve("alice", "sales.v1")
-    rows = [(r["depth"], r["object"], r["kind"], r["security"], r["owner"], r["user_in_effect"], r["decision"])
-            for r in tree.to_rows()]
+    rows = [
+        (r["depth"], r["object"], r["kind"], r["security"], r["owner"], r["user_in_effect"], r["decision"])
+        for r in tree.to_rows()
+    ]
     assert rows == [
         (0, "sales.v1", "view", "DEFINER", "bob", "alice", "allow"),
         (1, "sales.v2", "view", "INVOKER", None, "bob", "allow"),
@@ -180,7 +210,12 @@ def test_missing_grant_is_a_deny_node(lake: Lake) -> None:
     tree = lake.resolve("alice", "sales.v_dave")
     assert (tree.security, tree.owner, tree.decision) == ("DEFINER", "dave", "allow")
     [orders] = tree.children
-    assert (orders.object, orders.kind, orders.user_in_effect, orders.decision) == ("sales.orders", "table", "dave", "deny")
+    assert (orders.object, orders.kind, orders.user_in_effect, orders.decision) == (
+        "sales.orders",
+        "table",
+        "dave",
+        "deny",
+    )
     lake.handle.admin.grant("r_dave", "TABLE_READ_DATA", "table sales.orders")
     try:
         assert lake.resolve("alice", "sales.v_dave").children[0].decision == "allow"
@@ -202,7 +237,9 @@ def test_intermediate_view_denied(lake: Lake) -> None:
 def test_multi_level_namespace(lake: Lake) -> None:
     tree = lake.resolve("erin", "sales.eu.v_eu")
     assert [(r["object"], r["kind"], r["decision"]) for r in tree.to_rows()] == [
-        ("sales.eu.v_eu", "view", "allow"), ("sales.eu.v_eu_t", "table", "allow")]
+        ("sales.eu.v_eu", "view", "allow"),
+        ("sales.eu.v_eu_t", "table", "allow"),
+    ]
 
 
 def test_cycle_raises(lake: Lake) -> None:
@@ -220,8 +257,11 @@ def test_depth_limit(lake: Lake) -> None:
 def test_default_namespace_and_catalogs(lake: Lake) -> None:
     tree = lake.resolve("alice", "other.unq")
     rows = [(c.object, c.kind, c.decision) for c in tree.children]
-    assert rows == [("other.events", "table", "allow"), ("remote.db.t", "external", None),
-                    ("other.events", "table", "allow")]
+    assert rows == [
+        ("other.events", "table", "allow"),
+        ("remote.db.t", "external", None),
+        ("other.events", "table", "allow"),
+    ]
 
 
 def test_html_escapes(lake: Lake) -> None:
@@ -247,7 +287,11 @@ def test_session_resolve_is_wired(catalog) -> None:  # type: ignore[no-untyped-d
     from pyiceberg.types import LongType, NestedField
 
     etl.create_table(("wired", "t"), Schema(NestedField(1, "x", LongType(), required=False)))
-    s = lakesession.connect(uri=catalog.uri, credential=f"etl:{SECRETS['etl']}", token_url=f"{catalog.issuer_uri}/token",
-                            warehouse="lakesession")
+    s = lakesession.connect(
+        uri=catalog.uri,
+        credential=f"etl:{SECRETS['etl']}",
+        token_url=f"{catalog.issuer_uri}/token",
+        warehouse="lakesession",
+    )
     tree = s.resolve("wired.t")
     assert tree.kind == "table" and tree.decision == "allow" and tree.children == []

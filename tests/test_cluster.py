@@ -77,18 +77,50 @@ def test_executors_use_and_refresh_vended_credentials(tmp_path) -> None:  # type
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(tmp_path / "work"), PYSPARK_PYTHON=sys.executable)
     port = free_port()
-    master = subprocess.Popen([str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(free_port())], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    master = subprocess.Popen(
+        [
+            str(SPARK_CLASS),
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(free_port()),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     worker = None
     try:
         wait_port(port)
-        worker = subprocess.Popen([str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-                                   "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()), "--host", "127.0.0.1"],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        worker = subprocess.Popen(
+            [
+                str(SPARK_CLASS),
+                "org.apache.spark.deploy.worker.Worker",
+                f"spark://127.0.0.1:{port}",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+                "--host",
+                "127.0.0.1",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(3)
-        out = subprocess.run([sys.executable, "-c", DRIVER, f"spark://127.0.0.1:{port}", str(tmp_path / "data")],
-                             env=env, capture_output=True, text=True, timeout=400)
+        out = subprocess.run(
+            [sys.executable, "-c", DRIVER, f"spark://127.0.0.1:{port}", str(tmp_path / "data")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
         assert out.returncode == 0, out.stderr[-4000:]
         result = json.loads(out.stdout.strip().splitlines()[-1])
     finally:

@@ -57,10 +57,14 @@ SECRET_KEYS = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token")
 class Lake:
     def __init__(self, handle: Any):
         self.handle = handle
-        self.ids = {who: ClientCredentials(f"{handle.issuer_uri}/token", who, f"{who}-secret-xyz", scope="catalog")
-                    for who in ("etl", "reader")}
-        self.catalogs = {who: rest_catalog(f"lake-{who}", handle.uri, src, warehouse=handle.warehouse)
-                         for who, src in self.ids.items()}
+        self.ids = {
+            who: ClientCredentials(f"{handle.issuer_uri}/token", who, f"{who}-secret-xyz", scope="catalog")
+            for who in ("etl", "reader")
+        }
+        self.catalogs = {
+            who: rest_catalog(f"lake-{who}", handle.uri, src, warehouse=handle.warehouse)
+            for who, src in self.ids.items()
+        }
 
     def load(self, who: str, name: str, store: CredentialStore, **kw: Any) -> Any:
         return load_table(self.catalogs[who], name, store, self.ids[who].token, self.handle.uri, **kw)
@@ -68,8 +72,13 @@ class Lake:
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
-    handle = start(warehouse="s3://lake-bucket/wh", s3_emulator=True, credential_ttl=TTL,
-                   data_dir=tmp_path_factory.mktemp("credcat"), bootstrap=bootstrap.parse(POLICY))
+    handle = start(
+        warehouse="s3://lake-bucket/wh",
+        s3_emulator=True,
+        credential_ttl=TTL,
+        data_dir=tmp_path_factory.mktemp("credcat"),
+        bootstrap=bootstrap.parse(POLICY),
+    )
     lk = Lake(handle)
     etl = lk.catalogs["etl"]
     etl.create_namespace("shop")
@@ -104,7 +113,9 @@ class Flaky(httpx.BaseTransport):
         if self.down:
             self.failed += 1
             if self.status is not None:
-                return httpx.Response(self.status, json={"error": {"message": "down", "type": "X", "code": self.status}})
+                return httpx.Response(
+                    self.status, json={"error": {"message": "down", "type": "X", "code": self.status}}
+                )
             raise httpx.ConnectError("connection refused", request=request)
         return self.real.handle_request(request)
 
@@ -113,8 +124,13 @@ class Flaky(httpx.BaseTransport):
 def test_longest_prefix_on_path_boundaries() -> None:
     store = CredentialStore()
     cfg = {"s3.access-key-id": "AKIAEXAMPLE1", "s3.session-token-expires-at-ms": str(int((time.time() + 60) * 1000))}
-    store.register("shop.orders", [{"prefix": "s3://b/wh/shop/orders", "config": cfg},
-                                   {"prefix": "s3://b/wh/shop/orders/data/hot/", "config": cfg}])
+    store.register(
+        "shop.orders",
+        [
+            {"prefix": "s3://b/wh/shop/orders", "config": cfg},
+            {"prefix": "s3://b/wh/shop/orders/data/hot/", "config": cfg},
+        ],
+    )
     store.register("shop.orders_archive", [{"prefix": "s3://b/wh/shop/orders_archive", "config": cfg}])
     store.register("wh", [("s3://b/wh", cfg)])
 
@@ -151,10 +167,15 @@ class FakeCatalog:
 
     def creds(self) -> dict[str, Any]:
         self.n += 1
-        return {"prefix": "s3://b/wh/t", "config": {
-            "s3.access-key-id": f"ASIAFAKEKEY{self.n:04d}", "s3.secret-access-key": f"fake-secret-{self.n:04d}-zz",
-            "s3.session-token": f"fake-session-token-{self.n:04d}",
-            "s3.session-token-expires-at-ms": str(int((self.clock[0] + self.ttl) * 1000))}}
+        return {
+            "prefix": "s3://b/wh/t",
+            "config": {
+                "s3.access-key-id": f"ASIAFAKEKEY{self.n:04d}",
+                "s3.secret-access-key": f"fake-secret-{self.n:04d}-zz",
+                "s3.session-token": f"fake-session-token-{self.n:04d}",
+                "s3.session-token-expires-at-ms": str(int((self.clock[0] + self.ttl) * 1000)),
+            },
+        }
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests += 1
@@ -166,7 +187,9 @@ class FakeCatalog:
         if outcome == "connect":
             raise httpx.ConnectError("refused", request=request)
         if outcome != 200:
-            return httpx.Response(outcome, json={"error": {"message": "nope fake-user-token-1", "type": "E", "code": outcome}})
+            return httpx.Response(
+                outcome, json={"error": {"message": "nope fake-user-token-1", "type": "E", "code": outcome}}
+            )
         return httpx.Response(200, json={"storage-credentials": [self.creds()]})
 
 
@@ -176,8 +199,14 @@ def fake() -> Iterator[tuple[CredentialStore, FakeCatalog, list[float]]]:
     cat = FakeCatalog(clock)
     store = CredentialStore(transport=httpx.MockTransport(cat), clock=lambda: clock[0])
     store.refresher._sleep = lambda s: None
-    store.register("ns.t", [cat.creds()], location="s3://b/wh/t", refresh_url="http://catalog.test/v1/x/credentials",
-                   token=lambda: "fake-user-token-1", mode="read")
+    store.register(
+        "ns.t",
+        [cat.creds()],
+        location="s3://b/wh/t",
+        refresh_url="http://catalog.test/v1/x/credentials",
+        token=lambda: "fake-user-token-1",
+        mode="read",
+    )
     yield store, cat, clock
     store.close()
 
@@ -209,7 +238,7 @@ def test_single_flight_serves_current_credentials_meanwhile(fake) -> None:  # ty
     def use() -> None:
         try:
             store.credential_for("ns.t", "s3://b/wh/t/x")
-        except Exception as e:  # noqa: BLE001 - reported below
+        except Exception as e:
             errors.append(e)
 
     threads = [threading.Thread(target=use) for _ in range(8)]
@@ -265,13 +294,29 @@ def test_refresh_all_and_nothing_secret_in_reprs(fake) -> None:  # type: ignore[
     clock[0] += 85
     assert store.refresh_all() == {"ns.static": VALID, "ns.t": VALID, "ns.u": VALID} and cat.requests == 2
     assert store.refresh_all(force=True) and cat.requests == 4
-    secrets = secrets_of(store, "ns.t", "ns.u", "ns.static") + ["fake-user-token-1"]
+    secrets = [*secrets_of(store, "ns.t", "ns.u", "ns.static"), "fake-user-token-1"]
     assert len(secrets) == 8
-    text = " ".join([repr(store), str(store.snapshot()), repr(store.entry("ns.t")),
-                     repr(store.match("s3://b/wh/t/x")), repr(store.entry("ns.t").credentials)])
+    text = " ".join(
+        [
+            repr(store),
+            str(store.snapshot()),
+            repr(store.entry("ns.t")),
+            repr(store.match("s3://b/wh/t/x")),
+            repr(store.entry("ns.t").credentials),
+        ]
+    )
     assert_no_secret(text, secrets)
-    assert set(store.snapshot()[0]) == {"table", "prefix", "mode", "state", "expires_at", "seconds_left",
-                                        "last_refresh", "refreshes", "last_error"}
+    assert set(store.snapshot()[0]) == {
+        "table",
+        "prefix",
+        "mode",
+        "state",
+        "expires_at",
+        "seconds_left",
+        "last_refresh",
+        "refreshes",
+        "last_error",
+    }
 
 
 # -- live: pyiceberg on the emulator --------------------------------------------------------------------
@@ -302,8 +347,19 @@ def test_read_loop_over_several_ttls_refreshes_once_per_ttl(lake: Lake) -> None:
         stock.scan().to_arrow()
     # nothing secret in what a notebook shows
     secrets += [lake.ids["reader"].token()]
-    text = " ".join([repr(store), str(store.snapshot()), repr(entry), repr(t.io), repr(t), str(t.config),
-                     str(t.io.properties), repr(store.match(t.metadata.location)), str(seen)])
+    text = " ".join(
+        [
+            repr(store),
+            str(store.snapshot()),
+            repr(entry),
+            repr(t.io),
+            repr(t),
+            str(t.config),
+            str(t.io.properties),
+            repr(store.match(t.metadata.location)),
+            str(seen),
+        ]
+    )
     assert_no_secret(text, secrets)
 
 
@@ -391,8 +447,9 @@ def test_remote_signing_reads_through_the_sign_endpoint(lake: Lake) -> None:
     denied = lake.handle.admin.audit(principal="reader", action="sign_request", since=since)
     assert any(r.decision == "deny" for r in denied)
     # with write privilege, writes go through the signer too
-    w = load_table(lake.catalogs["etl"], "shop.returns", store, lake.ids["etl"].token, lake.handle.uri,
-                   access="remote-signing")
+    w = load_table(
+        lake.catalogs["etl"], "shop.returns", store, lake.ids["etl"].token, lake.handle.uri, access="remote-signing"
+    )
     n = w.scan().to_arrow().num_rows
     w.append(ROWS)
     assert w.scan().to_arrow().num_rows == n + 2

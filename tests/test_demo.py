@@ -14,8 +14,9 @@ pytestmark = pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path) -> None:  # type: ignore[no-untyped-def]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["LAKESESSION_HOME"] = str(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "lakesession.cli", "demo"], capture_output=True, text=True,
-                         timeout=600, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "lakesession.cli", "demo"], capture_output=True, text=True, timeout=600, env=env
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     assert "principal demo" in text

@@ -36,8 +36,12 @@ def emu():
     with S3Emulator() as emulator:
         emulator.create_bucket(BUCKET)
         s3 = emulator.client("s3")
-        for key in ("wh/orders/data/a.parquet", "wh/orders/metadata/v1.json", "wh/orders_archive/data/old.parquet",
-                    "wh/customers/data/c.parquet"):
+        for key in (
+            "wh/orders/data/a.parquet",
+            "wh/orders/metadata/v1.json",
+            "wh/orders_archive/data/old.parquet",
+            "wh/customers/data/c.parquet",
+        ):
             s3.put_object(Bucket=BUCKET, Key=key, Body=key.encode())
         yield emulator
 
@@ -57,8 +61,13 @@ def test_table_session_policy_normalises_and_is_path_boundary_safe():
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["wh/orders/*"]}}
     write = table_session_policy("s3://b/wh/orders", write=True)
     actions = {a for s in write["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-    assert {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts",
-            "s3:ListBucketMultipartUploads"} <= actions
+    assert {
+        "s3:PutObject",
+        "s3:DeleteObject",
+        "s3:AbortMultipartUpload",
+        "s3:ListMultipartUploadParts",
+        "s3:ListBucketMultipartUploads",
+    } <= actions
     assert len(json.dumps(write, separators=(",", ":"))) <= 2048  # STS plain-text session policy limit
 
     for bad in ("s3://b", "s3://b/", "gs://b/x", "s3://b/wh/*", "s3://b/wh/ord?rs", "s3://b/${aws:username}"):
@@ -82,12 +91,18 @@ def test_table_session_policy_normalises_and_is_path_boundary_safe():
 
 def test_evaluator_conditions_and_deny():
     assert wildcard_match("a/*/c?", "a/x/y/cd") and not wildcard_match("a/*", "A/x")
-    doc = {"Statement": [
-        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
-        {"Effect": "Deny", "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::b/keep/*"},
-        {"Effect": "Deny", "Action": "s3:*", "Resource": "*",
-         "Condition": {"StringNotEquals": {"aws:SourceIp": "127.0.0.1"}}},
-    ]}
+    doc = {
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+            {"Effect": "Deny", "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::b/keep/*"},
+            {
+                "Effect": "Deny",
+                "Action": "s3:*",
+                "Resource": "*",
+                "Condition": {"StringNotEquals": {"aws:SourceIp": "127.0.0.1"}},
+            },
+        ]
+    }
     ctx = {"aws:SourceIp": "127.0.0.1"}
     assert evaluate([doc], "s3:DeleteObject", "arn:aws:s3:::b/x", ctx) == "Allow"
     assert evaluate([doc], "s3:DeleteObject", "arn:aws:s3:::b/keep/x", ctx) == "Deny"
@@ -96,11 +111,20 @@ def test_evaluator_conditions_and_deny():
     session = {"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*"}]}
     assert is_allowed([doc], [session], "s3:GetObject", "arn:aws:s3:::b/x", ctx)
     assert not is_allowed([doc], [session], "s3:PutObject", "arn:aws:s3:::b/x", ctx)  # intersection
-    odd = {"Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*",
-                          "Condition": {"Frobnicate": {"k": "v"}}}]}
+    odd = {
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*", "Condition": {"Frobnicate": {"k": "v"}}}]
+    }
     assert not is_allowed([odd], None, "s3:GetObject", "arn:aws:s3:::b/x", {})  # unsupported operator: fail closed
-    ifexists = {"Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*",
-                               "Condition": {"StringLikeIfExists": {"s3:prefix": "a/*"}}}]}
+    ifexists = {
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": "*",
+                "Condition": {"StringLikeIfExists": {"s3:prefix": "a/*"}},
+            }
+        ]
+    }
     assert is_allowed([ifexists], None, "s3:ListBucket", "arn:aws:s3:::b", {})
     assert not is_allowed([ifexists], None, "s3:ListBucket", "arn:aws:s3:::b", {"s3:prefix": "b/"})
 
@@ -126,8 +150,10 @@ def test_unsigned_and_unknown_credentials_are_rejected(emu):
     assert requests.post(f"{emu.endpoint}/moto-api/reset", timeout=5).status_code == 404
     for header in ("AWS4-HMAC-SHA256 garbage", "Bearer", f"AWS {emu.admin_credentials.access_key_id}:c2ln"):
         assert requests.get(url, headers={"Authorization": header}, timeout=5).status_code == 400  # never 500
-    no_date = (f"AWS4-HMAC-SHA256 Credential={emu.admin_credentials.access_key_id}/20260101/us-east-1/s3/aws4_request,"
-               f" SignedHeaders=host, Signature={'0' * 64}")
+    no_date = (
+        f"AWS4-HMAC-SHA256 Credential={emu.admin_credentials.access_key_id}/20260101/us-east-1/s3/aws4_request,"
+        f" SignedHeaders=host, Signature={'0' * 64}"
+    )
     assert requests.get(url, headers={"Authorization": no_date}, timeout=5).status_code == 403
 
     unknown = emu.client("s3", Credentials("UNKNOWNKEYID0000", "notasecret" + "x" * 30))
@@ -135,8 +161,9 @@ def test_unsigned_and_unknown_credentials_are_rejected(emu):
     denied(unknown.list_buckets, code="InvalidAccessKeyId")
     wrong_secret = emu.client("s3", Credentials(emu.admin_credentials.access_key_id, "x" * 40))
     denied(wrong_secret.get_object, Bucket=BUCKET, Key="wh/orders/data/a.parquet", code="SignatureDoesNotMatch")
-    denied(emu.client("sts", Credentials("UNKNOWNKEYID0000", "y" * 40)).get_caller_identity,
-           code="InvalidClientTokenId")
+    denied(
+        emu.client("sts", Credentials("UNKNOWNKEYID0000", "y" * 40)).get_caller_identity, code="InvalidClientTokenId"
+    )
     creds = emu.assume(table_session_policy(ORDERS, write=False))
     bad_token = emu.client("s3", Credentials(creds.access_key_id, creds.secret_access_key, "not-the-token"))
     denied(bad_token.get_object, Bucket=BUCKET, Key="wh/orders/data/a.parquet", code="InvalidToken", status=400)
@@ -180,8 +207,11 @@ def test_read_only_session_is_scoped_to_the_table_prefix(emu):
     denied(s3.list_objects_v2, Bucket=BUCKET)
     denied(s3.create_bucket, Bucket="lake-emu-nope")
     denied(s3.list_buckets)
-    denied(emu.client("sts", emu.assume(table_session_policy(ORDERS, write=False))).assume_role,
-           RoleArn=emu.vending_role_arn, RoleSessionName="chain")
+    denied(
+        emu.client("sts", emu.assume(table_session_policy(ORDERS, write=False))).assume_role,
+        RoleArn=emu.vending_role_arn,
+        RoleSessionName="chain",
+    )
 
 
 def test_write_session_puts_deletes_and_uploads_only_under_the_prefix(emu):
@@ -193,18 +223,26 @@ def test_write_session_puts_deletes_and_uploads_only_under_the_prefix(emu):
     denied(s3.put_object, Bucket=BUCKET, Key="wh/orders", Body=b"w")
     denied(s3.delete_object, Bucket=BUCKET, Key="wh/customers/data/c.parquet")
     # a copy reads its source: not from another table
-    denied(s3.copy_object, Bucket=BUCKET, Key="wh/orders/data/stolen.parquet",
-           CopySource={"Bucket": BUCKET, "Key": "wh/customers/data/c.parquet"})
-    s3.copy_object(Bucket=BUCKET, Key="wh/orders/data/copy.parquet",
-                   CopySource={"Bucket": BUCKET, "Key": "wh/orders/data/a.parquet"})
+    denied(
+        s3.copy_object,
+        Bucket=BUCKET,
+        Key="wh/orders/data/stolen.parquet",
+        CopySource={"Bucket": BUCKET, "Key": "wh/customers/data/c.parquet"},
+    )
+    s3.copy_object(
+        Bucket=BUCKET,
+        Key="wh/orders/data/copy.parquet",
+        CopySource={"Bucket": BUCKET, "Key": "wh/orders/data/a.parquet"},
+    )
 
     key = "wh/orders/data/big.parquet"
     upload = s3.create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
     part = s3.upload_part(Bucket=BUCKET, Key=key, UploadId=upload, PartNumber=1, Body=b"p" * 1024)
     assert [p["PartNumber"] for p in s3.list_parts(Bucket=BUCKET, Key=key, UploadId=upload)["Parts"]] == [1]
     assert any(u["Key"] == key for u in s3.list_multipart_uploads(Bucket=BUCKET)["Uploads"])
-    s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload,
-                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    s3.complete_multipart_upload(
+        Bucket=BUCKET, Key=key, UploadId=upload, MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}
+    )
     assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"p" * 1024
     aborted = s3.create_multipart_upload(Bucket=BUCKET, Key="wh/orders/data/tmp.parquet")["UploadId"]
     s3.abort_multipart_upload(Bucket=BUCKET, Key="wh/orders/data/tmp.parquet", UploadId=aborted)
@@ -213,8 +251,10 @@ def test_write_session_puts_deletes_and_uploads_only_under_the_prefix(emu):
     # DeleteObjects: allowed keys go; any key outside the prefix denies the batch
     result = s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": "wh/orders/data/copy.parquet"}]})
     assert [d["Key"] for d in result["Deleted"]] == ["wh/orders/data/copy.parquet"]
-    result = s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": "wh/orders/data/big.parquet"},
-                                                                  {"Key": "wh/customers/data/c.parquet"}]})
+    result = s3.delete_objects(
+        Bucket=BUCKET,
+        Delete={"Objects": [{"Key": "wh/orders/data/big.parquet"}, {"Key": "wh/customers/data/c.parquet"}]},
+    )
     assert {e["Code"] for e in result["Errors"]} == {"AccessDenied"} and not result.get("Deleted")
     assert emu.client("s3").head_object(Bucket=BUCKET, Key="wh/customers/data/c.parquet")
 
@@ -234,8 +274,13 @@ def test_credentials_expire_with_expired_token(emu):
 
     revoked = emu.assume(table_session_policy(ORDERS, write=False))
     emu.expire(revoked.access_key_id)
-    denied(emu.client("s3", revoked).get_object, Bucket=BUCKET, Key="wh/orders/data/a.parquet",
-           code="ExpiredToken", status=400)
+    denied(
+        emu.client("s3", revoked).get_object,
+        Bucket=BUCKET,
+        Key="wh/orders/data/a.parquet",
+        code="ExpiredToken",
+        status=400,
+    )
 
 
 def test_session_policy_cannot_exceed_the_role_policy(emu):
@@ -244,8 +289,19 @@ def test_session_policy_cannot_exceed_the_role_policy(emu):
     admin = emu.client("s3")
     for bucket in ("lake-emu-b1", "lake-emu-b2"):
         admin.put_object(Bucket=bucket, Key="t/data/x", Body=b"x")
-    b1_only = emu.create_role("b1-only", {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "s3:*", "Resource": ["arn:aws:s3:::lake-emu-b1", "arn:aws:s3:::lake-emu-b1/*"]}]})
+    b1_only = emu.create_role(
+        "b1-only",
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": "s3:*",
+                    "Resource": ["arn:aws:s3:::lake-emu-b1", "arn:aws:s3:::lake-emu-b1/*"],
+                }
+            ],
+        },
+    )
     on_b2 = emu.client("s3", emu.assume(table_session_policy("s3://lake-emu-b2/t", write=True), role_arn=b1_only))
     denied(on_b2.get_object, Bucket="lake-emu-b2", Key="t/data/x")
     denied(on_b2.list_objects_v2, Bucket="lake-emu-b2", Prefix="t/")
@@ -261,15 +317,26 @@ def test_assume_role_is_validated(emu):
     policy = table_session_policy(ORDERS, write=False)
     denied(emu.assume, policy, role_arn=f"arn:aws:iam::{emu.account_id}:role/missing")
     denied(emu.assume, "{not json", code="MalformedPolicyDocument", status=400)
-    denied(emu.assume, {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObject"}]},
-           code="MalformedPolicyDocument", status=400)
-    huge = {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{BUCKET}/{'x' * 2100}/*"}]}
+    denied(
+        emu.assume,
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObject"}]},
+        code="MalformedPolicyDocument",
+        status=400,
+    )
+    huge = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{BUCKET}/{'x' * 2100}/*"}
+        ],
+    }
     denied(emu.assume, huge, code="ValidationError", status=400)
     denied(emu.assume, policy, duration_seconds=0, code="ValidationError", status=400)
     denied(emu.assume, policy, duration_seconds=43201, code="ValidationError", status=400)
-    untrusted = emu.create_role("trusts-nobody", {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}, trusted_principals=["arn:aws:iam::000000000000:root"])
+    untrusted = emu.create_role(
+        "trusts-nobody",
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]},
+        trusted_principals=["arn:aws:iam::000000000000:root"],
+    )
     denied(emu.assume, policy, role_arn=untrusted)
 
 
@@ -303,9 +370,15 @@ def test_pyarrow_s3_filesystem_with_vended_credentials(emu):
     """pyiceberg's FileIO writes through pyarrow (AWS SDK for C++): multipart and all."""
     pafs = pytest.importorskip("pyarrow.fs")
     creds = emu.assume(table_session_policy(ORDERS, write=True))
-    fs = pafs.S3FileSystem(access_key=creds.access_key_id, secret_key=creds.secret_access_key,
-                           session_token=creds.session_token, endpoint_override=emu.endpoint, scheme="http",
-                           region=emu.region, force_virtual_addressing=False)
+    fs = pafs.S3FileSystem(
+        access_key=creds.access_key_id,
+        secret_key=creds.secret_access_key,
+        session_token=creds.session_token,
+        endpoint_override=emu.endpoint,
+        scheme="http",
+        region=emu.region,
+        force_virtual_addressing=False,
+    )
     with fs.open_output_stream(f"{BUCKET}/wh/orders/metadata/v2.metadata.json") as out:
         out.write(b'{"format-version": 2}')
     with fs.open_input_stream(f"{BUCKET}/wh/orders/metadata/v2.metadata.json") as src:

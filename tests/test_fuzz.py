@@ -78,8 +78,13 @@ def _seed(h: ReferenceCatalog) -> None:
     from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
     c = h.admin_credentials
-    cat = RestCatalog("fuzz-seed", uri=h.uri, warehouse=PREFIX, credential=f"{c.client_id}:{c.client_secret}",
-                      **{"oauth2-server-uri": f"{h.issuer_uri}/token"})
+    cat = RestCatalog(
+        "fuzz-seed",
+        uri=h.uri,
+        warehouse=PREFIX,
+        credential=f"{c.client_id}:{c.client_secret}",
+        **{"oauth2-server-uri": f"{h.issuer_uri}/token"},
+    )
     cat.create_namespace("fz", {"owner": "fuzz"})
     cat.create_namespace(("fz", "sub"))
     schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "s", StringType(), required=False))
@@ -89,9 +94,16 @@ def _seed(h: ReferenceCatalog) -> None:
             t = cat.create_table((*ns, name), schema)
             t.append(rows)
             t.append(rows)
-        version = ViewVersion(version_id=1, schema_id=0, timestamp_ms=int(time.time() * 1000), summary={},
-                              default_namespace=ns, representations=[
-                                  ViewRepresentation(SQLViewRepresentation(type="sql", sql="SELECT 1 AS id", dialect="spark"))])
+        version = ViewVersion(
+            version_id=1,
+            schema_id=0,
+            timestamp_ms=int(time.time() * 1000),
+            summary={},
+            default_namespace=ns,
+            representations=[
+                ViewRepresentation(SQLViewRepresentation(type="sql", sql="SELECT 1 AS id", dialect="spark"))
+            ],
+        )
         for name in VIEWS:
             cat.create_view((*ns, name), Schema(NestedField(1, "id", LongType(), required=False)), version)
 
@@ -166,21 +178,29 @@ def test_merged_document_is_valid_openapi(handle: ReferenceCatalog) -> None:
 
 # Failures print schemathesis' curl reproduction; the server's traceback is in "Captured log call".
 @admin_api.parametrize()
-@settings(max_examples=ADMIN_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=ADMIN_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 def test_no_server_errors_as_admin(case: Any, tokens: dict[str, str]) -> None:
     response = case.call(headers={"Authorization": f"Bearer {tokens['admin']}"})
     case.validate_response(response, checks=[not_a_server_error])
 
 
 @nobody_api.parametrize()
-@settings(max_examples=NOBODY_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=NOBODY_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 def test_no_server_errors_without_grants(case: Any, tokens: dict[str, str]) -> None:
     response = case.call(headers={"Authorization": f"Bearer {tokens['nobody']}"})
     case.validate_response(response, checks=[not_a_server_error])
     if case.path.startswith("/v1/{prefix}/") and response.status_code < 400:
-        raise AssertionError(f"{case.method} {case.formatted_path} answered {response.status_code} to a principal without grants")
+        raise AssertionError(
+            f"{case.method} {case.formatted_path} answered {response.status_code} to a principal without grants"
+        )
 
 
 def test_fuzzed_responses_conform_to_the_spec(recorder: SpecRecorder) -> None:
@@ -188,4 +208,6 @@ def test_fuzzed_responses_conform_to_the_spec(recorder: SpecRecorder) -> None:
     if recorder.recorded < 100:
         pytest.skip("needs the fuzz tests above to have run in this session")
     errors = recorder.validate_all()
-    assert errors == [], f"{len(errors)} of {recorder.recorded} fuzzed responses violate the spec:\n" + "\n".join(errors[:40])
+    assert errors == [], f"{len(errors)} of {recorder.recorded} fuzzed responses violate the spec:\n" + "\n".join(
+        errors[:40]
+    )

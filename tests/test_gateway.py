@@ -54,7 +54,11 @@ def test_forwards_as_user_and_never_leaks_token(gw, catalog) -> None:  # type: i
         cfg = c.get("/v1/config")
         assert cfg.status_code == 200 and cfg.json()["overrides"]["prefix"] == "lakesession"
         c.post(f"{P}/namespaces", json={"namespace": ["gwns"]})
-        schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "x", "type": "long", "required": False}]}
+        schema = {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [{"id": 1, "name": "x", "type": "long", "required": False}],
+        }
         created = c.post(f"{P}/namespaces/gwns/tables", json={"name": "t1", "schema": schema})
         assert created.status_code == 200
         loaded = c.get(f"{P}/namespaces/gwns/tables/t1")
@@ -64,7 +68,9 @@ def test_forwards_as_user_and_never_leaks_token(gw, catalog) -> None:  # type: i
             assert token not in r.text and token not in str(r.headers)
         # error bodies pass through unchanged
         missing = c.get(f"{P}/namespaces/gwns/tables/nope")
-        direct = httpx.get(f"{catalog.uri}{P}/namespaces/gwns/tables/nope", headers={"Authorization": f"Bearer {token}"})
+        direct = httpx.get(
+            f"{catalog.uri}{P}/namespaces/gwns/tables/nope", headers={"Authorization": f"Bearer {token}"}
+        )
         assert missing.status_code == direct.status_code == 404
         assert missing.json() == direct.json()
         assert c.head(f"{P}/namespaces/gwns/tables/t1").status_code == 204
@@ -98,16 +104,23 @@ def test_refresh_endpoint_rewritten_and_refreshes_single_flight() -> None:
 
     @app.get("/v1/p/namespaces/ns/tables/t")
     def load() -> dict:  # type: ignore[type-arg]
-        return {"metadata-location": "s3://b/t/metadata/1.json", "metadata": {"format-version": 2},
-                "config": {"client.refresh-credentials-endpoint": upstream_box["uri"] + "/v1/p/namespaces/ns/tables/t/credentials",
-                           "s3.session-token-expires-at-ms": str(int(time.time() * 1000) + 60_000)}}
+        return {
+            "metadata-location": "s3://b/t/metadata/1.json",
+            "metadata": {"format-version": 2},
+            "config": {
+                "client.refresh-credentials-endpoint": upstream_box["uri"] + "/v1/p/namespaces/ns/tables/t/credentials",
+                "s3.session-token-expires-at-ms": str(int(time.time() * 1000) + 60_000),
+            },
+        }
 
     @app.get("/v1/p/namespaces/ns/tables/t/credentials")
     def creds(request: Request) -> Response:
         calls["credentials"] += 1
         time.sleep(0.3)
-        return Response(json.dumps({"storage-credentials": [{"prefix": "s3://b/t/", "config": {"s3.access-key-id": "AK"}}]}),
-                        media_type="application/json")
+        return Response(
+            json.dumps({"storage-credentials": [{"prefix": "s3://b/t/", "config": {"s3.access-key-id": "AK"}}]}),
+            media_type="application/json",
+        )
 
     sock = bind("127.0.0.1", 0)
     server = BackgroundServer(app, sock, "fake-upstream")
@@ -117,11 +130,16 @@ def test_refresh_endpoint_rewritten_and_refreshes_single_flight() -> None:
         with Gateway(upstream_box["uri"], lambda: "user-token") as g:
             h = {"Authorization": f"Bearer {g.secret}"}
             loaded = httpx.get(f"{g.uri}/v1/p/namespaces/ns/tables/t", headers=h).json()
-            assert loaded["config"]["client.refresh-credentials-endpoint"] == f"{g.uri}/v1/p/namespaces/ns/tables/t/credentials"
+            assert (
+                loaded["config"]["client.refresh-credentials-endpoint"]
+                == f"{g.uri}/v1/p/namespaces/ns/tables/t/credentials"
+            )
             results: list[int] = []
 
             def refresh() -> None:
-                results.append(httpx.get(f"{g.uri}/v1/p/namespaces/ns/tables/t/credentials", headers=h, timeout=10).status_code)
+                results.append(
+                    httpx.get(f"{g.uri}/v1/p/namespaces/ns/tables/t/credentials", headers=h, timeout=10).status_code
+                )
 
             threads = [threading.Thread(target=refresh) for _ in range(8)]
             for t in threads:
@@ -137,5 +155,7 @@ def test_refresh_endpoint_rewritten_and_refreshes_single_flight() -> None:
 
 
 def test_rewrite_leaves_other_endpoints_alone() -> None:
-    body = json.dumps({"config": {"client.refresh-credentials-endpoint": "v1/p/namespaces/ns/tables/t/credentials"}}).encode()
+    body = json.dumps(
+        {"config": {"client.refresh-credentials-endpoint": "v1/p/namespaces/ns/tables/t/credentials"}}
+    ).encode()
     assert rewrite_table_config(body, "http://up", "http://gw") == body

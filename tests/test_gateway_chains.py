@@ -15,21 +15,34 @@ from lakesession.gateway._chains import ChainRoute, ChainRoutes, strip_reference
 def test_referenced_by_is_replaced_never_appended() -> None:
     assert strip_referenced_by("snapshots=refs&referenced-by=a%1Fv") == "snapshots=refs"
     assert strip_referenced_by("referenced%2Dby=x&a=1") == "a=1"
-    assert with_referenced_by("referenced-by=evil%1Fv&snapshots=refs", "db%1Fv1,db%1Fv2") == \
-        "snapshots=refs&referenced-by=db%1Fv1,db%1Fv2"
+    assert (
+        with_referenced_by("referenced-by=evil%1Fv&snapshots=refs", "db%1Fv1,db%1Fv2")
+        == "snapshots=refs&referenced-by=db%1Fv1,db%1Fv2"
+    )
     assert with_referenced_by("", "db%1Fa%2Cb") == "referenced-by=db%1Fa%2Cb"
 
 
 def test_route_permits_only_its_tables_and_reads() -> None:
     route = ChainRoute("r1", ((("db",), "v"),), "db%1Fv", {(("db",), "t"), (("a", "b"), "u")})
-    ok = [("GET", "/v1/config"), ("GET", "/v1/wh/namespaces/db/tables/t"), ("HEAD", "/v1/wh/namespaces/db/tables/t"),
-          ("GET", "/v1/wh/namespaces/db/tables/t/credentials"), ("POST", "/v1/wh/namespaces/db/tables/t/metrics"),
-          ("GET", "/v1/wh/namespaces/a%1Fb/tables/u"),
-          ("POST", "/v1/wh/namespaces/db/tables/t/sign")]
-    no = [("GET", "/v1/wh/namespaces/db/tables/t_other"), ("POST", "/v1/wh/namespaces/db/tables/t"),
-          ("DELETE", "/v1/wh/namespaces/db/tables/t"), ("GET", "/v1/wh/namespaces/db/tables"),
-          ("GET", "/v1/wh/namespaces/db/views/v"), ("POST", "/v1/wh/namespaces/db/tables/u/sign"),
-          ("GET", "/v1/wh/namespaces"), ("POST", "/v1/wh/tables/rename")]
+    ok = [
+        ("GET", "/v1/config"),
+        ("GET", "/v1/wh/namespaces/db/tables/t"),
+        ("HEAD", "/v1/wh/namespaces/db/tables/t"),
+        ("GET", "/v1/wh/namespaces/db/tables/t/credentials"),
+        ("POST", "/v1/wh/namespaces/db/tables/t/metrics"),
+        ("GET", "/v1/wh/namespaces/a%1Fb/tables/u"),
+        ("POST", "/v1/wh/namespaces/db/tables/t/sign"),
+    ]
+    no = [
+        ("GET", "/v1/wh/namespaces/db/tables/t_other"),
+        ("POST", "/v1/wh/namespaces/db/tables/t"),
+        ("DELETE", "/v1/wh/namespaces/db/tables/t"),
+        ("GET", "/v1/wh/namespaces/db/tables"),
+        ("GET", "/v1/wh/namespaces/db/views/v"),
+        ("POST", "/v1/wh/namespaces/db/tables/u/sign"),
+        ("GET", "/v1/wh/namespaces"),
+        ("POST", "/v1/wh/tables/rename"),
+    ]
     assert all(route.permits(m, p)[0] for m, p in ok)
     assert not any(route.permits(m, p)[0] for m, p in no)
     assert route.display == "db.v"
@@ -45,10 +58,12 @@ def test_registry_reuses_a_chain_and_ids_are_random() -> None:
 
 
 def test_rewrite_points_every_catalog_url_at_the_gateway() -> None:
-    body = (b'{"metadata-location":"s3://b/t/m.json","metadata":{},"config":{"s3.signer.uri":"http://cat:1",'
-            b'"client.refresh-credentials-endpoint":"http://cat:1/v1/x/credentials","s3.endpoint":"http://s3:9"},'
-            b'"storage-credentials":[{"prefix":"s3://b/t","config":{"client.refresh-credentials-endpoint":'
-            b'"http://cat:1/v1/x/credentials?referenced-by=db%1Fv"}}]}')
+    body = (
+        b'{"metadata-location":"s3://b/t/m.json","metadata":{},"config":{"s3.signer.uri":"http://cat:1",'
+        b'"client.refresh-credentials-endpoint":"http://cat:1/v1/x/credentials","s3.endpoint":"http://s3:9"},'
+        b'"storage-credentials":[{"prefix":"s3://b/t","config":{"client.refresh-credentials-endpoint":'
+        b'"http://cat:1/v1/x/credentials?referenced-by=db%1Fv"}}]}'
+    )
     import json
 
     doc = json.loads(rewrite_table_config(body, "http://cat:1", "http://gw:2/chain/r1"))
@@ -56,8 +71,10 @@ def test_rewrite_points_every_catalog_url_at_the_gateway() -> None:
     assert doc["config"]["client.refresh-credentials-endpoint"] == "http://gw:2/chain/r1/v1/x/credentials"
     assert doc["config"]["s3.endpoint"] == "http://s3:9"
     assert doc["storage-credentials"][0]["config"]["client.refresh-credentials-endpoint"].startswith("http://gw:2/")
-    assert rewrite_table_config(b'{"config":{"u":"http://cat:10"}}', "http://cat:1", "http://gw") == \
-        b'{"config":{"u":"http://cat:10"}}'  # a different port is not the catalog
+    assert (
+        rewrite_table_config(b'{"config":{"u":"http://cat:10"}}', "http://cat:1", "http://gw")
+        == b'{"config":{"u":"http://cat:10"}}'
+    )  # a different port is not the catalog
 
 
 class FakeViews:
@@ -72,8 +89,11 @@ class FakeViews:
         self.calls.append((name, list(chain)))
         if name not in self.views:
             return 404, {}
-        version = {"version-id": 1, "default-namespace": list(ident[0]),
-                   "representations": [{"type": "sql", "sql": self.views[name], "dialect": "spark"}]}
+        version = {
+            "version-id": 1,
+            "default-namespace": list(ident[0]),
+            "representations": [{"type": "sql", "sql": self.views[name], "dialect": "spark"}],
+        }
         return 200, {"metadata": {"current-version-id": 1, "versions": [version], "properties": {}}}
 
 
@@ -84,25 +104,38 @@ def _expand(views: dict[str, str], query: str, current: tuple[str, ...] | None =
         pinned.append((chain, table))
         return f"lake__chain_{len(pinned)}"
 
-    result = expand(query, client=FakeViews(views), catalog_name="lake", current_namespace=current,  # type: ignore[arg-type]
-                    chain_catalog=chain_catalog)
+    result = expand(
+        query,
+        client=FakeViews(views),
+        catalog_name="lake",
+        current_namespace=current,  # type: ignore[arg-type]
+        chain_catalog=chain_catalog,
+    )
     return result.sql, pinned
 
 
 def test_expand_nested_views_pins_tables_per_chain() -> None:
-    sql, pinned = _expand({"db.v1": "SELECT id FROM v2 WHERE id > 1", "db.v2": "SELECT t.id FROM t JOIN other.u u ON true"},
-                          "SELECT x.id FROM lake.db.v1 x JOIN db.plain p ON x.id = p.id")
-    assert pinned == [(((("db",), "v1"), (("db",), "v2")), (("db",), "t")),
-                      (((("db",), "v1"), (("db",), "v2")), (("other",), "u"))]
-    assert sql == ("SELECT x.id FROM (SELECT id FROM (SELECT t.id FROM `lake__chain_1`.`db`.`t` AS t "
-                   "JOIN `lake__chain_2`.`other`.`u` AS u ON TRUE) AS v2 WHERE id > 1) AS x "
-                   # direct references run in the session's catalog, as the user
-                   "JOIN `lake`.`db`.`plain` AS p ON x.id = p.id")
+    sql, pinned = _expand(
+        {"db.v1": "SELECT id FROM v2 WHERE id > 1", "db.v2": "SELECT t.id FROM t JOIN other.u u ON true"},
+        "SELECT x.id FROM lake.db.v1 x JOIN db.plain p ON x.id = p.id",
+    )
+    assert pinned == [
+        (((("db",), "v1"), (("db",), "v2")), (("db",), "t")),
+        (((("db",), "v1"), (("db",), "v2")), (("other",), "u")),
+    ]
+    assert sql == (
+        "SELECT x.id FROM (SELECT id FROM (SELECT t.id FROM `lake__chain_1`.`db`.`t` AS t "
+        "JOIN `lake__chain_2`.`other`.`u` AS u ON TRUE) AS v2 WHERE id > 1) AS x "
+        # direct references run in the session's catalog, as the user
+        "JOIN `lake`.`db`.`plain` AS p ON x.id = p.id"
+    )
 
 
 def test_expand_leaves_other_statements_and_catalogs_alone() -> None:
-    assert _expand({"db.v": "SELECT 1"}, "CREATE VIEW db.w AS SELECT * FROM db.v")[0] == \
-        "CREATE VIEW db.w AS SELECT * FROM db.v"
+    assert (
+        _expand({"db.v": "SELECT 1"}, "CREATE VIEW db.w AS SELECT * FROM db.v")[0]
+        == "CREATE VIEW db.w AS SELECT * FROM db.v"
+    )
     assert _expand({}, "SELECT * FROM spark_catalog.default.t")[0] == "SELECT * FROM spark_catalog.default.t"
     with pytest.raises(ViewChainError, match="internal view-chain catalog"):
         _expand({}, "SELECT * FROM lake__chain_abc.db.t")

@@ -26,10 +26,10 @@ import pytest
 from traitlets.config import Config
 
 import lakesession.hub
+from lakesession._spark.jars import cache_dir, resolve_jars
 from lakesession.identity import IdentityError, JupyterHubToken
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
-from lakesession.spark.jars import cache_dir, resolve_jars
 from tests._node import npm_tool
 from tests.hub.kernel import Kernel
 
@@ -62,9 +62,13 @@ def test_configure_merges_environment_roles_and_hooks() -> None:
     calls: list[str] = []
     c.Spawner.auth_state_hook = lambda spawner, state: calls.append("theirs")
     lakesession.hub.configure(c, catalog_uri="https://cat.example/", issuer="https://idp.example", warehouse="w")
-    assert c.Spawner.environment == {"KEEP": "1", "LAKESESSION_URI": "https://cat.example",
-                                     "LAKESESSION_IDENTITY": "jupyterhub", "LAKESESSION_ISSUER": "https://idp.example",
-                                     "LAKESESSION_WAREHOUSE": "w"}
+    assert c.Spawner.environment == {
+        "KEEP": "1",
+        "LAKESESSION_URI": "https://cat.example",
+        "LAKESESSION_IDENTITY": "jupyterhub",
+        "LAKESESSION_ISSUER": "https://idp.example",
+        "LAKESESSION_WAREHOUSE": "w",
+    }
     roles = {r["name"]: r["scopes"] for r in c.JupyterHub.load_roles}
     assert roles["server"] == ["inherit", "admin:auth_state!user", "read:users!user"]
     assert roles["user"] == ["self", "admin:auth_state!user"]
@@ -80,8 +84,11 @@ def test_auth_state_hook_passes_the_access_token_but_never_the_refresh_token() -
     spawner = SimpleLocalProcessSpawner()
     spawner.environment = {"LAKESESSION_URI": "https://cat.example", "LAKESESSION_HUB_TOKEN_EXPIRES_AT": "1.0"}
     lakesession.hub.auth_state_hook(spawner, {"access_token": "AT-1", "refresh_token": "RT-1", "expires_at": 5})
-    assert spawner.environment == {"LAKESESSION_URI": "https://cat.example", "LAKESESSION_HUB_ACCESS_TOKEN": "AT-1",
-                                   "LAKESESSION_HUB_TOKEN_EXPIRES_AT": "5.0"}
+    assert spawner.environment == {
+        "LAKESESSION_URI": "https://cat.example",
+        "LAKESESSION_HUB_ACCESS_TOKEN": "AT-1",
+        "LAKESESSION_HUB_TOKEN_EXPIRES_AT": "5.0",
+    }
     assert "RT-1" not in repr(spawner.environment)
     lakesession.hub.auth_state_hook(spawner, None)  # logged out / no auth_state: stale tokens are removed
     assert spawner.environment == {"LAKESESSION_URI": "https://cat.example"}
@@ -92,10 +99,15 @@ def test_identity_from_env_takes_the_initial_token_out_of_the_environment(catalo
     with pytest.raises(IdentityError, match="not one lakesession knows"):
         lakesession.hub.identity_from_env(environ={"LAKESESSION_IDENTITY": "kerberos"})
     token = catalog.admin.token_for("alice", ttl=600)
-    env = {"LAKESESSION_IDENTITY": "jupyterhub", "LAKESESSION_ISSUER": catalog.issuer_uri,
-           "LAKESESSION_HUB_ACCESS_TOKEN": token, "LAKESESSION_HUB_TOKEN_EXPIRES_AT": str(time.time() + 600),
-           "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api", "JUPYTERHUB_USER": "alice",
-           "JUPYTERHUB_API_TOKEN": "hub-api-token-value"}
+    env = {
+        "LAKESESSION_IDENTITY": "jupyterhub",
+        "LAKESESSION_ISSUER": catalog.issuer_uri,
+        "LAKESESSION_HUB_ACCESS_TOKEN": token,
+        "LAKESESSION_HUB_TOKEN_EXPIRES_AT": str(time.time() + 600),
+        "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
+        "JUPYTERHUB_USER": "alice",
+        "JUPYTERHUB_API_TOKEN": "hub-api-token-value",
+    }
     source = lakesession.hub.identity_from_env(environ=env)
     assert isinstance(source, JupyterHubToken)
     assert "LAKESESSION_HUB_ACCESS_TOKEN" not in env and "LAKESESSION_HUB_TOKEN_EXPIRES_AT" not in env
@@ -112,15 +124,21 @@ def _connect_from_hub_environment(catalog: ReferenceCatalog) -> None:
         for var in [k for k in os.environ if k.startswith(("LAKESESSION_", "JUPYTERHUB_"))]:
             mp.delenv(var)
         mp.setenv("LAKESESSION_CONFIG", os.devnull)
-        for var, value in {"LAKESESSION_URI": catalog.uri, "LAKESESSION_IDENTITY": "jupyterhub",
-                           "LAKESESSION_HUB_ACCESS_TOKEN": token, "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
-                           "JUPYTERHUB_USER": "alice", "JUPYTERHUB_API_TOKEN": "hub-api-token-value"}.items():
+        for var, value in {
+            "LAKESESSION_URI": catalog.uri,
+            "LAKESESSION_IDENTITY": "jupyterhub",
+            "LAKESESSION_HUB_ACCESS_TOKEN": token,
+            "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
+            "JUPYTERHUB_USER": "alice",
+            "JUPYTERHUB_API_TOKEN": "hub-api-token-value",
+        }.items():
             mp.setenv(var, value)
         session = lakesession.connect()
         try:
             assert session.identity.kind == "jupyterhub", (
                 "lakesession.connect() did not pick the hub identity: session._identity() must call "
-                "lakesession.hub.identity_from_env() (see lakesession/hub/__init__.py)")
+                "lakesession.hub.identity_from_env() (see lakesession/hub/__init__.py)"
+            )
             assert session.identity.token() == token and session.identity.principal == "alice"
             assert "LAKESESSION_HUB_ACCESS_TOKEN" not in os.environ
         finally:
@@ -148,8 +166,9 @@ class Hub:
     secrets: set[str] = field(default_factory=set)  # every secret that must stay out of the logs
 
     def auth_state(self, user: str) -> dict:
-        r = httpx.get(f"{self.url}/hub/api/users/{user}", headers={"Authorization": f"token {self.service_token}"},
-                      timeout=30)
+        r = httpx.get(
+            f"{self.url}/hub/api/users/{user}", headers={"Authorization": f"token {self.service_token}"}, timeout=30
+        )
         assert r.status_code == 200, r.status_code
         state = r.json()["auth_state"]
         assert isinstance(state, dict) and state.get("access_token")
@@ -164,22 +183,44 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     cat = start(data_dir=run_dir / "catalog", bootstrap=bootstrap_mod.parse(BOOTSTRAP), access_token_ttl=TOKEN_TTL)
     port, crypt_key, service_token = _free_port(), secrets.token_hex(32), secrets.token_hex(24)
     resolve_jars()  # a fresh machine assembles the jar cache here, not inside the kernel
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_", "JUPYTERHUB_", "LAKESESSION_")) or k == "LAKESESSION_JARS"}
-    env.update({
-        "JUPYTERHUB_CRYPT_KEY": crypt_key,
-        "LAKESESSION_TEST_HUB_DIR": str(run_dir), "LAKESESSION_TEST_HUB_PORT": str(port),
-        "LAKESESSION_TEST_HUB_API_PORT": str(_free_port()), "LAKESESSION_TEST_HUB_PROXY_API_PORT": str(_free_port()),
-        "LAKESESSION_TEST_HUB_CHP": str(chp), "LAKESESSION_TEST_HUB_ISSUER": cat.issuer_uri,
-        "LAKESESSION_TEST_HUB_CATALOG": cat.uri, "LAKESESSION_TEST_HUB_WAREHOUSE": cat.warehouse,
-        "LAKESESSION_TEST_HUB_CACHE_DIR": str(cache_dir()), "LAKESESSION_TEST_HUB_SERVICE_TOKEN": service_token,
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "JUPYTERHUB_", "LAKESESSION_")) or k == "LAKESESSION_JARS"
+    }
+    env.update(
+        {
+            "JUPYTERHUB_CRYPT_KEY": crypt_key,
+            "LAKESESSION_TEST_HUB_DIR": str(run_dir),
+            "LAKESESSION_TEST_HUB_PORT": str(port),
+            "LAKESESSION_TEST_HUB_API_PORT": str(_free_port()),
+            "LAKESESSION_TEST_HUB_PROXY_API_PORT": str(_free_port()),
+            "LAKESESSION_TEST_HUB_CHP": str(chp),
+            "LAKESESSION_TEST_HUB_ISSUER": cat.issuer_uri,
+            "LAKESESSION_TEST_HUB_CATALOG": cat.uri,
+            "LAKESESSION_TEST_HUB_WAREHOUSE": cat.warehouse,
+            "LAKESESSION_TEST_HUB_CACHE_DIR": str(cache_dir()),
+            "LAKESESSION_TEST_HUB_SERVICE_TOKEN": service_token,
+        }
+    )
     log = run_dir / "hub.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HERE / "hub" / "jupyterhub_config.py")],
-                                cwd=run_dir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    handle = Hub(f"http://127.0.0.1:{port}", cat, log, proc, service_token,
-                 {crypt_key, service_token, ALICE_SECRET, cat.admin_credentials.client_secret})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(HERE / "hub" / "jupyterhub_config.py")],
+            cwd=run_dir,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    handle = Hub(
+        f"http://127.0.0.1:{port}",
+        cat,
+        log,
+        proc,
+        service_token,
+        {crypt_key, service_token, ALICE_SECRET, cat.admin_credentials.client_secret},
+    )
     try:
         _seed(cat)  # while the hub starts
         _wait_until(lambda: _healthy(handle), 90, f"the hub did not come up; log:\n{_tail(log)}")
@@ -194,9 +235,13 @@ def _seed(cat: ReferenceCatalog) -> None:
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    admin = RestCatalog("seed", uri=cat.uri, warehouse=cat.warehouse,
-                        credential=f"admin:{cat.admin_credentials.client_secret}",
-                        **{"oauth2-server-uri": f"{cat.issuer_uri}/token", "scope": "catalog"})
+    admin = RestCatalog(
+        "seed",
+        uri=cat.uri,
+        warehouse=cat.warehouse,
+        credential=f"admin:{cat.admin_credentials.client_secret}",
+        **{"oauth2-server-uri": f"{cat.issuer_uri}/token", "scope": "catalog"},
+    )
     admin.create_namespace("hub")
     admin.create_namespace("secret")
     admin.create_table("secret.t", Schema(NestedField(1, "id", LongType(), required=False)))
@@ -252,14 +297,18 @@ def _login(hub: Hub, user: str, secret: str) -> Login:
     assert waiting.status_code == 200 and "Waiting for approval" in waiting.text
     with httpx.Client(timeout=30) as idp:  # the user signs in at the issuer and approves the code
         assert idp.get(link).status_code == 200
-        approved = idp.post(link.split("?")[0], data={"user_code": user_code, "username": user, "password": secret,
-                                                      "action": "approve"})
+        approved = idp.post(
+            link.split("?")[0], data={"user_code": user_code, "username": user, "password": secret, "action": "approve"}
+        )
         assert approved.status_code == 200 and "Approved" in approved.text
     done = browser.get("/hub/device_callback")
     assert done.status_code == 302, done.text[:500]
     browser.get("/hub/home")  # sets the _xsrf cookie, as a page load in a browser does
-    created = browser.post(f"/hub/api/users/{user}/tokens", json={"note": "test_hub", "expires_in": 3600},
-                           headers={"X-XSRFToken": browser.cookies.get("_xsrf", path="/hub/") or ""})
+    created = browser.post(
+        f"/hub/api/users/{user}/tokens",
+        json={"note": "test_hub", "expires_in": 3600},
+        headers={"X-XSRFToken": browser.cookies.get("_xsrf", path="/hub/") or ""},
+    )
     assert created.status_code == 201, created.text[:300]
     return Login(browser, created.json()["token"])
 
@@ -361,9 +410,12 @@ def notebook(hub: Hub) -> Iterator[Notebook]:
 @pytest.mark.slow
 def test_notebook_spark_acts_as_the_hub_user(hub: Hub, notebook: Notebook) -> None:
     started = notebook.started
-    assert started["env"] == {"LAKESESSION_URI": hub.catalog.uri, "LAKESESSION_IDENTITY": "jupyterhub",
-                              "LAKESESSION_ISSUER": hub.catalog.issuer_uri,
-                              "LAKESESSION_WAREHOUSE": hub.catalog.warehouse}
+    assert started["env"] == {
+        "LAKESESSION_URI": hub.catalog.uri,
+        "LAKESESSION_IDENTITY": "jupyterhub",
+        "LAKESESSION_ISSUER": hub.catalog.issuer_uri,
+        "LAKESESSION_WAREHOUSE": hub.catalog.warehouse,
+    }
     assert started["initial"] in {sha(t) for t in hub.secrets}  # the hook passed a token the hub held
     assert started["kind"] == "jupyterhub" and started["principal"] == "alice"
     assert started["initial_left_in_env"] is False and started["token_in_jvm_env"] is False
@@ -413,8 +465,10 @@ def test_denied_or_unknown_device_login_is_refused(hub: Hub) -> None:
         page = browser.get("/hub/device_login").text
         user_code = html.unescape(re.search(r'data-user-code="([^"]+)"', page).group(1))  # type: ignore[union-attr]
         link = html.unescape(re.search(r'id="verification" href="([^"]+)"', page).group(1))  # type: ignore[union-attr]
-        denied = idp.post(link.split("?")[0], data={"user_code": user_code, "username": "alice",
-                                                    "password": ALICE_SECRET, "action": "deny"})
+        denied = idp.post(
+            link.split("?")[0],
+            data={"user_code": user_code, "username": "alice", "password": ALICE_SECRET, "action": "deny"},
+        )
         assert denied.status_code == 200 and "denied" in denied.text
         refused = browser.get("/hub/device_callback")
         assert refused.status_code == 403 and "access_denied" in refused.text

@@ -113,17 +113,22 @@ class Recorder(httpx.HTTPTransport):
         return found
 
 
-def approver(cat: ReferenceCatalog, principal: str, prompts: list[DevicePrompt] | None = None,
-             deny: bool = False) -> Callable[[DevicePrompt], None]:
+def approver(
+    cat: ReferenceCatalog, principal: str, prompts: list[DevicePrompt] | None = None, deny: bool = False
+) -> Callable[[DevicePrompt], None]:
     """An ``on_prompt`` that approves (or denies) the user code from another thread, like a user would."""
     issuer = cat.app.state.issuer
 
     def on_prompt(prompt: DevicePrompt) -> None:
         if prompts is not None:
             prompts.append(prompt)
-        act = (lambda: issuer.deny_device(prompt.user_code)) if deny else (
-            lambda: cat.admin.approve_device(prompt.user_code, principal))
+        act = (
+            (lambda: issuer.deny_device(prompt.user_code))
+            if deny
+            else (lambda: cat.admin.approve_device(prompt.user_code, principal))
+        )
         threading.Timer(0.2, act).start()
+
     return on_prompt
 
 
@@ -184,13 +189,25 @@ def short(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog
 # -- API shape ----------------------------------------------------------------------------------
 def test_public_api_and_layering() -> None:
     assert identity.__all__ == sorted(identity.__all__)
-    for name in ("TokenSource", "StaticToken", "ClientCredentials", "DeviceCode", "TokenExchange",
-                 "JupyterHubToken", "discover", "from_issuer", "DevicePrompt", "TokenCache"):
+    for name in (
+        "TokenSource",
+        "StaticToken",
+        "ClientCredentials",
+        "DeviceCode",
+        "TokenExchange",
+        "JupyterHubToken",
+        "discover",
+        "from_issuer",
+        "DevicePrompt",
+        "TokenCache",
+    ):
         assert name in identity.__all__
     assert issubclass(LoginRequiredError, IdentityError) and issubclass(TokenRefreshError, IdentityError)
     assert issubclass(DeviceFlowError, IdentityError) and issubclass(IdentityError, LakesessionError)
-    code = ("import sys, lakesession.identity; "
-            "bad = [m for m in sys.modules if m.startswith('lakesession.reference')]; assert not bad, bad")
+    code = (
+        "import sys, lakesession.identity; "
+        "bad = [m for m in sys.modules if m.startswith('lakesession.reference')]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
     pkg = Path(identity.__file__).parent
     for f in pkg.glob("*.py"):
@@ -235,14 +252,16 @@ def test_static_token(cat: ReferenceCatalog) -> None:
 
 def test_client_credentials(cat: ReferenceCatalog) -> None:
     rec = Recorder()
-    src = from_issuer(cat.issuer_uri, client_id="etl", client_secret=ETL_SECRET, scope="catalog",
-                      http_options={"transport": rec})
+    src = from_issuer(
+        cat.issuer_uri, client_id="etl", client_secret=ETL_SECRET, scope="catalog", http_options={"transport": rec}
+    )
     assert isinstance(src, ClientCredentials)
     token = src.token()
     assert verify(cat, token)["sub"] == "etl" and src.principal == "etl"
     assert src.token() == token and rec.posts("/token") == 1  # cached until due
-    resp = httpx.get(f"{cat.uri}/v1/config", params={"warehouse": cat.warehouse},
-                     headers={"Authorization": f"Bearer {token}"})
+    resp = httpx.get(
+        f"{cat.uri}/v1/config", params={"warehouse": cat.warehouse}, headers={"Authorization": f"Bearer {token}"}
+    )
     assert resp.status_code == 200
     src.invalidate()  # e.g. after a 401: the next call fetches a new token
     assert src.token() != token and rec.posts("/token") == 2
@@ -257,8 +276,9 @@ def test_client_credentials(cat: ReferenceCatalog) -> None:
 def test_device_flow_end_to_end(cat: ReferenceCatalog) -> None:
     prompts: list[DevicePrompt] = []
     rec = Recorder()
-    src = from_issuer(cat.issuer_uri, client_id=CLI, on_prompt=approver(cat, "alice", prompts),
-                      http_options={"transport": rec})
+    src = from_issuer(
+        cat.issuer_uri, client_id=CLI, on_prompt=approver(cat, "alice", prompts), http_options={"transport": rec}
+    )
     assert isinstance(src, DeviceCode) and not src.logged_in
     with pytest.raises(LoginRequiredError, match="lakesession login"):
         src.token()
@@ -294,16 +314,28 @@ def test_device_flow_slow_down_and_expiry(monkeypatch: pytest.MonkeyPatch) -> No
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/device"):
-            return httpx.Response(200, json={"device_code": "dc-mock-secret", "user_code": "ABCD-EFGH",
-                                             "verification_uri": "https://idp.test/device", "expires_in": 600,
-                                             "interval": 2})
+            return httpx.Response(
+                200,
+                json={
+                    "device_code": "dc-mock-secret",
+                    "user_code": "ABCD-EFGH",
+                    "verification_uri": "https://idp.test/device",
+                    "expires_in": 600,
+                    "interval": 2,
+                },
+            )
         form = dict(parse_qsl(request.read().decode()))
         assert form["grant_type"] == "urn:ietf:params:oauth:grant-type:device_code"
         assert form["device_code"] == "dc-mock-secret" and form["client_id"] == "cli"
         return httpx.Response(400, json={"error": next(answers)})
 
-    src = DeviceCode("https://idp.test/device", "https://idp.test/token", "cli", on_prompt=lambda p: None,
-                     http_options={"transport": httpx.MockTransport(handler)})
+    src = DeviceCode(
+        "https://idp.test/device",
+        "https://idp.test/token",
+        "cli",
+        on_prompt=lambda p: None,
+        http_options={"transport": httpx.MockTransport(handler)},
+    )
     with pytest.raises(DeviceFlowError, match="expired.*login\\(\\) again"):
         src.login()
     assert [round(s) for s in sleeps] == [2, 2, 7, 7]  # the server's interval, +5 s after slow_down
@@ -322,11 +354,13 @@ def test_transient_failures_are_retried_with_full_jitter(monkeypatch: pytest.Mon
         seen.append(status)
         if status != 200:
             return httpx.Response(status, text="upstream unavailable")
-        return httpx.Response(200, json={"access_token": f"opaque-{len(seen)}", "token_type": "Bearer",
-                                         "expires_in": 300})
+        return httpx.Response(
+            200, json={"access_token": f"opaque-{len(seen)}", "token_type": "Bearer", "expires_in": 300}
+        )
 
-    src = ClientCredentials("https://idp.test/token", "svc", "svc-secret",
-                            http_options={"transport": httpx.MockTransport(handler)})
+    src = ClientCredentials(
+        "https://idp.test/token", "svc", "svc-secret", http_options={"transport": httpx.MockTransport(handler)}
+    )
     assert src.token() == "opaque-3" and seen == [503, 502, 200]  # two retries inside the call
     assert bounds == [(0, 0.5), (0, 1.0)]  # full jitter: uniform(0, base * 2**n)
     src.invalidate()
@@ -369,7 +403,7 @@ def test_refresh_ahead_of_expiry_single_flight(short: ReferenceCatalog) -> None:
         barrier.wait()
         try:
             results.append(src.token())
-        except Exception as exc:  # noqa: BLE001  # pragma: no cover - reported below
+        except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=call) for _ in range(32)]
@@ -517,8 +551,9 @@ def test_jupyterhub_token(short: ReferenceCatalog, monkeypatch: pytest.MonkeyPat
 
 
 # -- no secret anywhere ----------------------------------------------------------------------------
-def test_no_secret_in_repr_logs_or_errors(cat: ReferenceCatalog, tmp_path: Path,
-                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_no_secret_in_repr_logs_or_errors(
+    cat: ReferenceCatalog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     for name in ("httpx", "httpcore", "authlib", "lakesession"):
         logging.getLogger(name).setLevel(logging.DEBUG)
@@ -544,10 +579,15 @@ def test_no_secret_in_repr_logs_or_errors(cat: ReferenceCatalog, tmp_path: Path,
     st = StaticToken(cat.admin.token_for("alice"))
     st.token()
     sources: list[TokenSource] = [cc, dev, tx, st]
-    expect(IdentityError, ClientCredentials(f"{cat.issuer_uri}/token", "etl", ETL_SECRET + "x",
-                                            http_options=http).token)
-    expect(IdentityError, TokenExchange(f"{cat.issuer_uri}/token", StaticToken("a.b.c"), "exchanger",
-                                        EXCHANGER_SECRET, http_options=http).token)
+    expect(
+        IdentityError, ClientCredentials(f"{cat.issuer_uri}/token", "etl", ETL_SECRET + "x", http_options=http).token
+    )
+    expect(
+        IdentityError,
+        TokenExchange(
+            f"{cat.issuer_uri}/token", StaticToken("a.b.c"), "exchanger", EXCHANGER_SECRET, http_options=http
+        ).token,
+    )
     dead = device(cat, "bob", http_options=http)
     dead.token()
     cat.app.state.issuer.refresh_store.revoke_principal("bob")
@@ -560,8 +600,12 @@ def test_no_secret_in_repr_logs_or_errors(cat: ReferenceCatalog, tmp_path: Path,
     closed.close()
     expect(TokenRefreshError, ClientCredentials(down_url, "etl", ETL_SECRET, http_options=http).token)
     expect(LoginRequiredError, StaticToken(cat.admin.token_for("alice", ttl=-5)).token)
-    expect(DeviceFlowError, lambda: from_issuer(cat.issuer_uri, client_id=CLI, http_options=http,
-                                                on_prompt=approver(cat, "alice", deny=True)).login())  # type: ignore[attr-defined]
+    expect(
+        DeviceFlowError,
+        lambda: from_issuer(
+            cat.issuer_uri, client_id=CLI, http_options=http, on_prompt=approver(cat, "alice", deny=True)
+        ).login(),
+    )  # type: ignore[attr-defined]
     calls: list[str] = []
     with serve(hub_app(cat, calls)) as base:
         hub = JupyterHubToken(api_url=f"{base}/hub/api", user="alice", api_token=HUB_API_TOKEN)
@@ -569,8 +613,14 @@ def test_no_secret_in_repr_logs_or_errors(cat: ReferenceCatalog, tmp_path: Path,
         sources.append(hub)
         expect(IdentityError, JupyterHubToken(api_url=f"{base}/hub/api", user="erin", api_token=HUB_API_TOKEN).token)
 
-    secrets = rec.secrets() | {ETL_SECRET, EXCHANGER_SECRET, HUB_API_TOKEN, "hub-rt-secret-1234567",
-                               hub.token(), st.token()}
+    secrets = rec.secrets() | {
+        ETL_SECRET,
+        EXCHANGER_SECRET,
+        HUB_API_TOKEN,
+        "hub-rt-secret-1234567",
+        hub.token(),
+        st.token(),
+    }
     assert len(secrets) > 10 and any("." in s for s in secrets)  # tokens, refresh tokens, device codes
     for src in sources:
         shown += [repr(src), str(src), json.dumps(src.describe())]
@@ -581,6 +631,10 @@ def test_no_secret_in_repr_logs_or_errors(cat: ReferenceCatalog, tmp_path: Path,
             exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     shown += [caplog.text] + [r.getMessage() for r in caplog.records]
     assert len(caplog.records) > 20  # the scan did see DEBUG output (httpx, httpcore, authlib, ours)
-    leaks = [(s[:6] + "...", text[max(0, text.find(s) - 80):text.find(s)] + "<SECRET>")
-             for text in shown for s in secrets if s in text]
+    leaks = [
+        (s[:6] + "...", text[max(0, text.find(s) - 80) : text.find(s)] + "<SECRET>")
+        for text in shown
+        for s in secrets
+        if s in text
+    ]
     assert not leaks, leaks

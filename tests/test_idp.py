@@ -94,8 +94,14 @@ class Env:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("idp")
     sock, base = bound_socket()
-    settings = ServerSettings(warehouse=f"file://{tmp}/wh", db_url=store.sqlite_url(tmp / "cat.db"), base_url=base,
-                              device_code_ttl=60, device_poll_interval=5, access_token_ttl=300)
+    settings = ServerSettings(
+        warehouse=f"file://{tmp}/wh",
+        db_url=store.sqlite_url(tmp / "cat.db"),
+        base_url=base,
+        device_code_ttl=60,
+        device_poll_interval=5,
+        access_token_ttl=300,
+    )
     engine = store.make_engine(settings.db_url)
     directory = Directory(engine)
     directory.create_principal("alice", "user", "alice-client", SECRETS["alice"])
@@ -119,8 +125,17 @@ def forge(key: Any, claims: dict[str, Any], **header: Any) -> str:
 
 def good_claims(env: Env, **over: Any) -> dict[str, Any]:
     now = int(time.time())
-    return {"iss": env.url, "sub": "alice", "aud": env.settings.audience, "iat": now, "exp": now + 300,
-            "jti": secrets.token_hex(8), "client_id": CLI, "scope": "catalog", **over}
+    return {
+        "iss": env.url,
+        "sub": "alice",
+        "aud": env.settings.audience,
+        "iat": now,
+        "exp": now + 300,
+        "jti": secrets.token_hex(8),
+        "client_id": CLI,
+        "scope": "catalog",
+        **over,
+    }
 
 
 def start_device(env: Env, client_id: str = CLI, scope: str = "catalog") -> dict[str, Any]:
@@ -140,8 +155,9 @@ def poll_error(client: OAuth2Client, env: Env, device_code: str) -> str:
 
 
 def submit(env: Env, user_code: str, username: str, password: str, action: str = "approve") -> httpx.Response:
-    return httpx.post(env.url + "/device", data={"user_code": user_code, "username": username,
-                                                 "password": password, "action": action})
+    return httpx.post(
+        env.url + "/device", data={"user_code": user_code, "username": username, "password": password, "action": action}
+    )
 
 
 def device_tokens(env: Env) -> dict[str, Any]:
@@ -192,8 +208,10 @@ def test_client_credentials(env: Env, method: str) -> None:
 
 def test_client_credentials_default_scope_and_errors(env: Env) -> None:
     with env.client("etl-client", SECRETS["etl"], "client_secret_post") as c:
-        assert env.issuer.verify(c.fetch_token(env.token_url, grant_type="client_credentials")["access_token"])[
-            "scope"] == "catalog"
+        assert (
+            env.issuer.verify(c.fetch_token(env.token_url, grant_type="client_credentials")["access_token"])["scope"]
+            == "catalog"
+        )
     bad = httpx.post(env.token_url, data={"grant_type": "client_credentials"}, auth=("etl-client", "wrong"))
     assert bad.status_code == 401 and bad.json()["error"] == "invalid_client"
     assert bad.headers["www-authenticate"].startswith("Basic")
@@ -204,9 +222,12 @@ def test_client_credentials_default_scope_and_errors(env: Env) -> None:
     assert unknown.status_code == 400 and unknown.json()["error"] == "unsupported_grant_type"
     as_json = httpx.post(env.token_url, json={"grant_type": "client_credentials"}, auth=("etl-client", SECRETS["etl"]))
     assert as_json.status_code == 400 and as_json.json()["error"] == "invalid_request"
-    twice = httpx.post(env.token_url, content="grant_type=client_credentials&scope=a&scope=b",
-                       headers={"content-type": "application/x-www-form-urlencoded"},
-                       auth=("etl-client", SECRETS["etl"]))
+    twice = httpx.post(
+        env.token_url,
+        content="grant_type=client_credentials&scope=a&scope=b",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        auth=("etl-client", SECRETS["etl"]),
+    )
     assert twice.status_code == 400 and twice.json()["error"] == "invalid_request"
 
 
@@ -214,8 +235,9 @@ def test_client_credentials_default_scope_and_errors(env: Env) -> None:
 def test_device_flow_end_to_end(env: Env) -> None:
     start = start_device(env)
     user_code = start["user_code"]
-    assert len(user_code) == 9 and user_code[4] == "-" and set(user_code.replace("-", "")) <= set(
-        "BCDFGHJKLMNPQRSTVWXZ")
+    assert (
+        len(user_code) == 9 and user_code[4] == "-" and set(user_code.replace("-", "")) <= set("BCDFGHJKLMNPQRSTVWXZ")
+    )
     assert start["verification_uri"] == env.url + "/device"
     assert start["verification_uri_complete"] == f"{env.url}/device?user_code={user_code}"
     assert start["expires_in"] == 60 and start["interval"] == 5
@@ -322,8 +344,11 @@ def test_refresh_is_bound_to_client_and_scope(env: Env) -> None:
 # -- token exchange ------------------------------------------------------------
 def exchange(env: Env, who: str, subject_token: str, **extra: str) -> dict[str, Any]:
     with env.client(f"{who}-client", SECRETS[who]) as c:
-        return dict(c.fetch_token(env.token_url, grant_type=EXCHANGE, subject_token=subject_token,
-                                  subject_token_type=ACCESS, **extra))
+        return dict(
+            c.fetch_token(
+                env.token_url, grant_type=EXCHANGE, subject_token=subject_token, subject_token_type=ACCESS, **extra
+            )
+        )
 
 
 def test_token_exchange_adds_actor(env: Env) -> None:
@@ -351,8 +376,10 @@ def test_token_exchange_rejections(env: Env) -> None:
         data = {"grant_type": EXCHANGE, "subject_token_type": ACCESS, **params}
         resp = httpx.post(env.token_url, data=data, auth=("hub-client", SECRETS["hub"]))
         assert (resp.status_code, resp.json()["error"]) == (400, error), params.keys()
-    anonymous = httpx.post(env.token_url, data={"grant_type": EXCHANGE, "subject_token": alice,
-                                                "subject_token_type": ACCESS, "client_id": CLI})
+    anonymous = httpx.post(
+        env.token_url,
+        data={"grant_type": EXCHANGE, "subject_token": alice, "subject_token_type": ACCESS, "client_id": CLI},
+    )
     assert anonymous.status_code == 401 and anonymous.json()["error"] == "invalid_client"
 
 
@@ -385,8 +412,9 @@ def test_verify_accepts_good_and_rejects_bad_tokens(env: Env) -> None:
     other = EmbeddedIssuer(env.settings, env.directory, iss.engine)  # same URL, its own in-memory key
     assert "unknown key" in rejection(iss, other.issue_token("alice")["access_token"])
     rsa = RSAKey.generate_key(2048, auto_kid=True)
-    assert "algorithm" in rejection(iss, jwt.encode({"alg": "RS256", "typ": "at+jwt", "kid": iss.kid},
-                                                    good_claims(env), rsa))
+    assert "algorithm" in rejection(
+        iss, jwt.encode({"alg": "RS256", "typ": "at+jwt", "kid": iss.kid}, good_claims(env), rsa)
+    )
     none_head = base64.urlsafe_b64encode(b'{"alg":"none","typ":"at+jwt"}').rstrip(b"=").decode()
     assert "algorithm" in rejection(iss, f"{none_head}.{payload}.")
     assert "Malformed" in rejection(iss, "not-a-token")
@@ -435,7 +463,9 @@ def test_remote_verifier_refetches_on_key_rotation(env: Env) -> None:
 
 
 # -- no secrets in logs ---------------------------------------------------------------
-def test_no_secret_reaches_the_logs(env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_secret_reaches_the_logs(
+    env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     caplog.set_level(logging.DEBUG)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "lakesession", "authlib", "httpx", "httpcore"):
         # other servers in the session may have configured these (uvicorn's access log does not propagate)
@@ -445,8 +475,10 @@ def test_no_secret_reaches_the_logs(env: Env, caplog: pytest.LogCaptureFixture, 
     seen: list[str] = list(SECRETS.values())
     with env.client("etl-client", SECRETS["etl"]) as c:
         seen.append(c.fetch_token(env.token_url, grant_type="client_credentials")["access_token"])
-    httpx.post(env.token_url, data={"grant_type": "client_credentials", "client_id": "etl-client",
-                                    "client_secret": SECRETS["etl"] + "x"})
+    httpx.post(
+        env.token_url,
+        data={"grant_type": "client_credentials", "client_id": "etl-client", "client_secret": SECRETS["etl"] + "x"},
+    )
     start = start_device(env)
     seen.append(start["device_code"])
     with env.client(CLI) as cli:

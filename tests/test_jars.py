@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from lakesession.spark import _assemble, _classscan
-from lakesession.spark import jars as J
+from lakesession._spark import _assemble, _classscan
+from lakesession._spark import jars as J
 
 REAL_CACHE = J.cache_dir()
 
@@ -191,7 +191,7 @@ def test_check_java_reports_a_version():
 def _fake_java(bin_dir: Path, version: str) -> None:
     bin_dir.mkdir(parents=True)
     java = bin_dir / "java"
-    java.write_text(f'#!/bin/sh\necho \'openjdk version "{version}" 2020-01-01\' >&2\n')
+    java.write_text(f"#!/bin/sh\necho 'openjdk version \"{version}\" 2020-01-01' >&2\n")
     java.chmod(0o755)
 
 
@@ -224,16 +224,23 @@ def test_classfile_writer_matches_javac(tmp_path):
     data = _classscan.interface_class_bytes(_assemble.STANDIN_CLASS, _assemble.STANDIN_METHODS)
     info = _classscan.parse_class(data)
     assert info.name == _assemble.STANDIN_CLASS and info.major == 52
-    assert info.refs == {"java/lang/Object", "java/io/IOException", "java/net/Socket",
-                         "java/lang/String", "org/apache/hc/core5/http/protocol/HttpContext",
-                         "javax/net/ssl/SSLSocket"}
+    assert info.refs == {
+        "java/lang/Object",
+        "java/io/IOException",
+        "java/net/Socket",
+        "java/lang/String",
+        "org/apache/hc/core5/http/protocol/HttpContext",
+        "javax/net/ssl/SSLSocket",
+    }
     if shutil.which("javap"):
         target = tmp_path / "TlsSocketStrategy.class"
         target.write_bytes(data)
         out = subprocess.run(["javap", str(target)], capture_output=True, text=True, check=True)
-        assert ("javax.net.ssl.SSLSocket upgrade(java.net.Socket, java.lang.String, int, "
-                "java.lang.Object, org.apache.hc.core5.http.protocol.HttpContext) "
-                "throws java.io.IOException;") in out.stdout
+        assert (
+            "javax.net.ssl.SSLSocket upgrade(java.net.Socket, java.lang.String, int, "
+            "java.lang.Object, org.apache.hc.core5.http.protocol.HttpContext) "
+            "throws java.io.IOException;"
+        ) in out.stdout
 
 
 def test_standin_without_javac_uses_the_writer(tmp_path, monkeypatch):
@@ -253,17 +260,30 @@ def test_parse_class_rejects_garbage():
 def test_merge_jars_excludes_metadata(tmp_path):
     src = tmp_path / "lib-1.0.jar"
     with zipfile.ZipFile(src, "w") as zf:
-        for name in ("META-INF/MANIFEST.MF", "META-INF/versions/9/module-info.class",
-                     "module-info.class", "META-INF/SIGN.SF", "META-INF/SIGN.RSA",
-                     "META-INF/maven/x/pom.xml", "META-INF/services/x.Y", "META-INF/LICENSE",
-                     "com/x/A.class", "com/x/res.properties"):
+        for name in (
+            "META-INF/MANIFEST.MF",
+            "META-INF/versions/9/module-info.class",
+            "module-info.class",
+            "META-INF/SIGN.SF",
+            "META-INF/SIGN.RSA",
+            "META-INF/maven/x/pom.xml",
+            "META-INF/services/x.Y",
+            "META-INF/LICENSE",
+            "com/x/A.class",
+            "com/x/res.properties",
+        ):
             zf.writestr(name, b"x")
     dest = tmp_path / "merged.jar"
     _classscan.merge_jars([src, src], {"com/x/B.class": b"y"}, dest)
     with zipfile.ZipFile(dest) as zf:
         names = set(zf.namelist())
-    assert names == {"META-INF/MANIFEST.MF", "META-INF/licenses/lib-1.0/LICENSE",
-                     "com/x/A.class", "com/x/res.properties", "com/x/B.class"}
+    assert names == {
+        "META-INF/MANIFEST.MF",
+        "META-INF/licenses/lib-1.0/LICENSE",
+        "com/x/A.class",
+        "com/x/res.properties",
+        "com/x/B.class",
+    }
 
 
 # --- pinned downloads -------------------------------------------------------------
@@ -333,13 +353,11 @@ def test_offline_assembly_manifest(built):
 
 
 def test_shaded_jar_has_no_unrelocated_classes(built):
-    scan = _classscan.scan_jar(built.dir / _assemble.SHADED_JAR,
-                               _assemble.UNRELOCATED_PREFIXES)
+    scan = _classscan.scan_jar(built.dir / _assemble.SHADED_JAR, _assemble.UNRELOCATED_PREFIXES)
     assert scan.class_count > 2000
     assert not [c for c in scan.defined if c.startswith(_assemble.UNRELOCATED_PREFIXES)]
     assert not [r for r in scan.refs if r.startswith(_assemble.UNRELOCATED_PREFIXES)]
-    assert ("org/apache/iceberg/shaded/org/apache/hc/client5/http/ssl/TlsSocketStrategy"
-            in scan.defined)
+    assert "org/apache/iceberg/shaded/org/apache/hc/client5/http/ssl/TlsSocketStrategy" in scan.defined
     assert "org/apache/iceberg/shaded/com/fasterxml/jackson/databind/ObjectMapper" in scan.defined
 
 
@@ -388,9 +406,11 @@ def test_file_lock_serializes(tmp_path):
     lock = tmp_path / "x.lock"
     order: list[str] = []
     with _assemble.file_lock(lock):
+
         def other():
             with _assemble.file_lock(lock):
                 order.append("other")
+
         t = threading.Thread(target=other)
         t.start()
         time.sleep(0.2)
@@ -419,7 +439,7 @@ def test_jars_main_errors(empty_cache, capsys):
 
 # --- a real Spark session -----------------------------------------------------------
 
-SMOKE = textwrap.dedent('''
+SMOKE = textwrap.dedent("""
     import json, sys, threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -490,7 +510,7 @@ SMOKE = textwrap.dedent('''
     finally:
         spark.stop()
         srv.shutdown()
-''')
+""")
 
 
 @pytest.mark.slow
@@ -501,12 +521,18 @@ def test_spark_session_with_assembled_jars(built, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     jars = built.jar_set.spark_conf()["spark.jars"]
-    proc = subprocess.run([sys.executable, str(script), jars, str(tmp_path / "warehouse")],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script), jars, str(tmp_path / "warehouse")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    result = json.loads(lines[0][len("RESULT "):])
+    result = json.loads(lines[0][len("RESULT ") :])
     assert result["rows"] == [[1, "a"], [2, "b"]]
     assert result["namespaces"] == ["smoke"]
     assert result["paths"] == ["/v1/config", "/v1/namespaces"]

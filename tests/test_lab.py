@@ -43,13 +43,31 @@ class FakeSession:
         self.catalog_name = "lake"
 
     def status(self) -> dict[str, Any]:
-        return {"state": "ready", "catalog_name": "lake", "uri": "http://127.0.0.1:1",
-                "identity": {"principal": self.principal, "issuer": "http://127.0.0.1:1/oidc",
-                             "expires_at": self.expires_at, "kind": "client_credentials",
-                             "access_token": JWT, "client_secret": "hunter2"},
-                "credentials": [{"engine": "python", "table": "ns.t", "state": "valid", "expires_at": self.expires_at,
-                                 "seconds_left": 600.0, "s3.secret-access-key": "SECRETKEY", "note": f"Bearer {JWT}"}],
-                "time": time.time()}
+        return {
+            "state": "ready",
+            "catalog_name": "lake",
+            "uri": "http://127.0.0.1:1",
+            "identity": {
+                "principal": self.principal,
+                "issuer": "http://127.0.0.1:1/oidc",
+                "expires_at": self.expires_at,
+                "kind": "client_credentials",
+                "access_token": JWT,
+                "client_secret": "hunter2",
+            },
+            "credentials": [
+                {
+                    "engine": "python",
+                    "table": "ns.t",
+                    "state": "valid",
+                    "expires_at": self.expires_at,
+                    "seconds_left": 600.0,
+                    "s3.secret-access-key": "SECRETKEY",
+                    "note": f"Bearer {JWT}",
+                }
+            ],
+            "time": time.time(),
+        }
 
 
 class BrokenSession:
@@ -182,8 +200,10 @@ def test_status_bar_and_panel_show_identity_and_live_ttls(browser: tuple[Any, An
     secrets_path = tmp / "kernel-secrets.json"
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(LOAD_TABLE),
-                nbformat.v4.new_code_cell(SECRETS_CELL.format(path=str(secrets_path)))]
+    nb.cells = [
+        nbformat.v4.new_code_cell(LOAD_TABLE),
+        nbformat.v4.new_code_cell(SECRETS_CELL.format(path=str(secrets_path))),
+    ]
     nbformat.write(nb, lab.root_dir / "lab.ipynb")
 
     assert lab.get("lakesession/status", auth=False).status_code in (401, 403)

@@ -44,8 +44,12 @@ def test_extension_registers_magics_also_from_the_extensions_option() -> None:
     sh.run_line_magic("load_ext", "lakesession")
     assert "lakesession" in sh.magics_manager.magics["line"] and "lakesql" in sh.magics_manager.magics["cell"]
     # c.InteractiveShellApp.extensions (--ext is its command-line alias) in a fresh IPython process
-    out = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--ext", "lakesession", "-c",
-                          "%lakesession help"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "IPython", "--no-banner", "--ext", "lakesession", "-c", "%lakesession help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "%lakesession login" in out.stdout and "%%lakesql" in out.stdout, out.stderr[-2000:]
 
 
@@ -98,19 +102,35 @@ def test_device_login_shows_code_and_progress(shell, catalog) -> None:  # type: 
 def test_resolve_shows_the_view_chain(shell, catalog) -> None:  # type: ignore[no-untyped-def]
     token = catalog.admin.token_for("etl")
     h = {"Authorization": f"Bearer {token}"}
-    prefix = httpx.get(f"{catalog.uri}/v1/config?warehouse={catalog.warehouse}", headers=h).json()["overrides"].get("prefix")
+    prefix = (
+        httpx.get(f"{catalog.uri}/v1/config?warehouse={catalog.warehouse}", headers=h).json()["overrides"].get("prefix")
+    )
     base = f"{catalog.uri}/v1/{prefix}" if prefix else f"{catalog.uri}/v1"
     httpx.post(f"{base}/namespaces", headers=h, json={"namespace": [NS]})
     schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
     httpx.post(f"{base}/namespaces/{NS}/tables", headers=h, json={"name": "t", "schema": schema})
-    version = {"version-id": 1, "timestamp-ms": int(time.time() * 1000), "schema-id": 0, "summary": {},
-               "representations": [{"type": "sql", "sql": f"SELECT * FROM {NS}.t", "dialect": "spark"}],
-               "default-namespace": [NS]}
-    r = httpx.post(f"{base}/namespaces/{NS}/views", headers=h,
-                   json={"name": "v", "schema": schema, "view-version": version, "properties": {}})
+    version = {
+        "version-id": 1,
+        "timestamp-ms": int(time.time() * 1000),
+        "schema-id": 0,
+        "summary": {},
+        "representations": [{"type": "sql", "sql": f"SELECT * FROM {NS}.t", "dialect": "spark"}],
+        "default-namespace": [NS],
+    }
+    r = httpx.post(
+        f"{base}/namespaces/{NS}/views",
+        headers=h,
+        json={"name": "v", "schema": schema, "view-version": version, "properties": {}},
+    )
     assert r.status_code in (200, 409), r.text
-    _views.use(lakesession.connect(uri=catalog.uri, credential=f"etl:{SECRETS['etl']}",
-                                   token_url=f"{catalog.issuer_uri}/token", warehouse=catalog.warehouse))
+    _views.use(
+        lakesession.connect(
+            uri=catalog.uri,
+            credential=f"etl:{SECRETS['etl']}",
+            token_url=f"{catalog.issuer_uri}/token",
+            warehouse=catalog.warehouse,
+        )
+    )
     res, out = run(shell, f"%lakesession resolve {NS}.v")
     assert res.success, out
     html = res.result._repr_html_()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-COLLECT = r'''
+COLLECT = r"""
 def _lakesession_collect_secrets():
     import gc, json
     found = set()
@@ -60,13 +60,13 @@ def _lakesession_collect_secrets():
         if name == "_Entry" and hasattr(obj, "reply"):
             from_body(obj.reply[1])
     return sorted(found)
-'''
+"""
 
 
 def collect_here() -> list[str]:
     """Run ``COLLECT`` in this process (what the kernel step does in a notebook's kernel)."""
     ns: dict[str, Any] = {}
-    exec(COLLECT, ns)  # noqa: S102 - our own code string, shared with the kernel step
+    exec(COLLECT, ns)
     return ns["_lakesession_collect_secrets"]()
 
 
@@ -81,8 +81,10 @@ def scan(text: str, secrets: Iterable[str]) -> list[str]:
 
 
 def test_scan_finds_a_planted_secret_and_reports_it_redacted() -> None:
-    outs = [{"output_type": "stream", "text": "ok"}, {"output_type": "display_data",
-                                                       "data": {"text/html": "<b>key AKIAPLANTED123</b>"}}]
+    outs = [
+        {"output_type": "stream", "text": "ok"},
+        {"output_type": "display_data", "data": {"text/html": "<b>key AKIAPLANTED123</b>"}},
+    ]
     hits = scan(output_texts(outs), ["AKIAPLANTED123", "not-there-at-all"])
     assert hits == ["<secret of 14 chars>"] and "AKIAPLANTED123" not in repr(hits)
 

@@ -14,13 +14,27 @@ from pyiceberg.catalog.rest import RestCatalog
 
 def test_serve_prints_uris_serves_and_stops_on_sigterm(tmp_path) -> None:  # type: ignore[no-untyped-def]
     policy = tmp_path / "policy.yaml"
-    policy.write_text("principals:\n  - {name: etl, type: service, client_id: etl, client_secret: etl-pw-1}\n"
-                      "roles:\n  - {name: eng, members: [etl]}\n"
-                      "grants:\n  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}\n")
+    policy.write_text(
+        "principals:\n  - {name: etl, type: service, client_id: etl, client_secret: etl-pw-1}\n"
+        "roles:\n  - {name: eng, members: [etl]}\n"
+        "grants:\n  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}\n"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lakesession.cli", "serve", "--port", "0", "--data-dir", str(tmp_path / "d"),
-         "--bootstrap", str(policy)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "lakesession.cli",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--bootstrap",
+            str(policy),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         lines: dict[str, str] = {}
@@ -36,8 +50,13 @@ def test_serve_prints_uris_serves_and_stops_on_sigterm(tmp_path) -> None:  # typ
         assert lines["issuer"] == lines["catalog"] + "/oidc"
         disco = httpx.get(lines["issuer"] + "/.well-known/openid-configuration").json()
         assert disco["issuer"] == lines["issuer"]
-        cat = RestCatalog("served", uri=lines["catalog"], warehouse="lakesession", credential="etl:etl-pw-1",
-                          **{"oauth2-server-uri": disco["token_endpoint"]})
+        cat = RestCatalog(
+            "served",
+            uri=lines["catalog"],
+            warehouse="lakesession",
+            credential="etl:etl-pw-1",
+            **{"oauth2-server-uri": disco["token_endpoint"]},
+        )
         cat.create_namespace("served_ns")
         assert ("served_ns",) in cat.list_namespaces()
         assert (tmp_path / "d" / "admin-credentials").stat().st_mode & 0o777 == 0o600
@@ -54,7 +73,22 @@ def test_serve_prints_uris_serves_and_stops_on_sigterm(tmp_path) -> None:  # typ
 def test_serve_rejects_invalid_bootstrap(tmp_path) -> None:  # type: ignore[no-untyped-def]
     bad = tmp_path / "p.yaml"
     bad.write_text("grants:\n  - {role: nobody, privilege: TABLE_READ_DATA, on: catalog}\n")
-    r = subprocess.run([sys.executable, "-m", "lakesession.cli", "serve", "--port", "0", "--data-dir",
-                        str(tmp_path / "d"), "--bootstrap", str(bad)], capture_output=True, text=True, timeout=60,
-                       env={**os.environ})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lakesession.cli",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--bootstrap",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert r.returncode == 2 and "not defined under roles" in r.stderr

@@ -19,8 +19,12 @@ def who(session) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_connect_with_client_credentials_shows_grants_and_identity(catalog) -> None:  # type: ignore[no-untyped-def]
-    s = lakesession.connect(uri=catalog.uri, credential=f"alice:{SECRETS['alice']}",
-                            token_url=f"{catalog.issuer_uri}/token", warehouse="lakesession")
+    s = lakesession.connect(
+        uri=catalog.uri,
+        credential=f"alice:{SECRETS['alice']}",
+        token_url=f"{catalog.issuer_uri}/token",
+        warehouse="lakesession",
+    )
     g = s.grants()
     row = g[g["securable"] == "namespace sales"].iloc[0]
     assert "TABLE_READ_DATA" in row["privileges"] and row["roles"] == "analysts"
@@ -34,19 +38,23 @@ def test_connect_with_client_credentials_shows_grants_and_identity(catalog) -> N
 
 def test_grants_unknown_without_a_grants_endpoint(catalog) -> None:  # type: ignore[no-untyped-def]
     s = lakesession.connect(uri=catalog.uri + "/nothing-here", token=catalog.admin.token_for("alice"))
-    assert s.grants().to_dict("records") == [{"securable": "unknown", "privileges": "unknown", "granted": "unknown",
-                                              "roles": "unknown"}]
+    assert s.grants().to_dict("records") == [
+        {"securable": "unknown", "privileges": "unknown", "granted": "unknown", "roles": "unknown"}
+    ]
 
 
 def test_named_catalog_from_config_file_and_pyiceberg_yaml(catalog, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"default: ref\ncatalogs:\n  ref:\n    uri: {catalog.uri}\n    warehouse: lakesession\n"
-                   f"    credential: alice:{SECRETS['alice']}\n    token_url: {catalog.issuer_uri}/token\n")
+    cfg.write_text(
+        f"default: ref\ncatalogs:\n  ref:\n    uri: {catalog.uri}\n    warehouse: lakesession\n"
+        f"    credential: alice:{SECRETS['alice']}\n    token_url: {catalog.issuer_uri}/token\n"
+    )
     monkeypatch.setenv("LAKESESSION_CONFIG", str(cfg))
     monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
     (tmp_path / ".pyiceberg.yaml").write_text(
         f"catalog:\n  viaiceberg:\n    uri: {catalog.uri}\n    credential: bob:{SECRETS['bob']}\n"
-        f"    oauth2-server-uri: {catalog.issuer_uri}/token\n    warehouse: lakesession\n")
+        f"    oauth2-server-uri: {catalog.issuer_uri}/token\n    warehouse: lakesession\n"
+    )
     assert who(lakesession.connect("ref")) == "alice"
     assert lakesession.connect().uri == catalog.uri  # the config's default catalog, not the embedded one
     assert who(lakesession.connect("viaiceberg")) == "bob"
@@ -71,10 +79,14 @@ def test_device_login_through_connect(catalog) -> None:  # type: ignore[no-untyp
 
 def test_no_secret_in_debug_logs_or_errors(catalog, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
-    s = lakesession.connect(uri=catalog.uri, credential=f"alice:{SECRETS['alice']}", token_url=f"{catalog.issuer_uri}/token")
+    s = lakesession.connect(
+        uri=catalog.uri, credential=f"alice:{SECRETS['alice']}", token_url=f"{catalog.issuer_uri}/token"
+    )
     token = s.identity.token()
     s.grants()
     with pytest.raises(Exception) as err:
-        lakesession.connect(uri=catalog.uri, credential="alice:wrong-secret", token_url=f"{catalog.issuer_uri}/token").identity.token()
+        lakesession.connect(
+            uri=catalog.uri, credential="alice:wrong-secret", token_url=f"{catalog.issuer_uri}/token"
+        ).identity.token()
     for text in (caplog.text, str(err.value), repr(err.value)):
         assert SECRETS["alice"] not in text and token not in text and "wrong-secret" not in text

@@ -44,20 +44,30 @@ FILES = 4  # one data file and one manifest per append: a scan reads them from s
 class Lake:
     def __init__(self, handle: Any):
         self.handle = handle
-        self.ids = {who: ClientCredentials(f"{handle.issuer_uri}/token", who, f"{who}-secret-perf", scope="catalog")
-                    for who in ("etl", "reader")}
-        self.catalogs = {who: rest_catalog(f"perf-{who}", handle.uri, src, warehouse=handle.warehouse)
-                         for who, src in self.ids.items()}
+        self.ids = {
+            who: ClientCredentials(f"{handle.issuer_uri}/token", who, f"{who}-secret-perf", scope="catalog")
+            for who in ("etl", "reader")
+        }
+        self.catalogs = {
+            who: rest_catalog(f"perf-{who}", handle.uri, src, warehouse=handle.warehouse)
+            for who, src in self.ids.items()
+        }
 
     def signed(self, who: str, name: str) -> Any:
-        return load_table(self.catalogs[who], name, CredentialStore(), self.ids[who].token, self.handle.uri,
-                          access="remote-signing")
+        return load_table(
+            self.catalogs[who], name, CredentialStore(), self.ids[who].token, self.handle.uri, access="remote-signing"
+        )
 
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
-    handle = start(warehouse="s3://perf-bucket/wh", s3_emulator=True, credential_ttl=300,
-                   data_dir=tmp_path_factory.mktemp("signperf"), bootstrap=bootstrap.parse(POLICY))
+    handle = start(
+        warehouse="s3://perf-bucket/wh",
+        s3_emulator=True,
+        credential_ttl=300,
+        data_dir=tmp_path_factory.mktemp("signperf"),
+        bootstrap=bootstrap.parse(POLICY),
+    )
     lk = Lake(handle)
     etl = lk.catalogs["etl"]
     etl.create_namespace("perf")
@@ -109,8 +119,11 @@ def test_each_request_is_signed_once_and_audited(lake: Lake) -> None:
     fs.s3.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
     before = {r.id for r in lake.handle.admin.audit(principal="reader", action="sign_request", limit=10_000)}
     assert t.scan().to_arrow().num_rows == FILES * 10
-    records = [r for r in lake.handle.admin.audit(principal="reader", action="sign_request", limit=10_000)
-               if r.id not in before]
+    records = [
+        r
+        for r in lake.handle.admin.audit(principal="reader", action="sign_request", limit=10_000)
+        if r.id not in before
+    ]
     assert sent and set(sent) <= {"GET", "HEAD"}
     # one signing call per S3 request (no re-signing, no request left unsigned), each one authorized + audited
     assert len({r.request_id for r in records}) == len(sent)

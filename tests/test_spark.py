@@ -35,8 +35,13 @@ def test_ddl_and_dml_round_trip(spark) -> None:  # type: ignore[no-untyped-def]
         WHEN NOT MATCHED THEN INSERT *
     """)
     assert rows(spark.sql("SELECT id, customer, amount FROM lake.suite.orders ORDER BY id")) == [
-        (1, "ann", 11.0), (3, "cid", 33.0), (4, "dee", 40.0)]
-    spark.sql("CREATE TABLE lake.suite.big AS SELECT id, amount * 2 AS doubled FROM lake.suite.orders WHERE amount > 20")
+        (1, "ann", 11.0),
+        (3, "cid", 33.0),
+        (4, "dee", 40.0),
+    ]
+    spark.sql(
+        "CREATE TABLE lake.suite.big AS SELECT id, amount * 2 AS doubled FROM lake.suite.orders WHERE amount > 20"
+    )
     assert rows(spark.sql("SELECT id, doubled FROM lake.suite.big ORDER BY id")) == [(3, 66.0), (4, 80.0)]
     spark.sql("ALTER TABLE lake.suite.orders ADD COLUMN note STRING")
     spark.sql("ALTER TABLE lake.suite.orders SET TBLPROPERTIES ('team' = 'suite')")
@@ -106,7 +111,7 @@ def test_revoked_grant_is_a_clean_spark_error(catalog, lake, spark) -> None:  # 
     import time
 
     import lakesession
-    from lakesession.spark.errors import CatalogAccessError
+    from lakesession._spark.errors import CatalogAccessError
 
     from .conftest import SECRETS, SPARK_TEST_CONF, rest_catalog
 
@@ -120,9 +125,14 @@ def test_revoked_grant_is_a_clean_spark_error(catalog, lake, spark) -> None:  # 
     t.append(pa.table({"x": pa.array([42], pa.int64())}))
     catalog.admin.create_role("vault_readers", ["alice"])
     catalog.admin.grant("vault_readers", "TABLE_READ_DATA", "table vault.secrets")
-    alice = lakesession.connect(uri=catalog.uri, credential=f"alice:{SECRETS['alice']}",
-                                token_url=f"{catalog.issuer_uri}/token", warehouse="lakesession",
-                                catalog_name="lake_alice", spark_conf=SPARK_TEST_CONF)
+    alice = lakesession.connect(
+        uri=catalog.uri,
+        credential=f"alice:{SECRETS['alice']}",
+        token_url=f"{catalog.issuer_uri}/token",
+        warehouse="lakesession",
+        catalog_name="lake_alice",
+        spark_conf=SPARK_TEST_CONF,
+    )
     try:
         s = alice.spark()
         assert s is spark  # one SparkSession, a second catalog registered at runtime
@@ -168,11 +178,15 @@ def test_read_loop_outlives_three_ttls_with_coalesced_refreshes(spark, tmp_path)
         elapsed = time.time() - started
         refreshes = [r for r in s.access_log.records(since=started) if r.action == "refresh_credentials"]
         upstream = [r for r in refreshes if r.via == "upstream"]
-        print(f"\n{runs} queries in {elapsed:.0f}s: {len(refreshes)} credential refreshes asked, {len(upstream)} went upstream")
+        print(
+            f"\n{runs} queries in {elapsed:.0f}s: {len(refreshes)} credential refreshes asked, {len(upstream)} went upstream"
+        )
         assert runs >= 3 and refreshes, "the JVM refreshed through the gateway"
         assert all(r.status == 200 for r in refreshes)
         assert len(upstream) <= (elapsed / ttl) * 1.5 + 2, (len(upstream), len(refreshes), elapsed)
-        issued = s.embedded.handle.admin.audit(action="refresh_credentials", securable="table loop.events", since=started)
+        issued = s.embedded.handle.admin.audit(
+            action="refresh_credentials", securable="table loop.events", since=started
+        )
         assert len(issued) == len(upstream)  # the catalog saw exactly the gateway's upstream calls
         location = s.table("loop.events").location()
         assert location.startswith("s3://")
@@ -193,8 +207,9 @@ def test_ten_second_tokens_refresh_ahead_while_spark_runs_a_minute(spark, tmp_pa
 
     from .conftest import SPARK_TEST_CONF
 
-    s = lakesession.connect(data_dir=tmp_path, access_token_ttl=10, catalog_name="lake_short",
-                            spark_conf=SPARK_TEST_CONF)
+    s = lakesession.connect(
+        data_dir=tmp_path, access_token_ttl=10, catalog_name="lake_short", spark_conf=SPARK_TEST_CONF
+    )
     try:
         sp = s.spark()
         sp.sql("CREATE NAMESPACE IF NOT EXISTS lake_short.t")

@@ -21,7 +21,6 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import (
-    BadRequestError,
     ForbiddenError,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
@@ -134,11 +133,25 @@ def test_config(http: httpx.Client) -> None:
 def test_oauth_tokens_endpoint(handle: ReferenceCatalog) -> None:
     c = handle.admin_credentials
     url = f"{handle.uri}/v1/oauth/tokens"
-    ok = httpx.post(url, data={"grant_type": "client_credentials", "client_id": c.client_id,
-                               "client_secret": c.client_secret, "scope": "catalog"})
+    ok = httpx.post(
+        url,
+        data={
+            "grant_type": "client_credentials",
+            "client_id": c.client_id,
+            "client_secret": c.client_secret,
+            "scope": "catalog",
+        },
+    )
     assert ok.status_code == 200 and ok.json()["token_type"].lower() == "bearer"
-    bad = httpx.post(url, data={"grant_type": "client_credentials", "client_id": c.client_id,
-                                "client_secret": "wrong", "scope": "catalog"})
+    bad = httpx.post(
+        url,
+        data={
+            "grant_type": "client_credentials",
+            "client_id": c.client_id,
+            "client_secret": "wrong",
+            "scope": "catalog",
+        },
+    )
     assert bad.status_code in (400, 401) and "error" in bad.json()
     missing = httpx.post(url, data={"client_id": c.client_id})
     assert missing.status_code == 400
@@ -210,9 +223,12 @@ def test_tables_lifecycle(admin: RestCatalog, http: httpx.Client) -> None:
         tx.remove_properties("owner")
     t = admin.load_table(ident)
     assert t.properties["colour"] == "blue" and "owner" not in t.properties
-    evolved = pa.table({"id": pa.array([4], pa.int64()), "customer": ["dan"], "total": [9.0], "note": ["hi"]},
-                       schema=pa.schema([("id", pa.int64(), False), ("customer", pa.string()),
-                                         ("total", pa.float64()), ("note", pa.string())]))
+    evolved = pa.table(
+        {"id": pa.array([4], pa.int64()), "customer": ["dan"], "total": [9.0], "note": ["hi"]},
+        schema=pa.schema(
+            [("id", pa.int64(), False), ("customer", pa.string()), ("total", pa.float64()), ("note", pa.string())]
+        ),
+    )
     t.append(evolved)
     with t.manage_snapshots() as ms:
         ms.create_tag(t.metadata.current_snapshot_id, "v1")
@@ -236,8 +252,12 @@ def test_tables_lifecycle(admin: RestCatalog, http: httpx.Client) -> None:
 
     # metrics report (what Iceberg Java posts after a scan)
     report = {
-        "report-type": "scan-report", "table-name": "conf.sub.orders", "snapshot-id": t.metadata.current_snapshot_id,
-        "filter": True, "schema-id": t.schema().schema_id, "projected-field-ids": [1, 2],
+        "report-type": "scan-report",
+        "table-name": "conf.sub.orders",
+        "snapshot-id": t.metadata.current_snapshot_id,
+        "filter": True,
+        "schema-id": t.schema().schema_id,
+        "projected-field-ids": [1, 2],
         "projected-field-names": ["id", "customer"],
         "metrics": {"total-planning-duration": {"count": 1, "time-unit": "nanoseconds", "total-duration": 2644235116}},
     }
@@ -261,12 +281,16 @@ def test_tables_lifecycle(admin: RestCatalog, http: httpx.Client) -> None:
     b = admin.load_table(ident)
     a.append(evolved)
     b.append(evolved)
-    stale = http.post(path, json={
-        "identifier": {"namespace": ["conf", "sub"], "name": "orders"},
-        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main",
-                          "snapshot-id": a.metadata.current_snapshot_id}],
-        "updates": [{"action": "set-properties", "updates": {"late": "yes"}}],
-    })
+    stale = http.post(
+        path,
+        json={
+            "identifier": {"namespace": ["conf", "sub"], "name": "orders"},
+            "requirements": [
+                {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": a.metadata.current_snapshot_id}
+            ],
+            "updates": [{"action": "set-properties", "updates": {"late": "yes"}}],
+        },
+    )
     assert stale.status_code == 409 and stale.json()["error"]["type"] == "CommitFailedException", stale.text
 
 
@@ -299,8 +323,10 @@ def test_rename_register_drop(admin: RestCatalog, http: httpx.Client) -> None:
     assert registered.scan().to_arrow().num_rows == 3
     with pytest.raises(TableAlreadyExistsError):
         admin.register_table(registered.name(), loc)
-    bad = http.post(f"{P}/namespaces/conf/register",
-                    json={"name": uniq("bad"), "metadata-location": "file:///nonexistent/v1.metadata.json"})
+    bad = http.post(
+        f"{P}/namespaces/conf/register",
+        json={"name": uniq("bad"), "metadata-location": "file:///nonexistent/v1.metadata.json"},
+    )
     assert bad.status_code == 400
     admin.purge_table(registered.name())
     assert not admin.table_exists(registered.name())
@@ -310,7 +336,10 @@ def test_views(admin: RestCatalog, http: httpx.Client) -> None:
     from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
     version = ViewVersion(
-        version_id=1, schema_id=0, timestamp_ms=int(time.time() * 1000), summary={"engine-name": "pyiceberg"},
+        version_id=1,
+        schema_id=0,
+        timestamp_ms=int(time.time() * 1000),
+        summary={"engine-name": "pyiceberg"},
         default_namespace=("conf",),
         representations=[ViewRepresentation(SQLViewRepresentation(type="sql", sql="SELECT 1 AS id", dialect="spark"))],
     )
@@ -325,21 +354,37 @@ def test_views(admin: RestCatalog, http: httpx.Client) -> None:
     body = loaded.json()
 
     # replace: a new version (raw, pyiceberg 0.12 has no view commits)
-    new_version = {**body["metadata"]["versions"][0], "version-id": 2, "timestamp-ms": int(time.time() * 1000),
-                   "representations": [{"type": "sql", "sql": "SELECT 2 AS id", "dialect": "spark"}]}
-    replaced = http.post(f"{P}/namespaces/conf/views/recent", json={
-        "requirements": [{"type": "assert-view-uuid", "uuid": body["metadata"]["view-uuid"]}],
-        "updates": [{"action": "add-view-version", "view-version": new_version},
-                    {"action": "set-current-view-version", "view-version-id": -1},
-                    {"action": "set-properties", "updates": {"owner": "bi"}}],
-    })
+    new_version = {
+        **body["metadata"]["versions"][0],
+        "version-id": 2,
+        "timestamp-ms": int(time.time() * 1000),
+        "representations": [{"type": "sql", "sql": "SELECT 2 AS id", "dialect": "spark"}],
+    }
+    replaced = http.post(
+        f"{P}/namespaces/conf/views/recent",
+        json={
+            "requirements": [{"type": "assert-view-uuid", "uuid": body["metadata"]["view-uuid"]}],
+            "updates": [
+                {"action": "add-view-version", "view-version": new_version},
+                {"action": "set-current-view-version", "view-version-id": -1},
+                {"action": "set-properties", "updates": {"owner": "bi"}},
+            ],
+        },
+    )
     assert replaced.status_code == 200, replaced.text
-    stale = http.post(f"{P}/namespaces/conf/views/recent", json={
-        "requirements": [{"type": "assert-view-uuid", "uuid": str(uuid.uuid4())}], "updates": []})
+    stale = http.post(
+        f"{P}/namespaces/conf/views/recent",
+        json={"requirements": [{"type": "assert-view-uuid", "uuid": str(uuid.uuid4())}], "updates": []},
+    )
     assert stale.status_code == 409
 
-    renamed = http.post(f"{P}/views/rename", json={"source": {"namespace": ["conf"], "name": "recent"},
-                                                   "destination": {"namespace": ["other"], "name": "recent2"}})
+    renamed = http.post(
+        f"{P}/views/rename",
+        json={
+            "source": {"namespace": ["conf"], "name": "recent"},
+            "destination": {"namespace": ["other"], "name": "recent2"},
+        },
+    )
     assert renamed.status_code == 204
     assert http.get(f"{P}/namespaces/conf/views/recent").status_code == 404
     with pytest.raises(NoSuchViewError):
@@ -347,7 +392,7 @@ def test_views(admin: RestCatalog, http: httpx.Client) -> None:
     with pytest.raises(NoSuchViewError):
         admin.drop_view(("conf", "recent"))
     # a view and a table cannot share a name
-    with pytest.raises(Exception):  # noqa: B017 - pyiceberg maps the 409 to various types across versions
+    with pytest.raises(Exception):
         admin.create_table(("other", "recent2"), SCHEMA)
     admin.drop_view(("other", "recent2"))
     assert http.head(f"{P}/namespaces/other/views/recent2").status_code == 404
@@ -383,8 +428,16 @@ def test_forbidden_and_unauthenticated(handle: ReferenceCatalog, admin: RestCata
         assert c.head(f"{P}/namespaces/conf").status_code == 403
         assert c.head(f"{P}/namespaces/conf{SEP}sub/tables/orders").status_code == 403
         assert c.get(f"{P}/namespaces/conf/views").status_code == 403
-        assert c.post(f"{P}/tables/rename", json={"source": {"namespace": ["conf"], "name": "a"},
-                                                  "destination": {"namespace": ["conf"], "name": "b"}}).status_code == 403
+        assert (
+            c.post(
+                f"{P}/tables/rename",
+                json={
+                    "source": {"namespace": ["conf"], "name": "a"},
+                    "destination": {"namespace": ["conf"], "name": "b"},
+                },
+            ).status_code
+            == 403
+        )
     for headers in ({}, {"Authorization": "Bearer not-a-jwt"}, {"Authorization": "Basic abc"}):
         r = httpx.get(f"{handle.uri}{P}/namespaces", headers=headers)
         assert r.status_code == 401, r.text
@@ -505,8 +558,14 @@ def test_recorder_is_transparent_and_streaming_safe() -> None:
         sent.append(message)
 
     for path in ("/v1/lakesession/namespaces", "/healthz"):
-        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "headers": [(b"authorization", b"Bearer x")]}
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "headers": [(b"authorization", b"Bearer x")],
+        }
         asyncio.run(wrapped(scope, receive, send))
     assert len(sent) == 10 and sent[1]["body"] == b'{"namespaces": ['
     assert rec.recorded == 1

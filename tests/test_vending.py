@@ -35,8 +35,13 @@ P = "/v1/lakesession"
 
 @pytest.fixture(scope="module")
 def s3cat(tmp_path_factory):  # type: ignore[no-untyped-def]
-    handle = start(warehouse="s3://lake-bucket/wh", s3_emulator=True, credential_ttl=900,
-                   data_dir=tmp_path_factory.mktemp("s3cat"), bootstrap=bootstrap.parse(POLICY))
+    handle = start(
+        warehouse="s3://lake-bucket/wh",
+        s3_emulator=True,
+        credential_ttl=900,
+        data_dir=tmp_path_factory.mktemp("s3cat"),
+        bootstrap=bootstrap.parse(POLICY),
+    )
     etl = client(handle, "etl", "etl-secret-xyz")
     etl.create_namespace("shop")
     for name in ("orders", "orders_archive", "returns"):
@@ -46,19 +51,36 @@ def s3cat(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 def client(handle, who: str, secret: str, **extra: str) -> RestCatalog:  # type: ignore[no-untyped-def]
-    return RestCatalog(f"c-{who}-{time.monotonic_ns()}", uri=handle.uri, warehouse="lakesession", credential=f"{who}:{secret}",
-                       **{"oauth2-server-uri": f"{handle.issuer_uri}/token", "header.X-Iceberg-Access-Delegation": "vended-credentials", **extra})
+    return RestCatalog(
+        f"c-{who}-{time.monotonic_ns()}",
+        uri=handle.uri,
+        warehouse="lakesession",
+        credential=f"{who}:{secret}",
+        **{
+            "oauth2-server-uri": f"{handle.issuer_uri}/token",
+            "header.X-Iceberg-Access-Delegation": "vended-credentials",
+            **extra,
+        },
+    )
 
 
 def load(handle, who: str, table: str, delegation: str = "vended-credentials") -> httpx.Response:  # type: ignore[no-untyped-def]
-    return httpx.get(f"{handle.uri}{P}/namespaces/shop/tables/{table}",
-                     headers={"Authorization": f"Bearer {handle.admin.token_for(who)}", "X-Iceberg-Access-Delegation": delegation})
+    return httpx.get(
+        f"{handle.uri}{P}/namespaces/shop/tables/{table}",
+        headers={"Authorization": f"Bearer {handle.admin.token_for(who)}", "X-Iceberg-Access-Delegation": delegation},
+    )
 
 
 def s3_with(handle, cfg: dict[str, str]):  # type: ignore[no-untyped-def]
-    return boto3.client("s3", endpoint_url=cfg["s3.endpoint"], region_name=cfg["client.region"],
-                        aws_access_key_id=cfg["s3.access-key-id"], aws_secret_access_key=cfg["s3.secret-access-key"],
-                        aws_session_token=cfg["s3.session-token"], config=Config(s3={"addressing_style": "path"}))
+    return boto3.client(
+        "s3",
+        endpoint_url=cfg["s3.endpoint"],
+        region_name=cfg["client.region"],
+        aws_access_key_id=cfg["s3.access-key-id"],
+        aws_secret_access_key=cfg["s3.secret-access-key"],
+        aws_session_token=cfg["s3.session-token"],
+        config=Config(s3={"addressing_style": "path"}),
+    )
 
 
 def denied(fn) -> bool:  # type: ignore[no-untyped-def]
@@ -131,8 +153,10 @@ def test_issuance_is_cached_and_audited(s3cat) -> None:  # type: ignore[no-untyp
     load(s3cat, "etl", "returns")
     before = vendor.sts_calls
     token = s3cat.admin.token_for("etl")
-    with httpx.Client(base_url=s3cat.uri, headers={"Authorization": f"Bearer {token}",
-                                                   "X-Iceberg-Access-Delegation": "vended-credentials"}) as c:
+    with httpx.Client(
+        base_url=s3cat.uri,
+        headers={"Authorization": f"Bearer {token}", "X-Iceberg-Access-Delegation": "vended-credentials"},
+    ) as c:
         for _ in range(200):
             assert c.get(f"{P}/namespaces/shop/tables/returns").status_code == 200
     assert vendor.sts_calls - before <= 1
@@ -142,8 +166,11 @@ def test_issuance_is_cached_and_audited(s3cat) -> None:  # type: ignore[no-untyp
 
 def sign(handle, who: str, method: str, uri: str, table: str | None = "orders") -> httpx.Response:  # type: ignore[no-untyped-def]
     path = f"{P}/namespaces/shop/tables/{table}/sign" if table else "/v1/aws/s3/sign"
-    return httpx.post(f"{handle.uri}{path}", headers={"Authorization": f"Bearer {handle.admin.token_for(who)}"},
-                      json={"region": "us-east-1", "uri": uri, "method": method, "headers": {}})
+    return httpx.post(
+        f"{handle.uri}{path}",
+        headers={"Authorization": f"Bearer {handle.admin.token_for(who)}"},
+        json={"region": "us-east-1", "uri": uri, "method": method, "headers": {}},
+    )
 
 
 def test_remote_signing_signs_inside_and_refuses_outside(s3cat) -> None:  # type: ignore[no-untyped-def]

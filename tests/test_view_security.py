@@ -65,9 +65,14 @@ SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "
 
 def view_body(name: str, owner: str | None = None, **props: str) -> dict[str, Any]:
     properties = {**({OWNER: owner} if owner else {}), **props}
-    version = {"version-id": 1, "timestamp-ms": int(time.time() * 1000), "schema-id": 0, "summary": {"engine-name": "trino"},
-               "representations": [{"type": "sql", "sql": "SELECT * FROM somewhere", "dialect": "trino"}],
-               "default-namespace": ["db"]}
+    version = {
+        "version-id": 1,
+        "timestamp-ms": int(time.time() * 1000),
+        "schema-id": 0,
+        "summary": {"engine-name": "trino"},
+        "representations": [{"type": "sql", "sql": "SELECT * FROM somewhere", "dialect": "trino"}],
+        "default-namespace": ["db"],
+    }
     return {"name": name, "schema": SCHEMA, "view-version": version, "properties": properties}
 
 
@@ -75,7 +80,9 @@ class Api:
     def __init__(self, handle: Any):
         self.handle = handle
 
-    def call(self, method: str, path: str, who: str, body: Any = None, headers: dict[str, str] | None = None) -> httpx.Response:
+    def call(
+        self, method: str, path: str, who: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         h = {"Authorization": f"Bearer {self.handle.admin.token_for(who)}", **(headers or {})}
         return httpx.request(method, f"{self.handle.uri}{P}{path}", headers=h, json=body, timeout=30)
 
@@ -84,8 +91,11 @@ class Api:
         return self.call("GET", f"/namespaces/db/tables/{table}{q}", who, headers=headers)
 
     def audit_since(self, since: float) -> list[Any]:
-        return [r for r in self.handle.admin.audit(since=since) if r.action in
-                ("load_table", "load_view", "load_credentials", "vend_credentials", "refresh_credentials")]
+        return [
+            r
+            for r in self.handle.admin.audit(since=since)
+            if r.action in ("load_table", "load_view", "load_credentials", "vend_credentials", "refresh_credentials")
+        ]
 
 
 def setup_content(api: Api, views: list[tuple[str, str | None]], tables: list[str]) -> None:
@@ -100,21 +110,34 @@ def setup_content(api: Api, views: list[tuple[str, str | None]], tables: list[st
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    handle = start(warehouse="s3://vs-bucket/wh", s3_emulator=True, data_dir=tmp_path_factory.mktemp("lake"),
-                   bootstrap=bootstrap.parse(POLICY),
-                   trusted_engines=[{"principal": "spark-engine"}, {"audience": "lakesession"}])
+    handle = start(
+        warehouse="s3://vs-bucket/wh",
+        s3_emulator=True,
+        data_dir=tmp_path_factory.mktemp("lake"),
+        bootstrap=bootstrap.parse(POLICY),
+        trusted_engines=[{"principal": "spark-engine"}, {"audience": "lakesession"}],
+    )
     api = Api(handle)
-    setup_content(api, [("inv", None), ("def_bob", "bob"), ("v1", "bob"), ("v2", None), ("v3", "carol"),
-                        ("ghost", "nobody-at-all")], ["t_inv", "t_def", "t_chain"])
+    setup_content(
+        api,
+        [("inv", None), ("def_bob", "bob"), ("v1", "bob"), ("v2", None), ("v3", "carol"), ("ghost", "nobody-at-all")],
+        ["t_inv", "t_def", "t_chain"],
+    )
     yield api
     handle.stop()
 
 
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    handle = start(data_dir=tmp_path_factory.mktemp("strict"), bootstrap=bootstrap.parse(POLICY),
-                   trusted_engines=[{"principal": "spark-engine"}, {"issuer": "https://elsewhere.example", "audience": "lakesession"}],
-                   view_owner_property=OWNER)
+    handle = start(
+        data_dir=tmp_path_factory.mktemp("strict"),
+        bootstrap=bootstrap.parse(POLICY),
+        trusted_engines=[
+            {"principal": "spark-engine"},
+            {"issuer": "https://elsewhere.example", "audience": "lakesession"},
+        ],
+        view_owner_property=OWNER,
+    )
     api = Api(handle)
     setup_content(api, [("inv", None), ("def_bob", "bob")], ["t_inv", "t_def"])
     yield api
@@ -123,15 +146,20 @@ def strict(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 def steps(records: list[Any], action: str) -> list[tuple[str, str, str, bool]]:
     """(securable, user in effect, decision, delegated) of each chain step."""
-    return [(r.securable, r.detail["user_in_effect"], r.decision, r.detail["delegated"])
-            for r in records if r.action == action and r.decision in ("allow", "deny") and r.detail and "step" in r.detail]
+    return [
+        (r.securable, r.detail["user_in_effect"], r.decision, r.detail["delegated"])
+        for r in records
+        if r.action == action and r.decision in ("allow", "deny") and r.detail and "step" in r.detail
+    ]
 
 
 # ---------------------------------------------------------------- parsing and trust (no server)
 def test_parse_referenced_by() -> None:
     assert parse_referenced_by("db%1Fv") == [(("db",), "v")]
     assert parse_referenced_by("prod%1Fanalytics%1Fquarterly_view,prod%1Fanalytics%1Fmonthly_view") == [
-        (("prod", "analytics"), "quarterly_view"), (("prod", "analytics"), "monthly_view")]
+        (("prod", "analytics"), "quarterly_view"),
+        (("prod", "analytics"), "monthly_view"),
+    ]
     assert parse_referenced_by("db%1Fa%2Cb,db%1Fc") == [(("db",), "a,b"), (("db",), "c")]
     assert parse_referenced_by("db\x1fv", "\x1f") == [(("db",), "v")]
     assert parse_referenced_by("a:b:v", ":") == [(("a", "b"), "v")]
@@ -147,12 +175,16 @@ def test_parse_referenced_by() -> None:
 
 
 def test_is_trusted_rules() -> None:
-    s = ServerSettings(warehouse="file:///x", db_url="sqlite://", trusted_engines=[
-        {"principal": "spark-engine"},
-        {"issuer": "https://idp", "audience": "trino"},
-        {"issuer": "https://idp", "subject": ["svc-1"]},
-        {"issuer": "https://idp"},  # no audience/subject: never matches
-    ])
+    s = ServerSettings(
+        warehouse="file:///x",
+        db_url="sqlite://",
+        trusted_engines=[
+            {"principal": "spark-engine"},
+            {"issuer": "https://idp", "audience": "trino"},
+            {"issuer": "https://idp", "subject": ["svc-1"]},
+            {"issuer": "https://idp"},  # no audience/subject: never matches
+        ],
+    )
     assert is_trusted({}, "spark-engine", s)
     assert not is_trusted({"iss": "https://idp", "aud": "lakesession", "sub": "x"}, "x", s)
     assert is_trusted({"iss": "https://idp", "aud": ["lakesession", "trino"], "sub": "x"}, "x", s)
@@ -160,7 +192,9 @@ def test_is_trusted_rules() -> None:
     assert not is_trusted({"iss": "https://other", "aud": "trino"}, "x", s)
     assert is_trusted({"iss": "https://idp", "aud": "lakesession", "sub": "svc-1"}, "svc-1", s)
     assert not is_trusted({"iss": "https://other", "sub": "svc-1"}, "svc-1", s)
-    assert not is_trusted({"iss": "https://idp", "aud": "trino"}, "x", ServerSettings(warehouse="file:///x", db_url="sqlite://"))
+    assert not is_trusted(
+        {"iss": "https://idp", "aud": "trino"}, "x", ServerSettings(warehouse="file:///x", db_url="sqlite://")
+    )
 
 
 # ---------------------------------------------------------------- the three examples
@@ -169,7 +203,9 @@ def test_invoker_view_needs_view_and_table(lake: Api) -> None:
     ok = lake.load_table("alice", "t_inv", "db%1Finv")
     assert ok.status_code == 200, ok.text
     assert steps(lake.audit_since(since), "load_table") == [
-        ("view db.inv", "alice", "allow", False), ("table db.t_inv", "alice", "allow", False)]
+        ("view db.inv", "alice", "allow", False),
+        ("table db.t_inv", "alice", "allow", False),
+    ]
     # bob may read the view but not the table; carol the reverse (she lacks the view)
     for who in ("bob", "carol"):
         r = lake.load_table(who, "t_inv", "db%1Finv")
@@ -185,7 +221,9 @@ def test_definer_view_checks_owner_on_table(lake: Api) -> None:
     assert ok.json()["metadata"]["format-version"] in (1, 2)
     records = lake.audit_since(since)
     assert steps(records, "load_table") == [
-        ("view db.def_bob", "alice", "allow", False), ("table db.t_def", "bob", "allow", True)]
+        ("view db.def_bob", "alice", "allow", False),
+        ("table db.t_def", "bob", "allow", True),
+    ]
     step = next(r for r in records if r.securable == "table db.t_def" and r.decision == "allow")
     assert step.principal == "alice" and step.detail["chain"] == ["db.def_bob"]
     assert step.detail["privilege"] == "TABLE_READ_PROPERTIES"
@@ -216,7 +254,11 @@ def test_mixed_chain(lake: Api) -> None:
         ("table db.t_chain", "carol", "allow", True),
     ]
     assert all(r.detail["chain"] == ["db.v1", "db.v2", "db.v3"] for r in records if r.decision == "allow")
-    assert [r.detail.get("security") for r in records if r.securable.startswith("view")] == ["definer", "invoker", "definer"]
+    assert [r.detail.get("security") for r in records if r.securable.startswith("view")] == [
+        "definer",
+        "invoker",
+        "definer",
+    ]
     # alice herself cannot read v2, v3 or the table
     assert lake.load_table("alice", "t_chain").status_code == 403
     assert lake.load_table("alice", "t_chain", "db%1Fv3").status_code == 403
@@ -227,8 +269,12 @@ def test_mixed_chain(lake: Api) -> None:
         assert r.status_code == 403 and "step 3 (view db.v3)" in r.json()["error"]["message"]
         assert "table db.t_chain" not in r.text or "metadata" not in r.text
         decisions = [(s[0], s[2]) for s in steps(lake.audit_since(since), "load_table")]
-        assert decisions == [("view db.v1", "allow"), ("view db.v2", "allow"), ("view db.v3", "deny"),
-                             ("table db.t_chain", "allow")]
+        assert decisions == [
+            ("view db.v1", "allow"),
+            ("view db.v2", "allow"),
+            ("view db.v3", "deny"),
+            ("table db.t_chain", "allow"),
+        ]
         assert not any(r.decision == "issued" for r in lake.audit_since(since))
     finally:
         lake.handle.admin.grant("r_bob", "VIEW_READ", "view db.v3")
@@ -240,7 +286,9 @@ def test_load_view_through_chain(lake: Api) -> None:
     r = lake.call("GET", "/namespaces/db/views/v2?referenced-by=db%1Fv1", "alice")
     assert r.status_code == 200, r.text
     assert steps(lake.audit_since(since), "load_view") == [
-        ("view db.v1", "alice", "allow", False), ("view db.v2", "bob", "allow", True)]
+        ("view db.v1", "alice", "allow", False),
+        ("view db.v2", "bob", "allow", True),
+    ]
 
 
 def test_chain_errors(lake: Api) -> None:
@@ -278,7 +326,9 @@ def test_credentials_through_definer_chain(lake: Api) -> None:
     assert r.status_code == 200 and r.json()["storage-credentials"], r.text
     records = lake.audit_since(since)
     assert steps(records, "load_credentials") == [
-        ("view db.def_bob", "alice", "allow", False), ("table db.t_def", "bob", "allow", True)]
+        ("view db.def_bob", "alice", "allow", False),
+        ("table db.t_def", "bob", "allow", True),
+    ]
     refreshed = next(x for x in records if x.action == "refresh_credentials")
     assert refreshed.detail["delegated"] is True and refreshed.detail["chain"] == ["db.def_bob"]
     # mixed chain: credentials carry carol's privilege (read)
@@ -309,19 +359,34 @@ def test_owner_property_is_protected(strict: Api) -> None:
         r = strict.call("POST", views, "dave", {**view_body("mine"), "properties": {key: "dave"}})
         assert r.status_code == 403 and r.json()["error"]["type"] == "ProtectedPropertyModification", key
     assert strict.call("POST", views, "dave", view_body("mine", comment="ok")).status_code == 200
-    for update in ({"action": "set-properties", "updates": {OWNER: "dave"}},
-                   {"action": "set-properties", "updates": {"Trino.Run-As-Owner": "dave"}},
-                   {"action": "remove-properties", "removals": [OWNER]}):
+    for update in (
+        {"action": "set-properties", "updates": {OWNER: "dave"}},
+        {"action": "set-properties", "updates": {"Trino.Run-As-Owner": "dave"}},
+        {"action": "remove-properties", "removals": [OWNER]},
+    ):
         r = strict.call("POST", f"{views}/mine", "dave", {"updates": [update]})
         assert r.status_code == 403 and r.json()["error"]["type"] == "ProtectedPropertyModification", update
-    r = strict.call("POST", f"{views}/def_bob", "dave", {"updates": [{"action": "remove-properties", "removals": [OWNER]}]})
+    r = strict.call(
+        "POST", f"{views}/def_bob", "dave", {"updates": [{"action": "remove-properties", "removals": [OWNER]}]}
+    )
     assert r.status_code == 403 and r.json()["error"]["type"] == "ProtectedPropertyModification"
-    ok = strict.call("POST", f"{views}/mine", "dave", {"updates": [{"action": "set-properties", "updates": {"comment": "x"}}]})
+    ok = strict.call(
+        "POST", f"{views}/mine", "dave", {"updates": [{"action": "set-properties", "updates": {"comment": "x"}}]}
+    )
     assert ok.status_code == 200
     # the trusted engine may set and remove the exact key, but not a case variant
-    eng = strict.call("POST", f"{views}/mine", "spark-engine", {"updates": [{"action": "set-properties", "updates": {OWNER: "dave"}}]})
+    eng = strict.call(
+        "POST", f"{views}/mine", "spark-engine", {"updates": [{"action": "set-properties", "updates": {OWNER: "dave"}}]}
+    )
     assert eng.status_code == 200 and eng.json()["metadata"]["properties"][OWNER] == "dave"
-    r = strict.call("POST", f"{views}/mine", "spark-engine", {"updates": [{"action": "set-properties", "updates": {"Trino.Run-As-Owner": "x"}}]})
+    r = strict.call(
+        "POST",
+        f"{views}/mine",
+        "spark-engine",
+        {"updates": [{"action": "set-properties", "updates": {"Trino.Run-As-Owner": "x"}}]},
+    )
     assert r.status_code == 403 and r.json()["error"]["type"] == "ProtectedPropertyModification"
-    eng = strict.call("POST", f"{views}/mine", "spark-engine", {"updates": [{"action": "remove-properties", "removals": [OWNER]}]})
+    eng = strict.call(
+        "POST", f"{views}/mine", "spark-engine", {"updates": [{"action": "remove-properties", "removals": [OWNER]}]}
+    )
     assert eng.status_code == 200 and OWNER not in eng.json()["metadata"]["properties"]

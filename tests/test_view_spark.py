@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 
 import lakesession
+from lakesession._spark.errors import CatalogAccessError
 from lakesession.catalog._chains import ViewChainError
 from lakesession.reference import bootstrap, start
-from lakesession.spark.errors import CatalogAccessError
 from tests.test_chains import view_body
 
 pytestmark = pytest.mark.slow
@@ -56,8 +56,13 @@ grants:
 
 @pytest.fixture(scope="module")
 def views(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    handle = start(warehouse="s3://views-bucket/wh", s3_emulator=True, data_dir=tmp_path_factory.mktemp("views"),
-                   bootstrap=bootstrap.parse(POLICY), trusted_engines=[{"audience": "lakesession"}])
+    handle = start(
+        warehouse="s3://views-bucket/wh",
+        s3_emulator=True,
+        data_dir=tmp_path_factory.mktemp("views"),
+        bootstrap=bootstrap.parse(POLICY),
+        trusted_engines=[{"audience": "lakesession"}],
+    )
     admin = lakesession.connect(uri=handle.uri, token=handle.admin.token_for("admin"))
     cat = admin.catalog
     cat.create_namespace("sales")
@@ -112,18 +117,26 @@ def ids(df: Any) -> list[int]:
 def chain_checks(views: Any, since: float, table: str) -> list[tuple[str, str, int, str]]:
     """(object, user checked, step, decision) of the last chain load of ``table``, as audited."""
     records = views.admin.audit(principal="alice", since=since)
-    loads = [r for r in records if r.action == "load_table" and r.securable == f"table {table}"
-             and (r.detail or {}).get("step")]
+    loads = [
+        r
+        for r in records
+        if r.action == "load_table" and r.securable == f"table {table}" and (r.detail or {}).get("step")
+    ]
     assert loads, f"no chain load of {table} audited"
-    return [(r.securable, (r.detail or {}).get("user_in_effect"), (r.detail or {}).get("step"), r.decision)
-            for r in records if r.request_id == loads[-1].request_id and (r.detail or {}).get("step")]
+    return [
+        (r.securable, (r.detail or {}).get("user_in_effect"), (r.detail or {}).get("step"), r.decision)
+        for r in records
+        if r.request_id == loads[-1].request_id and (r.detail or {}).get("step")
+    ]
 
 
 def test_seed_invoker_view_checks_alice_twice(alice: lakesession.Session, views: Any) -> None:
     since = time.time()
     assert ids(alice.sql("SELECT * FROM sales.v_public")) == [7]
-    assert chain_checks(views, since, "sales.public") == [("view sales.v_public", "alice", 1, "allow"),
-                                                          ("table sales.public", "alice", 2, "allow")]
+    assert chain_checks(views, since, "sales.public") == [
+        ("view sales.v_public", "alice", 1, "allow"),
+        ("table sales.public", "alice", 2, "allow"),
+    ]
 
 
 def test_definer_view_reads_in_spark_and_the_table_stays_out_of_reach(alice: lakesession.Session, views: Any) -> None:
@@ -131,8 +144,10 @@ def test_definer_view_reads_in_spark_and_the_table_stays_out_of_reach(alice: lak
     assert ids(alice.sql("SELECT * FROM as_alice.sales.v_orders")) == [20, 30, 40]
     assert ids(alice.sql("SELECT id FROM sales.v_orders WHERE id < 40")) == [20, 30]  # namespace-qualified
     assert ids(alice.table("sales.v_orders")) == [20, 30, 40]
-    assert chain_checks(views, since, "sales.orders") == [("view sales.v_orders", "alice", 1, "allow"),
-                                                          ("table sales.orders", "bob", 2, "allow")]
+    assert chain_checks(views, since, "sales.orders") == [
+        ("view sales.v_orders", "alice", 1, "allow"),
+        ("table sales.orders", "bob", 2, "allow"),
+    ]
     # the same Spark session, directly: alice has no grant on orders
     with pytest.raises(CatalogAccessError, match="orders"):
         alice.spark().sql("SELECT * FROM as_alice.sales.orders").collect()
@@ -146,11 +161,17 @@ def test_definer_view_reads_in_spark_and_the_table_stays_out_of_reach(alice: lak
     with pytest.raises(ViewChainError, match="internal view-chain catalog"):
         alice.sql(f"SELECT * FROM {next(iter(alice._chain_catalogs))}.sales.orders")
     # the catalog delegated to bob for the table load and vended credentials as delegated
-    loads = [r for r in views.admin.audit(principal="alice", since=since, action="load_table")
-             if r.securable == "table sales.orders"]
+    loads = [
+        r
+        for r in views.admin.audit(principal="alice", since=since, action="load_table")
+        if r.securable == "table sales.orders"
+    ]
     assert any(r.decision == "allow" and (r.detail or {}).get("user_in_effect") == "bob" for r in loads), loads
-    issued = [r for r in views.admin.audit(principal="alice", since=since) if r.decision == "issued"
-              and r.securable == "table sales.orders" and (r.detail or {}).get("mode")]
+    issued = [
+        r
+        for r in views.admin.audit(principal="alice", since=since)
+        if r.decision == "issued" and r.securable == "table sales.orders" and (r.detail or {}).get("mode")
+    ]
     assert issued and all((r.detail or {}).get("delegated") is True for r in issued)
     assert all((r.detail or {}).get("mode") == "read" for r in issued)
 
@@ -169,8 +190,11 @@ def test_seed_mixed_chain_through_spark(alice: lakesession.Session, views: Any) 
     assert ids(alice.sql("SELECT * FROM sales.v1")) == [2, 3]
     # exactly the seed's checks, in one request: v1 as alice, v2 and v3 as bob, the table as carol
     assert chain_checks(views, since, "sales.t_chain") == [
-        ("view sales.v1", "alice", 1, "allow"), ("view sales.v2", "bob", 2, "allow"),
-        ("view sales.v3", "bob", 3, "allow"), ("table sales.t_chain", "carol", 4, "allow")]
+        ("view sales.v1", "alice", 1, "allow"),
+        ("view sales.v2", "bob", 2, "allow"),
+        ("view sales.v3", "bob", 3, "allow"),
+        ("table sales.t_chain", "carol", 4, "allow"),
+    ]
     audit = alice.audit()
     assert "sales.v1 → sales.v2 → sales.v3" in set(audit["via_chain"])
 
@@ -184,8 +208,10 @@ def test_cycle_and_depth_end_in_clear_errors(alice: lakesession.Session) -> None
 
 def test_refresh_endpoint_keeps_the_chain(views: Any) -> None:
     """Credentials loaded through a DEFINER chain refresh through the same chain (alice alone: 403)."""
-    headers = {"Authorization": f"Bearer {views.admin.token_for('alice')}",
-               "X-Iceberg-Access-Delegation": "vended-credentials"}
+    headers = {
+        "Authorization": f"Bearer {views.admin.token_for('alice')}",
+        "X-Iceberg-Access-Delegation": "vended-credentials",
+    }
     base = f"{views.uri}/v1/lakesession/namespaces/sales/tables/orders"
     r = httpx.get(base + "?referenced-by=sales%1Fv_orders", headers=headers, timeout=30)
     assert r.status_code == 200, r.text
@@ -207,8 +233,9 @@ def test_chain_routes_are_narrow_and_read_only(alice: lakesession.Session) -> No
     denied = {
         "other table": httpx.get(f"{chain_base}/tables/t_chain", headers=auth, timeout=30),
         "listing": httpx.get(f"{chain_base}/tables", headers=auth, timeout=30),
-        "commit": httpx.post(f"{chain_base}/tables/orders", headers=auth, json={"requirements": [], "updates": []},
-                             timeout=30),
+        "commit": httpx.post(
+            f"{chain_base}/tables/orders", headers=auth, json={"requirements": [], "updates": []}, timeout=30
+        ),
         "drop": httpx.delete(f"{chain_base}/tables/orders", headers=auth, timeout=30),
         "unknown route": httpx.get(f"{gw.uri}/chain/0123456789abcdef/v1/config", headers=auth, timeout=30),
     }
@@ -216,8 +243,11 @@ def test_chain_routes_are_narrow_and_read_only(alice: lakesession.Session) -> No
         assert r.status_code == 403, (what, r.text)
         assert r.json()["error"]["type"] == "ForbiddenException"
     # the main route never forwards a chain: alice alone is checked
-    direct = httpx.get(f"{gw.uri}/v1/lakesession/namespaces/sales/tables/orders?referenced-by=sales%1Fv_orders",
-                       headers=auth, timeout=30)
+    direct = httpx.get(
+        f"{gw.uri}/v1/lakesession/namespaces/sales/tables/orders?referenced-by=sales%1Fv_orders",
+        headers=auth,
+        timeout=30,
+    )
     assert direct.status_code == 403
 
 
@@ -225,20 +255,31 @@ def test_remote_signing_through_a_chain(views: Any) -> None:
     """Remote signing keeps the chain: bob's read privilege signs alice's GETs, never her writes."""
     headers = {"Authorization": f"Bearer {views.admin.token_for('alice')}"}
     base = f"{views.uri}/v1/lakesession/namespaces/sales/tables/orders"
-    r = httpx.get(base + "?referenced-by=sales%1Fv_orders", timeout=30,
-                  headers={**headers, "X-Iceberg-Access-Delegation": "remote-signing"})
+    r = httpx.get(
+        base + "?referenced-by=sales%1Fv_orders",
+        timeout=30,
+        headers={**headers, "X-Iceberg-Access-Delegation": "remote-signing"},
+    )
     assert r.status_code == 200, r.text
     config, metadata_location = r.json()["config"], r.json()["metadata-location"]
     endpoint = config["s3.signer.endpoint"]
     assert endpoint.endswith("/sign?referenced-by=sales%1Fv_orders"), endpoint
-    bucket, _, key = metadata_location[len("s3://"):].partition("/")
+    bucket, _, key = metadata_location[len("s3://") :].partition("/")
     s3 = config["s3.endpoint"].rstrip("/")
 
     def sign(method: str, url: str, chain: bool = True) -> httpx.Response:
         target = f"{config['s3.signer.uri'].rstrip('/')}/{endpoint if chain else endpoint.split('?')[0]}"
-        return httpx.post(target, headers=headers, timeout=30, json={
-            "region": config.get("client.region", "us-east-1"), "method": method, "uri": url,
-            "headers": {"Host": [s3.split("//")[1]]}})
+        return httpx.post(
+            target,
+            headers=headers,
+            timeout=30,
+            json={
+                "region": config.get("client.region", "us-east-1"),
+                "method": method,
+                "uri": url,
+                "headers": {"Host": [s3.split("//")[1]]},
+            },
+        )
 
     assert sign("GET", f"{s3}/{bucket}/{key}").status_code == 200
     assert sign("GET", f"{s3}/{bucket}/{key}", chain=False).status_code == 403  # alice alone

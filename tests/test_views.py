@@ -67,18 +67,33 @@ class FakeVerifier:
 class Api:
     """TestClient wrapper: bearer token = principal name; every JSON response is checked against the spec."""
 
-    def __init__(self, client: TestClient, openapi: OpenAPI | None, error_validator: Any, services: Services, tmp: Path):
+    def __init__(
+        self, client: TestClient, openapi: OpenAPI | None, error_validator: Any, services: Services, tmp: Path
+    ):
         self.client, self.openapi, self.services, self.tmp = client, openapi, services, tmp
         self.error_validator = error_validator
         self.warehouse = services.settings.warehouse
 
-    def call(self, method: str, path: str, who: str = "admin", body: Any = None, raw: bytes | None = None,
-             params: dict[str, Any] | None = None, expect: int | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        who: str = "admin",
+        body: Any = None,
+        raw: bytes | None = None,
+        params: dict[str, Any] | None = None,
+        expect: int | None = None,
+    ) -> Any:
         headers = {"Authorization": f"Bearer {who}"} if who else {}
         if raw is not None:
             headers["Content-Type"] = "application/json"
-        r = self.client.request(method, path, headers=headers, params=params,
-                                content=raw if raw is not None else (json.dumps(body) if body is not None else None))
+        r = self.client.request(
+            method,
+            path,
+            headers=headers,
+            params=params,
+            content=raw if raw is not None else (json.dumps(body) if body is not None else None),
+        )
         assert r.status_code < 500, r.text
         if expect is not None:
             assert r.status_code == expect, (r.status_code, r.text)
@@ -91,14 +106,18 @@ class Api:
             self.error_validator.validate(r.json())
             return
         req = MockRequest("http://localhost", method.lower(), path, args={k: str(v) for k, v in (params or {}).items()})
-        resp = MockResponse(r.content, status_code=r.status_code, content_type=r.headers.get("content-type", "application/json"))
+        resp = MockResponse(
+            r.content, status_code=r.status_code, content_type=r.headers.get("content-type", "application/json")
+        )
         self.openapi.validate_response(req, resp)
 
     def ok(self, method: str, path: str, body: Any = None, who: str = "admin", **kw: Any) -> Any:
         r = self.call(method, path, who, body, expect=200, **kw)
         return r.json()
 
-    def error(self, method: str, path: str, status: int, type_: str, body: Any = None, who: str = "admin", **kw: Any) -> dict:
+    def error(
+        self, method: str, path: str, status: int, type_: str, body: Any = None, who: str = "admin", **kw: Any
+    ) -> dict:
         r = self.call(method, path, who, body, expect=status, **kw)
         if method.upper() == "HEAD":
             return {}
@@ -117,20 +136,40 @@ class Api:
 
 
 def schema_json(*cols: tuple[int, str, str], schema_id: int = 0) -> dict:
-    return {"type": "struct", "schema-id": schema_id,
-            "fields": [{"id": i, "name": n, "type": t, "required": False} for i, n, t in cols]}
+    return {
+        "type": "struct",
+        "schema-id": schema_id,
+        "fields": [{"id": i, "name": n, "type": t, "required": False} for i, n, t in cols],
+    }
 
 
-def version_json(sql: str = "SELECT 1 AS id", dialect: str = "spark", schema_id: int = 0, version_id: int = 1,
-                 ns: str = "ns", ts: int | None = None, **extra: Any) -> dict:
-    return {"version-id": version_id, "timestamp-ms": ts or int(time.time() * 1000), "schema-id": schema_id,
-            "summary": {"engine-name": "spark"}, "representations": [{"type": "sql", "sql": sql, "dialect": dialect}],
-            "default-namespace": [ns], **extra}
+def version_json(
+    sql: str = "SELECT 1 AS id",
+    dialect: str = "spark",
+    schema_id: int = 0,
+    version_id: int = 1,
+    ns: str = "ns",
+    ts: int | None = None,
+    **extra: Any,
+) -> dict:
+    return {
+        "version-id": version_id,
+        "timestamp-ms": ts or int(time.time() * 1000),
+        "schema-id": schema_id,
+        "summary": {"engine-name": "spark"},
+        "representations": [{"type": "sql", "sql": sql, "dialect": dialect}],
+        "default-namespace": [ns],
+        **extra,
+    }
 
 
 def create_body(name: str, ns: str = "ns", **overrides: Any) -> dict:
-    body = {"name": name, "schema": schema_json((1, "id", "long")), "view-version": version_json(ns=ns),
-            "properties": {"comment": "a view"}}
+    body = {
+        "name": name,
+        "schema": schema_json((1, "id", "long")),
+        "view-version": version_json(ns=ns),
+        "properties": {"comment": "a view"},
+    }
     body.update(overrides)
     return body
 
@@ -142,8 +181,13 @@ def api(tmp_path: Path, openapi: OpenAPI | None, error_validator: Any):
     warehouse = f"file://{tmp_path}/wh"
     catalog = SqlCatalog("lakesession", uri=url, warehouse=warehouse)
     directory = Directory(engine)
-    services = Services(settings=ServerSettings(warehouse=warehouse, db_url=url), directory=directory,
-                        audit=AuditLog(engine), catalog=catalog, verifier=FakeVerifier())
+    services = Services(
+        settings=ServerSettings(warehouse=warehouse, db_url=url),
+        directory=directory,
+        audit=AuditLog(engine),
+        catalog=catalog,
+        verifier=FakeVerifier(),
+    )
     app = FastAPI()
     app.state.services = services
     app.state.endpoints = []
@@ -173,8 +217,11 @@ def audit_rows(api: Api, principal: str) -> list[tuple[str, str, str]]:
 
 # ---------------------------------------------------------------- create / load / exists / list
 def test_create_and_load(api: Api) -> None:
-    body = create_body("v1", schema=schema_json((1, "id", "long"), (2, "name", "string"), schema_id=7),
-                       **{"view-version": version_json(schema_id=7, version_id=42, ts=1700000000000)})
+    body = create_body(
+        "v1",
+        schema=schema_json((1, "id", "long"), (2, "name", "string"), schema_id=7),
+        **{"view-version": version_json(schema_id=7, version_id=42, ts=1700000000000)},
+    )
     res = api.ok("POST", VIEWS, body)
     assert res["config"] == {}
     md = res["metadata"]
@@ -202,15 +249,24 @@ def test_create_and_load(api: Api) -> None:
 
 
 def test_create_location_and_catalog(api: Api) -> None:
-    res = api.create("v", location=f"{api.warehouse}/custom/place/", **{"view-version": version_json(**{"default-catalog": "lakesession"})})
+    res = api.create(
+        "v",
+        location=f"{api.warehouse}/custom/place/",
+        **{"view-version": version_json(**{"default-catalog": "lakesession"})},
+    )
     md = res["metadata"]
     assert md["location"] == f"{api.warehouse}/custom/place"
     assert md["versions"][0]["default-catalog"] == "lakesession"
     assert local_path(res["metadata-location"]).parent == local_path(f"{api.warehouse}/custom/place/metadata")
     for bad in (f"file://{api.tmp}/elsewhere", f"{api.warehouse}/../escape", f"{api.warehouse}x/v"):
         api.error("POST", VIEWS, 400, "BadRequestException", create_body("w", location=bad))
-    api.error("POST", VIEWS, 400, "BadRequestException",
-              create_body("w", properties={"write.metadata.path": f"file://{api.tmp}/outside"}))
+    api.error(
+        "POST",
+        VIEWS,
+        400,
+        "BadRequestException",
+        create_body("w", properties={"write.metadata.path": f"file://{api.tmp}/outside"}),
+    )
     api.error("GET", f"{VIEWS}/w", 404, "NoSuchViewException")
 
 
@@ -223,11 +279,23 @@ def test_create_conflicts_and_missing(api: Api) -> None:
     api.error("POST", f"{P}/namespaces/missing/views", 404, "NoSuchNamespaceException", create_body("v"))
     api.error("POST", "/v1/wrongprefix/namespaces/ns/views", 404, "NotFoundException", create_body("v"))
     # no query, duplicate dialects, duplicate field ids
-    api.error("POST", VIEWS, 400, "BadRequestException", create_body("x", **{"view-version": {**version_json(), "representations": []}}))
+    api.error(
+        "POST",
+        VIEWS,
+        400,
+        "BadRequestException",
+        create_body("x", **{"view-version": {**version_json(), "representations": []}}),
+    )
     two = version_json()
     two["representations"] *= 2
     api.error("POST", VIEWS, 400, "BadRequestException", create_body("x", **{"view-version": two}))
-    api.error("POST", VIEWS, 400, "BadRequestException", create_body("x", schema=schema_json((1, "a", "long"), (1, "b", "long"))))
+    api.error(
+        "POST",
+        VIEWS,
+        400,
+        "BadRequestException",
+        create_body("x", schema=schema_json((1, "a", "long"), (1, "b", "long"))),
+    )
 
 
 def test_exists_and_list_pagination(api: Api) -> None:
@@ -254,7 +322,9 @@ def test_exists_and_list_pagination(api: Api) -> None:
     api.error("GET", VIEWS, 400, "BadRequestException", params={"pageSize": 0})
     api.error("GET", VIEWS, 400, "BadRequestException", params={"pageToken": "!!!not-a-token"})
     api.error("GET", f"{P}/namespaces/missing/views", 404, "NoSuchNamespaceException")
-    assert api.ok("GET", f"{P}/namespaces/other/views")["identifiers"] == [{"namespace": ["other"], "name": "elsewhere"}]
+    assert api.ok("GET", f"{P}/namespaces/other/views")["identifiers"] == [
+        {"namespace": ["other"], "name": "elsewhere"}
+    ]
 
 
 # ---------------------------------------------------------------- replace
@@ -263,8 +333,12 @@ def java_replace(uuid: str, sql: str, schema: dict | None = None, **version_extr
     updates: list[dict] = []
     if schema is not None:
         updates.append({"action": "add-schema", "schema": schema, "last-column-id": 3})
-    updates.append({"action": "add-view-version",
-                    "view-version": version_json(sql, schema_id=-1 if schema else 0, version_id=2, **version_extra)})
+    updates.append(
+        {
+            "action": "add-view-version",
+            "view-version": version_json(sql, schema_id=-1 if schema else 0, version_id=2, **version_extra),
+        }
+    )
     updates.append({"action": "set-current-view-version", "view-version-id": -1})
     return updates, [{"type": "assert-view-uuid", "uuid": uuid}]
 
@@ -272,8 +346,9 @@ def java_replace(uuid: str, sql: str, schema: dict | None = None, **version_extr
 def test_replace_adds_schema_and_version(api: Api) -> None:
     created = api.create("v")
     uuid = created["metadata"]["view-uuid"]
-    updates, reqs = java_replace(uuid, "SELECT 1 AS id, 'x' AS name",
-                                 schema_json((1, "id", "long"), (2, "name", "string"), schema_id=1))
+    updates, reqs = java_replace(
+        uuid, "SELECT 1 AS id, 'x' AS name", schema_json((1, "id", "long"), (2, "name", "string"), schema_id=1)
+    )
     res = api.commit("v", updates, reqs, expect=200).json()
     md = res["metadata"]
     assert md["view-uuid"] == uuid and md["current-version-id"] == 2
@@ -289,9 +364,11 @@ def test_replace_adds_schema_and_version(api: Api) -> None:
     assert api.ok("GET", f"{VIEWS}/v") == res
 
     # next commit: version id -1 means "a new id", schema -1 resolves to the re-added (existing) schema
-    updates = [{"action": "add-schema", "schema": schema_json((1, "id", "long"), schema_id=99)},
-               {"action": "add-view-version", "view-version": version_json("SELECT 2 AS id", schema_id=-1, version_id=-1)},
-               {"action": "set-current-view-version", "view-version-id": -1}]
+    updates = [
+        {"action": "add-schema", "schema": schema_json((1, "id", "long"), schema_id=99)},
+        {"action": "add-view-version", "view-version": version_json("SELECT 2 AS id", schema_id=-1, version_id=-1)},
+        {"action": "set-current-view-version", "view-version-id": -1},
+    ]
     md3 = api.commit("v", updates, expect=200).json()
     assert Path(md3["metadata-location"]).name.startswith("00002-")
     md3 = md3["metadata"]
@@ -308,10 +385,18 @@ def test_replace_reuses_identical_version(api: Api) -> None:
     assert res == created
     assert len(list(local_path(created["metadata-location"]).parent.iterdir())) == 1
     # move to version 2, then back to the (reused) version 1
-    api.commit("v", [{"action": "add-view-version", "view-version": version_json("SELECT 2 AS id", version_id=2)},
-                     {"action": "set-current-view-version", "view-version-id": 2}], expect=200)
+    api.commit(
+        "v",
+        [
+            {"action": "add-view-version", "view-version": version_json("SELECT 2 AS id", version_id=2)},
+            {"action": "set-current-view-version", "view-version-id": 2},
+        ],
+        expect=200,
+    )
     before = int(time.time() * 1000)
-    md = api.commit("v", [same, {"action": "set-current-view-version", "view-version-id": -1}], expect=200).json()["metadata"]
+    md = api.commit("v", [same, {"action": "set-current-view-version", "view-version-id": -1}], expect=200).json()[
+        "metadata"
+    ]
     assert [v["version-id"] for v in md["versions"]] == [1, 2]
     assert md["current-version-id"] == 1
     assert [e["version-id"] for e in md["version-log"]] == [1, 2, 1]
@@ -325,59 +410,129 @@ def test_replace_properties_location_uuid_format(api: Api) -> None:
     created = api.create("v", properties={"a": "1", "b": "2"})
     uuid = created["metadata"]["view-uuid"]
     new_loc = f"{api.warehouse}/moved"
-    res = api.commit("v", [
-        {"action": "assign-uuid", "uuid": uuid},
-        {"action": "upgrade-format-version", "format-version": 1},
-        {"action": "set-properties", "updates": {"b": "20", "c": "3"}},
-        {"action": "remove-properties", "removals": ["a", "not-there"]},
-        {"action": "set-location", "location": new_loc + "/"},
-    ], [{"type": "assert-view-uuid", "uuid": uuid}], expect=200).json()
+    res = api.commit(
+        "v",
+        [
+            {"action": "assign-uuid", "uuid": uuid},
+            {"action": "upgrade-format-version", "format-version": 1},
+            {"action": "set-properties", "updates": {"b": "20", "c": "3"}},
+            {"action": "remove-properties", "removals": ["a", "not-there"]},
+            {"action": "set-location", "location": new_loc + "/"},
+        ],
+        [{"type": "assert-view-uuid", "uuid": uuid}],
+        expect=200,
+    ).json()
     md = res["metadata"]
     assert md["properties"] == {"b": "20", "c": "3"}
     assert md["location"] == new_loc and md["view-uuid"] == uuid and md["format-version"] == 1
     assert res["metadata-location"].startswith(f"{new_loc}/metadata/00001-")
     assert md["versions"] == created["metadata"]["versions"] and md["version-log"] == created["metadata"]["version-log"]
     # only no-op updates: same metadata back
-    assert api.commit("v", [{"action": "assign-uuid", "uuid": uuid}, {"action": "set-location", "location": new_loc}],
-                      expect=200).json() == res
+    assert (
+        api.commit(
+            "v", [{"action": "assign-uuid", "uuid": uuid}, {"action": "set-location", "location": new_loc}], expect=200
+        ).json()
+        == res
+    )
 
 
-@pytest.mark.parametrize("updates,reqs,status,type_", [
-    ([{"action": "set-properties", "updates": {"x": "1"}}], [{"type": "assert-view-uuid", "uuid": "wrong"}], 409, "CommitFailedException"),
-    ([{"action": "assign-uuid", "uuid": "another-uuid"}], None, 400, "BadRequestException"),
-    ([{"action": "upgrade-format-version", "format-version": 2}], None, 400, "BadRequestException"),
-    ([{"action": "upgrade-format-version", "format-version": 0}], None, 400, "BadRequestException"),
-    ([{"action": "add-spec", "spec": {}}], None, 400, "BadRequestException"),
-    ([{"action": "no-such-action"}], None, 400, "BadRequestException"),
-    ([{"action": "set-current-view-version", "view-version-id": 9}], None, 400, "BadRequestException"),
-    ([{"action": "set-current-view-version", "view-version-id": -1}], None, 400, "BadRequestException"),
-    ([{"action": "add-view-version", "view-version": version_json(schema_id=5)}], None, 400, "BadRequestException"),
-    ([{"action": "add-view-version", "view-version": version_json("SELECT 9", schema_id=-1)}], None, 400, "BadRequestException"),
-    ([{"action": "add-view-version", "view-version": {**version_json(), "representations": [
-        {"type": "sql", "sql": "a", "dialect": "spark"}, {"type": "sql", "sql": "b", "dialect": "SPARK"}]}}], None, 400, "BadRequestException"),
-    # dropping the spark dialect is refused unless replace.drop-dialect.allowed
-    ([{"action": "add-view-version", "view-version": version_json("SELECT 1", dialect="trino", version_id=2)},
-      {"action": "set-current-view-version", "view-version-id": -1}], None, 400, "BadRequestException"),
-    ([{"action": "set-properties", "updates": {"version.history.num-entries": "0"}}], None, 400, "BadRequestException"),
-    ([{"action": "set-properties", "updates": {"version.history.num-entries": "many"}}], None, 400, "BadRequestException"),
-    ([{"action": "set-location", "location": "file:///tmp/not-the-warehouse"}], None, 400, "BadRequestException"),
-    ([{"action": "set-location", "location": ""}], None, 400, "BadRequestException"),
-    ([{"action": "add-schema", "schema": schema_json((1, "a", "long"), (1, "b", "long"))}], None, 400, "BadRequestException"),
-    ([{"action": "set-properties", "updates": {"x": 1}}], None, 400, "BadRequestException"),
-    ([], [{"type": "assert-table-uuid", "uuid": "x"}], 400, "BadRequestException"),
-])
+@pytest.mark.parametrize(
+    "updates,reqs,status,type_",
+    [
+        (
+            [{"action": "set-properties", "updates": {"x": "1"}}],
+            [{"type": "assert-view-uuid", "uuid": "wrong"}],
+            409,
+            "CommitFailedException",
+        ),
+        ([{"action": "assign-uuid", "uuid": "another-uuid"}], None, 400, "BadRequestException"),
+        ([{"action": "upgrade-format-version", "format-version": 2}], None, 400, "BadRequestException"),
+        ([{"action": "upgrade-format-version", "format-version": 0}], None, 400, "BadRequestException"),
+        ([{"action": "add-spec", "spec": {}}], None, 400, "BadRequestException"),
+        ([{"action": "no-such-action"}], None, 400, "BadRequestException"),
+        ([{"action": "set-current-view-version", "view-version-id": 9}], None, 400, "BadRequestException"),
+        ([{"action": "set-current-view-version", "view-version-id": -1}], None, 400, "BadRequestException"),
+        ([{"action": "add-view-version", "view-version": version_json(schema_id=5)}], None, 400, "BadRequestException"),
+        (
+            [{"action": "add-view-version", "view-version": version_json("SELECT 9", schema_id=-1)}],
+            None,
+            400,
+            "BadRequestException",
+        ),
+        (
+            [
+                {
+                    "action": "add-view-version",
+                    "view-version": {
+                        **version_json(),
+                        "representations": [
+                            {"type": "sql", "sql": "a", "dialect": "spark"},
+                            {"type": "sql", "sql": "b", "dialect": "SPARK"},
+                        ],
+                    },
+                }
+            ],
+            None,
+            400,
+            "BadRequestException",
+        ),
+        # dropping the spark dialect is refused unless replace.drop-dialect.allowed
+        (
+            [
+                {"action": "add-view-version", "view-version": version_json("SELECT 1", dialect="trino", version_id=2)},
+                {"action": "set-current-view-version", "view-version-id": -1},
+            ],
+            None,
+            400,
+            "BadRequestException",
+        ),
+        (
+            [{"action": "set-properties", "updates": {"version.history.num-entries": "0"}}],
+            None,
+            400,
+            "BadRequestException",
+        ),
+        (
+            [{"action": "set-properties", "updates": {"version.history.num-entries": "many"}}],
+            None,
+            400,
+            "BadRequestException",
+        ),
+        ([{"action": "set-location", "location": "file:///tmp/not-the-warehouse"}], None, 400, "BadRequestException"),
+        ([{"action": "set-location", "location": ""}], None, 400, "BadRequestException"),
+        (
+            [{"action": "add-schema", "schema": schema_json((1, "a", "long"), (1, "b", "long"))}],
+            None,
+            400,
+            "BadRequestException",
+        ),
+        ([{"action": "set-properties", "updates": {"x": 1}}], None, 400, "BadRequestException"),
+        ([], [{"type": "assert-table-uuid", "uuid": "x"}], 400, "BadRequestException"),
+    ],
+)
 def test_replace_rejections(api: Api, updates: list, reqs: list | None, status: int, type_: str) -> None:
     created = api.create("v")
-    api.error("POST", f"{VIEWS}/v", status, type_, {"updates": updates, **({"requirements": reqs} if reqs is not None else {})})
+    api.error(
+        "POST",
+        f"{VIEWS}/v",
+        status,
+        type_,
+        {"updates": updates, **({"requirements": reqs} if reqs is not None else {})},
+    )
     assert api.ok("GET", f"{VIEWS}/v") == created  # nothing changed
 
 
 def test_replace_dialect_drop_allowed_and_identifier(api: Api) -> None:
     uuid = api.create("v", properties={"replace.drop-dialect.allowed": "true"})["metadata"]["view-uuid"]
-    md = api.commit("v", [
-        {"action": "add-view-version", "view-version": version_json("SELECT 1", dialect="trino", version_id=2)},
-        {"action": "set-current-view-version", "view-version-id": -1}],
-        [{"type": "assert-view-uuid", "uuid": uuid}], expect=200).json()["metadata"]
+    md = api.commit(
+        "v",
+        [
+            {"action": "add-view-version", "view-version": version_json("SELECT 1", dialect="trino", version_id=2)},
+            {"action": "set-current-view-version", "view-version-id": -1},
+        ],
+        [{"type": "assert-view-uuid", "uuid": uuid}],
+        expect=200,
+    ).json()["metadata"]
     assert md["versions"][-1]["representations"][0]["dialect"] == "trino"
     body = {"identifier": {"namespace": ["ns"], "name": "other"}, "updates": []}
     api.error("POST", f"{VIEWS}/v", 400, "BadRequestException", body)
@@ -389,9 +544,14 @@ def test_replace_dialect_drop_allowed_and_identifier(api: Api) -> None:
 def test_version_expiry(api: Api) -> None:
     api.create("v", properties={"version.history.num-entries": "2"})
     for i in range(2, 5):
-        md = api.commit("v", [
-            {"action": "add-view-version", "view-version": version_json(f"SELECT {i}", version_id=i)},
-            {"action": "set-current-view-version", "view-version-id": -1}], expect=200).json()["metadata"]
+        md = api.commit(
+            "v",
+            [
+                {"action": "add-view-version", "view-version": version_json(f"SELECT {i}", version_id=i)},
+                {"action": "set-current-view-version", "view-version-id": -1},
+            ],
+            expect=200,
+        ).json()["metadata"]
     assert [v["version-id"] for v in md["versions"]] == [3, 4]
     assert [e["version-id"] for e in md["version-log"]] == [3, 4]
     assert md["current-version-id"] == 4
@@ -416,7 +576,13 @@ def test_optimistic_concurrency(api: Api, monkeypatch: pytest.MonkeyPatch) -> No
     assert Path(res["metadata-location"]).name.startswith("00002-")
     # a commit that never wins fails with CommitFailedException and leaves no orphan files
     monkeypatch.setattr(view_routes.ViewStore, "swap", lambda *a: False)
-    api.error("POST", f"{VIEWS}/v", 409, "CommitFailedException", {"updates": [{"action": "set-properties", "updates": {"z": "1"}}]})
+    api.error(
+        "POST",
+        f"{VIEWS}/v",
+        409,
+        "CommitFailedException",
+        {"updates": [{"action": "set-properties", "updates": {"z": "1"}}]},
+    )
     folder = local_path(created["metadata-location"]).parent
     assert len(list(folder.iterdir())) == 3
 
@@ -429,8 +595,10 @@ def test_rename(api: Api) -> None:
     rename = f"{P}/views/rename"
 
     def body(src: tuple, dst: tuple) -> dict:
-        return {"source": {"namespace": list(src[:-1]), "name": src[-1]},
-                "destination": {"namespace": list(dst[:-1]), "name": dst[-1]}}
+        return {
+            "source": {"namespace": list(src[:-1]), "name": src[-1]},
+            "destination": {"namespace": list(dst[:-1]), "name": dst[-1]},
+        }
 
     api.error("POST", rename, 404, "NoSuchViewException", body(("ns", "missing"), ("ns", "x")))
     api.error("POST", rename, 404, "NoSuchNamespaceException", body(("ns", "v"), ("missing", "x")))
@@ -460,11 +628,17 @@ def test_forbidden_everywhere_reveals_nothing(api: Api) -> None:
     uuid, location = created["metadata"]["view-uuid"], created["metadata"]["location"]
     rename = {"source": {"namespace": ["ns"], "name": "v"}, "destination": {"namespace": ["ns"], "name": "w"}}
     calls = [
-        ("GET", VIEWS, None), ("POST", VIEWS, create_body("new")), ("GET", f"{VIEWS}/v", None),
-        ("POST", f"{VIEWS}/v", {"updates": []}), ("DELETE", f"{VIEWS}/v", None), ("POST", f"{P}/views/rename", rename),
+        ("GET", VIEWS, None),
+        ("POST", VIEWS, create_body("new")),
+        ("GET", f"{VIEWS}/v", None),
+        ("POST", f"{VIEWS}/v", {"updates": []}),
+        ("DELETE", f"{VIEWS}/v", None),
+        ("POST", f"{P}/views/rename", rename),
         # nonexistent things answer 403 too, never 404
-        ("GET", f"{P}/namespaces/missing/views", None), ("GET", f"{VIEWS}/missing", None),
-        ("POST", f"{P}/namespaces/missing/views", create_body("new")), ("DELETE", f"{VIEWS}/missing", None),
+        ("GET", f"{P}/namespaces/missing/views", None),
+        ("GET", f"{VIEWS}/missing", None),
+        ("POST", f"{P}/namespaces/missing/views", create_body("new")),
+        ("DELETE", f"{VIEWS}/missing", None),
     ]
     for method, path, body in calls:
         r = api.call(method, path, "nobody", body, expect=403)
@@ -492,7 +666,9 @@ def test_privileges_per_endpoint(api: Api) -> None:
     d.grant("readers", "VIEW_LIST", "namespace ns")
     d.grant("readers", "VIEW_WRITE_PROPERTIES", "view ns.v")
     assert api.ok("GET", VIEWS, who="alice")["identifiers"]
-    api.call("POST", f"{VIEWS}/v", "alice", {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}, expect=200)
+    api.call(
+        "POST", f"{VIEWS}/v", "alice", {"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}, expect=200
+    )
     api.call("POST", VIEWS, "alice", create_body("new"), expect=403)
     # rename needs VIEW_DROP on the source and VIEW_CREATE on the destination namespace
     rename = {"source": {"namespace": ["ns"], "name": "v"}, "destination": {"namespace": ["other"], "name": "v"}}
@@ -506,32 +682,64 @@ def test_privileges_per_endpoint(api: Api) -> None:
 
 
 # ---------------------------------------------------------------- malformed input
-@pytest.mark.parametrize("raw", [
-    b"", b"not json", b"[]", b"null", b"42", b'{"name": "x"}',
-    json.dumps(create_body("x", schema={"type": "struct", "fields": "nope"})).encode(),
-    json.dumps(create_body("x", schema={"type": "struct", "fields": [{"id": 1, "name": "a", "type": "no-such-type", "required": False}]})).encode(),
-    json.dumps(create_body("x", schema={**schema_json((1, "a", "long")), "identifier-field-ids": [9]})).encode(),
-    json.dumps(create_body("x", **{"view-version": {**version_json(), "representations": [{"type": "other"}]}})).encode(),
-    json.dumps(create_body("x", **{"view-version": {**version_json(), "default-namespace": "ns"}})).encode(),
-    json.dumps(create_body("x", properties={"a": {"b": 1}})).encode(),
-    json.dumps(create_body("")).encode(), json.dumps(create_body("a/b")).encode(),
-    json.dumps(create_body(["x"])).encode(),
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"not json",
+        b"[]",
+        b"null",
+        b"42",
+        b'{"name": "x"}',
+        json.dumps(create_body("x", schema={"type": "struct", "fields": "nope"})).encode(),
+        json.dumps(
+            create_body(
+                "x",
+                schema={
+                    "type": "struct",
+                    "fields": [{"id": 1, "name": "a", "type": "no-such-type", "required": False}],
+                },
+            )
+        ).encode(),
+        json.dumps(create_body("x", schema={**schema_json((1, "a", "long")), "identifier-field-ids": [9]})).encode(),
+        json.dumps(
+            create_body("x", **{"view-version": {**version_json(), "representations": [{"type": "other"}]}})
+        ).encode(),
+        json.dumps(create_body("x", **{"view-version": {**version_json(), "default-namespace": "ns"}})).encode(),
+        json.dumps(create_body("x", properties={"a": {"b": 1}})).encode(),
+        json.dumps(create_body("")).encode(),
+        json.dumps(create_body("a/b")).encode(),
+        json.dumps(create_body(["x"])).encode(),
+    ],
+)
 def test_malformed_create(api: Api, raw: bytes) -> None:
     r = api.call("POST", VIEWS, raw=raw, expect=400)
     assert r.json()["error"]["type"] == "BadRequestException"
 
 
-@pytest.mark.parametrize("path,raw", [
-    (f"{VIEWS}/v", b""), (f"{VIEWS}/v", b"{"), (f"{VIEWS}/v", b'{"updates": {}}'), (f"{VIEWS}/v", b'{"updates": [1]}'),
-    (f"{VIEWS}/v", b'{"updates": [{"action": "add-view-version", "view-version": {}}]}'),
-    (f"{VIEWS}/v", b'{"updates": [{"action": "set-current-view-version", "view-version-id": "x"}]}'),
-    (f"{VIEWS}/v", b'{"updates": [], "requirements": [{"type": "assert-view-uuid"}]}'),
-    (f"{VIEWS}/v", b'{"updates": [], "identifier": {"namespace": [], "name": "v"}}'),
-    (f"{P}/views/rename", b"{}"), (f"{P}/views/rename", b'{"source": {"namespace": ["ns"], "name": "v"}}'),
-    (f"{P}/views/rename", b'{"source": {"namespace": [], "name": "v"}, "destination": {"namespace": ["ns"], "name": "w"}}'),
-    (f"{P}/views/rename", b'{"source": {"namespace": ["ns"], "name": "v"}, "destination": {"namespace": ["a.b"], "name": "w"}}'),
-])
+@pytest.mark.parametrize(
+    "path,raw",
+    [
+        (f"{VIEWS}/v", b""),
+        (f"{VIEWS}/v", b"{"),
+        (f"{VIEWS}/v", b'{"updates": {}}'),
+        (f"{VIEWS}/v", b'{"updates": [1]}'),
+        (f"{VIEWS}/v", b'{"updates": [{"action": "add-view-version", "view-version": {}}]}'),
+        (f"{VIEWS}/v", b'{"updates": [{"action": "set-current-view-version", "view-version-id": "x"}]}'),
+        (f"{VIEWS}/v", b'{"updates": [], "requirements": [{"type": "assert-view-uuid"}]}'),
+        (f"{VIEWS}/v", b'{"updates": [], "identifier": {"namespace": [], "name": "v"}}'),
+        (f"{P}/views/rename", b"{}"),
+        (f"{P}/views/rename", b'{"source": {"namespace": ["ns"], "name": "v"}}'),
+        (
+            f"{P}/views/rename",
+            b'{"source": {"namespace": [], "name": "v"}, "destination": {"namespace": ["ns"], "name": "w"}}',
+        ),
+        (
+            f"{P}/views/rename",
+            b'{"source": {"namespace": ["ns"], "name": "v"}, "destination": {"namespace": ["a.b"], "name": "w"}}',
+        ),
+    ],
+)
 def test_malformed_commit_and_rename(api: Api, path: str, raw: bytes) -> None:
     api.create("v")
     r = api.call("POST", path, raw=raw, expect=400)
@@ -550,10 +758,15 @@ def test_pyiceberg_rest_client(api: Api) -> None:
 
     app = api.client.app
     app.state.endpoints = [
-        "GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
-        "GET /v1/{prefix}/namespaces/{namespace}/views", "POST /v1/{prefix}/namespaces/{namespace}/views",
-        "GET /v1/{prefix}/namespaces/{namespace}/views/{view}", "HEAD /v1/{prefix}/namespaces/{namespace}/views/{view}",
-        "POST /v1/{prefix}/namespaces/{namespace}/views/{view}", "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}",
+        "GET /v1/{prefix}/namespaces",
+        "POST /v1/{prefix}/namespaces",
+        "GET /v1/{prefix}/namespaces/{namespace}",
+        "GET /v1/{prefix}/namespaces/{namespace}/views",
+        "POST /v1/{prefix}/namespaces/{namespace}/views",
+        "GET /v1/{prefix}/namespaces/{namespace}/views/{view}",
+        "HEAD /v1/{prefix}/namespaces/{namespace}/views/{view}",
+        "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
+        "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}",
         "POST /v1/{prefix}/views/rename",
     ]
     with socket.socket() as s:
@@ -567,8 +780,15 @@ def test_pyiceberg_rest_client(api: Api) -> None:
         while not server.started and time.time() < deadline:
             time.sleep(0.02)
         cat = RestCatalog("rest", uri=f"http://127.0.0.1:{port}", token="admin", warehouse="lakesession")
-        version = ViewVersion(version_id=1, schema_id=0, summary={}, default_namespace=("ns",),
-                              representations=[ViewRepresentation(SQLViewRepresentation(type="sql", sql="SELECT 1 AS id", dialect="spark"))])
+        version = ViewVersion(
+            version_id=1,
+            schema_id=0,
+            summary={},
+            default_namespace=("ns",),
+            representations=[
+                ViewRepresentation(SQLViewRepresentation(type="sql", sql="SELECT 1 AS id", dialect="spark"))
+            ],
+        )
         view = cat.create_view(("ns", "pv"), Schema(NestedField(1, "id", LongType(), required=False)), version)
         assert view.metadata.current_version_id == 1
         assert ("ns", "pv") in cat.list_views("ns")

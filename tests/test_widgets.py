@@ -53,8 +53,9 @@ def reader(lake) -> Any:  # type: ignore[no-untyped-def]
     schema = Schema(NestedField(1, "id", LongType(), required=False))
     t = create_table(lake.catalog, TABLE, schema, lake.credential_store, lake._token, lake.uri, mode="write")
     t.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
-    s = lakesession.connect(uri=emb.uri, credential=f"{WHO}:{SECRET}", token_url=emb.token_endpoint,
-                            warehouse=emb.warehouse)
+    s = lakesession.connect(
+        uri=emb.uri, credential=f"{WHO}:{SECRET}", token_url=emb.token_endpoint, warehouse=emb.warehouse
+    )
     s.loaded = s.table(TABLE)  # type: ignore[attr-defined]
     assert s.loaded.scan().to_arrow().num_rows == 3  # type: ignore[attr-defined]
     yield s
@@ -65,7 +66,9 @@ def secrets_of(session: Any) -> list[str]:
     out = [SECRET, session.identity.token()]
     for name in session.credential_store.tables():
         for c in session.credential_store.entry(name).credentials:
-            out += [v for k, v in c.config.items() if k in ("s3.access-key-id", "s3.secret-access-key", "s3.session-token")]
+            out += [
+                v for k, v in c.config.items() if k in ("s3.access-key-id", "s3.secret-access-key", "s3.session-token")
+            ]
     return [s for s in out if s]
 
 
@@ -166,4 +169,6 @@ def test_html_fallbacks_without_widgets(reader) -> None:  # type: ignore[no-unty
     cr = credentials(reader, widget=False)
     assert TABLE in cr._repr_html_() and TABLE in repr(cr)
     assert _html.duration(3725) == "1 h 02 min" and _html.duration(None) == "unknown"
-    assert "&lt;script&gt;" in _html.grants_html([{"securable": "<script>", "privileges": "", "granted": "", "roles": ""}])
+    assert "&lt;script&gt;" in _html.grants_html(
+        [{"securable": "<script>", "privileges": "", "granted": "", "roles": ""}]
+    )

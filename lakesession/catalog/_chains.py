@@ -70,8 +70,10 @@ def encode_referenced_by(chain: list[tuple[tuple[str, ...], str]], separator: st
     parts = []
     for namespace, name in chain:
         if not namespace:
-            raise ViewChainError(f"View {name!r} has no namespace: referenced-by needs namespace and view name. "
-                                 f"Qualify the view or set the view's default-namespace.")
+            raise ViewChainError(
+                f"View {name!r} has no namespace: referenced-by needs namespace and view name. "
+                f"Qualify the view or set the view's default-namespace."
+            )
         parts.append(quote(sep.join((*namespace, name)), safe=""))
     return ",".join(parts)
 
@@ -105,9 +107,19 @@ class ChainNode:
         parents: list[str] = []
         for depth, node in self.walk():
             del parents[depth:]
-            rows.append({"depth": depth, "object": node.object, "kind": node.kind, "security": node.security,
-                         "owner": node.owner, "user_in_effect": node.user_in_effect, "decision": node.decision,
-                         "parent": parents[-1] if parents else None, "note": node.note})
+            rows.append(
+                {
+                    "depth": depth,
+                    "object": node.object,
+                    "kind": node.kind,
+                    "security": node.security,
+                    "owner": node.owner,
+                    "user_in_effect": node.user_in_effect,
+                    "decision": node.decision,
+                    "parent": parents[-1] if parents else None,
+                    "note": node.note,
+                }
+            )
             parents.append(node.object)
         return rows
 
@@ -125,8 +137,10 @@ class ChainNode:
     def _html_item(self) -> str:
         e = html.escape
         colors = {"allow": "#2e7d32", "deny": "#c62828", "missing": "#6d4c41"}
-        badge = ('<span style="background:{};color:#fff;border-radius:3px;padding:0 4px;'
-                 'margin-left:4px;font-size:85%">{}</span>')
+        badge = (
+            '<span style="background:{};color:#fff;border-radius:3px;padding:0 4px;'
+            'margin-left:4px;font-size:85%">{}</span>'
+        )
         out = f"<code>{e(self.object)}</code>" + badge.format("#455a64", e(self.kind))
         if self.security:
             sec = self.security + (f" · owner {self.owner}" if self.owner else "")
@@ -168,9 +182,11 @@ def _pick_sql(version: dict[str, Any]) -> tuple[str, str]:
     reps = [r for r in version.get("representations") or [] if r.get("type") == "sql" and r.get("sql")]
     if not reps:
         raise ViewChainError("The view has no SQL representation. Recreate it with an engine that stores its SQL.")
-    for pick in (lambda r: (r.get("dialect") or "").lower() == "spark",
-                 lambda r: Dialect.get((r.get("dialect") or "").lower()) is not None,
-                 lambda r: True):
+    for pick in (
+        lambda r: (r.get("dialect") or "").lower() == "spark",
+        lambda r: Dialect.get((r.get("dialect") or "").lower()) is not None,
+        lambda r: True,
+    ):
         rep = next((r for r in reps if pick(r)), None)
         if rep is not None:
             return rep["sql"], _dialect(rep.get("dialect"))
@@ -180,8 +196,11 @@ def _pick_sql(version: dict[str, Any]) -> tuple[str, str]:
 def table_refs(tree: exp.Expression) -> list[exp.Table]:
     """The table/view references in a parsed statement: CTE names, table functions and UNNEST excluded."""
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-    return [t for t in tree.find_all(exp.Table, bfs=False)
-            if isinstance(t.this, (exp.Identifier, exp.Dot)) and not (len(t.parts) == 1 and t.parts[0].name.lower() in ctes)]
+    return [
+        t
+        for t in tree.find_all(exp.Table, bfs=False)
+        if isinstance(t.this, (exp.Identifier, exp.Dot)) and not (len(t.parts) == 1 and t.parts[0].name.lower() in ctes)
+    ]
 
 
 def references(sql: str, dialect: str) -> list[list[str]]:
@@ -189,8 +208,9 @@ def references(sql: str, dialect: str) -> list[list[str]]:
     try:
         tree = sqlglot.parse_one(sql, read=_dialect(dialect))
     except sqlglot.errors.ParseError as exc:
-        raise ViewChainError(f"Cannot parse the view's SQL ({dialect}): {exc}. "
-                             f"Check the view's representation dialect.") from exc
+        raise ViewChainError(
+            f"Cannot parse the view's SQL ({dialect}): {exc}. Check the view's representation dialect."
+        ) from exc
     seen: list[list[str]] = []
     for table in table_refs(tree):
         parts = [p.name for p in table.parts]
@@ -215,8 +235,10 @@ def _classify(parts: list[str], version: dict[str, Any], local: set[str]) -> tup
     known = local | ({default_cat.lower()} if default_cat else set())
     if len(parts) == 1:
         if not default_ns:
-            raise ViewChainError(f"Unqualified reference {parts[0]!r} in a view without a default-namespace. "
-                                 f"Qualify it in the view's SQL or set the view's default-namespace.")
+            raise ViewChainError(
+                f"Unqualified reference {parts[0]!r} in a view without a default-namespace. "
+                f"Qualify it in the view's SQL or set the view's default-namespace."
+            )
         return (default_ns, parts[0]), ".".join((*default_ns, parts[0]))
     if len(parts) >= 3 and parts[0].lower() in known:
         parts = parts[1:]
@@ -233,7 +255,9 @@ class _Client:
     def _url(self, kind: str, ident: ViewId, chain: list[ViewId], extra: str = "") -> str:
         ns = quote(_separator(self.separator).join(ident[0]), safe="")
         url = f"{self.base}namespaces/{ns}/{kind}/{quote(ident[1], safe='')}"
-        query = [q for q in (extra, f"referenced-by={encode_referenced_by(chain, self.separator)}" if chain else "") if q]
+        query = [
+            q for q in (extra, f"referenced-by={encode_referenced_by(chain, self.separator)}" if chain else "") if q
+        ]
         return url + ("?" + "&".join(query) if query else "")
 
     def get(self, kind: str, ident: ViewId, chain: list[ViewId]) -> tuple[int, Any]:
@@ -246,10 +270,14 @@ class _Client:
         if response.status_code in (200, 403, 404):
             return response.status_code, body
         message = (body.get("error") or {}).get("message") if isinstance(body, dict) else None
-        hint = {401: " Your token was rejected: log in again.",
-                400: " The catalog rejected the chain (too many views, or a malformed identifier)."}
-        raise ViewChainError(f"Loading {kind[:-1]} {_dotted(ident)} answered {response.status_code}: "
-                             f"{message or response.text[:200]}.{hint.get(response.status_code, ' Retry, or ask the catalog operator.')}")
+        hint = {
+            401: " Your token was rejected: log in again.",
+            400: " The catalog rejected the chain (too many views, or a malformed identifier).",
+        }
+        raise ViewChainError(
+            f"Loading {kind[:-1]} {_dotted(ident)} answered {response.status_code}: "
+            f"{message or response.text[:200]}.{hint.get(response.status_code, ' Retry, or ask the catalog operator.')}"
+        )
 
 
 def _message(body: Any) -> str | None:
@@ -257,9 +285,18 @@ def _message(body: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- resolution
-def resolve(catalog: RestCatalog, name: str, *, token: Callable[[], str], uri: str, prefix: str | None = None,
-            max_depth: int = MAX_DEPTH, separator: str | None = None, owner_property: str = OWNER_PROPERTY,
-            catalog_names: Iterable[str] = ()) -> ChainNode:
+def resolve(
+    catalog: RestCatalog,
+    name: str,
+    *,
+    token: Callable[[], str],
+    uri: str,
+    prefix: str | None = None,
+    max_depth: int = MAX_DEPTH,
+    separator: str | None = None,
+    owner_property: str = OWNER_PROPERTY,
+    catalog_names: Iterable[str] = (),
+) -> ChainNode:
     """Resolve the view (or table) ``name`` into its chain tree, with the catalog's decision per node.
 
     Args:
@@ -293,12 +330,22 @@ def resolve(catalog: RestCatalog, name: str, *, token: Callable[[], str], uri: s
     return _node(client, ident, name, [], principal_of(token()), max_depth, owner_property, local)
 
 
-def _node(client: _Client, ident: ViewId, display: str, chain: list[ViewId], user: str, max_depth: int,
-          owner_property: str, local: set[str]) -> ChainNode:
+def _node(
+    client: _Client,
+    ident: ViewId,
+    display: str,
+    chain: list[ViewId],
+    user: str,
+    max_depth: int,
+    owner_property: str,
+    local: set[str],
+) -> ChainNode:
     if ident in chain:
-        cycle = " → ".join(_dotted(v) for v in chain[chain.index(ident):] + [ident])
-        raise ViewChainError(f"View cycle: {cycle}. A view must not read itself, directly or through other "
-                             f"views: replace one of them (CREATE OR REPLACE VIEW) to break the cycle.")
+        cycle = " → ".join(_dotted(v) for v in [*chain[chain.index(ident) :], ident])
+        raise ViewChainError(
+            f"View cycle: {cycle}. A view must not read itself, directly or through other "
+            f"views: replace one of them (CREATE OR REPLACE VIEW) to break the cycle."
+        )
     status, body = client.get("views", ident, chain)
     if status == 200:
         return _view_node(client, ident, display, chain, user, body, max_depth, owner_property, local)
@@ -312,28 +359,47 @@ def _node(client: _Client, ident: ViewId, display: str, chain: list[ViewId], use
         return ChainNode(display, "view", None, None, user, "deny", note=_message(view_body))
     if view_status == 404:
         return ChainNode(display, "table", None, None, user, "deny", note=_message(body))
-    return ChainNode(display, "unknown", None, None, user, "deny",
-                     note="refused both as a view and as a table (the catalog does not say which it is)")
+    return ChainNode(
+        display,
+        "unknown",
+        None,
+        None,
+        user,
+        "deny",
+        note="refused both as a view and as a table (the catalog does not say which it is)",
+    )
 
 
-def _view_node(client: _Client, ident: ViewId, display: str, chain: list[ViewId], user: str, body: Any,
-               max_depth: int, owner_property: str, local: set[str]) -> ChainNode:
+def _view_node(
+    client: _Client,
+    ident: ViewId,
+    display: str,
+    chain: list[ViewId],
+    user: str,
+    body: Any,
+    max_depth: int,
+    owner_property: str,
+    local: set[str],
+) -> ChainNode:
     metadata = body.get("metadata") or {}
     props = metadata.get("properties") or {}
     owner = props.get(owner_property)
     node = ChainNode(display, "view", "DEFINER" if owner is not None else "INVOKER", owner, user, "allow")
     path = [*chain, ident]
     if len(path) > max_depth:
-        raise ViewChainError(f"View chain deeper than {max_depth}: {' → '.join(_dotted(v) for v in path)}. "
-                             f"Catalogs refuse longer referenced-by chains: flatten some of the views.")
+        raise ViewChainError(
+            f"View chain deeper than {max_depth}: {' → '.join(_dotted(v) for v in path)}. "
+            f"Catalogs refuse longer referenced-by chains: flatten some of the views."
+        )
     version = current_version(metadata, display)
     sql, dialect = _pick_sql(version)
     below = owner if owner is not None else user
     for parts in references(sql, dialect):
         child, child_display = _classify(parts, version, local)
         if child is None:
-            node.children.append(ChainNode(child_display, "external", None, None, below, None,
-                                           note="in another catalog: not followed"))
+            node.children.append(
+                ChainNode(child_display, "external", None, None, below, None, note="in another catalog: not followed")
+            )
             continue
         node.children.append(_node(client, child, child_display, path, below, max_depth, owner_property, local))
     return node

@@ -52,8 +52,14 @@ def _alias(table: exp.Table) -> str:
 
 
 class _Expander:
-    def __init__(self, client: _Client, catalog_name: str, current_namespace: tuple[str, ...] | None,
-                 chain_catalog: ChainCatalog, max_depth: int):
+    def __init__(
+        self,
+        client: _Client,
+        catalog_name: str,
+        current_namespace: tuple[str, ...] | None,
+        chain_catalog: ChainCatalog,
+        max_depth: int,
+    ):
         self.client = client
         self.catalog_name = catalog_name
         self.current_namespace = current_namespace
@@ -68,9 +74,11 @@ class _Expander:
         parts = [p.name for p in table.parts]
         internal = f"{self.catalog_name.lower()}__chain_"
         if parts[0].lower().startswith(internal):
-            raise ViewChainError(f"{'.'.join(parts)} names an internal view-chain catalog: reference the view "
-                                 f"instead (e.g. {self.catalog_name}.ns.view); tables read through a view are "
-                                 f"not reachable directly.")
+            raise ViewChainError(
+                f"{'.'.join(parts)} names an internal view-chain catalog: reference the view "
+                f"instead (e.g. {self.catalog_name}.ns.view); tables read through a view are "
+                f"not reachable directly."
+            )
         if len(parts) >= 3:
             if parts[0].lower() != self.catalog_name.lower():
                 return None  # another catalog
@@ -98,8 +106,10 @@ class _Expander:
         """The view's SQL as a tree (in Spark's dialect once rendered), its references rewritten."""
         path = [*chain, ident]
         if len(path) > self.max_depth:
-            raise ViewChainError(f"View chain deeper than {self.max_depth}: {' → '.join(map(_dotted, path))}. "
-                                 f"Catalogs refuse longer referenced-by chains: flatten some of the views.")
+            raise ViewChainError(
+                f"View chain deeper than {self.max_depth}: {' → '.join(map(_dotted, path))}. "
+                f"Catalogs refuse longer referenced-by chains: flatten some of the views."
+            )
         version = current_version(body.get("metadata") or {}, _dotted(ident))
         sql, dialect = _pick_sql(version)
         try:
@@ -113,9 +123,11 @@ class _Expander:
             if child is None:
                 continue  # another catalog: left as the view wrote it
             if child in path:
-                cycle = " → ".join(_dotted(v) for v in path[path.index(child):] + [child])
-                raise ViewChainError(f"View cycle: {cycle}. A view must not read itself, directly or through "
-                                     f"other views: replace one of them to break the cycle.")
+                cycle = " → ".join(_dotted(v) for v in [*path[path.index(child) :], child])
+                raise ViewChainError(
+                    f"View cycle: {cycle}. A view must not read itself, directly or through "
+                    f"other views: replace one of them to break the cycle."
+                )
             status, child_body = self.client.get("views", child, path)
             if status == 200:
                 table.replace(self._subquery(self.view(child, child_body, path), table))
@@ -137,8 +149,15 @@ class _Expander:
         return exp.Subquery(this=tree, alias=exp.TableAlias(this=exp.to_identifier(_alias(table))))
 
 
-def expand(query: str, *, client: _Client, catalog_name: str, current_namespace: tuple[str, ...] | None,
-           chain_catalog: ChainCatalog, max_depth: int = MAX_DEPTH) -> Expansion:
+def expand(
+    query: str,
+    *,
+    client: _Client,
+    catalog_name: str,
+    current_namespace: tuple[str, ...] | None,
+    chain_catalog: ChainCatalog,
+    max_depth: int = MAX_DEPTH,
+) -> Expansion:
     """``query`` with every view of ``catalog_name`` it reads expanded (see the module docstring).
 
     Args:

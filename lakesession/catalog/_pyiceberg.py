@@ -29,7 +29,9 @@ class TokenSourceAuthManager(AuthManager):
         return "TokenSourceAuthManager(***)"
 
 
-def rest_catalog(name: str, uri: str, source: _Source, *, warehouse: str | None = None, **properties: Any) -> RestCatalog:
+def rest_catalog(
+    name: str, uri: str, source: _Source, *, warehouse: str | None = None, **properties: Any
+) -> RestCatalog:
     props: dict[str, Any] = {
         "uri": uri,
         "auth": {

@@ -92,7 +92,8 @@ def _load_response(catalog: RestCatalog, ident: Identifier, access: str) -> Tabl
         params["snapshots"] = mode
     response = catalog._session.get(
         catalog.url(Endpoints.load_table, prefixed=True, **catalog._split_identifier_for_path(ident)),
-        params=params, headers={"X-Iceberg-Access-Delegation": access},
+        params=params,
+        headers={"X-Iceberg-Access-Delegation": access},
     )
     try:
         response.raise_for_status()
@@ -103,14 +104,23 @@ def _load_response(catalog: RestCatalog, ident: Identifier, access: str) -> Tabl
 
 def _refresh_url(catalog: RestCatalog, ident: Identifier, response: TableResponse, catalog_uri: str) -> str:
     endpoint = response.config.get(REFRESH_ENDPOINT) or next(
-        (c.config[REFRESH_ENDPOINT] for c in response.storage_credentials if c.config.get(REFRESH_ENDPOINT)), None)
+        (c.config[REFRESH_ENDPOINT] for c in response.storage_credentials if c.config.get(REFRESH_ENDPOINT)), None
+    )
     if endpoint is None:  # the spec's loadCredentials route
         endpoint = catalog.url(Endpoints.load_credentials, prefixed=True, **catalog._split_identifier_for_path(ident))
     return resolve_endpoint(catalog_uri, endpoint)
 
 
-def load_table(catalog: RestCatalog, identifier: str | Identifier, store: CredentialStore, token: Callable[[], str],
-               catalog_uri: str, *, access: str = VENDED, mode: str | None = None) -> Table:
+def load_table(
+    catalog: RestCatalog,
+    identifier: str | Identifier,
+    store: CredentialStore,
+    token: Callable[[], str],
+    catalog_uri: str,
+    *,
+    access: str = VENDED,
+    mode: str | None = None,
+) -> Table:
     """Load ``identifier`` as a pyiceberg ``Table`` reading and writing with fresh credentials.
 
     Args:
@@ -133,30 +143,58 @@ def load_table(catalog: RestCatalog, identifier: str | Identifier, store: Creden
     io: Any
     if access == SIGNING:
         if str(config.get("s3.remote-signing-enabled", "")).lower() != "true":
-            raise CredentialsError(f"The catalog did not enable remote signing for table {name}: "
-                                   f"load it with access='vended-credentials', or ask the catalog's operator.", name)
-        io_props = {**public_config(catalog_props), **props,
-                    AUTH_MANAGER: TokenSourceAuthManager(_CallableSource(token))}
+            raise CredentialsError(
+                f"The catalog did not enable remote signing for table {name}: "
+                f"load it with access='vended-credentials', or ask the catalog's operator.",
+                name,
+            )
+        io_props = {
+            **public_config(catalog_props),
+            **props,
+            AUTH_MANAGER: TokenSourceAuthManager(_CallableSource(token)),
+        }
         from ..credentials import SigningFileIO
 
         io = SigningFileIO(io_props)
     elif response.storage_credentials or any(is_secret_key(k) for k in config):
         from ..credentials import VendedFileIO
 
-        store.register(name, response.storage_credentials, config, location=metadata.location,
-                       refresh_url=_refresh_url(catalog, ident, response, catalog_uri), token=token, mode=mode)
+        store.register(
+            name,
+            response.storage_credentials,
+            config,
+            location=metadata.location,
+            refresh_url=_refresh_url(catalog, ident, response, catalog_uri),
+            token=token,
+            mode=mode,
+        )
         io = VendedFileIO({**catalog_props, **props}, store=store, table=name, location=metadata.location)
     else:  # nothing vended (e.g. a file:// warehouse): pyiceberg's own FileIO
         io = catalog._load_file_io(props, response.metadata_location)
-    table = SessionTable(identifier=ident, metadata=metadata, metadata_location=response.metadata_location or "",
-                         io=io, catalog=catalog, config=public_config(config))
+    table = SessionTable(
+        identifier=ident,
+        metadata=metadata,
+        metadata_location=response.metadata_location or "",
+        io=io,
+        catalog=catalog,
+        config=public_config(config),
+    )
     table._reload = lambda: load_table(catalog, ident, store, token, catalog_uri, access=access, mode=mode)
     return table
 
 
-def create_table(catalog: RestCatalog, identifier: str | Identifier, schema: Schema | Any, store: CredentialStore,
-                 token: Callable[[], str], catalog_uri: str, *, access: str = VENDED, mode: str | None = None,
-                 **kwargs: Any) -> Table:
+def create_table(
+    catalog: RestCatalog,
+    identifier: str | Identifier,
+    schema: Schema | Any,
+    store: CredentialStore,
+    token: Callable[[], str],
+    catalog_uri: str,
+    *,
+    access: str = VENDED,
+    mode: str | None = None,
+    **kwargs: Any,
+) -> Table:
     """Create ``identifier`` (``kwargs`` as pyiceberg's ``create_table``), then ``load_table`` it."""
     catalog.create_table(identifier, schema, **kwargs)
     return load_table(catalog, identifier, store, token, catalog_uri, access=access, mode=mode)

@@ -51,8 +51,9 @@ class VendedFileIO(PyArrowFileIO):
     ``current_properties()`` for a full, fresh FileIO config to hand to another engine.
     """
 
-    def __init__(self, properties: Properties = EMPTY_DICT, *, store: CredentialStore, table: str,
-                 location: str | None = None):
+    def __init__(
+        self, properties: Properties = EMPTY_DICT, *, store: CredentialStore, table: str, location: str | None = None
+    ):
         self._store = store
         self._table = table
         self._location = location
@@ -88,8 +89,9 @@ class VendedFileIO(PyArrowFileIO):
 
     def _file(self, location: str) -> PyArrowFile:
         fs, path = self._fs_for(location)
-        return PyArrowFile(fs=fs, location=location, path=path,
-                           buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)))
+        return PyArrowFile(
+            fs=fs, location=location, path=path, buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE))
+        )
 
     def new_input(self, location: str) -> PyArrowFile:
         return self._file(location)
@@ -113,4 +115,3 @@ class VendedFileIO(PyArrowFileIO):
 
     def __repr__(self) -> str:
         return f"VendedFileIO(table={self._table!r}, store={self._store!r})"
-

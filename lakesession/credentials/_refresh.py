@@ -69,8 +69,17 @@ def _scrub(text: str, secrets: list[str]) -> str:
 class Refresher:
     """Refreshes the entries of one ``CredentialStore`` (see the module docstring)."""
 
-    def __init__(self, store: CredentialStore, *, transport: Any = None, timeout: float = 10.0, max_attempts: int = 3,
-                 base_delay: float = 0.2, max_delay: float = 5.0, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        store: CredentialStore,
+        *,
+        transport: Any = None,
+        timeout: float = 10.0,
+        max_attempts: int = 3,
+        base_delay: float = 0.2,
+        max_delay: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self._store = store
         self._transport = transport
         self._timeout = timeout
@@ -121,7 +130,7 @@ class Refresher:
                 with e.flight:
                     try:
                         self._run(e, force=force)
-                    except Exception as exc:  # noqa: BLE001 - never raise from a bulk refresh
+                    except Exception as exc:
                         log.warning("refreshing credentials of %s failed: %s", name, type(exc).__name__)
             states[name] = e.effective_state(self._store.clock())
         return states
@@ -159,7 +168,7 @@ class Refresher:
         return CredentialsRefreshError(e.table, detail)
 
     def _backoff(self, e: TableCredentials, attempt: int, now: float) -> float:
-        cap = min(self.max_delay, self.base_delay * 2 ** attempt)
+        cap = min(self.max_delay, self.base_delay * 2**attempt)
         exp = e.expires_at
         if e.usable(now) and exp is not None:
             cap = min(cap, max(0.05, (exp - now) / 3))  # leave room for more tries before expiry
@@ -205,8 +214,12 @@ class Refresher:
                 e.next_attempt_at = e.expires_at or now  # not worth retrying before expiry
             else:
                 e.next_attempt_at = now + self._backoff(e, e.failures, now)
-        log.info("refreshing credentials of %s failed (%s); %s", e.table, payload,
-                 "serving the current ones" if usable else "none usable")
+        log.info(
+            "refreshing credentials of %s failed (%s); %s",
+            e.table,
+            payload,
+            "serving the current ones" if usable else "none usable",
+        )
         store._set_state(e, VALID if usable else FAILED, payload)
 
     def _fetch(self, e: TableCredentials) -> tuple[str, Any]:
@@ -215,11 +228,14 @@ class Refresher:
             token = e.token()
         except LakesessionError as exc:  # identity errors never carry secrets
             return TRANSIENT, f"could not get the user's token ({type(exc).__name__}: {exc})"
-        except Exception as exc:  # noqa: BLE001 - anything else: its message is not ours to show
+        except Exception as exc:
             return TRANSIENT, f"could not get the user's token ({type(exc).__name__})"
         secrets = [token] + [v for c in e.credentials for v in c.config.values()]
-        headers = {"Authorization": f"Bearer {token}", "X-Iceberg-Access-Delegation": "vended-credentials",
-                   "Accept": "application/json"}
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "X-Iceberg-Access-Delegation": "vended-credentials",
+            "Accept": "application/json",
+        }
         with self._lock:
             self.requests += 1
         try:
@@ -230,8 +246,9 @@ class Refresher:
             try:
                 creds = r.json()["storage-credentials"]
                 if not isinstance(creds, list) or not all(
-                        isinstance(c, dict) and isinstance(c.get("prefix"), str) and isinstance(c.get("config"), dict)
-                        for c in creds):
+                    isinstance(c, dict) and isinstance(c.get("prefix"), str) and isinstance(c.get("config"), dict)
+                    for c in creds
+                ):
                     raise TypeError
             except (ValueError, KeyError, TypeError, AttributeError):
                 return PERMANENT, "malformed credentials response"

@@ -101,15 +101,23 @@ def signing_s3(properties: Properties) -> Any:
         config_kwargs["s3"] = {"addressing_style": "path"}
     elif str(properties.get(S3_FORCE_VIRTUAL_ADDRESSING, "")).lower() == "true":
         config_kwargs["s3"] = {"addressing_style": "virtual"}
-    client_kwargs = {"endpoint_url": properties.get(S3_ENDPOINT),
-                     "region_name": properties.get(S3_REGION) or properties.get(AWS_REGION)}
+    client_kwargs = {
+        "endpoint_url": properties.get(S3_ENDPOINT),
+        "region_name": properties.get(S3_REGION) or properties.get(AWS_REGION),
+    }
     # every request costs a round trip to the catalog's signer: read in larger blocks than s3fs's 5 MB
     # default so that streamed reads need fewer signatures (each block is one signed ranged GET)
     block = int(properties.get("s3.signer.block-size-bytes", SIGNED_BLOCK_SIZE))
     # skip_instance_cache: fsspec would hand two tables the same filesystem (same kwargs), and the last
     # table's signer would sign for both
-    fs = S3FileSystem(anon=False, client_kwargs=client_kwargs, config_kwargs=config_kwargs, skip_instance_cache=True,
-                      default_block_size=block, session=_shared_session())
+    fs = S3FileSystem(
+        anon=False,
+        client_kwargs=client_kwargs,
+        config_kwargs=config_kwargs,
+        skip_instance_cache=True,
+        default_block_size=block,
+        session=_shared_session(),
+    )
     signer = AsyncRestSigner(properties)
     fs.s3.meta.events.unregister("before-sign.s3", unique_id=SIGNER_EVENT_ID)
     fs.s3.meta.events.register_last("before-sign.s3", signer, unique_id=SIGNER_EVENT_ID)
@@ -157,8 +165,11 @@ class AsyncRestSigner:
     def _headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
         manager = self.properties.get(AUTH_MANAGER)
-        auth = manager.auth_header() if manager is not None else (
-            f"Bearer {self.properties['token']}" if self.properties.get("token") else None)
+        auth = (
+            manager.auth_header()
+            if manager is not None
+            else (f"Bearer {self.properties['token']}" if self.properties.get("token") else None)
+        )
         if auth:
             headers["Authorization"] = auth
         return headers
@@ -166,8 +177,12 @@ class AsyncRestSigner:
     async def __call__(self, request: Any, **_: Any) -> None:
         from pyiceberg.io.fsspec import SignError
 
-        body = {"method": request.method, "region": request.context["client_region"], "uri": request.url,
-                "headers": {key: [val] for key, val in request.headers.items()}}
+        body = {
+            "method": request.method,
+            "region": request.context["client_region"],
+            "uri": request.url,
+            "headers": {key: [val] for key, val in request.headers.items()},
+        }
         response = await _signer_client().post(self._url(), headers=self._headers(), json=body)
         if response.status_code != 200:
             raise SignError(f"Failed to sign request {response.status_code}: {request.method} {request.url}")

@@ -55,7 +55,7 @@ def public_config(config: Mapping[str, Any]) -> dict[str, str]:
 def _norm(location: str) -> str:
     for alias in _S3_ALIASES:
         if location.startswith(alias):
-            return "s3://" + location[len(alias):]
+            return "s3://" + location[len(alias) :]
     return location
 
 
@@ -138,8 +138,10 @@ class TableCredentials:
         self.refresh_at = max(exp - refresh_margin(lifetime), now + 0.5 * lifetime)
 
     def __repr__(self) -> str:
-        return (f"TableCredentials(table={self.table!r}, prefixes={[c.prefix for c in self.credentials]!r}, "
-                f"mode={self.mode!r}, state={self.state!r}, refreshes={self.refreshes})")
+        return (
+            f"TableCredentials(table={self.table!r}, prefixes={[c.prefix for c in self.credentials]!r}, "
+            f"mode={self.mode!r}, state={self.state!r}, refreshes={self.refreshes})"
+        )
 
 
 def _pairs(storage_credentials: Iterable[Any]) -> list[tuple[str, Mapping[str, str]]]:
@@ -178,9 +180,17 @@ class CredentialStore:
         self.refresher = Refresher(self, transport=transport, timeout=timeout)
 
     # -- registration ---------------------------------------------------------------
-    def register(self, table: str, storage_credentials: Iterable[Any] = (), config: Mapping[str, str] | None = None, *,
-                 location: str | None = None, refresh_url: str | None = None, token: Callable[[], str] | None = None,
-                 mode: str | None = None) -> TableCredentials:
+    def register(
+        self,
+        table: str,
+        storage_credentials: Iterable[Any] = (),
+        config: Mapping[str, str] | None = None,
+        *,
+        location: str | None = None,
+        refresh_url: str | None = None,
+        token: Callable[[], str] | None = None,
+        mode: str | None = None,
+    ) -> TableCredentials:
         """Record what a table load vended (``storage-credentials``, else the ``config`` for ``location``)."""
         pairs = _pairs(storage_credentials)
         if not pairs and config and location and any(is_secret_key(k) for k in config):
@@ -202,8 +212,12 @@ class CredentialStore:
 
     def _build(self, table: str, pairs: list[tuple[str, Mapping[str, str]]]) -> tuple[StorageCredential, ...]:
         self._generation += 1
-        return tuple(StorageCredential(table, prefix.rstrip("/") or prefix, MappingProxyType(dict(cfg)), expiry_of(cfg),
-                                       self._generation) for prefix, cfg in pairs)
+        return tuple(
+            StorageCredential(
+                table, prefix.rstrip("/") or prefix, MappingProxyType(dict(cfg)), expiry_of(cfg), self._generation
+            )
+            for prefix, cfg in pairs
+        )
 
     def _replace(self, entry: TableCredentials, storage_credentials: Iterable[Any]) -> None:
         """A successful refresh: new credentials, state ``valid``."""
@@ -255,7 +269,10 @@ class CredentialStore:
         with self._lock:
             entry = self._tables.get(table)
         if entry is None:
-            raise CredentialsError(f"No vended credentials are known for table {table}: load it with session.table({table!r}) first.", table)
+            raise CredentialsError(
+                f"No vended credentials are known for table {table}: load it with session.table({table!r}) first.",
+                table,
+            )
         return entry
 
     def tables(self) -> list[str]:
@@ -278,8 +295,11 @@ class CredentialStore:
 
         A pure lookup (no refresh; see ``credential_for``); revoked tables' credentials are never returned."""
         with self._lock:
-            entries = [self._tables[table]] if table is not None and table in self._tables else (
-                [] if table is not None else list(self._tables.values()))
+            entries = (
+                [self._tables[table]]
+                if table is not None and table in self._tables
+                else ([] if table is not None else list(self._tables.values()))
+            )
             candidates = [c for e in entries if e.state != REVOKED for c in e.credentials]
         best: StorageCredential | None = None
         for cred in candidates:
@@ -298,11 +318,19 @@ class CredentialStore:
                 state = e.effective_state(now)
                 for c in e.credentials or (None,):
                     exp = c.expires_at if c is not None else None
-                    rows.append({
-                        "table": name, "prefix": c.prefix if c is not None else None, "mode": e.mode, "state": state,
-                        "expires_at": exp, "seconds_left": None if exp is None else round(max(exp - now, 0.0), 1),
-                        "last_refresh": e.last_refresh, "refreshes": e.refreshes, "last_error": e.last_error,
-                    })
+                    rows.append(
+                        {
+                            "table": name,
+                            "prefix": c.prefix if c is not None else None,
+                            "mode": e.mode,
+                            "state": state,
+                            "expires_at": exp,
+                            "seconds_left": None if exp is None else round(max(exp - now, 0.0), 1),
+                            "last_refresh": e.last_refresh,
+                            "refreshes": e.refreshes,
+                            "last_error": e.last_error,
+                        }
+                    )
         return rows
 
     # -- refreshing (see _refresh.Refresher) ----------------------------------------------
@@ -315,8 +343,11 @@ class CredentialStore:
         self.ensure(table)
         cred = self.match(path, table=table)
         if cred is None:
-            raise CredentialsError(f"No storage credential vended for table {table} covers {path}: "
-                                   f"the table can only read and write under its own location.", table)
+            raise CredentialsError(
+                f"No storage credential vended for table {table} covers {path}: "
+                f"the table can only read and write under its own location.",
+                table,
+            )
         return cred
 
     def refresh(self, table: str) -> str:

@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import unquote
 
-_OBJECT = re.compile(r"^/v1/(?:[^/]+/)?namespaces/(?P<ns>[^/]+)(?:/(?P<kind>tables|views)/(?P<name>[^/]+)(?P<rest>/.*)?)?$")
+_OBJECT = re.compile(
+    r"^/v1/(?:[^/]+/)?namespaces/(?P<ns>[^/]+)(?:/(?P<kind>tables|views)/(?P<name>[^/]+)(?P<rest>/.*)?)?$"
+)
 _RENAME = re.compile(r"^/v1/(?:[^/]+/)?(?P<kind>tables|views)/rename$")
 
 
@@ -68,4 +70,3 @@ class AccessLog:
 
     def __len__(self) -> int:
         return len(self._records)
-

@@ -27,8 +27,15 @@ from ._credcache import CredentialCache, earliest_expiry
 
 logger = logging.getLogger("lakesession.gateway")
 
-FORWARD_REQUEST_HEADERS = ("content-type", "accept", "x-iceberg-access-delegation", "x-request-id", "if-none-match",
-                           "idempotency-key", "accept-encoding")
+FORWARD_REQUEST_HEADERS = (
+    "content-type",
+    "accept",
+    "x-iceberg-access-delegation",
+    "x-request-id",
+    "if-none-match",
+    "idempotency-key",
+    "accept-encoding",
+)
 FORWARD_RESPONSE_HEADERS = ("content-type", "etag", "cache-control", "www-authenticate", "x-request-id", "retry-after")
 METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
 
@@ -66,19 +73,27 @@ def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> 
     for holder in [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]:
         for key, value in holder.items():
             if isinstance(value, str) and (value == upstream_base or value.startswith(upstream_base + "/")):
-                holder[key] = gateway_base + value[len(upstream_base):]
+                holder[key] = gateway_base + value[len(upstream_base) :]
                 changed = True
     return json.dumps(doc).encode() if changed else body
 
 
-def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, gateway_base: Callable[[], str],
-                       credentials: CredentialCache, chains: ChainRoutes | None = None) -> FastAPI:
+def create_gateway_app(
+    upstream: Upstream,
+    secret: str,
+    access_log: AccessLog,
+    gateway_base: Callable[[], str],
+    credentials: CredentialCache,
+    chains: ChainRoutes | None = None,
+) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     routes = chains if chains is not None else ChainRoutes()
     flights = SingleFlight()
     expected = f"Bearer {secret}".encode()
 
-    def forward(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, dict[str, str]]:
+    def forward(
+        method: str, path: str, query: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, bytes, dict[str, str]]:
         url = upstream.base_url + path + (f"?{query}" if query else "")
         for attempt in (1, 2):
             h = {**headers, "Authorization": f"Bearer {upstream.token()}"}
@@ -87,7 +102,13 @@ def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, g
             except httpx.HTTPError as e:
                 logger.warning("catalog unreachable: %s %s (%s)", method, path, type(e).__name__)
                 msg = f"Catalog at {upstream.base_url} is unreachable ({type(e).__name__}); retry when it is back"
-                return 503, json.dumps({"error": {"message": msg, "type": "ServiceUnavailableException", "code": 503}}).encode(), {"content-type": "application/json"}
+                return (
+                    503,
+                    json.dumps(
+                        {"error": {"message": msg, "type": "ServiceUnavailableException", "code": 503}}
+                    ).encode(),
+                    {"content-type": "application/json"},
+                )
             if r.status_code == 401 and attempt == 1:
                 upstream.invalidate()  # the token may have been revoked or expired early: fetch a new one once
                 continue
@@ -106,23 +127,41 @@ def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, g
         query = request.url.query
         if not path.startswith("chain/"):
             # the main catalog keeps INVOKER semantics: view chains only through chain routes
-            return _handle(request.method, "/" + path, strip_referenced_by(query), dict(request.headers), body,
-                           gateway_base(), None)
-        route_id, _, rest = path[len("chain/"):].partition("/")
+            return _handle(
+                request.method,
+                "/" + path,
+                strip_referenced_by(query),
+                dict(request.headers),
+                body,
+                gateway_base(),
+                None,
+            )
+        route_id, _, rest = path[len("chain/") :].partition("/")
         route = routes.get(route_id)
         if route is None:
-            return error(403, "ForbiddenException", "Unknown view-chain catalog: chain catalogs exist only for "
-                                                    "queries run through Session.sql")
+            return error(
+                403,
+                "ForbiddenException",
+                "Unknown view-chain catalog: chain catalogs exist only for queries run through Session.sql",
+            )
         ok, why = route.permits(request.method, "/" + rest)
         if not ok:
             return error(403, "ForbiddenException", f"Forbidden through view chain {route.display}: {why}")
         if rest.rstrip("/") != "v1/config":
             query = with_referenced_by(query, route.referenced_by)
-        return _handle(request.method, "/" + rest, query, dict(request.headers), body,
-                       f"{gateway_base()}/chain/{route.id}", route.display)
+        return _handle(
+            request.method,
+            "/" + rest,
+            query,
+            dict(request.headers),
+            body,
+            f"{gateway_base()}/chain/{route.id}",
+            route.display,
+        )
 
-    def _handle(method: str, path: str, query: str, req_headers: dict[str, str], body: bytes, base: str,
-                chain: str | None) -> Response:
+    def _handle(
+        method: str, path: str, query: str, req_headers: dict[str, str], body: bytes, base: str, chain: str | None
+    ) -> Response:
         headers = {k: v for k, v in req_headers.items() if k.lower() in FORWARD_REQUEST_HEADERS}
         started = time.monotonic()
         what = classify(method, path)
@@ -136,6 +175,7 @@ def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, g
             if cached is not None:
                 (status, content, out_headers), via = cached, "cache"
             else:
+
                 def fetch() -> tuple[int, bytes, dict[str, str]]:
                     reply = forward(method, path, query, headers, body)
                     credentials.store(key, reply)
@@ -149,13 +189,19 @@ def create_gateway_app(upstream: Upstream, secret: str, access_log: AccessLog, g
         if status == 200 and "/tables" in path:
             content = rewrite_table_config(content, upstream.base_url, base)
         if what:
-            access_log.add(AccessRecord(
-                time=time.time(), action=what[0], object=what[1], status=status,
-                duration_ms=round((time.monotonic() - started) * 1000, 2),
-                request_id=out_headers.get("x-request-id"),
-                credentials_expire_at=earliest_expiry(content) if status == 200 else None,
-                via=via, chain=chain,
-            ))
+            access_log.add(
+                AccessRecord(
+                    time=time.time(),
+                    action=what[0],
+                    object=what[1],
+                    status=status,
+                    duration_ms=round((time.monotonic() - started) * 1000, 2),
+                    request_id=out_headers.get("x-request-id"),
+                    credentials_expire_at=earliest_expiry(content) if status == 200 else None,
+                    via=via,
+                    chain=chain,
+                )
+            )
         media = out_headers.pop("content-type", None)
         return Response(content if method != "HEAD" else b"", status_code=status, headers=out_headers, media_type=media)
 
@@ -171,4 +217,3 @@ def _create_target(path: str, body: bytes) -> tuple[str, str] | None:
         return None
     kind = parts[-1][:-1]
     return (f"create_{kind}", f"{kind} {ns}.{name}") if isinstance(name, str) else None
-

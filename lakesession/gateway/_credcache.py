@@ -28,7 +28,9 @@ def earliest_expiry(body: bytes) -> float | None:
     except ValueError:
         return None
     configs = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
-    times = [int(v) / 1000 for cfg in configs for k, v in cfg.items() if k.endswith("expires-at-ms") and str(v).isdigit()]
+    times = [
+        int(v) / 1000 for cfg in configs for k, v in cfg.items() if k.endswith("expires-at-ms") and str(v).isdigit()
+    ]
     return min(times) if times else None
 
 

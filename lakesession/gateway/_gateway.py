@@ -44,7 +44,9 @@ class Gateway:
         self.access_log = access_log if access_log is not None else AccessLog()
         self.credential_cache = CredentialCache()
         self.chains = ChainRoutes()
-        self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
+        self._client = httpx.Client(
+            timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32)
+        )
         self._sock = bind(host, port)
         self.uri = f"http://{url_host(host)}:{self._sock.getsockname()[1]}"
         app = create_gateway_app(

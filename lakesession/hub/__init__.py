@@ -78,13 +78,19 @@ def hub_identity(*, issuer: str | None = None, environ: MutableMapping[str, str]
         expires_at = float(raw_expiry) if raw_expiry else None
     except ValueError:
         expires_at = None
-    return JupyterHubToken(api_url=env.get("JUPYTERHUB_API_URL"), user=env.get("JUPYTERHUB_USER"),
-                           api_token=env.get("JUPYTERHUB_API_TOKEN"), issuer=issuer or env.get(ISSUER_VAR) or None,
-                           initial_token=initial, initial_expires_at=expires_at)
+    return JupyterHubToken(
+        api_url=env.get("JUPYTERHUB_API_URL"),
+        user=env.get("JUPYTERHUB_USER"),
+        api_token=env.get("JUPYTERHUB_API_TOKEN"),
+        issuer=issuer or env.get(ISSUER_VAR) or None,
+        initial_token=initial,
+        initial_expires_at=expires_at,
+    )
 
 
-def identity_from_env(kind: str | None = None, *, issuer: str | None = None,
-                      environ: MutableMapping[str, str] | None = None) -> JupyterHubToken | None:
+def identity_from_env(
+    kind: str | None = None, *, issuer: str | None = None, environ: MutableMapping[str, str] | None = None
+) -> JupyterHubToken | None:
     """``hub_identity()`` when ``kind`` (default: ``$LAKESESSION_IDENTITY``, which ``configure``'s
     spawner sets) is ``"jupyterhub"``; ``None`` when neither is set (other identities apply)."""
     env = os.environ if environ is None else environ
@@ -92,6 +98,7 @@ def identity_from_env(kind: str | None = None, *, issuer: str | None = None,
     if not kind:
         return None
     if kind != IDENTITY_JUPYTERHUB:
-        raise IdentityError(f"identity {kind!r} ({IDENTITY_VAR}) is not one lakesession knows: "
-                            f"use {IDENTITY_JUPYTERHUB!r}, or unset it")
+        raise IdentityError(
+            f"identity {kind!r} ({IDENTITY_VAR}) is not one lakesession knows: use {IDENTITY_JUPYTERHUB!r}, or unset it"
+        )
     return hub_identity(issuer=issuer, environ=env)

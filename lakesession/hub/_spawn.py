@@ -49,8 +49,9 @@ def spawn_environment(catalog_uri: str, *, issuer: str | None = None, warehouse:
     return env
 
 
-def token_environment(auth_state: Mapping[str, Any] | None, *, access_token_key: str = "access_token",
-                      expires_at_key: str = "expires_at") -> dict[str, str]:
+def token_environment(
+    auth_state: Mapping[str, Any] | None, *, access_token_key: str = "access_token", expires_at_key: str = "expires_at"
+) -> dict[str, str]:
     """The user's current access token (and its expiry, when known) from ``auth_state``, as variables."""
     if not isinstance(auth_state, Mapping):
         return {}
@@ -81,8 +82,11 @@ def auth_state_hook(spawner: Any, auth_state: Mapping[str, Any] | None) -> None:
     if tokens:
         log.debug("passing the access token of hub user %r to the server's environment", name)
     else:
-        log.warning("hub user %r has no access token in auth_state: the server will ask the hub API for it "
-                    "(enable Authenticator.enable_auth_state and log in again)", name)
+        log.warning(
+            "hub user %r has no access token in auth_state: the server will ask the hub API for it "
+            "(enable Authenticator.enable_auth_state and log in again)",
+            name,
+        )
 
 
 def chain_hooks(*hooks: Callable[..., Any] | None) -> Callable[..., Any]:
@@ -121,8 +125,15 @@ def _get(section: Any, name: str) -> Any:
     return section.get(name)
 
 
-def configure(c: Any, *, catalog_uri: str, issuer: str | None = None, warehouse: str | None = None,
-              auth_refresh_age: int | None = 60, refresh_pre_spawn: bool = True) -> None:
+def configure(
+    c: Any,
+    *,
+    catalog_uri: str,
+    issuer: str | None = None,
+    warehouse: str | None = None,
+    auth_refresh_age: int | None = 60,
+    refresh_pre_spawn: bool = True,
+) -> None:
     """Set up ``jupyterhub_config.py``'s ``c`` so that notebooks act as the hub user on the catalog.
 
     * ``Spawner.environment``: ``LAKESESSION_URI``, ``LAKESESSION_IDENTITY=jupyterhub``,
@@ -138,11 +149,14 @@ def configure(c: Any, *, catalog_uri: str, issuer: str | None = None, warehouse:
     ``expires_at``; JWT ``exp`` otherwise) and refresh them in ``refresh_user``, e.g.
     ``lakesession.hub.authenticator.DeviceCodeAuthenticator`` or oauthenticator's ``GenericOAuthenticator``.
     """
-    c.Spawner.environment = {**(_get(c.Spawner, "environment") or {}),
-                             **spawn_environment(catalog_uri, issuer=issuer, warehouse=warehouse)}
+    c.Spawner.environment = {
+        **(_get(c.Spawner, "environment") or {}),
+        **spawn_environment(catalog_uri, issuer=issuer, warehouse=warehouse),
+    }
     existing = _get(c.Spawner, "auth_state_hook")
-    c.Spawner.auth_state_hook = auth_state_hook if existing in (None, auth_state_hook) else chain_hooks(
-        existing, auth_state_hook)
+    c.Spawner.auth_state_hook = (
+        auth_state_hook if existing in (None, auth_state_hook) else chain_hooks(existing, auth_state_hook)
+    )
     c.JupyterHub.load_roles = merge_roles(_get(c.JupyterHub, "load_roles"))
     c.Authenticator.enable_auth_state = True
     c.Authenticator.refresh_pre_spawn = refresh_pre_spawn

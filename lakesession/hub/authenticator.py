@@ -64,18 +64,30 @@ class DeviceLoginHandler(BaseHandler):
         except (_Rejected, httpx.HTTPError) as exc:
             reason = exc.error if isinstance(exc, _Rejected) else type(exc).__name__
             raise web.HTTPError(502, f"The identity provider refused to start a login ({reason})") from None
-        self.set_signed_cookie(STATE_COOKIE, state, expires_days=None, httponly=True, path=self.hub.base_url,
-                               secure=self.request.protocol == "https", samesite="Lax")
+        self.set_signed_cookie(
+            STATE_COOKIE,
+            state,
+            expires_days=None,
+            httponly=True,
+            path=self.hub.base_url,
+            secure=self.request.protocol == "https",
+            samesite="Lax",
+        )
         next_url = self.get_argument("next", "")
         callback = url_path_join(self.hub.base_url, "device_callback") + (
-            "?" + urlencode({"next": next_url}) if next_url else "")
+            "?" + urlencode({"next": next_url}) if next_url else ""
+        )
         link = pending.get("verification_uri_complete") or pending["verification_uri"]
         e = html.escape
-        self.finish(_page(
-            "Sign in", f"""<p>Open <a id="verification" href="{e(link)}" target="_blank" rel="noopener">{e(link)}</a>
-and approve code <b id="user-code" data-user-code="{e(pending['user_code'])}">{e(pending['user_code'])}</b>
+        self.finish(
+            _page(
+                "Sign in",
+                f"""<p>Open <a id="verification" href="{e(link)}" target="_blank" rel="noopener">{e(link)}</a>
+and approve code <b id="user-code" data-user-code="{e(pending["user_code"])}">{e(pending["user_code"])}</b>
 at {e(auth.login_service)}.</p>
-<p><a id="continue" href="{e(callback)}">Continue</a> once you have approved it.</p>"""))
+<p><a id="continue" href="{e(callback)}">Continue</a> once you have approved it.</p>""",
+            )
+        )
 
 
 class DeviceCallbackHandler(BaseHandler):
@@ -90,9 +102,13 @@ class DeviceCallbackHandler(BaseHandler):
         except _Rejected as exc:
             if exc.error in ("authorization_pending", "slow_down"):
                 interval = auth.poll_interval(state)
-                self.finish(_page("Waiting for approval",
-                                  f"<p>Waiting for you to approve the login at {html.escape(auth.login_service)}…</p>",
-                                  refresh=interval))
+                self.finish(
+                    _page(
+                        "Waiting for approval",
+                        f"<p>Waiting for you to approve the login at {html.escape(auth.login_service)}…</p>",
+                        refresh=interval,
+                    )
+                )
                 return
             self.clear_cookie(STATE_COOKIE, path=self.hub.base_url)
             raise web.HTTPError(403, f"Login failed ({exc.error}). Start again from the login page.") from None
@@ -107,26 +123,39 @@ class DeviceCallbackHandler(BaseHandler):
 
 def _page(title: str, body: str, *, refresh: float | None = None) -> str:
     meta = f'<meta http-equiv="refresh" content="{int(max(1, refresh))}">' if refresh else ""
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}<title>{html.escape(title)}</title>'
-            f'</head><body style="font-family:sans-serif;max-width:36em;margin:3em auto">'
-            f"<h1>{html.escape(title)}</h1>{body}</body></html>")
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}<title>{html.escape(title)}</title>'
+        f'</head><body style="font-family:sans-serif;max-width:36em;margin:3em auto">'
+        f"<h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
 
 
 class DeviceCodeAuthenticator(Authenticator):
     """JupyterHub login through an OIDC issuer's device authorization grant; tokens kept and refreshed in auth_state."""
 
-    issuer = Unicode(config=True, help="""The OIDC issuer URL; its discovery document is read from
-        ``{issuer}/.well-known/openid-configuration`` (token, device authorization and JWKS endpoints).""")
+    issuer = Unicode(
+        config=True,
+        help="""The OIDC issuer URL; its discovery document is read from
+        ``{issuer}/.well-known/openid-configuration`` (token, device authorization and JWKS endpoints).""",
+    )
     client_id = Unicode("jupyterhub", config=True, help="OAuth client id of the hub at the issuer.")
-    client_secret = Unicode("", config=True, help="""OAuth client secret; empty for a public client.
-        Can be set with the ``LAKESESSION_HUB_CLIENT_SECRET`` environment variable.""")
+    client_secret = Unicode(
+        "",
+        config=True,
+        help="""OAuth client secret; empty for a public client.
+        Can be set with the ``LAKESESSION_HUB_CLIENT_SECRET`` environment variable.""",
+    )
     scope = Unicode("catalog", config=True, help="Scope to request.")
     audience = Unicode("", config=True, help="Required ``aud`` of access tokens; empty: not checked.")
     username_claim = Unicode("sub", config=True, help="Claim naming the hub user.")
-    refresh_margin = Float(0.0, config=True, help="""Refresh a user's access token in ``refresh_user``
+    refresh_margin = Float(
+        0.0,
+        config=True,
+        help="""Refresh a user's access token in ``refresh_user``
         once less than this many seconds of it are left. 0 (default): ``auth_refresh_age + 60``, at most
         half the token's lifetime — so that the hub holds a fresh token by the time a single-user
-        server re-reads it (lakesession re-reads when ``min(60 s, 10 %)`` of the lifetime is left).""")
+        server re-reads it (lakesession re-reads when ``min(60 s, 10 %)`` of the lifetime is left).""",
+    )
     http_timeout = Float(30.0, config=True, help="Timeout (seconds) of requests to the issuer.")
 
     @default("client_secret")
@@ -186,17 +215,22 @@ class DeviceCodeAuthenticator(Authenticator):
             try:
                 response = await self._token_request(grant_type="refresh_token", refresh_token=refresh)
             except _Rejected as exc:
-                self.log.warning("the issuer refused to refresh the tokens of %s (%s); they must log in again",
-                                 user.name, exc.error)
+                self.log.warning(
+                    "the issuer refused to refresh the tokens of %s (%s); they must log in again", user.name, exc.error
+                )
                 return False
             except httpx.HTTPError as exc:
-                self.log.warning("cannot refresh the tokens of %s now (%s); keeping the current ones",
-                                 user.name, type(exc).__name__)
+                self.log.warning(
+                    "cannot refresh the tokens of %s now (%s); keeping the current ones", user.name, type(exc).__name__
+                )
                 return left > 0
             new_state = self._auth_state(response, previous=state)
             await user.save_auth_state(new_state)  # inside the lock: no one may read the spent refresh token
-            self.log.info("refreshed the access token of %s (expires in %.0f s)", user.name,
-                          new_state["expires_at"] - time.time() if new_state.get("expires_at") else float("nan"))
+            self.log.info(
+                "refreshed the access token of %s (expires in %.0f s)",
+                user.name,
+                new_state["expires_at"] - time.time() if new_state.get("expires_at") else float("nan"),
+            )
             return {"name": user.name, "auth_state": new_state}
 
     # -- the device flow ----------------------------------------------------------------------
@@ -211,8 +245,11 @@ class DeviceCodeAuthenticator(Authenticator):
         if resp.status_code != 200 or "device_code" not in payload:
             raise _Rejected(str(payload.get("error") or f"HTTP {resp.status_code}"))
         now = time.time()
-        pending = {k: payload[k] for k in ("device_code", "user_code", "verification_uri",
-                                             "verification_uri_complete") if k in payload}
+        pending = {
+            k: payload[k]
+            for k in ("device_code", "user_code", "verification_uri", "verification_uri_complete")
+            if k in payload
+        }
         pending["expires_at"] = now + float(payload.get("expires_in") or 600)
         pending["interval"] = float(payload.get("interval") or 5)
         for key in [k for k, p in self._pending.items() if p["expires_at"] < now][:PENDING_LIMIT]:
@@ -263,8 +300,12 @@ class DeviceCodeAuthenticator(Authenticator):
     async def _token_request(self, **params: str) -> dict[str, Any]:
         meta = await self.metadata()
         method = "client_secret_basic" if self.client_secret else "none"
-        async with AsyncOAuth2Client(client_id=self.client_id, client_secret=self.client_secret or None,
-                                     token_endpoint_auth_method=method, timeout=self.http_timeout) as client:
+        async with AsyncOAuth2Client(
+            client_id=self.client_id,
+            client_secret=self.client_secret or None,
+            token_endpoint_auth_method=method,
+            timeout=self.http_timeout,
+        ) as client:
             try:
                 token = await client.fetch_token(meta["token_endpoint"], **params)
             except OAuthError as exc:
@@ -290,8 +331,10 @@ class DeviceCodeAuthenticator(Authenticator):
         resp.raise_for_status()
         keys = KeySet.import_key_set(resp.json())
         claims = jwt.decode(token, keys).claims
-        checks: dict[str, Any] = {"iss": {"essential": True, "value": meta.get("issuer") or self.issuer},
-                                  "exp": {"essential": True}}
+        checks: dict[str, Any] = {
+            "iss": {"essential": True, "value": meta.get("issuer") or self.issuer},
+            "exp": {"essential": True},
+        }
         if self.audience:
             checks["aud"] = {"essential": True, "value": self.audience}
         jwt.JWTClaimsRegistry(leeway=30, **checks).validate(claims)
@@ -299,10 +342,12 @@ class DeviceCodeAuthenticator(Authenticator):
 
     def _auth_state(self, response: dict[str, Any], previous: dict[str, Any] | None = None) -> dict[str, Any]:
         now = time.time()
-        state: dict[str, Any] = {"access_token": response["access_token"],
-                                 "token_type": response.get("token_type", "Bearer"),
-                                 "scope": response.get("scope") or (previous or {}).get("scope"),
-                                 "refresh_token": response.get("refresh_token") or (previous or {}).get("refresh_token")}
+        state: dict[str, Any] = {
+            "access_token": response["access_token"],
+            "token_type": response.get("token_type", "Bearer"),
+            "scope": response.get("scope") or (previous or {}).get("scope"),
+            "refresh_token": response.get("refresh_token") or (previous or {}).get("refresh_token"),
+        }
         expires_in = response.get("expires_in")
         if isinstance(expires_in, (int, float)) and not isinstance(expires_in, bool):
             state["issued_at"], state["expires_at"] = now, now + float(expires_in)

@@ -44,8 +44,15 @@ class Token:
 
     __slots__ = ("access_token", "claims", "deadline", "expires_at", "lifetime", "obtained", "refresh_token")
 
-    def __init__(self, access_token: str, *, lifetime: float | None, refresh_token: str | None = None,
-                 total_lifetime: float | None = None, expires_at: float | None = None):
+    def __init__(
+        self,
+        access_token: str,
+        *,
+        lifetime: float | None,
+        refresh_token: str | None = None,
+        total_lifetime: float | None = None,
+        expires_at: float | None = None,
+    ):
         self.access_token = access_token
         self.refresh_token = refresh_token
         self.claims = unverified_claims(access_token)
@@ -61,8 +68,10 @@ class Token:
         """A token endpoint response (RFC 6749 §5.1) as a ``Token``; keeps ``previous_refresh`` unless rotated."""
         access = response.get("access_token")
         if not isinstance(access, str) or not access:
-            raise IdentityError("The token endpoint answered without an access_token. "
-                                "Check that the issuer URL and the grant type are right.")
+            raise IdentityError(
+                "The token endpoint answered without an access_token. "
+                "Check that the issuer URL and the grant type are right."
+            )
         refresh = response.get("refresh_token")
         refresh = refresh if isinstance(refresh, str) and refresh else previous_refresh
         expires_in = response.get("expires_in")
@@ -83,8 +92,9 @@ class Token:
             return cls(access_token, lifetime=None, refresh_token=refresh_token)
         iat = claim_number(claims, "iat")
         total = exp - iat if iat is not None and exp > iat else None
-        return cls(access_token, lifetime=exp - time.time(), refresh_token=refresh_token, total_lifetime=total,
-                   expires_at=exp)
+        return cls(
+            access_token, lifetime=exp - time.time(), refresh_token=refresh_token, total_lifetime=total, expires_at=exp
+        )
 
     def remaining(self, now: float) -> float | None:
         return None if self.deadline is None else self.deadline - now
@@ -165,13 +175,18 @@ class TokenSource(ABC):
             self._invalidated = True
             self._next_attempt = 0.0
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release HTTP connections (the source stays usable: a later call reconnects)."""
 
     def describe(self) -> dict[str, Any]:
         """What to show a user: principal, issuer, expiry, kind. Never a secret."""
-        return {"kind": self.kind, "principal": self.principal, "issuer": self.issuer,
-                "expires_at": self.expires_at, **self._describe_extra()}
+        return {
+            "kind": self.kind,
+            "principal": self.principal,
+            "issuer": self.issuer,
+            "expires_at": self.expires_at,
+            **self._describe_extra(),
+        }
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self._describe_extra().items())
@@ -187,7 +202,7 @@ class TokenSource(ABC):
     def _describe_extra(self) -> dict[str, Any]:
         return {}
 
-    def _saved(self, token: Token) -> None:
+    def _saved(self, token: Token) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Called (outside the state lock) after a new token was installed: e.g. write the cache."""
 
     def _due(self, token: Token, now: float) -> bool:
@@ -243,9 +258,14 @@ class TokenSource(ABC):
                             delay = min(delay, max(0.0, remaining / 2))
                         self._next_attempt = now + delay
                         self._attempts += 1
-                        logger.warning("could not refresh the access token at %s (%s); still using the current "
-                                       "one, valid for %s s more; next attempt in %.1f s", self._where, exc.reason,
-                                       "?" if remaining is None else f"{remaining:.0f}", delay)
+                        logger.warning(
+                            "could not refresh the access token at %s (%s); still using the current "
+                            "one, valid for %s s more; next attempt in %.1f s",
+                            self._where,
+                            exc.reason,
+                            "?" if remaining is None else f"{remaining:.0f}",
+                            delay,
+                        )
                         return current.access_token  # type: ignore[union-attr]
                 if retries < BLOCKING_RETRIES:
                     retries += 1
@@ -256,15 +276,20 @@ class TokenSource(ABC):
                 err = TokenRefreshError(
                     f"Could not get a fresh access token from {self._where}: {exc.reason}. "
                     f"{self._why_needed(current)} This is usually temporary (the issuer is down or unreachable): "
-                    "the session recovers by itself as soon as the issuer is back — retry the operation then.")
+                    "the session recovers by itself as soon as the issuer is back — retry the operation then."
+                )
                 self._fail(err)
                 raise err from None
             except IdentityError as err:
                 self._fail(err)
                 raise
             self._install(token)
-            logger.debug("obtained a new access token from %s (principal %r, expires_at %s)",
-                         self._where, claim_str(token.claims, "sub"), token.expires_at)
+            logger.debug(
+                "obtained a new access token from %s (principal %r, expires_at %s)",
+                self._where,
+                claim_str(token.claims, "sub"),
+                token.expires_at,
+            )
             return token.access_token
 
     def _why_needed(self, current: Token | None) -> str:

@@ -75,12 +75,17 @@ class TokenCache:
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            raise IdentityError(f"Cannot read the token cache {self.path} ({exc.strerror}). "
-                                "Fix its permissions or delete it and log in again.") from None
+            raise IdentityError(
+                f"Cannot read the token cache {self.path} ({exc.strerror}). "
+                "Fix its permissions or delete it and log in again."
+            ) from None
         if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            logger.warning("token cache %s is accessible to other users (mode %o); it is rewritten as 0600 on "
-                           "the next save — consider deleting it and logging in again", self.path,
-                           stat.S_IMODE(st.st_mode))
+            logger.warning(
+                "token cache %s is accessible to other users (mode %o); it is rewritten as 0600 on "
+                "the next save — consider deleting it and logging in again",
+                self.path,
+                stat.S_IMODE(st.st_mode),
+            )
         try:
             data = json.loads(text) if text.strip() else {}
         except ValueError:
@@ -104,8 +109,10 @@ class TokenCache:
                 os.unlink(name)
             except OSError:
                 pass
-            raise IdentityError(f"Cannot write the token cache {self.path} ({exc.strerror}). "
-                                "Choose a writable path for TokenCache(path).") from None
+            raise IdentityError(
+                f"Cannot write the token cache {self.path} ({exc.strerror}). "
+                "Choose a writable path for TokenCache(path)."
+            ) from None
 
 
 _seq = itertools.count(1)  # unique temporary names within this process

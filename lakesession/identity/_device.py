@@ -34,11 +34,15 @@ class DevicePrompt:
 
     def message(self) -> str:
         if self.verification_uri_complete:
-            return (f"To sign in, open {self.verification_uri_complete}\n"
-                    f"(or open {self.verification_uri} and enter the code {self.user_code}); "
-                    f"the code expires in {self.expires_in // 60} min.")
-        return (f"To sign in, open {self.verification_uri} and enter the code {self.user_code}; "
-                f"it expires in {self.expires_in // 60} min.")
+            return (
+                f"To sign in, open {self.verification_uri_complete}\n"
+                f"(or open {self.verification_uri} and enter the code {self.user_code}); "
+                f"the code expires in {self.expires_in // 60} min."
+            )
+        return (
+            f"To sign in, open {self.verification_uri} and enter the code {self.user_code}; "
+            f"it expires in {self.expires_in // 60} min."
+        )
 
 
 def print_prompt(prompt: DevicePrompt) -> None:
@@ -63,12 +67,30 @@ class DeviceCode(_OAuthSource):
 
     kind = "device_code"
 
-    def __init__(self, device_authorization_url: str, token_url: str, client_id: str, scope: str | None = None,
-                 on_prompt: Callable[[DevicePrompt], None] | None = None, timeout: float = 600, *,
-                 client_secret: str | None = None, issuer: str | None = None, cache: TokenCache | None = None,
-                 http_options: Mapping[str, Any] | None = None, refresh_margin: float | None = None):
-        super().__init__(token_url, client_id, client_secret, issuer=issuer, cache=cache,
-                         http_options=http_options, refresh_margin=refresh_margin)
+    def __init__(
+        self,
+        device_authorization_url: str,
+        token_url: str,
+        client_id: str,
+        scope: str | None = None,
+        on_prompt: Callable[[DevicePrompt], None] | None = None,
+        timeout: float = 600,
+        *,
+        client_secret: str | None = None,
+        issuer: str | None = None,
+        cache: TokenCache | None = None,
+        http_options: Mapping[str, Any] | None = None,
+        refresh_margin: float | None = None,
+    ):
+        super().__init__(
+            token_url,
+            client_id,
+            client_secret,
+            issuer=issuer,
+            cache=cache,
+            http_options=http_options,
+            refresh_margin=refresh_margin,
+        )
         self._device_url = device_authorization_url
         self._scope = scope
         self._on_prompt = on_prompt or print_prompt
@@ -88,12 +110,16 @@ class DeviceCode(_OAuthSource):
         try:
             grant = post_form(self._client, self._device_url, data, self._auth_method)
         except _Transient as exc:
-            raise DeviceFlowError(f"Cannot start the device login: {exc.reason}. Check the issuer URL and the "
-                                  "network, then call login() again.") from None
+            raise DeviceFlowError(
+                f"Cannot start the device login: {exc.reason}. Check the issuer URL and the "
+                "network, then call login() again."
+            ) from None
         except _OAuthRejected as exc:
-            raise DeviceFlowError(f"The issuer at {self._where} refused the device authorization "
-                                  f"({exc.detail()}). Check the client id ({self._client_id!r}) and that the "
-                                  "client may use the device flow.") from None
+            raise DeviceFlowError(
+                f"The issuer at {self._where} refused the device authorization "
+                f"({exc.detail()}). Check the client id ({self._client_id!r}) and that the "
+                "client may use the device flow."
+            ) from None
         try:
             device_code = str(grant["device_code"])
             prompt = DevicePrompt(
@@ -104,10 +130,13 @@ class DeviceCode(_OAuthSource):
             )
             interval = float(grant.get("interval") or DEFAULT_INTERVAL)
         except (KeyError, TypeError, ValueError):
-            raise DeviceFlowError(f"{self._device_url} did not answer with a device authorization response. "
-                                  "Check that it is the issuer's device_authorization_endpoint.") from None
-        logger.info("device login started at %s: waiting for the user to approve code %s", self._where,
-                    prompt.user_code)
+            raise DeviceFlowError(
+                f"{self._device_url} did not answer with a device authorization response. "
+                "Check that it is the issuer's device_authorization_endpoint."
+            ) from None
+        logger.info(
+            "device login started at %s: waiting for the user to approve code %s", self._where, prompt.user_code
+        )
         self._on_prompt(prompt)
         token = self._poll(device_code, interval, min(float(self._timeout), float(prompt.expires_in)))
         self._install(token)
@@ -120,14 +149,17 @@ class DeviceCode(_OAuthSource):
         while True:
             wait = interval + POLL_SLACK
             if failures:
-                wait += random.uniform(0, min(30.0, 2.0 ** failures))  # RFC 8628 §3.5: back off on errors
+                wait += random.uniform(0, min(30.0, 2.0**failures))  # RFC 8628 §3.5: back off on errors
             if time.monotonic() + wait >= deadline:
-                raise DeviceFlowError(f"The device login was not approved within {budget:.0f} s. "
-                                      "Call login() again and approve the code in the browser sooner.")
+                raise DeviceFlowError(
+                    f"The device login was not approved within {budget:.0f} s. "
+                    "Call login() again and approve the code in the browser sooner."
+                )
             _sleep(wait)
             try:
-                response = call(url, lambda: self._client.fetch_token(
-                    url, grant_type=DEVICE_CODE_GRANT, device_code=device_code))
+                response = call(
+                    url, lambda: self._client.fetch_token(url, grant_type=DEVICE_CODE_GRANT, device_code=device_code)
+                )
             except _Transient as exc:
                 failures += 1
                 logger.warning("polling %s for the device login failed (%s); retrying", self._where, exc.reason)
@@ -141,17 +173,25 @@ class DeviceCode(_OAuthSource):
                     logger.debug("issuer asked to slow down; polling every %.0f s", interval)
                     continue
                 if exc.error == "expired_token":
-                    raise DeviceFlowError("The device code expired before it was approved. "
-                                          "Call login() again and approve the new code.") from None
+                    raise DeviceFlowError(
+                        "The device code expired before it was approved. Call login() again and approve the new code."
+                    ) from None
                 if exc.error == "access_denied":
-                    raise DeviceFlowError("The login was denied in the browser. Call login() again and "
-                                          "approve it (as the right user) to continue.") from None
-                raise DeviceFlowError(f"The device login failed ({exc.detail()}). Call login() again; "
-                                      "if it keeps failing, check the client's configuration at the issuer.") from None
+                    raise DeviceFlowError(
+                        "The login was denied in the browser. Call login() again and "
+                        "approve it (as the right user) to continue."
+                    ) from None
+                raise DeviceFlowError(
+                    f"The device login failed ({exc.detail()}). Call login() again; "
+                    "if it keeps failing, check the client's configuration at the issuer."
+                ) from None
             token = Token.from_response(response)
             if token.refresh_token is None:
-                logger.warning("the issuer at %s issued no refresh token: you will have to log in again when "
-                               "the access token expires", self._where)
+                logger.warning(
+                    "the issuer at %s issued no refresh token: you will have to log in again when "
+                    "the access token expires",
+                    self._where,
+                )
             return token
 
     # -- refresh --------------------------------------------------------------------------------
@@ -166,7 +206,9 @@ class DeviceCode(_OAuthSource):
         except _OAuthRejected as exc:
             if exc.error == "invalid_grant":
                 self._forget()
-                raise LoginRequiredError(f"The login at {self._where} has ended: the refresh token was rejected "
-                                         f"({exc.detail()}). To log in again, {LOGIN_HINT}.") from None
+                raise LoginRequiredError(
+                    f"The login at {self._where} has ended: the refresh token was rejected "
+                    f"({exc.detail()}). To log in again, {LOGIN_HINT}."
+                ) from None
             raise rejected(exc, self._where, self._client_id) from None
         return Token.from_response(response, previous_refresh=refresh)  # rotation-aware: keeps a new one

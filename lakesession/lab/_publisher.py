@@ -71,8 +71,14 @@ def session_status(session: Any) -> dict[str, Any]:
     try:
         return dict(session.status())
     except Exception as e:  # a session that failed to start still shows up, without details that might leak
-        return {"state": "error", "error": type(e).__name__, "catalog_name": getattr(session, "catalog_name", None),
-                "identity": None, "credentials": [], "time": time.time()}
+        return {
+            "state": "error",
+            "error": type(e).__name__,
+            "catalog_name": getattr(session, "catalog_name", None),
+            "identity": None,
+            "credentials": [],
+            "time": time.time(),
+        }
 
 
 class Publisher:
@@ -103,8 +109,12 @@ class Publisher:
     def document(self) -> dict[str, Any]:
         with _lock:
             sessions = sorted(self._sessions, key=lambda s: self._order.get(id(s), 0))
-        return {"kernel_id": self.kernel_id, "pid": os.getpid(), "updated": time.time(),
-                "sessions": [session_status(s) for s in sessions]}
+        return {
+            "kernel_id": self.kernel_id,
+            "pid": os.getpid(),
+            "updated": time.time(),
+            "sessions": [session_status(s) for s in sessions],
+        }
 
     def publish(self, force: bool = False) -> bool:
         """Write the document if it changed (or on the heartbeat); whether it wrote."""

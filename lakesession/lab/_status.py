@@ -18,8 +18,11 @@ from typing import Any
 
 SUBDIR = "lakesession"
 _KERNEL_FILE = re.compile(r"^kernel-(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]*)\.json$")
-_SECRET_KEY = re.compile(r"secret|token|password|passwd|private|access[-_.]?key|session[-_.]?key|credential$|"
-                         r"authorization|cookie|signature", re.IGNORECASE)
+_SECRET_KEY = re.compile(
+    r"secret|token|password|passwd|private|access[-_.]?key|session[-_.]?key|credential$|"
+    r"authorization|cookie|signature",
+    re.IGNORECASE,
+)
 _ALLOWED_KEYS = frozenset({"credentials"})  # the rows list, not a secret
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.")
 MAX_BYTES = 1 << 20

@@ -16,8 +16,20 @@ from typing import Any
 
 from ._views import active_session, audit, chain, credentials, grants, login, run_sql, status, use, widgets_available
 
-__all__ = ["active_session", "audit", "chain", "credentials", "grants", "load_ipython_extension", "login", "run_sql",
-           "status", "unload_ipython_extension", "use", "widgets_available"]
+__all__ = [
+    "active_session",
+    "audit",
+    "chain",
+    "credentials",
+    "grants",
+    "load_ipython_extension",
+    "login",
+    "run_sql",
+    "status",
+    "unload_ipython_extension",
+    "use",
+    "widgets_available",
+]
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -28,8 +40,9 @@ def load_ipython_extension(ipython: Any) -> None:
 
     # httpcore imports trio when it is installed, and trio warns once about IPython's exception
     # hook: noise in the first cell's output that the user can do nothing about
-    warnings.filterwarnings("ignore", message="IPython detected, but you already have a custom exception handler",
-                            category=RuntimeWarning)
+    warnings.filterwarnings(
+        "ignore", message="IPython detected, but you already have a custom exception handler", category=RuntimeWarning
+    )
     load(ipython)
 
 

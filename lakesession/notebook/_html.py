@@ -13,12 +13,21 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-STATE_COLORS = {"valid": "#2e7d32", "refreshing": "#1565c0", "revoked": "#c62828", "failed": "#c62828",
-                "expired": "#ef6c00", "unknown": "#757575", "starting": "#757575"}
+STATE_COLORS = {
+    "valid": "#2e7d32",
+    "refreshing": "#1565c0",
+    "revoked": "#c62828",
+    "failed": "#c62828",
+    "expired": "#ef6c00",
+    "unknown": "#757575",
+    "starting": "#757575",
+}
 DECISION_COLORS = {"allow": "#2e7d32", "deny": "#c62828"}
-_STYLE = ("<style>.lakesession-table{border-collapse:collapse;font-size:90%}"
-          ".lakesession-table th,.lakesession-table td{border-bottom:1px solid #ddd;padding:2px 8px;text-align:left}"
-          ".lakesession-badge{color:#fff;border-radius:3px;padding:0 5px;font-size:85%}</style>")
+_STYLE = (
+    "<style>.lakesession-table{border-collapse:collapse;font-size:90%}"
+    ".lakesession-table th,.lakesession-table td{border-bottom:1px solid #ddd;padding:2px 8px;text-align:left}"
+    ".lakesession-badge{color:#fff;border-radius:3px;padding:0 5px;font-size:85%}</style>"
+)
 
 
 def esc(value: Any) -> str:
@@ -29,7 +38,7 @@ def duration(seconds: float | None) -> str:
     """``"4 min 05 s"``-style text for a countdown (``"unknown"`` when there is no expiry)."""
     if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
         return "unknown"
-    s = max(0, int(round(seconds)))
+    s = max(0, round(seconds))
     if s >= 3600:
         return f"{s // 3600} h {s % 3600 // 60:02d} min"
     if s >= 60:
@@ -46,8 +55,10 @@ def status_html(status: Mapping[str, Any], now: float | None = None) -> str:
     """Who the session acts as, where, and when the token expires (class ``lakesession-status``)."""
     now = time.time() if now is None else now
     if status.get("state") == "starting":
-        return ('<div class="lakesession-status"><b>lakesession</b>: starting the embedded catalog… '
-                "(principal unknown yet; token expires in unknown)</div>")
+        return (
+            '<div class="lakesession-status"><b>lakesession</b>: starting the embedded catalog… '
+            "(principal unknown yet; token expires in unknown)</div>"
+        )
     ident = status.get("identity") or {}
     exp = ident.get("expires_at")
     left = None if exp is None else exp - now
@@ -58,22 +69,25 @@ def status_html(status: Mapping[str, Any], now: float | None = None) -> str:
     summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none yet"
     return (
         '<div class="lakesession-status" style="font-family:sans-serif;line-height:1.5">'
-        f'<b>{esc(ident.get("principal") or "not logged in")}</b> '
+        f"<b>{esc(ident.get('principal') or 'not logged in')}</b> "
         f'<span style="color:#666">({esc(ident.get("kind") or "?")} via {esc(ident.get("issuer") or "?")})</span> — '
         f'token expires in <b class="lakesession-expiry">{esc(duration(left))}</b><br>'
-        f'catalog <code>{esc(status.get("catalog_name"))}</code> at <code>{esc(status.get("uri"))}</code>'
-        f'{" · Spark running" if status.get("spark") else ""} · table credentials: {esc(summary)}</div>'
+        f"catalog <code>{esc(status.get('catalog_name'))}</code> at <code>{esc(status.get('uri'))}</code>"
+        f"{' · Spark running' if status.get('spark') else ''} · table credentials: {esc(summary)}</div>"
     )
 
 
-def table_html(rows: Iterable[Mapping[str, Any]], columns: list[str], cls: str, empty: str = "nothing yet",
-               cell: Any = None) -> str:
+def table_html(
+    rows: Iterable[Mapping[str, Any]], columns: list[str], cls: str, empty: str = "nothing yet", cell: Any = None
+) -> str:
     """An escaped HTML table; ``cell(column, value)`` may return ready HTML for special columns."""
     rows = list(rows)
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     if not rows:
-        return f'{_STYLE}<table class="lakesession-table {cls}"><tr>{head}</tr><tr><td colspan="{len(columns)}">' \
-               f'<i>{esc(empty)}</i></td></tr></table>'
+        return (
+            f'{_STYLE}<table class="lakesession-table {cls}"><tr>{head}</tr><tr><td colspan="{len(columns)}">'
+            f"<i>{esc(empty)}</i></td></tr></table>"
+        )
     body = []
     for row in rows:
         tds = []
@@ -113,8 +127,13 @@ def credentials_html(rows: Iterable[Mapping[str, Any]], now: float | None = None
         exp = r.get("expires_at")
         left = None if exp is None or (isinstance(exp, float) and math.isnan(exp)) else max(0.0, exp - now)
         out.append({**r, "expires in": duration(left)})
-    return table_html(out, ["engine", "table", "mode", "state", "expires in", "refreshes", "last_error"],
-                      "lakesession-credentials", "no table credentials yet: read a table first", cell)
+    return table_html(
+        out,
+        ["engine", "table", "mode", "state", "expires in", "refreshes", "last_error"],
+        "lakesession-credentials",
+        "no table credentials yet: read a table first",
+        cell,
+    )
 
 
 def audit_html(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -123,8 +142,13 @@ def audit_html(rows: Iterable[Mapping[str, Any]]) -> str:
             return badge(str(value), DECISION_COLORS.get(str(value), "#ef6c00"))
         return None
 
-    return table_html(rows, ["time", "action", "object", "via_chain", "decision", "credentials_expire_at"],
-                      "lakesession-audit", "no accesses recorded", cell)
+    return table_html(
+        rows,
+        ["time", "action", "object", "via_chain", "decision", "credentials_expire_at"],
+        "lakesession-audit",
+        "no accesses recorded",
+        cell,
+    )
 
 
 def timeline_svg(points: list[tuple[float, str, str]], width: int = 560, height: int = 70) -> str:
@@ -141,14 +165,18 @@ def timeline_svg(points: list[tuple[float, str, str]], width: int = 560, height:
     for t, decision, label in points:
         x = pad + (t - t0) / span * (width - 2 * pad)
         color = DECISION_COLORS.get(decision, "#ef6c00")
-        marks.append(f'<line x1="{x:.1f}" y1="15" x2="{x:.1f}" y2="45" stroke="{color}" stroke-width="2">'
-                     f"<title>{esc(label)}</title></line>")
+        marks.append(
+            f'<line x1="{x:.1f}" y1="15" x2="{x:.1f}" y2="45" stroke="{color}" stroke-width="2">'
+            f"<title>{esc(label)}</title></line>"
+        )
     fmt = "%H:%M:%S"
-    return (f'<svg class="lakesession-timeline" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
-            f'<line x1="{pad}" y1="45" x2="{width - pad}" y2="45" stroke="#999"/>{"".join(marks)}'
-            f'<text x="{pad}" y="62" font-size="10">{esc(time.strftime(fmt, time.localtime(t0)))}</text>'
-            f'<text x="{width - pad}" y="62" font-size="10" text-anchor="end">'
-            f'{esc(time.strftime(fmt, time.localtime(t1)))}</text></svg>')
+    return (
+        f'<svg class="lakesession-timeline" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
+        f'<line x1="{pad}" y1="45" x2="{width - pad}" y2="45" stroke="#999"/>{"".join(marks)}'
+        f'<text x="{pad}" y="62" font-size="10">{esc(time.strftime(fmt, time.localtime(t0)))}</text>'
+        f'<text x="{width - pad}" y="62" font-size="10" text-anchor="end">'
+        f"{esc(time.strftime(fmt, time.localtime(t1)))}</text></svg>"
+    )
 
 
 def error_html(message: str) -> str:

@@ -37,14 +37,15 @@ class _Parser(argparse.ArgumentParser):
 
 def explain(exc: BaseException) -> str:
     """One secret-free line for a failure, ending with how to fix it."""
-    from ..spark.errors import CatalogAccessError
+    from .._spark.errors import CatalogAccessError
 
     if isinstance(exc, MagicError):
         return str(exc)
     if isinstance(exc, CatalogAccessError):
-        fix = {"forbidden": "ask the catalog's administrator for a grant (see %lakesession grants)",
-               "not authorized": "log in again (%lakesession login)",
-               }.get(exc.kind, "retry; if it persists, ask the catalog's operator")
+        fix = {
+            "forbidden": "ask the catalog's administrator for a grant (see %lakesession grants)",
+            "not authorized": "log in again (%lakesession login)",
+        }.get(exc.kind, "retry; if it persists, ask the catalog's operator")
         return f"the catalog refused the request ({exc.kind}): {_first(str(exc))}. Fix: {fix}."
     if isinstance(exc, LakesessionError):
         return _first(str(exc), 400)
@@ -111,13 +112,21 @@ class LakesessionMagics(Magics):
             p.add_argument("--issuer")
             p.add_argument("--client-id")
             a = p.parse_args(rest)
-            return _views.login(a.catalog, device=a.device, client_credentials=a.client_credentials, uri=a.uri,
-                                issuer=a.issuer, client_id=a.client_id)
+            return _views.login(
+                a.catalog,
+                device=a.device,
+                client_credentials=a.client_credentials,
+                uri=a.uri,
+                issuer=a.issuer,
+                client_id=a.client_id,
+            )
         if cmd == "use":
             p.add_argument("variable")
             a = p.parse_args(rest)
             if a.variable not in self.shell.user_ns:
-                raise MagicError(f"no variable {a.variable!r} in the notebook. Fix: session = lakesession.connect(...) first.")
+                raise MagicError(
+                    f"no variable {a.variable!r} in the notebook. Fix: session = lakesession.connect(...) first."
+                )
             _views.use(self.shell.user_ns[a.variable])
             return _views.status()
         if cmd in ("status", "grants"):
@@ -155,9 +164,9 @@ class LakesessionMagics(Magics):
 
 def load(shell: Any) -> None:
     shell.register_magics(LakesessionMagics)
-    from ..spark.errors import CatalogAccessError
-
     from pyiceberg.exceptions import ForbiddenError, UnauthorizedError
+
+    from .._spark.errors import CatalogAccessError
 
     shell.set_custom_exc((LakesessionError, CatalogAccessError, ForbiddenError, UnauthorizedError), show_one_line)
 

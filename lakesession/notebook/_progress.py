@@ -64,19 +64,23 @@ class DeviceLoginProgress:
     def __call__(self, prompt: Any) -> None:
         self.prompt = prompt
         link = prompt.verification_uri_complete or prompt.verification_uri
-        info = (f'<div class="lakesession-login">To sign in, open <a href="{_html.esc(link)}" target="_blank">'
-                f"{_html.esc(link)}</a> and confirm the code <b><code>{_html.esc(prompt.user_code)}</code></b>.</div>")
+        info = (
+            f'<div class="lakesession-login">To sign in, open <a href="{_html.esc(link)}" target="_blank">'
+            f"{_html.esc(link)}</a> and confirm the code <b><code>{_html.esc(prompt.user_code)}</code></b>.</div>"
+        )
         w = _widgets()
         if w is None:
             print(prompt.message(), flush=True)
             return
-        self.bar = w.IntProgress(value=prompt.expires_in, min=0, max=max(prompt.expires_in, 1),
-                                 description="waiting", bar_style="info")
+        self.bar = w.IntProgress(
+            value=prompt.expires_in, min=0, max=max(prompt.expires_in, 1), description="waiting", bar_style="info"
+        )
         self.label = w.Label(f"code expires in {_html.duration(prompt.expires_in)}")
         _display(_Shown(w.VBox([w.HTML(info), w.HBox([self.bar, self.label])]), info, prompt.message()))
         started = time.monotonic()
-        self._thread = threading.Thread(target=self._run, args=(started, prompt.expires_in), daemon=True,
-                                        name="lakesession-device-progress")
+        self._thread = threading.Thread(
+            target=self._run, args=(started, prompt.expires_in), daemon=True, name="lakesession-device-progress"
+        )
         self._thread.start()
 
     def _run(self, started: float, expires_in: int) -> None:
@@ -119,7 +123,7 @@ def start_spark(session: Any) -> Any:
         return session.spark()
     progress = JarProgress()
     if not getattr(session, "_remote", None):
-        from ..spark.jars import resolve_jars
+        from .._spark.jars import resolve_jars
 
         resolve_jars(getattr(session, "_jars", None), progress=progress)  # warms the cache spark() then uses
     progress("starting the Spark JVM…")
@@ -167,7 +171,7 @@ class SparkJobProgress:
             self.jobs.add(job_id)
             job = tracker.getJobInfo(job_id)
             job_done = job_total = 0
-            for stage_id in (job.stageIds if job is not None else []):
+            for stage_id in job.stageIds if job is not None else []:
                 stage = tracker.getStageInfo(stage_id)
                 if stage is not None:
                     job_total += stage.numTasks

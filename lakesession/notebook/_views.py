@@ -34,8 +34,10 @@ def active_session() -> Any:
 
     session = _active or current_session()
     if session is None:
-        raise NoSessionError("no session yet. Fix: run %lakesession login (or session = lakesession.connect(...) "
-                             "and %lakesession use session).")
+        raise NoSessionError(
+            "no session yet. Fix: run %lakesession login (or session = lakesession.connect(...) "
+            "and %lakesession use session)."
+        )
     return session
 
 
@@ -65,9 +67,11 @@ def status(session: Any = None, *, widget: bool | None = None) -> Any:
         return StatusWidget(s)
     st = s.status()
     ident = st.get("identity") or {}
-    text = (f"{ident.get('principal')} ({ident.get('kind')} via {ident.get('issuer')}) — token expires in "
-            f"{_html.duration(None if ident.get('expires_at') is None else ident['expires_at'] - st['time'])}; "
-            f"catalog {st.get('catalog_name')} at {st.get('uri')}")
+    text = (
+        f"{ident.get('principal')} ({ident.get('kind')} via {ident.get('issuer')}) — token expires in "
+        f"{_html.duration(None if ident.get('expires_at') is None else ident['expires_at'] - st['time'])}; "
+        f"catalog {st.get('catalog_name')} at {st.get('uri')}"
+    )
     return _html.HTML(_html.status_html(st), text)
 
 
@@ -95,17 +99,18 @@ def credentials(session: Any = None, *, widget: bool | None = None, auto_refresh
     return _html.HTML(_html.credentials_html(df.to_dict("records")), df[cols].to_string(index=False))
 
 
-def audit(session: Any = None, *, since: str | float | None = None, action: str | None = None,
-          widget: bool | None = None) -> Any:
+def audit(
+    session: Any = None, *, since: str | float | None = None, action: str | None = None, widget: bool | None = None
+) -> Any:
     """The session's accesses (filterable, with a timeline)."""
     s = session or active_session()
     if _want(widget):
         from ._widgets import AuditPanel
 
         return AuditPanel(s, since=since, action=action)
-    from ._widgets import parse_since
-
     import pandas as pd
+
+    from ._widgets import parse_since
 
     df = s.audit()
     bound = parse_since(since)
@@ -129,8 +134,15 @@ def chain(name: str, session: Any = None, *, widget: bool | None = None) -> Any:
     return node  # ChainNode has its own _repr_html_ and text tree
 
 
-def login(catalog: str | None = None, *, device: bool = False, client_credentials: bool = False,
-          uri: str | None = None, issuer: str | None = None, client_id: str | None = None) -> Any:
+def login(
+    catalog: str | None = None,
+    *,
+    device: bool = False,
+    client_credentials: bool = False,
+    uri: str | None = None,
+    issuer: str | None = None,
+    client_id: str | None = None,
+) -> Any:
     """Connect (configured catalog, or the embedded default), log in now, bind the magics, show status."""
     import lakesession
     from lakesession import session as session_mod
@@ -141,10 +153,14 @@ def login(catalog: str | None = None, *, device: bool = False, client_credential
     progress = None
     if device:
         if not (issuer or catalog or os.environ.get("LAKESESSION_ISSUER")):
-            raise NoSessionError("--device needs an OIDC issuer. Fix: pass --issuer URL (and --uri URI), set "
-                                 "LAKESESSION_ISSUER, or name a configured catalog.")
+            raise NoSessionError(
+                "--device needs an OIDC issuer. Fix: pass --issuer URL (and --uri URI), set "
+                "LAKESESSION_ISSUER, or name a configured catalog."
+            )
         progress = DeviceLoginProgress()
-        opts.update(on_prompt=progress, client_id=client_id or os.environ.get("LAKESESSION_CLIENT_ID") or DEVICE_CLIENT_ID)
+        opts.update(
+            on_prompt=progress, client_id=client_id or os.environ.get("LAKESESSION_CLIENT_ID") or DEVICE_CLIENT_ID
+        )
     elif client_id:
         opts["client_id"] = client_id
     ok = False
@@ -152,8 +168,10 @@ def login(catalog: str | None = None, *, device: bool = False, client_credential
         s = lakesession.connect(catalog, **opts)
         kind = getattr(s.identity, "kind", None)  # waits for an embedded catalog to start
         if client_credentials and kind != "client_credentials":
-            raise NoSessionError(f"--client-credentials, but the configuration gives a {kind} login. Fix: set "
-                                 "LAKESESSION_CREDENTIAL=client_id:secret (never in the notebook) or configure the catalog.")
+            raise NoSessionError(
+                f"--client-credentials, but the configuration gives a {kind} login. Fix: set "
+                "LAKESESSION_CREDENTIAL=client_id:secret (never in the notebook) or configure the catalog."
+            )
         s.identity.token()  # log in now: a wrong secret shows here, not at the first query
         ok = True
     finally:

@@ -191,7 +191,8 @@ class CredentialRow:
         self.state_name = row.get("state") or "unknown"
         self.state.value = _html.badge(self.state_name)
         self.countdown.bar_style = {"valid": "success", "refreshing": "info", "expired": "warning"}.get(
-            self.state_name, "danger")
+            self.state_name, "danger"
+        )
         self.refreshes.value = f"{int(row.get('refreshes') or 0)} refreshes"
 
 
@@ -215,8 +216,11 @@ class CredentialsPanel(_Panel):
         super().__init__(session, interval)
         self.button.on_click(lambda _b: self._refresh_now())
         # listeners run inside the store's refresh (holding its per-table lock): never block there
-        self._cleanups.append(session.credential_store.subscribe(
-            lambda *_: threading.Thread(target=self._safe_update, daemon=True).start()))
+        self._cleanups.append(
+            session.credential_store.subscribe(
+                lambda *_: threading.Thread(target=self._safe_update, daemon=True).start()
+            )
+        )
         self.children = (widgets.HTML("<b>Table credentials</b>"), self.empty, self.list, self.button, self.error)
 
     def _refresh_now(self) -> None:
@@ -253,8 +257,15 @@ class CredentialsPanel(_Panel):
         """What the widgets show (read back from their model state): table, state, seconds left."""
         out = []
         for (engine, table), row in sorted(self.rows.items()):
-            out.append({"engine": engine, "table": table, "state": row.state_name,
-                        "seconds_left": row.countdown.get_state()["value"], "badge": row.state.get_state()["value"]})
+            out.append(
+                {
+                    "engine": engine,
+                    "table": table,
+                    "state": row.state_name,
+                    "seconds_left": row.countdown.get_state()["value"],
+                    "badge": row.state.get_state()["value"],
+                }
+            )
         return out
 
     def fallback_html(self) -> str:
@@ -281,7 +292,9 @@ def parse_since(value: str | float | None, now: float | None = None) -> float | 
     try:
         ts = pd.Timestamp(text)
     except ValueError:
-        raise ValueError(f"--since {text!r}: use e.g. 10m, 2h, 1d, an ISO time (2026-01-31T12:00) or epoch seconds") from None
+        raise ValueError(
+            f"--since {text!r}: use e.g. 10m, 2h, 1d, an ISO time (2026-01-31T12:00) or epoch seconds"
+        ) from None
     if ts.tzinfo is None:
         ts = ts.tz_localize("UTC")
     return ts.timestamp()
@@ -294,8 +307,9 @@ class AuditPanel(_Panel):
     ALL = "(all)"
 
     def __init__(self, session: Any, since: str | float | None = None, action: str | None = None):
-        self.since = widgets.Text(value="" if since is None else str(since), description="since",
-                                  placeholder="10m, 2h, ISO time")
+        self.since = widgets.Text(
+            value="" if since is None else str(since), description="since", placeholder="10m, 2h, ISO time"
+        )
         self.action = widgets.Dropdown(options=[self.ALL], value=self.ALL, description="action")
         self.decision = widgets.Dropdown(options=[self.ALL, "allow", "deny"], value=self.ALL, description="decision")
         self.object = widgets.Text(value="", description="object", placeholder="contains…")
@@ -351,8 +365,10 @@ class AuditPanel(_Panel):
         if self.object.value:
             df = df[df["object"].str.contains(self.object.value, regex=False)]
         self.shown = df.to_dict("records")
-        points = [(r["time"].timestamp(), str(r["decision"]), f"{r['action']} {r['object']} ({r['decision']})")
-                  for r in self.shown]
+        points = [
+            (r["time"].timestamp(), str(r["decision"]), f"{r['action']} {r['object']} ({r['decision']})")
+            for r in self.shown
+        ]
         self.timeline.value = _html.timeline_svg(points)
         self.table.value = _html.audit_html(self.shown)
 

@@ -15,8 +15,8 @@ from .context import CachingVerifier, Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
 from .idp import EmbeddedIssuer, RemoteVerifier
-from .routes import credentials, management, namespaces, signing, tables, views
 from .openapi import install_openapi
+from .routes import credentials, management, namespaces, signing, tables, views
 from .settings import ServerSettings
 from .vending import CredentialVendor
 
@@ -54,8 +54,14 @@ def build_services(settings: ServerSettings, *, key_path: Path | None = None) ->
     else:
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
     vendor = CredentialVendor(settings.s3) if settings.s3 is not None else None
-    services = Services(settings=settings, directory=directory, audit=AuditLog(engine), catalog=catalog,
-                        verifier=CachingVerifier(verifier), vendor=vendor)
+    services = Services(
+        settings=settings,
+        directory=directory,
+        audit=AuditLog(engine),
+        catalog=catalog,
+        verifier=CachingVerifier(verifier),
+        vendor=vendor,
+    )
     return services, issuer
 
 
@@ -82,7 +88,9 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
     async def oauth_tokens(request: Request) -> Response:
         """Deprecated Iceberg token endpoint (Iceberg Java posts form-encoded bodies here)."""
         if issuer is None:
-            raise BadRequest(f"This catalog trusts the external issuer {settings.effective_issuer_url}; get tokens there")
+            raise BadRequest(
+                f"This catalog trusts the external issuer {settings.effective_issuer_url}; get tokens there"
+            )
         return await issuer.token_endpoint(request)
 
     @app.get("/healthz", include_in_schema=False)

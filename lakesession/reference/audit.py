@@ -61,8 +61,10 @@ class AuditLog:
     def record_many(self, records: list[dict[str, Any]]) -> None:
         """Write several records in one transaction (one request's decisions and issuances)."""
         now = time.time()
-        rows = [{**r, "ts": now, "detail": json.dumps(r["detail"], sort_keys=True) if r.get("detail") else None}
-                for r in records]
+        rows = [
+            {**r, "ts": now, "detail": json.dumps(r["detail"], sort_keys=True) if r.get("detail") else None}
+            for r in records
+        ]
         with self.engine.begin() as conn:
             conn.execute(insert(store.audit), rows)
 
@@ -88,7 +90,15 @@ class AuditLog:
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         return [
-            AuditRecord(r.ts, r.request_id, r.principal, r.action, r.securable, r.decision,
-                        json.loads(r.detail) if r.detail else None, r.id)
+            AuditRecord(
+                r.ts,
+                r.request_id,
+                r.principal,
+                r.action,
+                r.securable,
+                r.decision,
+                json.loads(r.detail) if r.detail else None,
+                r.id,
+            )
             for r in reversed(rows)
         ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .errors import BadRequest
 
 
-class Privilege(str, enum.Enum):
+class Privilege(enum.StrEnum):
     CATALOG_MANAGE_ACCESS = "CATALOG_MANAGE_ACCESS"
     CATALOG_MANAGE_CONTENT = "CATALOG_MANAGE_CONTENT"
     NAMESPACE_CREATE = "NAMESPACE_CREATE"
@@ -52,7 +52,9 @@ _DIRECT: dict[Privilege, set[Privilege]] = {
     P.VIEW_LIST: {P.NAMESPACE_READ_PROPERTIES},
     P.TABLE_READ_PROPERTIES: {P.NAMESPACE_READ_PROPERTIES},
     P.VIEW_READ: {P.NAMESPACE_READ_PROPERTIES},
-    P.CATALOG_MANAGE_CONTENT: {p for p in Privilege if p is not P.CATALOG_MANAGE_ACCESS and p is not P.CATALOG_MANAGE_CONTENT},
+    P.CATALOG_MANAGE_CONTENT: {
+        p for p in Privilege if p is not P.CATALOG_MANAGE_ACCESS and p is not P.CATALOG_MANAGE_CONTENT
+    },
 }
 
 
@@ -84,7 +86,9 @@ def parse_privilege(value: str) -> Privilege:
     try:
         return Privilege(value.strip().upper())
     except ValueError:
-        raise BadRequest(f"Unknown privilege {value!r}; expected one of {', '.join(p.value for p in Privilege)}") from None
+        raise BadRequest(
+            f"Unknown privilege {value!r}; expected one of {', '.join(p.value for p in Privilege)}"
+        ) from None
 
 
 SECURABLE_KINDS = ("catalog", "namespace", "table", "view")
@@ -119,14 +123,18 @@ class Securable:
         kind, _, name = text.strip().partition(" ")
         kind, name = kind.lower(), name.strip()
         if kind not in SECURABLE_KINDS:
-            raise BadRequest(f"Unknown securable {text!r}: expected 'catalog', 'namespace NS', 'table NS.T' or 'view NS.V'")
+            raise BadRequest(
+                f"Unknown securable {text!r}: expected 'catalog', 'namespace NS', 'table NS.T' or 'view NS.V'"
+            )
         if kind == "catalog":
             if name:
                 raise BadRequest(f"Securable 'catalog' takes no name, got {text!r}")
             return cls.catalog()
         parts = tuple(name.split(".")) if name else ()
         if not parts or any(not p for p in parts):
-            raise BadRequest(f"Securable {text!r} needs a dotted name, e.g. '{kind} sales{'' if kind == 'namespace' else '.orders'}'")
+            raise BadRequest(
+                f"Securable {text!r} needs a dotted name, e.g. '{kind} sales{'' if kind == 'namespace' else '.orders'}'"
+            )
         if kind in ("table", "view") and len(parts) < 2:
             raise BadRequest(f"Securable {text!r} needs a namespace and a name, e.g. '{kind} sales.orders'")
         return cls(kind, parts)

@@ -75,7 +75,9 @@ def parse(text: str, source: str = "<bootstrap>") -> Bootstrap:
     for key_node, value_node in root.value:
         section = _scalar(source, key_node, "section name")
         if section not in _KEYS:
-            raise BootstrapError(f"{_where(source, key_node)}: unknown section {section!r} (expected principals, roles, grants)")
+            raise BootstrapError(
+                f"{_where(source, key_node)}: unknown section {section!r} (expected principals, roles, grants)"
+            )
         if isinstance(value_node, yaml.ScalarNode) and value_node.value in ("", "null", "~"):
             continue
         if not isinstance(value_node, yaml.SequenceNode):
@@ -88,7 +90,9 @@ def parse(text: str, source: str = "<bootstrap>") -> Bootstrap:
             for k_node, v_node in item.value:
                 k = _scalar(source, k_node, "key")
                 if k not in allowed:
-                    raise BootstrapError(f"{_where(source, k_node)}: unknown key {k!r} in {section} (allowed: {', '.join(sorted(allowed))})")
+                    raise BootstrapError(
+                        f"{_where(source, k_node)}: unknown key {k!r} in {section} (allowed: {', '.join(sorted(allowed))})"
+                    )
                 if k == "members":
                     if not isinstance(v_node, yaml.SequenceNode):
                         raise BootstrapError(f"{_where(source, v_node)}: members must be a list of principal names")

@@ -79,13 +79,17 @@ class RequestContext:
         """``allowed`` for another principal (the user in effect of a DEFINER view chain)."""
         return self.services.directory.is_allowed(principal_name, privilege, target)
 
-    def authorize(self, action: str, privilege: Privilege, target: Securable, *, detail: dict[str, Any] | None = None) -> None:
+    def authorize(
+        self, action: str, privilege: Privilege, target: Securable, *, detail: dict[str, Any] | None = None
+    ) -> None:
         """Check one privilege, audit the decision, raise 403 (revealing nothing) when denied."""
         ok = self.allowed(privilege, target)
         self.audit(action, target, "allow" if ok else "deny", {"privilege": privilege.value, **(detail or {})})
         if not ok:
             self.flush()
-            raise Forbidden(f"Principal {self.principal.name!r} is not authorized for {action} on {target} ({privilege.value} required)")
+            raise Forbidden(
+                f"Principal {self.principal.name!r} is not authorized for {action} on {target} ({privilege.value} required)"
+            )
 
     def authorize_any(self, action: str, privileges: Iterable[Privilege], target: Securable) -> None:
         """Allow when any of ``privileges`` is held (e.g. existence checks)."""
@@ -98,8 +102,16 @@ class RequestContext:
 
     def audit(self, action: str, target: Securable | str, decision: str, detail: dict[str, Any] | None = None) -> None:
         """Queue an audit record; the request's records are written in one transaction before it answers."""
-        self.pending.append({"principal": self.principal.name, "action": action, "securable": str(target),
-                             "decision": decision, "request_id": self.request_id, "detail": detail})
+        self.pending.append(
+            {
+                "principal": self.principal.name,
+                "action": action,
+                "securable": str(target),
+                "decision": decision,
+                "request_id": self.request_id,
+                "detail": detail,
+            }
+        )
 
     def flush(self) -> None:
         if self.pending:

@@ -197,8 +197,11 @@ class Directory:
 
     # -- grants -----------------------------------------------------------
     def grant(self, role: str, privilege: str | Privilege, on: str | Securable) -> Grant:
-        g = Grant(role, parse_privilege(privilege) if isinstance(privilege, str) else privilege,
-                  Securable.parse(on) if isinstance(on, str) else on)
+        g = Grant(
+            role,
+            parse_privilege(privilege) if isinstance(privilege, str) else privilege,
+            Securable.parse(on) if isinstance(on, str) else on,
+        )
         self._require(store.roles, role, "Role")
         try:
             with self.engine.begin() as conn:

@@ -44,8 +44,9 @@ class Admin:
         self._services = services
         self._issuer = issuer
 
-    def create_principal(self, name: str, type: str = "user", *, client_id: str | None = None,
-                         client_secret: str | None = None) -> Principal:
+    def create_principal(
+        self, name: str, type: str = "user", *, client_id: str | None = None, client_secret: str | None = None
+    ) -> Principal:
         return self._services.directory.create_principal(name, type, client_id, client_secret)
 
     def create_role(self, name: str, members: list[str] | None = None) -> None:
@@ -78,9 +79,18 @@ class Admin:
             raise RuntimeError("device approval needs the embedded issuer")
         self._issuer.approve_device(user_code, principal)
 
-    def audit(self, *, principal: str | None = None, securable: str | None = None, since: float | None = None,
-              action: str | None = None, limit: int = 1000) -> list[AuditRecord]:
-        return self._services.audit.query(principal=principal, securable=securable, since=since, action=action, limit=limit)
+    def audit(
+        self,
+        *,
+        principal: str | None = None,
+        securable: str | None = None,
+        since: float | None = None,
+        action: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditRecord]:
+        return self._services.audit.query(
+            principal=principal, securable=securable, since=since, action=action, limit=limit
+        )
 
 
 def _ensure_admin(services: Services, data_dir: Path) -> ClientCredentials:
@@ -107,9 +117,15 @@ def _ensure_admin(services: Services, data_dir: Path) -> ClientCredentials:
 class ReferenceCatalog:
     """A running reference catalog. ``uri`` is what pyiceberg's RestCatalog takes as ``uri``."""
 
-    def __init__(self, settings: ServerSettings, sock: Any, data_dir: Path,
-                 tmp: tempfile.TemporaryDirectory[str] | None, bootstrap: Any = None,
-                 wrap_app: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        settings: ServerSettings,
+        sock: Any,
+        data_dir: Path,
+        tmp: tempfile.TemporaryDirectory[str] | None,
+        bootstrap: Any = None,
+        wrap_app: Callable[[Any], Any] | None = None,
+    ):
         self.settings = settings
         self.data_dir = data_dir
         self._tmp = tmp
@@ -198,8 +214,10 @@ def start(
     emulator = None
     if warehouse.startswith("s3") and s3 is None:
         if not s3_emulator:
-            raise ValueError("an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
-                             "or s3_emulator=True (serve: --s3-emulator)")
+            raise ValueError(
+                "an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
+                "or s3_emulator=True (serve: --s3-emulator)"
+            )
         emulator, s3 = _start_emulator(warehouse, credential_ttl)
     elif s3 is not None and s3.credential_ttl != credential_ttl and credential_ttl != 3600:
         s3 = replace(s3, credential_ttl=credential_ttl)
@@ -246,4 +264,3 @@ def _start_emulator(warehouse: str, credential_ttl: int) -> tuple[Any, S3Setting
         credential_ttl=credential_ttl,
     )
     return emulator, settings
-

@@ -48,7 +48,7 @@ def parse_target(uri: str, s3: S3Settings) -> S3Target:
     path = unquote(parts.path)
     host = parts.hostname or ""
     endpoint_host = urlsplit(s3.endpoint).hostname if s3.endpoint else None
-    if host == endpoint_host or s3.path_style and endpoint_host is None and host.startswith("s3."):
+    if host == endpoint_host or (s3.path_style and endpoint_host is None and host.startswith("s3.")):
         bucket, _, key = path.lstrip("/").partition("/")
     elif ".s3." in host or host.endswith(".s3.amazonaws.com"):
         bucket, key = host.split(".s3", 1)[0], path.lstrip("/")
@@ -72,8 +72,9 @@ def required_write(method: str) -> bool:
     raise BadRequest(f"Cannot sign method {method!r}: only GET, HEAD, PUT, POST and DELETE are signed")
 
 
-def sign(method: str, uri: str, headers: dict[str, list[str]], region: str, s3: S3Settings,
-         body: str | None = None) -> dict[str, list[str]]:
+def sign(
+    method: str, uri: str, headers: dict[str, list[str]], region: str, s3: S3Settings, body: str | None = None
+) -> dict[str, list[str]]:
     """SigV4-sign the request with the catalog's own credentials; returns the headers to send."""
     if not (s3.access_key_id and s3.secret_access_key):
         raise Forbidden("Remote signing is not configured on this catalog (no signing credentials)")

@@ -90,7 +90,9 @@ class TableStore:
         self._locations[metadata_location] = location
         try:
             with self.catalog.engine.begin() as conn:
-                conn.execute(insert(store.table_locations).values(metadata_location=metadata_location, location=location))
+                conn.execute(
+                    insert(store.table_locations).values(metadata_location=metadata_location, location=location)
+                )
         except IntegrityError:
             pass
 
@@ -130,8 +132,11 @@ class TableStore:
     def _in(self, ns: Namespace) -> Any:
         """Tables (not pyiceberg views) of namespace ``ns`` in this catalog."""
         t = self._t
-        return and_(t.c.catalog_name == self.catalog.name, t.c.table_namespace == ".".join(ns),
-                    or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)))
+        return and_(
+            t.c.catalog_name == self.catalog.name,
+            t.c.table_namespace == ".".join(ns),
+            or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
+        )
 
     def current_locations(self) -> list[tuple[Namespace, str, str]]:
         """(namespace, name, location) of every table whose current metadata location is known."""
@@ -152,11 +157,14 @@ class TableStore:
     def view_exists(self, ns: Namespace, name: str) -> bool:
         v = store.views
         with self.catalog.engine.connect() as conn:
-            return conn.execute(
-                select(v.c.name).where(
-                    and_(v.c.catalog_name == self.catalog.name, v.c.namespace == ".".join(ns), v.c.name == name)
-                )
-            ).first() is not None
+            return (
+                conn.execute(
+                    select(v.c.name).where(
+                        and_(v.c.catalog_name == self.catalog.name, v.c.namespace == ".".join(ns), v.c.name == name)
+                    )
+                ).first()
+                is not None
+            )
 
     def require_free(self, ns: Namespace, name: str) -> None:
         if self.metadata_location(ns, name) is not None:
@@ -204,8 +212,12 @@ def filter_refs(raw: bytes) -> bytes:
     return json.dumps(meta, separators=(",", ":")).encode()
 
 
-def load_result(metadata_location: str | None, raw: bytes, config: dict[str, str] | None = None,
-                storage_credentials: list[dict[str, Any]] | None = None) -> bytes:
+def load_result(
+    metadata_location: str | None,
+    raw: bytes,
+    config: dict[str, str] | None = None,
+    storage_credentials: list[dict[str, Any]] | None = None,
+) -> bytes:
     """A ``LoadTableResult`` body with the metadata bytes spliced in unparsed."""
     parts = [b"{"]
     if metadata_location is not None:

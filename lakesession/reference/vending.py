@@ -19,7 +19,6 @@ from typing import Any
 
 from .._singleflight import SingleFlight
 from .errors import ServiceUnavailable
-from .storage.policy import split_s3_location as split_s3
 from .storage.policy import table_session_policy
 
 READ, WRITE = "read", "write"
@@ -133,7 +132,9 @@ class CredentialVendor:
             )
         return self._sts
 
-    def vend(self, principal: str, table: str, location: str, mode: str, *, now: float | None = None) -> tuple[VendedCredential, bool]:
+    def vend(
+        self, principal: str, table: str, location: str, mode: str, *, now: float | None = None
+    ) -> tuple[VendedCredential, bool]:
         """Credentials for ``principal`` on ``table`` at ``location``; returns (credential, cache_hit)."""
         key = (principal, table, location.rstrip("/"), mode)
         now = time.time() if now is None else now
@@ -170,9 +171,12 @@ class CredentialVendor:
             raise ServiceUnavailable(f"Credential vending failed: STS AssumeRole error ({type(e).__name__})") from None
         c = resp["Credentials"]
         expiration = c["Expiration"]
-        expires_at = expiration.timestamp() if hasattr(expiration, "timestamp") else time.time() + self.s3.credential_ttl
-        return VendedCredential(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"], expires_at, mode,
-                                location.rstrip("/"))
+        expires_at = (
+            expiration.timestamp() if hasattr(expiration, "timestamp") else time.time() + self.s3.credential_ttl
+        )
+        return VendedCredential(
+            c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"], expires_at, mode, location.rstrip("/")
+        )
 
     def invalidate(self, principal: str | None = None) -> None:
         """Drop cached credentials (all, or one principal's) — e.g. after a grant is revoked."""

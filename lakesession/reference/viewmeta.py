@@ -120,7 +120,9 @@ class AssertViewUUID(_Model):
 
     def validate_against(self, base: ViewMetadata) -> None:
         if base.view_uuid != self.uuid:
-            raise CommitFailed(f"Requirement failed: view UUID does not match: expected {self.uuid} != {base.view_uuid}")
+            raise CommitFailed(
+                f"Requirement failed: view UUID does not match: expected {self.uuid} != {base.view_uuid}"
+            )
 
 
 class RenameViewRequest(_Model):
@@ -345,7 +347,9 @@ class ViewMetadataBuilder:
 
         drop_allowed = _bool_prop(self.properties, REPLACE_DROP_DIALECT_ALLOWED)
         if drop_allowed and _bool_prop(self.properties, REPLACE_APPEND_DIALECT_ALLOWED):
-            raise BadRequest(f"Cannot set both {REPLACE_DROP_DIALECT_ALLOWED} and {REPLACE_APPEND_DIALECT_ALLOWED} to true")
+            raise BadRequest(
+                f"Cannot set both {REPLACE_DROP_DIALECT_ALLOWED} and {REPLACE_APPEND_DIALECT_ALLOWED} to true"
+            )
         if self.previous_version is not None and not drop_allowed:
             before, after = _dialects(self.previous_version), _dialects(current)
             if not before <= after:

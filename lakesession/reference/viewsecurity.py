@@ -104,8 +104,10 @@ def parse_referenced_by(raw: str, separator: str = "%1F") -> list[ViewId]:
         ident = unquote_plus(part)
         levels = ident.split(sep)
         if len(levels) < 2:
-            raise BadRequest(f"Malformed referenced-by: view {i} ({ident!r}) needs a namespace and a name "
-                             f"joined by the namespace separator")
+            raise BadRequest(
+                f"Malformed referenced-by: view {i} ({ident!r}) needs a namespace and a name "
+                f"joined by the namespace separator"
+            )
         ns, name = tuple(levels[:-1]), levels[-1]
         if any(_bad_level(level) for level in ns):
             raise BadRequest(f"Malformed referenced-by: view {i} has an invalid namespace level")
@@ -172,8 +174,9 @@ def _view_properties(ctx: RequestContext, view: ViewId) -> dict[str, str] | None
     return None if found is None else dict(found[1].properties or {})
 
 
-def evaluate_chain(ctx: RequestContext, chain: list[ViewId], target: Securable, privilege: Privilege, *,
-                   action: str = "load") -> EffectiveUser:
+def evaluate_chain(
+    ctx: RequestContext, chain: list[ViewId], target: Securable, privilege: Privilege, *, action: str = "load"
+) -> EffectiveUser:
     """Check every view of ``chain`` and then ``target`` for the right user, audit each step, and
     decide all at once (403 naming the first failed step). Returns the user in effect on the target."""
     settings = ctx.services.settings
@@ -186,8 +189,13 @@ def evaluate_chain(ctx: RequestContext, chain: list[ViewId], target: Securable, 
         sec = Securable.view(*view)
         ok = directory.is_allowed(user, Privilege.VIEW_READ, sec)
         props = _view_properties(ctx, view)
-        detail: dict[str, Any] = {"privilege": Privilege.VIEW_READ.value, "step": i, "delegated": delegated,
-                                  "chain": names, "user_in_effect": user}
+        detail: dict[str, Any] = {
+            "privilege": Privilege.VIEW_READ.value,
+            "step": i,
+            "delegated": delegated,
+            "chain": names,
+            "user_in_effect": user,
+        }
         owner = props.get(owner_key) if props is not None else None
         if props is None:
             ok = False
@@ -204,15 +212,26 @@ def evaluate_chain(ctx: RequestContext, chain: list[ViewId], target: Securable, 
         ctx.audit(action, sec, "allow" if ok and not unresolved else "deny", detail)
         if unresolved:
             if ok:  # only someone allowed to read the view learns who its owner is
-                failures.append(f"step {i} (view {names[i - 1]}): DEFINER owner {owner!r} "
-                                f"does not resolve to a principal of this catalog")
+                failures.append(
+                    f"step {i} (view {names[i - 1]}): DEFINER owner {owner!r} "
+                    f"does not resolve to a principal of this catalog"
+                )
             return _deny(ctx, action, failures)
         if owner is not None:
             user, delegated = owner, True
     ok = directory.is_allowed(user, privilege, target)
-    ctx.audit(action, target, "allow" if ok else "deny",
-              {"privilege": privilege.value, "step": len(chain) + 1, "delegated": delegated, "chain": names,
-               "user_in_effect": user})
+    ctx.audit(
+        action,
+        target,
+        "allow" if ok else "deny",
+        {
+            "privilege": privilege.value,
+            "step": len(chain) + 1,
+            "delegated": delegated,
+            "chain": names,
+            "user_in_effect": user,
+        },
+    )
     if not ok:
         failures.append(f"target {target}: {user!r} lacks {privilege.value}")
     if failures:
@@ -222,12 +241,15 @@ def evaluate_chain(ctx: RequestContext, chain: list[ViewId], target: Securable, 
 
 def _deny(ctx: RequestContext, action: str, failures: list[str]) -> EffectiveUser:
     ctx.flush()
-    raise Forbidden(f"Principal {ctx.principal.name!r} is not authorized for {action} through the view chain: "
-                    + "; ".join(failures))
+    raise Forbidden(
+        f"Principal {ctx.principal.name!r} is not authorized for {action} through the view chain: "
+        + "; ".join(failures)
+    )
 
 
-def authorize_target(ctx: RequestContext, request: Request, action: str, privilege: Privilege,
-                     target: Securable) -> EffectiveUser:
+def authorize_target(
+    ctx: RequestContext, request: Request, action: str, privilege: Privilege, target: Securable
+) -> EffectiveUser:
     """The route's authorization step: the view chain from a trusted caller, else the caller alone."""
     raw = raw_param(request)
     if raw is not None and raw.strip():
@@ -255,6 +277,9 @@ def check_owner_property_change(ctx: RequestContext, keys: Iterable[str], *, rem
     trusted = caller_trusted(ctx)
     if trusted and (removing or all(k == owner_key for k in touched)):
         return
-    why = (f"only trusted engines may {'remove' if removing else 'set'} the view owner property {owner_key!r}" if not trusted
-           else f"property {touched[0]!r} differs from the owner property {owner_key!r} only in casing")
+    why = (
+        f"only trusted engines may {'remove' if removing else 'set'} the view owner property {owner_key!r}"
+        if not trusted
+        else f"property {touched[0]!r} differs from the owner property {owner_key!r} only in casing"
+    )
     raise Forbidden(f"Protected property modification: {why}", type=PROTECTED)

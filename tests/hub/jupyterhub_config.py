@@ -39,8 +39,11 @@ c.SimpleLocalProcessSpawner.home_dir_template = f"{run_dir}/home/{{username}}"
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
 c.Spawner.debug = True
 # the test talks to the server's REST API only: skip loading the UI extensions (seconds per spawn)
-c.Spawner.args = [arg for ext in ("jupyterlab", "jupyter_lsp", "jupyter_server_terminals", "notebook_shim")
-                  for arg in ("--ServerApp.jpserver_extensions", f"{ext}=False")]
+c.Spawner.args = [
+    arg
+    for ext in ("jupyterlab", "jupyter_lsp", "jupyter_server_terminals", "notebook_shim")
+    for arg in ("--ServerApp.jpserver_extensions", f"{ext}=False")
+]
 if os.geteuid() == 0:  # CI containers run as root; jupyter_server refuses that unless told
     c.Spawner.args.append("--allow-root")
 c.Spawner.start_timeout = 120
@@ -55,11 +58,15 @@ c.Spawner.environment = {
 
 # a service for the test itself: reads auth_state to compare token hashes (never the tokens)
 c.JupyterHub.services = [{"name": "lakesession-test", "api_token": env["LAKESESSION_TEST_HUB_SERVICE_TOKEN"]}]
-c.JupyterHub.load_roles = [{"name": "lakesession-test", "scopes": ["admin:auth_state", "read:users"],
-                            "services": ["lakesession-test"]}]
+c.JupyterHub.load_roles = [
+    {"name": "lakesession-test", "scopes": ["admin:auth_state", "read:users"], "services": ["lakesession-test"]}
+]
 
 # what this test is about: lakesession's hooks and roles (merged into the settings above)
-lakesession.hub.configure(c, catalog_uri=env["LAKESESSION_TEST_HUB_CATALOG"],
-                          issuer=env["LAKESESSION_TEST_HUB_ISSUER"],
-                          warehouse=env["LAKESESSION_TEST_HUB_WAREHOUSE"],
-                          auth_refresh_age=int(env.get("LAKESESSION_TEST_HUB_REFRESH_AGE", "2")))
+lakesession.hub.configure(
+    c,
+    catalog_uri=env["LAKESESSION_TEST_HUB_CATALOG"],
+    issuer=env["LAKESESSION_TEST_HUB_ISSUER"],
+    warehouse=env["LAKESESSION_TEST_HUB_WAREHOUSE"],
+    auth_refresh_age=int(env.get("LAKESESSION_TEST_HUB_REFRESH_AGE", "2")),
+)

@@ -42,19 +42,39 @@ class Kernel:
         assert resp.status_code == 201, f"starting a kernel: HTTP {resp.status_code} {resp.text[:300]}"
         self.id = resp.json()["id"]
         ws_url = self._url.replace("http", "ws", 1) + f"/api/kernels/{self.id}/channels"
-        self._ws = websocket.create_connection(ws_url, header=[f"{k}: {v}" for k, v in self._headers.items()],
-                                               timeout=timeout)
+        self._ws = websocket.create_connection(
+            ws_url, header=[f"{k}: {v}" for k, v in self._headers.items()], timeout=timeout
+        )
         self._session = uuid.uuid4().hex
 
     def run(self, code: str, *, timeout: float = 120.0) -> Result:
         msg_id = uuid.uuid4().hex
-        self._ws.send(json.dumps({
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "test",
-                       "session": self._session, "date": "", "version": "5.3"},
-            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True},
-        }))
+        self._ws.send(
+            json.dumps(
+                {
+                    "header": {
+                        "msg_id": msg_id,
+                        "msg_type": "execute_request",
+                        "username": "test",
+                        "session": self._session,
+                        "date": "",
+                        "version": "5.3",
+                    },
+                    "parent_header": {},
+                    "metadata": {},
+                    "channel": "shell",
+                    "buffers": [],
+                    "content": {
+                        "code": code,
+                        "silent": False,
+                        "store_history": False,
+                        "user_expressions": {},
+                        "allow_stdin": False,
+                        "stop_on_error": True,
+                    },
+                }
+            )
+        )
         result, idle, replied = Result(), False, False
         deadline = time.monotonic() + timeout
         while not (idle and replied):
@@ -62,8 +82,10 @@ class Kernel:
             try:
                 msg = json.loads(self._ws.recv())
             except websocket.WebSocketTimeoutException:
-                raise AssertionError(f"the kernel did not finish within {timeout} s; output so far:\n"
-                                     f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}") from None
+                raise AssertionError(
+                    f"the kernel did not finish within {timeout} s; output so far:\n"
+                    f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+                ) from None
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]

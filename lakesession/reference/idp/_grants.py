@@ -13,9 +13,8 @@ log record (authlib's own versions log the issued token at DEBUG).
 
 from __future__ import annotations
 
-import re
-
 import logging
+import re
 import secrets
 import time
 from typing import TYPE_CHECKING, Any
@@ -89,8 +88,9 @@ class Client(ClientMixin):
         """True when the Directory holds a secret for this client id (it must then authenticate)."""
         p = store.principals
         with self.issuer.engine.connect() as conn:
-            row = conn.execute(select(p.c.name).where(and_(p.c.client_id == self.client_id,
-                                                           p.c.secret_hash.is_not(None)))).first()
+            row = conn.execute(
+                select(p.c.name).where(and_(p.c.client_id == self.client_id, p.c.secret_hash.is_not(None)))
+            ).first()
         return row is not None
 
     def check_endpoint_auth_method(self, method: str, endpoint: str) -> bool:
@@ -132,9 +132,12 @@ class AccessTokenGenerator(JWTBearerTokenGenerator):
     """RFC 9068 access tokens signed by the issuer's key; opaque random refresh tokens."""
 
     def __init__(self, issuer: EmbeddedIssuer):
-        super().__init__(issuer.settings.embedded_issuer_url, alg=issuer.alg,
-                         refresh_token_generator=lambda **_: secrets.token_urlsafe(32),
-                         expires_generator=self._ttl)
+        super().__init__(
+            issuer.settings.embedded_issuer_url,
+            alg=issuer.alg,
+            refresh_token_generator=lambda **_: secrets.token_urlsafe(32),
+            expires_generator=self._ttl,
+        )
         self._issuer = issuer
         self._keys = KeySet([issuer.key])
 
@@ -171,8 +174,13 @@ class OAuthServer(AuthorizationServer):
         if "refresh_token" in token:
             family = request.refresh_token.family if request.refresh_token is not None else None
             self.issuer.refresh_store.save(
-                token["refresh_token"], principal=request.user.name, client_id=request.client.get_client_id(),
-                scope=token.get("scope"), ttl=self.issuer.settings.refresh_token_ttl, family=family)
+                token["refresh_token"],
+                principal=request.user.name,
+                client_id=request.client.get_client_id(),
+                scope=token.get("scope"),
+                ttl=self.issuer.settings.refresh_token_ttl,
+                family=family,
+            )
 
     def create_oauth2_request(self, request: Any) -> OAuth2Request:
         return request  # already adapted by ``_adapter.oauth2_request``
@@ -196,8 +204,13 @@ class OAuthServer(AuthorizationServer):
 
 def _respond(grant: BaseGrant, token: dict[str, Any]) -> tuple[int, dict[str, Any], list]:
     grant.save_token(token)
-    logger.info("issued an access token for %r to client %r (%s%s)", grant.request.user.name,
-                grant.client.get_client_id(), grant.GRANT_TYPE, ", with refresh token" if "refresh_token" in token else "")
+    logger.info(
+        "issued an access token for %r to client %r (%s%s)",
+        grant.request.user.name,
+        grant.client.get_client_id(),
+        grant.GRANT_TYPE,
+        ", with refresh token" if "refresh_token" in token else "",
+    )
     return 200, token, default_json_headers
 
 
@@ -206,8 +219,10 @@ class ClientCredentials(ClientCredentialsGrant):
 
     def create_token_response(self):  # type: ignore[override]
         self.request.user = User(self.client.principal)
-        return _respond(self, self.generate_token(user=self.request.user, scope=self.request.payload.scope,
-                                                  include_refresh_token=False))
+        return _respond(
+            self,
+            self.generate_token(user=self.request.user, scope=self.request.payload.scope, include_refresh_token=False),
+        )
 
 
 class DeviceCode(DeviceCodeGrant):
@@ -229,8 +244,12 @@ class DeviceCode(DeviceCodeGrant):
         device_code = self.request.payload.data["device_code"]
         if self.server.issuer.devices.pop(device_code) is None:  # single use, even under concurrent polls
             raise InvalidGrantError("The device code was already redeemed")
-        return _respond(self, self.generate_token(user=self.request.user, scope=self.request.credential.get_scope(),
-                                                  include_refresh_token=True))
+        return _respond(
+            self,
+            self.generate_token(
+                user=self.request.user, scope=self.request.credential.get_scope(), include_refresh_token=True
+            ),
+        )
 
 
 class RefreshToken(RefreshTokenGrant):
@@ -323,7 +342,12 @@ class DeviceAuthorization(DeviceAuthorizationEndpoint):
         return self.server.issuer.settings.embedded_issuer_url + "/device"
 
     def save_device_credential(self, client_id: str, scope: str | None, data: dict) -> None:
-        cred = DeviceCredential(client_id, scope or DEFAULT_SCOPE, data["user_code"],
-                                expires_at=time.time() + data["expires_in"], interval=data["interval"])
+        cred = DeviceCredential(
+            client_id,
+            scope or DEFAULT_SCOPE,
+            data["user_code"],
+            expires_at=time.time() + data["expires_in"],
+            interval=data["interval"],
+        )
         if not self.server.issuer.devices.add(data["device_code"], cred):
             raise TemporarilyUnavailableError("Too many pending device authorizations; retry later")

@@ -86,23 +86,44 @@ class EmbeddedIssuer:
     # -- TokenVerifier ----------------------------------------------------
     def verify(self, token: str) -> dict[str, Any]:
         """Claims of a valid access token minted by this issuer, else ``NotAuthorized`` (short reason)."""
-        return check_access_token(token, self._verify_keys, issuer=self.issuer_url, audience=self.settings.audience,
-                                  algorithms=[self.alg], allowed_types=ACCESS_TOKEN_TYPES)
+        return check_access_token(
+            token,
+            self._verify_keys,
+            issuer=self.issuer_url,
+            audience=self.settings.audience,
+            algorithms=[self.alg],
+            allowed_types=ACCESS_TOKEN_TYPES,
+        )
 
     # -- admin / tests ----------------------------------------------------
-    def issue_token(self, principal: str, *, scope: str = "catalog", ttl: int | None = None,
-                    client_id: str | None = None, with_refresh: bool = False) -> dict[str, Any]:
+    def issue_token(
+        self,
+        principal: str,
+        *,
+        scope: str = "catalog",
+        ttl: int | None = None,
+        client_id: str | None = None,
+        with_refresh: bool = False,
+    ) -> dict[str, Any]:
         """Mint a token response for ``principal`` directly (no client authentication: for admins and tests).
 
         ``ttl`` overrides the access token lifetime (negative values mint already-expired tokens).
         The refresh token, if requested, is bound to ``client_id`` (default ``lakesession-cli``).
         """
         client = Client(self, client_id or DEFAULT_CLIENT_ID, token_ttl=ttl)
-        token = dict(self.server.generate_token("urn:lakesession:issue", client, user=User(principal), scope=scope,
-                                                include_refresh_token=with_refresh))
+        token = dict(
+            self.server.generate_token(
+                "urn:lakesession:issue", client, user=User(principal), scope=scope, include_refresh_token=with_refresh
+            )
+        )
         if with_refresh:
-            self.refresh_store.save(token["refresh_token"], principal=principal, client_id=client.client_id,
-                                    scope=token.get("scope"), ttl=self.settings.refresh_token_ttl)
+            self.refresh_store.save(
+                token["refresh_token"],
+                principal=principal,
+                client_id=client.client_id,
+                scope=token.get("scope"),
+                ttl=self.settings.refresh_token_ttl,
+            )
         return token
 
     # -- device approval --------------------------------------------------
@@ -139,7 +160,9 @@ class EmbeddedIssuer:
         return await self._oauth(request, lambda oreq: self.server.create_token_response(oreq))
 
     async def device_authorization_endpoint(self, request: Request) -> Response:
-        return await self._oauth(request, lambda oreq: self.server.create_endpoint_response("device_authorization", oreq))
+        return await self._oauth(
+            request, lambda oreq: self.server.create_endpoint_response("device_authorization", oreq)
+        )
 
     async def _oauth(self, request: Request, handle: Any) -> Response:
         try:
@@ -178,25 +201,33 @@ class EmbeddedIssuer:
             self.approve_device(user_code, principal.name)
         except BadRequest as exc:
             return self._page(user_code, error=exc.message + ".", status=400)
-        return self._page("", notice=f"Approved. The device is now signed in as {principal.name}; "
-                                     "you can close this page.")
+        return self._page(
+            "", notice=f"Approved. The device is now signed in as {principal.name}; you can close this page."
+        )
 
     def _page(self, user_code: str, *, error: str = "", notice: str = "", status: int = 200) -> HTMLResponse:
         e = html.escape
         request_info = ""
         cred = self.devices.by_user_code(user_code) if user_code else None
         if cred is not None and not cred.is_expired() and cred.approved is None:
-            request_info = (f"<p>Client <b>{e(cred.client_id)}</b> asks to act as you "
-                            f"(scope <code>{e(cred.scope or '')}</code>).</p>")
+            request_info = (
+                f"<p>Client <b>{e(cred.client_id)}</b> asks to act as you "
+                f"(scope <code>{e(cred.scope or '')}</code>).</p>"
+            )
         message = (f'<p class="error">{e(error)}</p>' if error else "") + (
-            f'<p class="notice">{e(notice)}</p>' if notice else "")
-        form = "" if notice else f"""
+            f'<p class="notice">{e(notice)}</p>' if notice else ""
+        )
+        form = (
+            ""
+            if notice
+            else f"""
 <form method="post" action="device">
   <label>Code <input name="user_code" value="{e(user_code)}" autocomplete="off" required></label>
   <label>Client id <input name="username" autocomplete="username" required></label>
   <label>Client secret <input name="password" type="password" autocomplete="current-password" required></label>
   <button name="action" value="approve">Approve</button> <button name="action" value="deny">Deny</button>
 </form>"""
+        )
         body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>lakesession: sign in a device</title>
 <style>body{{font-family:sans-serif;max-width:28em;margin:3em auto}}label{{display:block;margin:.6em 0}}

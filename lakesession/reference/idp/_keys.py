@@ -37,7 +37,17 @@ logger = logging.getLogger(__name__)
 LEEWAY_SECONDS = 30
 #: Asymmetric JWS algorithms a verifier will accept (never ``none`` nor HMAC).
 ASYMMETRIC_ALGORITHMS = (
-    "ES256", "ES384", "ES512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "EdDSA", "Ed25519",
+    "ES256",
+    "ES384",
+    "ES512",
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "EdDSA",
+    "Ed25519",
 )
 ACCESS_TOKEN_TYPES = ("at+jwt", "application/at+jwt")
 PLAIN_JWT_TYPES = (None, "JWT", "jwt", "at+jwt", "application/at+jwt")
@@ -137,7 +147,11 @@ def check_access_token(
     except MissingClaimError as exc:
         raise NotAuthorized(f"Token rejected: missing claim {exc.claim}") from None
     except InvalidClaimError as exc:
-        reason = {"iss": "issuer mismatch", "aud": "audience mismatch", "nbf": "not yet valid",
-                  "iat": "issued in the future"}.get(exc.claim, f"invalid claim {exc.claim}")
+        reason = {
+            "iss": "issuer mismatch",
+            "aud": "audience mismatch",
+            "nbf": "not yet valid",
+            "iat": "issued in the future",
+        }.get(exc.claim, f"invalid claim {exc.claim}")
         raise NotAuthorized(f"Token rejected: {reason}") from None
     return claims

@@ -31,8 +31,15 @@ class RemoteVerifier:
     An unreachable issuer raises ``ServiceUnavailable`` (503), not ``NotAuthorized``.
     """
 
-    def __init__(self, issuer_url: str, audience: str, *, http: httpx.Client | None = None,
-                 refetch_interval: float = 30.0, max_age: float = 3600.0):
+    def __init__(
+        self,
+        issuer_url: str,
+        audience: str,
+        *,
+        http: httpx.Client | None = None,
+        refetch_interval: float = 30.0,
+        max_age: float = 3600.0,
+    ):
         self.issuer_url = issuer_url
         self.audience = audience
         self.refetch_interval = refetch_interval
@@ -48,9 +55,15 @@ class RemoteVerifier:
     def verify(self, token: str) -> dict[str, Any]:
         kid = token_header(token).get("kid")  # malformed tokens fail before any network traffic
         keys = self._keyset(kid)
-        return check_access_token(token, keys, issuer=self._iss, audience=self.audience,
-                                  algorithms=ASYMMETRIC_ALGORITHMS, allowed_types=PLAIN_JWT_TYPES,
-                                  leeway=LEEWAY_SECONDS)
+        return check_access_token(
+            token,
+            keys,
+            issuer=self._iss,
+            audience=self.audience,
+            algorithms=ASYMMETRIC_ALGORITHMS,
+            allowed_types=PLAIN_JWT_TYPES,
+            leeway=LEEWAY_SECONDS,
+        )
 
     # -- key cache --------------------------------------------------------
     def _keyset(self, kid: str | None) -> KeySet:

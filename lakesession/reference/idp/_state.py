@@ -77,14 +77,22 @@ class RefreshTokenStore:
         self.engine = engine
         metadata.create_all(engine)
 
-    def save(self, token: str, *, principal: str, client_id: str, scope: str | None, ttl: int,
-             family: str | None = None) -> None:
+    def save(
+        self, token: str, *, principal: str, client_id: str, scope: str | None, ttl: int, family: str | None = None
+    ) -> None:
         now = time.time()
         with self.engine.begin() as conn:
-            conn.execute(insert(refresh_tokens).values(
-                token_hash=digest(token), family=family or uuid.uuid4().hex, principal=principal,
-                client_id=client_id, scope=scope, issued_at=now, expires_at=now + ttl,
-            ))
+            conn.execute(
+                insert(refresh_tokens).values(
+                    token_hash=digest(token),
+                    family=family or uuid.uuid4().hex,
+                    principal=principal,
+                    client_id=client_id,
+                    scope=scope,
+                    issued_at=now,
+                    expires_at=now + ttl,
+                )
+            )
 
     def lookup(self, token: str) -> RefreshRecord | None:
         """The live record for ``token``; a spent token revokes its family (reuse detection) and gives None."""
@@ -103,8 +111,14 @@ class RefreshTokenStore:
         with self.engine.begin() as conn:
             n = conn.execute(
                 update(refresh_tokens)
-                .where(and_(refresh_tokens.c.token_hash == record.token_hash, refresh_tokens.c.used_at.is_(None),
-                            refresh_tokens.c.revoked_at.is_(None), refresh_tokens.c.expires_at > now))
+                .where(
+                    and_(
+                        refresh_tokens.c.token_hash == record.token_hash,
+                        refresh_tokens.c.used_at.is_(None),
+                        refresh_tokens.c.revoked_at.is_(None),
+                        refresh_tokens.c.expires_at > now,
+                    )
+                )
                 .values(used_at=now)
             ).rowcount
         if n != 1:
@@ -114,17 +128,21 @@ class RefreshTokenStore:
 
     def revoke_family(self, family: str, *, reason: str, principal: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(refresh_tokens).where(and_(refresh_tokens.c.family == family,
-                                                           refresh_tokens.c.revoked_at.is_(None)))
-                         .values(revoked_at=time.time()))
+            conn.execute(
+                update(refresh_tokens)
+                .where(and_(refresh_tokens.c.family == family, refresh_tokens.c.revoked_at.is_(None)))
+                .values(revoked_at=time.time())
+            )
         logger.warning("revoked a refresh-token family of principal %r: %s", principal, reason)
 
     def revoke_principal(self, principal: str) -> int:
         """Revoke every refresh token of ``principal`` (e.g. when the principal is deleted)."""
         with self.engine.begin() as conn:
-            return conn.execute(update(refresh_tokens).where(and_(refresh_tokens.c.principal == principal,
-                                                                  refresh_tokens.c.revoked_at.is_(None)))
-                                .values(revoked_at=time.time())).rowcount
+            return conn.execute(
+                update(refresh_tokens)
+                .where(and_(refresh_tokens.c.principal == principal, refresh_tokens.c.revoked_at.is_(None)))
+                .values(revoked_at=time.time())
+            ).rowcount
 
 
 @dataclass

@@ -75,9 +75,7 @@ def parse_body(model: type[M], raw: bytes) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as e:
-        details = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()[:5]
-        )
+        details = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()[:5])
         raise BadRequest(f"Malformed request: {details}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as e:  # pyiceberg's own validators
         raise BadRequest(f"Malformed request: {type(e).__name__}: {e}") from None
@@ -93,7 +91,9 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def paginate(items: Sequence[Any], page_token: str | None, page_size: int | None, key: Any = str) -> tuple[list[Any], str | None]:
+def paginate(
+    items: Sequence[Any], page_token: str | None, page_size: int | None, key: Any = str
+) -> tuple[list[Any], str | None]:
     """Stable keyset pagination over a sorted list; the token names the last key returned."""
     if page_size is not None and not 1 <= page_size <= MAX_PAGE_SIZE:
         raise BadRequest(f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
@@ -112,7 +112,9 @@ def paginate(items: Sequence[Any], page_token: str | None, page_size: int | None
     return page, token
 
 
-def identifiers_page(ns: Namespace, names: Sequence[str], page_token: str | None, page_size: int | None) -> dict[str, Any]:
+def identifiers_page(
+    ns: Namespace, names: Sequence[str], page_token: str | None, page_size: int | None
+) -> dict[str, Any]:
     """A ListTablesResponse-shaped page (tables and views share it)."""
     page, token = paginate(names, page_token, page_size)
     out: dict[str, Any] = {"identifiers": [{"namespace": list(ns), "name": n} for n in page]}

@@ -33,9 +33,17 @@ def table_endpoint(ctx: RequestContext, ns: Namespace, name: str, leaf: str, ref
     return path + (f"?referenced-by={referenced_by}" if referenced_by else "")
 
 
-def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *, action: str,
-         principal_name: str | None = None, detail: dict[str, Any] | None = None,
-         referenced_by: str | None = None) -> tuple[dict[str, str], list[dict[str, Any]]]:
+def vend(
+    ctx: RequestContext,
+    ns: Namespace,
+    name: str,
+    location: str | None,
+    *,
+    action: str,
+    principal_name: str | None = None,
+    detail: dict[str, Any] | None = None,
+    referenced_by: str | None = None,
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """(table config, storage-credentials) for this caller; empty when nothing is to be vended.
 
     ``principal_name`` (the user in effect of a view chain) picks the mode instead of the caller;
@@ -54,15 +62,32 @@ def vend(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *,
     else:
         return {}, []
     cred, cache_hit = vendor.vend(ctx.principal.name, str(sec), location, mode)
-    ctx.audit(action, sec, "issued", {"mode": mode, "expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit,
-                                      "prefix": cred.prefix, **(detail or {})})
+    ctx.audit(
+        action,
+        sec,
+        "issued",
+        {
+            "mode": mode,
+            "expires_at": round(cred.expires_at, 3),
+            "cache_hit": cache_hit,
+            "prefix": cred.prefix,
+            **(detail or {}),
+        },
+    )
     endpoint = table_endpoint(ctx, ns, name, "credentials", referenced_by)
     config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: endpoint}
     return config, [{"prefix": cred.prefix, "config": config}]
 
 
-def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str | None, *,
-                   principal_name: str | None = None, referenced_by: str | None = None) -> dict[str, str]:
+def signing_config(
+    ctx: RequestContext,
+    ns: Namespace,
+    name: str,
+    location: str | None,
+    *,
+    principal_name: str | None = None,
+    referenced_by: str | None = None,
+) -> dict[str, str]:
     """Config that tells engines to have each S3 request signed by the catalog (no credentials at all).
 
     Through a view chain (``referenced_by``), the user in effect (``principal_name``) decides, and the
@@ -84,7 +109,10 @@ def signing_config(ctx: RequestContext, ns: Namespace, name: str, location: str 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
 def load_credentials(
-    prefix: str, namespace: str, table: str, request: Request,
+    prefix: str,
+    namespace: str,
+    table: str,
+    request: Request,
     referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
     ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
@@ -101,8 +129,16 @@ def load_credentials(
     if ctx.services.vendor is None:
         return json_bytes(b'{"storage-credentials":[]}')
     ctx.delegation = ctx.delegation | {"vended-credentials"}
-    _, creds = vend(ctx, ns, name, location, action="refresh_credentials", principal_name=eff.name, detail=eff.detail(),
-                    referenced_by=eff.referenced_by)
+    _, creds = vend(
+        ctx,
+        ns,
+        name,
+        location,
+        action="refresh_credentials",
+        principal_name=eff.name,
+        detail=eff.detail(),
+        referenced_by=eff.referenced_by,
+    )
     import json
 
     return json_bytes(json.dumps({"storage-credentials": creds}).encode())

@@ -94,20 +94,27 @@ def my_grants(ctx: RequestContext = Depends(get_context, scope="function")) -> M
         entry["eff"] |= {p.value for p in IMPLIES[g.privilege]}
         entry["granted"].add(g.privilege.value)
         entry["roles"].add(g.role)
-    roles = sorted({g.role for g in grants} | {r for r, m in ctx.services.directory.list_roles().items() if ctx.principal.name in m})
+    roles = sorted(
+        {g.role for g in grants}
+        | {r for r, m in ctx.services.directory.list_roles().items() if ctx.principal.name in m}
+    )
     return MyGrants(
         principal=ctx.principal.name,
         type=ctx.principal.type,
         roles=roles,
         grants=[
-            SecurableGrants(securable=str(s), privileges=sorted(v["eff"]), granted=sorted(v["granted"]), roles=sorted(v["roles"]))
+            SecurableGrants(
+                securable=str(s), privileges=sorted(v["eff"]), granted=sorted(v["granted"]), roles=sorted(v["roles"])
+            )
             for s, v in sorted(by.items())
         ],
     )
 
 
 @router.get("/grants", response_model=list[GrantOut])
-def list_grants(role: str | None = None, ctx: RequestContext = Depends(get_context, scope="function")) -> list[GrantOut]:
+def list_grants(
+    role: str | None = None, ctx: RequestContext = Depends(get_context, scope="function")
+) -> list[GrantOut]:
     _manage(ctx, "list_grants")
     return [GrantOut(**g.as_dict()) for g in ctx.services.directory.list_grants(role)]
 
@@ -131,7 +138,9 @@ def revoke_grant(body: GrantBody, ctx: RequestContext = Depends(get_context, sco
 @router.get("/principals", response_model=list[PrincipalOut])
 def list_principals(ctx: RequestContext = Depends(get_context, scope="function")) -> list[PrincipalOut]:
     _manage(ctx, "list_principals")
-    return [PrincipalOut(name=p.name, type=p.type, client_id=p.client_id) for p in ctx.services.directory.list_principals()]
+    return [
+        PrincipalOut(name=p.name, type=p.type, client_id=p.client_id) for p in ctx.services.directory.list_principals()
+    ]
 
 
 @router.post("/principals", response_model=PrincipalOut, status_code=201)
@@ -216,7 +225,9 @@ def audit_log(
     if securable:
         securable = str(Securable.parse(securable))
     try:
-        records = ctx.services.audit.query(principal=principal, securable=securable, since=parse_since(since), action=action, limit=limit)
+        records = ctx.services.audit.query(
+            principal=principal, securable=securable, since=parse_since(since), action=action, limit=limit
+        )
     except OverflowError:
         raise ServiceUnavailable("Audit query failed") from None
     return [

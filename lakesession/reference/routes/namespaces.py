@@ -112,7 +112,12 @@ class NamespaceStore:
                 conn.execute(
                     insert(t),
                     [
-                        {"catalog_name": self.catalog_name, "namespace": ns_str(ns), "property_key": k, "property_value": v}
+                        {
+                            "catalog_name": self.catalog_name,
+                            "namespace": ns_str(ns),
+                            "property_key": k,
+                            "property_value": v,
+                        }
                         for k, v in rows.items()
                     ],
                 )
@@ -123,24 +128,38 @@ class NamespaceStore:
         nsp = NsProps.__table__
         with self.engine.connect() as conn:
             if conn.execute(
-                select(tables.c.table_name).where(
-                    and_(tables.c.catalog_name == self.catalog_name,
-                         or_(tables.c.table_namespace == ns_str(ns),
-                             tables.c.table_namespace.like(_like_children(ns), escape="!")))
-                ).limit(1)
+                select(tables.c.table_name)
+                .where(
+                    and_(
+                        tables.c.catalog_name == self.catalog_name,
+                        or_(
+                            tables.c.table_namespace == ns_str(ns),
+                            tables.c.table_namespace.like(_like_children(ns), escape="!"),
+                        ),
+                    )
+                )
+                .limit(1)
             ).first():
                 return False
             if conn.execute(
-                select(store.views.c.name).where(
-                    and_(store.views.c.catalog_name == self.catalog_name, store.views.c.namespace == ns_str(ns))
-                ).limit(1)
+                select(store.views.c.name)
+                .where(and_(store.views.c.catalog_name == self.catalog_name, store.views.c.namespace == ns_str(ns)))
+                .limit(1)
             ).first():
                 return False
-            return conn.execute(
-                select(nsp.c.namespace).where(
-                    and_(nsp.c.catalog_name == self.catalog_name, nsp.c.namespace.like(_like_children(ns), escape="!"))
-                ).limit(1)
-            ).first() is None
+            return (
+                conn.execute(
+                    select(nsp.c.namespace)
+                    .where(
+                        and_(
+                            nsp.c.catalog_name == self.catalog_name,
+                            nsp.c.namespace.like(_like_children(ns), escape="!"),
+                        )
+                    )
+                    .limit(1)
+                ).first()
+                is None
+            )
 
     def drop(self, ns: Namespace) -> None:
         t = NsProps.__table__
@@ -153,7 +172,9 @@ def _parent_securable(parent: Namespace) -> Securable:
 
 
 @router.get("/v1/config")
-def get_config(request: Request, warehouse: str | None = None, ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
+def get_config(
+    request: Request, warehouse: str | None = None, ctx: RequestContext = Depends(get_context, scope="function")
+) -> dict[str, Any]:
     services = ctx.services
     settings = services.settings
     if warehouse not in (None, "", settings.catalog_name):
@@ -190,7 +211,9 @@ def list_namespaces(
 
 
 @router.post("/v1/{prefix}/namespaces")
-def create_namespace(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
+def create_namespace(
+    prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+) -> dict[str, Any]:
     check_prefix(ctx.services, prefix)
     req = parse_body(CreateNamespaceRequest, body)
     if not req.namespace:
@@ -207,7 +230,9 @@ def create_namespace(prefix: str, body: bytes = Depends(raw_body), ctx: RequestC
     return {"namespace": list(ns), "properties": req.properties}
 
 
-def _load(ctx: RequestContext, prefix: str, namespace: str, action: str, privilege: P) -> tuple[Namespace, NamespaceStore, dict[str, str]]:
+def _load(
+    ctx: RequestContext, prefix: str, namespace: str, action: str, privilege: P
+) -> tuple[Namespace, NamespaceStore, dict[str, str]]:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize(action, privilege, Securable.namespace(ns))
@@ -219,19 +244,25 @@ def _load(ctx: RequestContext, prefix: str, namespace: str, action: str, privile
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}")
-def load_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
+def load_namespace(
+    prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")
+) -> dict[str, Any]:
     ns, _, props = _load(ctx, prefix, namespace, "load_namespace", P.NAMESPACE_READ_PROPERTIES)
     return {"namespace": list(ns), "properties": props}
 
 
 @router.head("/v1/{prefix}/namespaces/{namespace}", status_code=204)
-def namespace_exists(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def namespace_exists(
+    prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
     _load(ctx, prefix, namespace, "namespace_exists", P.NAMESPACE_READ_PROPERTIES)
     return Response(status_code=204)
 
 
 @router.delete("/v1/{prefix}/namespaces/{namespace}", status_code=204)
-def drop_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def drop_namespace(
+    prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
     ns, nss, _ = _load(ctx, prefix, namespace, "drop_namespace", P.NAMESPACE_DROP)
     if not nss.is_empty(ns):
         raise NamespaceNotEmpty(f"Namespace {ns_str(ns)} is not empty: drop its tables, views and namespaces first")
@@ -241,7 +272,10 @@ def drop_namespace(prefix: str, namespace: str, ctx: RequestContext = Depends(ge
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/properties")
 def update_namespace_properties(
-    prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+    prefix: str,
+    namespace: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> dict[str, Any]:
     ns, nss, _ = _load(ctx, prefix, namespace, "update_namespace_properties", P.NAMESPACE_WRITE_PROPERTIES)
     req = parse_body(UpdateNamespacePropertiesRequest, body)

@@ -12,9 +12,9 @@ from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Forbidden
 from ..signing import S3Target, parse_target, required_write, sign
+from ..viewsecurity import authorize_target, caller_trusted, raw_param
 from .common import Namespace, check_name, check_prefix, decode_namespace, parse_body
 from .namespaces import raw_body
-from ..viewsecurity import authorize_target, caller_trusted, raw_param
 
 router = APIRouter()
 
@@ -29,15 +29,27 @@ class SignRequest(BaseModel):
     provider: str | None = None
 
 
-def _signed(ctx: RequestContext, req: SignRequest, target: S3Target, ns: Namespace, name: str, location: str,
-            *, authorized: bool = False) -> Response:
+def _signed(
+    ctx: RequestContext,
+    req: SignRequest,
+    target: S3Target,
+    ns: Namespace,
+    name: str,
+    location: str,
+    *,
+    authorized: bool = False,
+) -> Response:
     """Sign after checking the path and (unless a view chain already ``authorized`` it) the privilege."""
     s3 = ctx.services.vendor.s3
     sec = Securable.table(ns, name)
     write = required_write(req.method)
     privilege = P.TABLE_WRITE_DATA if write else P.TABLE_READ_DATA
     inside = target.within(location)
-    detail = {"method": req.method.upper(), "object": f"s3://{target.bucket}/{target.key}", "mode": "write" if write else "read"}
+    detail = {
+        "method": req.method.upper(),
+        "object": f"s3://{target.bucket}/{target.key}",
+        "mode": "write" if write else "read",
+    }
     if not inside:
         ctx.audit("sign_request", sec, "deny", {**detail, "reason": "outside table location"})
         raise Forbidden(f"Refusing to sign: s3://{target.bucket}/{target.key} is outside the location of {sec}")
@@ -55,9 +67,15 @@ def _require_signing(ctx: RequestContext) -> None:
 
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/tables/{table}/sign")
-def sign_table_request(prefix: str, namespace: str, table: str, request: Request, body: bytes = Depends(raw_body),
-                       referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity
-                       ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def sign_table_request(
+    prefix: str,
+    namespace: str,
+    table: str,
+    request: Request,
+    body: bytes = Depends(raw_body),
+    referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity
+    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> Response:
     from .tables import tables_of
 
     check_prefix(ctx.services, prefix)
@@ -70,14 +88,17 @@ def sign_table_request(prefix: str, namespace: str, table: str, request: Request
     _require_signing(ctx)
     req = parse_body(SignRequest, body)
     if chained:  # a trusted engine reading through a view chain: the user in effect decides (audited per step)
-        authorize_target(ctx, request, "sign_request",
-                         P.TABLE_WRITE_DATA if required_write(req.method) else P.TABLE_READ_DATA, sec)
+        authorize_target(
+            ctx, request, "sign_request", P.TABLE_WRITE_DATA if required_write(req.method) else P.TABLE_READ_DATA, sec
+        )
     target = parse_target(req.uri, ctx.services.vendor.s3)
     return _signed(ctx, req, target, ns, name, tables_of(ctx).table_location(ns, name), authorized=chained)
 
 
 @router.post("/v1/aws/s3/sign")
-def sign_s3_request(body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def sign_s3_request(
+    body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
     """Legacy signer: the table is the one whose location contains the object (longest match)."""
     from .tables import tables_of
 

@@ -22,12 +22,13 @@ from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Conflict, NoSuchTable
 from ..tablestore import DATA_ACTIONS, TableStore, filter_refs, load_result
+from ..viewsecurity import EffectiveUser, authorize_target
 from .common import (
     Namespace,
     check_level,
     check_location,
-    check_path_properties,
     check_name,
+    check_path_properties,
     check_prefix,
     decode_namespace,
     identifiers_page,
@@ -37,7 +38,6 @@ from .common import (
     require_namespace,
 )
 from .credentials import signing_config, vend
-from ..viewsecurity import EffectiveUser, authorize_target
 from .namespaces import raw_body
 
 router = APIRouter()
@@ -97,18 +97,40 @@ def _table(ctx: RequestContext, prefix: str, namespace: str, table: str) -> tupl
     return ns, name, Securable.table(ns, name)
 
 
-def table_result(ctx: RequestContext, ns: Namespace, name: str, metadata_location: str | None, raw: bytes,
-                 location: str | None, action: str, eff: EffectiveUser | None = None) -> Response:
+def table_result(
+    ctx: RequestContext,
+    ns: Namespace,
+    name: str,
+    metadata_location: str | None,
+    raw: bytes,
+    location: str | None,
+    action: str,
+    eff: EffectiveUser | None = None,
+) -> Response:
     """A LoadTableResult, with vended credentials when the caller (or the user in effect of a view
     chain, ``eff``) asked for them and may have them."""
     config: dict[str, str] = {}
     creds: list[dict[str, Any]] = []
     if "vended-credentials" in ctx.delegation:
-        config, creds = vend(ctx, ns, name, location, action=action, principal_name=eff.name if eff else None,
-                             detail=eff.detail() if eff else None, referenced_by=eff.referenced_by if eff else None)
+        config, creds = vend(
+            ctx,
+            ns,
+            name,
+            location,
+            action=action,
+            principal_name=eff.name if eff else None,
+            detail=eff.detail() if eff else None,
+            referenced_by=eff.referenced_by if eff else None,
+        )
     elif "remote-signing" in ctx.delegation:
-        config = signing_config(ctx, ns, name, location, principal_name=eff.name if eff else None,
-                                referenced_by=eff.referenced_by if eff else None)
+        config = signing_config(
+            ctx,
+            ns,
+            name,
+            location,
+            principal_name=eff.name if eff else None,
+            referenced_by=eff.referenced_by if eff else None,
+        )
     return json_bytes(load_result(metadata_location, raw, config, creds))
 
 
@@ -128,7 +150,12 @@ def list_tables(
 
 
 @router.post(T)
-def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def create_table(
+    prefix: str,
+    namespace: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> Response:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
@@ -165,7 +192,12 @@ def create_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), c
 
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/register")
-def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def register_table(
+    prefix: str,
+    namespace: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> Response:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     ctx.authorize("register_table", P.TABLE_CREATE, Securable.namespace(ns))
@@ -194,7 +226,11 @@ def register_table(prefix: str, namespace: str, body: bytes = Depends(raw_body),
 
 @router.get(T + "/{table}")
 def load_table(
-    prefix: str, namespace: str, table: str, request: Request, snapshots: str = "all",
+    prefix: str,
+    namespace: str,
+    table: str,
+    request: Request,
+    snapshots: str = "all",
     referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
     ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
@@ -211,7 +247,9 @@ def load_table(
 
 
 @router.head(T + "/{table}", status_code=204)
-def table_exists(prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def table_exists(
+    prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     ctx.authorize_any("table_exists", (P.TABLE_READ_PROPERTIES, P.TABLE_LIST), sec)
     if tables_of(ctx).metadata_location(ns, name) is None:
@@ -220,7 +258,13 @@ def table_exists(prefix: str, namespace: str, table: str, ctx: RequestContext = 
 
 
 @router.post(T + "/{table}")
-def commit_table(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def commit_table(
+    prefix: str,
+    namespace: str,
+    table: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     req = parse_body(CommitTableBody, body)
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
@@ -243,7 +287,10 @@ def commit_table(prefix: str, namespace: str, table: str, body: bytes = Depends(
 
 @router.delete(T + "/{table}", status_code=204)
 def drop_table(
-    prefix: str, namespace: str, table: str, purge_requested: bool = Query(False, alias="purgeRequested"),
+    prefix: str,
+    namespace: str,
+    table: str,
+    purge_requested: bool = Query(False, alias="purgeRequested"),
     ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
@@ -262,7 +309,9 @@ def drop_table(
 
 
 @router.post("/v1/{prefix}/tables/rename", status_code=204)
-def rename_table(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def rename_table(
+    prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
     check_prefix(ctx.services, prefix)
     req = parse_body(RenameBody, body)
     src_ns = tuple(req.source.namespace)
@@ -289,7 +338,13 @@ def rename_table(prefix: str, body: bytes = Depends(raw_body), ctx: RequestConte
 
 
 @router.post(T + "/{table}/metrics", status_code=204)
-def report_metrics(prefix: str, namespace: str, table: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def report_metrics(
+    prefix: str,
+    namespace: str,
+    table: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     ctx.authorize("report_metrics", P.TABLE_READ_PROPERTIES, sec)
     report = parse_json_object(body)

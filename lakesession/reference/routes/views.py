@@ -100,7 +100,9 @@ class ViewStore:
         v = store.views.c
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(v.name).where(and_(v.catalog_name == self.catalog_name, v.namespace == ns_str(ns))).order_by(v.name)
+                select(v.name)
+                .where(and_(v.catalog_name == self.catalog_name, v.namespace == ns_str(ns)))
+                .order_by(v.name)
             ).all()
         return [r[0] for r in rows]
 
@@ -108,19 +110,31 @@ class ViewStore:
         # Any row of iceberg_tables (whatever its iceberg_type) occupies the identifier.
         t = IcebergTables.__table__
         with self.engine.connect() as conn:
-            return conn.execute(
-                select(t.c.table_name).where(
-                    and_(t.c.catalog_name == self.catalog_name, t.c.table_namespace == ns_str(ns), t.c.table_name == name)
-                ).limit(1)
-            ).first() is not None
+            return (
+                conn.execute(
+                    select(t.c.table_name)
+                    .where(
+                        and_(
+                            t.c.catalog_name == self.catalog_name,
+                            t.c.table_namespace == ns_str(ns),
+                            t.c.table_name == name,
+                        )
+                    )
+                    .limit(1)
+                ).first()
+                is not None
+            )
 
     def insert(self, ns: Namespace, name: str, location: str, text: str) -> bool:
         try:
             with self.engine.begin() as conn:
                 conn.execute(
                     insert(store.views).values(
-                        catalog_name=self.catalog_name, namespace=ns_str(ns), name=name,
-                        metadata_location=location, metadata_json=text,
+                        catalog_name=self.catalog_name,
+                        namespace=ns_str(ns),
+                        name=name,
+                        metadata_location=location,
+                        metadata_json=text,
                     )
                 )
         except IntegrityError:
@@ -191,8 +205,15 @@ def _discard(services: Services, path: str) -> None:
         logger.warning("could not delete orphaned view metadata file %s", path, exc_info=True)
 
 
-def _issue(ctx: RequestContext, action: str, ns: Namespace, name: str, location: str, metadata: ViewMetadata,
-           detail: dict[str, Any] | None = None) -> dict[str, Any]:
+def _issue(
+    ctx: RequestContext,
+    action: str,
+    ns: Namespace,
+    name: str,
+    location: str,
+    metadata: ViewMetadata,
+    detail: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Audit the issuance and answer with the spec's ``LoadViewResult``."""
     ctx.audit(action, Securable.view(ns, name), "issued", {"metadata-location": location, **(detail or {})})
     return {"metadata-location": location, "metadata": metadata_dict(metadata), "config": {}}
@@ -235,7 +256,10 @@ def list_views(
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/views")
 def create_view(
-    prefix: str, namespace: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+    prefix: str,
+    namespace: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> dict[str, Any]:
     check_prefix(ctx.services, prefix)
     services = ctx.services
@@ -245,8 +269,9 @@ def create_view(
     name = check_name("view", req.name)
     check_owner_property_change(ctx, req.properties)
     location = (
-        _check_location(services, req.location) if req.location else
-        _check_location(services, _default_location(services, ns, name))
+        _check_location(services, req.location)
+        if req.location
+        else _check_location(services, _default_location(services, ns, name))
     )
     require_namespace(services, ns)
     vs = ViewStore(services)
@@ -266,7 +291,10 @@ def create_view(
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/views/{view}")
 def load_view(
-    prefix: str, namespace: str, view: str, request: Request,
+    prefix: str,
+    namespace: str,
+    view: str,
+    request: Request,
     referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
     ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> dict[str, Any]:
@@ -277,7 +305,9 @@ def load_view(
 
 
 @router.head("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
-def view_exists(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def view_exists(
+    prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
     ns, name = _view_path(ctx, prefix, namespace, view)
     ctx.authorize("view_exists", P.VIEW_READ, Securable.view(ns, name))
     _load(ViewStore(ctx.services), ns, name)
@@ -286,7 +316,11 @@ def view_exists(prefix: str, namespace: str, view: str, ctx: RequestContext = De
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/views/{view}")
 def replace_view(
-    prefix: str, namespace: str, view: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+    prefix: str,
+    namespace: str,
+    view: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> dict[str, Any]:
     ns, name = _view_path(ctx, prefix, namespace, view)
     services = ctx.services
@@ -318,7 +352,9 @@ def replace_view(
 
 
 @router.delete("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
-def drop_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def drop_view(
+    prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
     ns, name = _view_path(ctx, prefix, namespace, view)
     ctx.authorize("drop_view", P.VIEW_DROP, Securable.view(ns, name))
     if not ViewStore(ctx.services).delete(ns, name):
@@ -327,20 +363,30 @@ def drop_view(prefix: str, namespace: str, view: str, ctx: RequestContext = Depe
 
 
 @router.post("/v1/{prefix}/views/rename", status_code=204)
-def rename_view(prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+def rename_view(
+    prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
     check_prefix(ctx.services, prefix)
     req: RenameViewRequest = _parse(RenameViewRequest, body)
     src, dst = _identifier(req.source), _identifier(req.destination)
-    ctx.authorize("rename_view", P.VIEW_DROP, Securable.view(*src), detail={"destination": f"{ns_str(dst[0])}.{dst[1]}"})
-    ctx.authorize("rename_view", P.VIEW_CREATE, Securable.namespace(dst[0]), detail={"source": f"{ns_str(src[0])}.{src[1]}"})
+    ctx.authorize(
+        "rename_view", P.VIEW_DROP, Securable.view(*src), detail={"destination": f"{ns_str(dst[0])}.{dst[1]}"}
+    )
+    ctx.authorize(
+        "rename_view", P.VIEW_CREATE, Securable.namespace(dst[0]), detail={"source": f"{ns_str(src[0])}.{src[1]}"}
+    )
     vs = ViewStore(ctx.services)
     _load(vs, *src)
     require_namespace(ctx.services, dst[0])
     if vs.table_exists(*dst):
-        raise Conflict(f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a table with that name exists")
+        raise Conflict(
+            f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a table with that name exists"
+        )
     renamed = vs.rename(src, dst) if src != dst else None
     if renamed is None:
-        raise Conflict(f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a view with that name exists")
+        raise Conflict(
+            f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a view with that name exists"
+        )
     if not renamed:
         raise NoSuchView(f"View does not exist: {ns_str(src[0])}.{src[1]}")
     return Response(status_code=204)

@@ -4,10 +4,10 @@ enforces scoped, expiring credentials, and the per-table session policy."""
 from .policy import split_s3_location, table_session_policy
 
 __all__ = [
+    "SUPPORTED_MOTO_VERSION",
     "AccessKey",
     "Credentials",
     "S3Emulator",
-    "SUPPORTED_MOTO_VERSION",
     "split_s3_location",
     "table_session_policy",
 ]

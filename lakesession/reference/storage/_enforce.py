@@ -142,8 +142,9 @@ class _S3Errors:
         return S3ExpiredToken()
 
     def unsupported(self) -> Exception:
-        return S3InvalidRequest("The authorization mechanism you have provided is not supported. "
-                                "Please use AWS4-HMAC-SHA256.")
+        return S3InvalidRequest(
+            "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
+        )
 
 
 class _ApiErrors:
@@ -222,8 +223,13 @@ def _enforce(self: Any, realm: Realm, iam_request_cls: type, resource: str) -> N
         raise errors.expired()
     path = _signed_path(self)
     iam_request = iam_request_cls(
-        account_id=self.current_account, method=self.method, path=path, data=self.data,
-        body=self.raw_body, headers=self.headers, action=self._get_action(),
+        account_id=self.current_account,
+        method=self.method,
+        path=path,
+        data=self.data,
+        body=self.raw_body,
+        headers=self.headers,
+        action=self._get_action(),
     )  # raises InvalidAccessKeyId / InvalidToken like moto does
     iam_request.check_signature()
     principal = iam_request._access_key
@@ -370,8 +376,15 @@ def _epoch(dt: datetime) -> float:
 # --- the STS hook
 
 
-def _assume_role(self: STSBackend, region_name: str, role_session_name: str, role_arn: str,
-                 policy: str | None, duration: int, external_id: str | None) -> Any:
+def _assume_role(
+    self: STSBackend,
+    region_name: str,
+    role_session_name: str,
+    role_arn: str,
+    policy: str | None,
+    duration: int,
+    external_id: str | None,
+) -> Any:
     realm = CURRENT_REALM.get()
     if realm is None:
         return _original_assume_role(self, region_name, role_session_name, role_arn, policy, duration, external_id)

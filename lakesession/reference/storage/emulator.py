@@ -35,7 +35,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from . import _enforce
 from ._enforce import SUPPORTED_MOTO_VERSION, Realm, check_moto_version
 
-__all__ = ["AccessKey", "Credentials", "S3Emulator", "SUPPORTED_MOTO_VERSION", "check_moto_version"]
+__all__ = ["SUPPORTED_MOTO_VERSION", "AccessKey", "Credentials", "S3Emulator", "check_moto_version"]
 
 ADMIN_USER = "lakesession-admin"
 VENDING_ROLE = "lakesession-vending"
@@ -77,13 +77,16 @@ def _moto_app() -> Any:
         return _dispatcher
 
 
-_SIGV4 = re.compile(r"^AWS4-HMAC-SHA256 Credential=[A-Za-z0-9]+/\d{8}/[^/,\s]+/[^/,\s]+/aws4_request,\s*"
-                    r"SignedHeaders=[a-z0-9;-]+,\s*Signature=[0-9a-f]{64}$")
+_SIGV4 = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=[A-Za-z0-9]+/\d{8}/[^/,\s]+/[^/,\s]+/aws4_request,\s*"
+    r"SignedHeaders=[a-z0-9;-]+,\s*Signature=[0-9a-f]{64}$"
+)
 
 
 def _error(start_response: Any, code: str, message: str) -> list[bytes]:
-    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-            f"<Message>{message}</Message></Error>").encode()
+    body = (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>'
+    ).encode()
     start_response("400 Bad Request", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
     return [body]
 
@@ -102,8 +105,11 @@ class _RealmApp:
         if auth is not None and not _SIGV4.match(auth):  # moto answers 500 to some of these
             if auth.startswith("AWS4-HMAC-SHA256"):
                 return _error(start_response, "AuthorizationHeaderMalformed", "The authorization header is malformed.")
-            return _error(start_response, "InvalidRequest", "The authorization mechanism you have provided is "
-                                                            "not supported. Please use AWS4-HMAC-SHA256.")
+            return _error(
+                start_response,
+                "InvalidRequest",
+                "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+            )
         token = _enforce.CURRENT_REALM.set(self.realm)
         try:
             return self.app(environ, start_response)
@@ -134,8 +140,15 @@ class S3Emulator:
             (AWS: 900; default here 1, for expiry tests).
     """
 
-    def __init__(self, region: str = "us-east-1", *, account_id: str | None = None, host: str = "127.0.0.1",
-                 port: int = 0, min_duration_seconds: int = 1):
+    def __init__(
+        self,
+        region: str = "us-east-1",
+        *,
+        account_id: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        min_duration_seconds: int = 1,
+    ):
         check_moto_version()
         self.region = region
         self.account_id = account_id or self._fresh_account_id()
@@ -164,10 +177,15 @@ class S3Emulator:
         _enforce.install()
         if self._admin is None:
             self._bootstrap()
-        server = make_server(self._host, self._port, _RealmApp(self._realm, _moto_app()), threaded=True,
-                             request_handler=_QuietHandler)
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"s3-emulator-{server.server_port}", daemon=True)
+        server = make_server(
+            self._host, self._port, _RealmApp(self._realm, _moto_app()), threaded=True, request_handler=_QuietHandler
+        )
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"s3-emulator-{server.server_port}",
+            daemon=True,
+        )
         self._server = server
         self._thread.start()
         return self
@@ -218,12 +236,19 @@ class S3Emulator:
         iam = self._iam()
         iam.create_user(region_name=self.region, user_name=ADMIN_USER)
         key = iam.create_access_key(ADMIN_USER)
-        admin_policy = {"Version": "2012-10-17", "Statement": [
-            {"Effect": "Allow", "Action": ["s3:*", "sts:AssumeRole"], "Resource": "*"}]}
+        admin_policy = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": ["s3:*", "sts:AssumeRole"], "Resource": "*"}],
+        }
         iam.put_user_policy(ADMIN_USER, "lakesession-admin", json.dumps(admin_policy))
         self._admin = AccessKey(key.access_key_id, key.secret_access_key)
-        self._vending_role_arn = self.create_role(VENDING_ROLE, {"Version": "2012-10-17", "Statement": [
-            {"Effect": "Allow", "Action": "s3:*", "Resource": ["arn:aws:s3:::*"]}]})
+        self._vending_role_arn = self.create_role(
+            VENDING_ROLE,
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": ["arn:aws:s3:::*"]}],
+            },
+        )
 
     def _clear(self) -> None:
         from moto.core.base_backend import BaseBackend
@@ -269,20 +294,40 @@ class S3Emulator:
         if owner is not None:
             if owner[1] == self.account_id:
                 return
-            raise ValueError(f"bucket {name!r} belongs to another emulator or moto user in this process "
-                             "(bucket names are global)")
+            raise ValueError(
+                f"bucket {name!r} belongs to another emulator or moto user in this process (bucket names are global)"
+            )
         self._s3().create_bucket(name, self.region)
 
-    def create_role(self, name: str, policy_document: dict[str, Any] | str, *,
-                    trusted_principals: list[str] | None = None, max_session_duration: int = 43200) -> str:
+    def create_role(
+        self,
+        name: str,
+        policy_document: dict[str, Any] | str,
+        *,
+        trusted_principals: list[str] | None = None,
+        max_session_duration: int = 43200,
+    ) -> str:
         """Create a role with one inline policy, assumable by the admin (or ``trusted_principals``)."""
-        trust = {"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Principal": {"AWS": trusted_principals or [self.admin_arn]},
-            "Action": "sts:AssumeRole"}]}
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"AWS": trusted_principals or [self.admin_arn]},
+                    "Action": "sts:AssumeRole",
+                }
+            ],
+        }
         iam = self._iam()
-        role = iam.create_role(role_name=name, assume_role_policy_document=json.dumps(trust), path="/",
-                               permissions_boundary=None, description="", tags=[],
-                               max_session_duration=str(max_session_duration))
+        role = iam.create_role(
+            role_name=name,
+            assume_role_policy_document=json.dumps(trust),
+            path="/",
+            permissions_boundary=None,
+            description="",
+            tags=[],
+            max_session_duration=str(max_session_duration),
+        )
         iam.put_role_policy(name, f"{name}-policy", _policy_json(policy_document))
         return role.arn
 
@@ -295,30 +340,47 @@ class S3Emulator:
 
     # --- boto3 conveniences (real SigV4 over loopback)
 
-    def client(self, service: str = "s3", credentials: AccessKey | Credentials | dict[str, Any] | None = None,
-               **kwargs: Any) -> Any:
+    def client(
+        self, service: str = "s3", credentials: AccessKey | Credentials | dict[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
         """A boto3 client for this endpoint (path-style, ``.region``); admin credentials by default.
         ``credentials``: an :class:`AccessKey`, :class:`Credentials` or STS ``Credentials`` dict."""
         import boto3
         from botocore.config import Config
 
         if isinstance(credentials, dict):
-            credentials = Credentials(credentials["AccessKeyId"], credentials["SecretAccessKey"],
-                                      credentials.get("SessionToken"))
+            credentials = Credentials(
+                credentials["AccessKeyId"], credentials["SecretAccessKey"], credentials.get("SessionToken")
+            )
         creds = credentials or self.admin_credentials
         config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1, "mode": "standard"})
-        return boto3.client(service, endpoint_url=self.endpoint, region_name=self.region,
-                            aws_access_key_id=creds[0], aws_secret_access_key=creds[1],
-                            aws_session_token=creds[2] if len(creds) > 2 else None,
-                            config=kwargs.pop("config", config), **kwargs)
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id=creds[0],
+            aws_secret_access_key=creds[1],
+            aws_session_token=creds[2] if len(creds) > 2 else None,
+            config=kwargs.pop("config", config),
+            **kwargs,
+        )
 
-    def assume(self, policy: dict[str, Any] | str | None = None, *, duration_seconds: int = 3600,
-               role_arn: str | None = None, session_name: str = "lakesession") -> Credentials:
+    def assume(
+        self,
+        policy: dict[str, Any] | str | None = None,
+        *,
+        duration_seconds: int = 3600,
+        role_arn: str | None = None,
+        session_name: str = "lakesession",
+    ) -> Credentials:
         """``sts:AssumeRole`` (admin credentials, vending role by default) with a session policy."""
         from botocore.config import Config
 
-        params: dict[str, Any] = {"RoleArn": role_arn or self.vending_role_arn, "RoleSessionName": session_name,
-                                  "DurationSeconds": duration_seconds}
+        params: dict[str, Any] = {
+            "RoleArn": role_arn or self.vending_role_arn,
+            "RoleSessionName": session_name,
+            "DurationSeconds": duration_seconds,
+        }
         if policy is not None:
             params["Policy"] = _policy_json(policy)
         # botocore validates DurationSeconds >= 900 client-side; the emulator allows less
@@ -341,8 +403,18 @@ def main(argv: list[str] | None = None) -> int:
     for bucket in args:
         emulator.create_bucket(bucket)
     admin = emulator.admin_credentials
-    print(json.dumps({"endpoint": emulator.endpoint, "region": emulator.region, "role_arn": emulator.vending_role_arn,
-                      "access_key_id": admin.access_key_id, "secret_access_key": admin.secret_access_key}), flush=True)
+    print(
+        json.dumps(
+            {
+                "endpoint": emulator.endpoint,
+                "region": emulator.region,
+                "role_arn": emulator.vending_role_arn,
+                "access_key_id": admin.access_key_id,
+                "secret_access_key": admin.secret_access_key,
+            }
+        ),
+        flush=True,
+    )
     sys.stdin.read()
     emulator.stop(clear=True)
     return 0

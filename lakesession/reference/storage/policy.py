@@ -93,8 +93,14 @@ def table_session_policy(location: str, write: bool) -> dict[str, Any]:
     ]
     if write:
         # AWS offers no s3:prefix key for ListBucketMultipartUploads: bucket-wide.
-        statements.append({"Sid": "TableUploads", "Effect": "Allow", "Action": "s3:ListBucketMultipartUploads",
-                           "Resource": bucket_arn})
+        statements.append(
+            {
+                "Sid": "TableUploads",
+                "Effect": "Allow",
+                "Action": "s3:ListBucketMultipartUploads",
+                "Resource": bucket_arn,
+            }
+        )
     return {"Version": "2012-10-17", "Statement": statements}
 
 
@@ -150,6 +156,7 @@ def _cmp(convert: Callable[[Any], Any], op: Callable[[Any, Any], bool]) -> Calla
             return op(convert(v), convert(e))
         except (TypeError, ValueError):
             return False
+
     return test
 
 
@@ -165,14 +172,24 @@ for _name, _fn in {
     "IpAddress": _cmp(str, _ip_in),
 }.items():
     _MATCHERS[_name] = (_fn, False)
-for _pos, _neg in (("StringEquals", "StringNotEquals"), ("StringEqualsIgnoreCase", "StringNotEqualsIgnoreCase"),
-                   ("StringLike", "StringNotLike"), ("ArnEquals", "ArnNotEquals"), ("ArnLike", "ArnNotLike"),
-                   ("NumericEquals", "NumericNotEquals"), ("DateEquals", "DateNotEquals"),
-                   ("IpAddress", "NotIpAddress")):
+for _pos, _neg in (
+    ("StringEquals", "StringNotEquals"),
+    ("StringEqualsIgnoreCase", "StringNotEqualsIgnoreCase"),
+    ("StringLike", "StringNotLike"),
+    ("ArnEquals", "ArnNotEquals"),
+    ("ArnLike", "ArnNotLike"),
+    ("NumericEquals", "NumericNotEquals"),
+    ("DateEquals", "DateNotEquals"),
+    ("IpAddress", "NotIpAddress"),
+):
     _MATCHERS[_neg] = (_MATCHERS[_pos][0], True)
 for _kind, _conv in (("Numeric", _number), ("Date", _date)):
-    for _suffix, _op in (("LessThan", lambda a, b: a < b), ("LessThanEquals", lambda a, b: a <= b),
-                         ("GreaterThan", lambda a, b: a > b), ("GreaterThanEquals", lambda a, b: a >= b)):
+    for _suffix, _op in (
+        ("LessThan", lambda a, b: a < b),
+        ("LessThanEquals", lambda a, b: a <= b),
+        ("GreaterThan", lambda a, b: a > b),
+        ("GreaterThanEquals", lambda a, b: a >= b),
+    ):
         _MATCHERS[_kind + _suffix] = (_cmp(_conv, _op), False)
 _MATCHERS["Bool"] = (lambda v, e: str(v).lower() == str(e).lower(), False)
 
@@ -228,8 +245,9 @@ def _statement_applies(st: dict[str, Any], action: str, resource: str, context: 
     return _conditions(st.get("Condition"), context)
 
 
-def evaluate(policies: Iterable[dict[str, Any]], action: str, resource: str,
-             context: dict[str, Any] | None = None) -> str | None:
+def evaluate(
+    policies: Iterable[dict[str, Any]], action: str, resource: str, context: dict[str, Any] | None = None
+) -> str | None:
     """``"Deny"`` (explicit), ``"Allow"``, or ``None`` (implicit deny) for one request."""
     ctx = {k.lower(): v for k, v in (context or {}).items()}
     result = None
@@ -243,8 +261,13 @@ def evaluate(policies: Iterable[dict[str, Any]], action: str, resource: str,
     return result
 
 
-def is_allowed(identity: list[dict[str, Any]], session: list[dict[str, Any]] | None, action: str,
-               resource: str, context: dict[str, Any] | None = None) -> bool:
+def is_allowed(
+    identity: list[dict[str, Any]],
+    session: list[dict[str, Any]] | None,
+    action: str,
+    resource: str,
+    context: dict[str, Any] | None = None,
+) -> bool:
     """AWS's rule for a session: identity policies allow, the session policy (if any)
     allows too (intersection), and no explicit Deny anywhere. Fails closed on
     unsupported conditions."""
@@ -268,8 +291,9 @@ def _principal_matches(expected: Any, principals: list[str], account_id: str) ->
     return False
 
 
-def trust_allows(trust_policy: dict[str, Any], principals: list[str], account_id: str,
-                 context: dict[str, Any] | None = None) -> bool:
+def trust_allows(
+    trust_policy: dict[str, Any], principals: list[str], account_id: str, context: dict[str, Any] | None = None
+) -> bool:
     """Does a role's trust policy let one of ``principals`` call ``sts:AssumeRole``?"""
     ctx = {k.lower(): v for k, v in (context or {}).items()}
     allowed = False

@@ -17,8 +17,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-SECRET_ENV = ("JUPYTERHUB_API_TOKEN", "LAKESESSION_TOKEN", "LAKESESSION_CREDENTIAL", "LAKESESSION_CLIENT_SECRET",
-              "LAKESESSION_HUB_ACCESS_TOKEN")
+SECRET_ENV = (
+    "JUPYTERHUB_API_TOKEN",
+    "LAKESESSION_TOKEN",
+    "LAKESESSION_CREDENTIAL",
+    "LAKESESSION_CLIENT_SECRET",
+    "LAKESESSION_HUB_ACCESS_TOKEN",
+)
 
 
 def catalog_conf(name: str, gateway_uri: str, session_secret: str, warehouse: str | None) -> dict[str, str]:
@@ -43,7 +48,7 @@ def catalog_conf(name: str, gateway_uri: str, session_secret: str, warehouse: st
 
 
 def base_conf(catalog_name: str, jars: JarSet | None) -> dict[str, str]:
-    log4j = resources.files("lakesession.spark").joinpath("log4j2.properties")
+    log4j = resources.files("lakesession._spark").joinpath("log4j2.properties")
     java_opts = f"-Dlog4j2.configurationFile={log4j}"
     conf = {
         "spark.sql.extensions": EXTENSIONS,

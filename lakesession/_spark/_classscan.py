@@ -36,8 +36,7 @@ _U4 = struct.Struct(">I")
 _DESC_TYPE = re.compile(r"L([^;<]+)[;<]")
 
 # Constant-pool tag -> byte length of its payload (after the tag byte).
-_FIXED = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4,
-          15: 3, 16: 2, 17: 4, 18: 4, 19: 2, 20: 2}
+_FIXED = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4, 15: 3, 16: 2, 17: 4, 18: 4, 19: 2, 20: 2}
 
 
 class ClassFormatError(ValueError):
@@ -246,9 +245,7 @@ def interface_class_bytes(
             body = _U2.pack(len(throws)) + b"".join(_U2.pack(add_class(t)) for t in throws)
             attrs = _U2.pack(exc_attr) + _U4.pack(len(body)) + body
             n_attrs = 1
-        method_blobs.append(
-            _U2.pack(0x0401) + _U2.pack(name_idx) + _U2.pack(desc_idx) + _U2.pack(n_attrs) + attrs
-        )
+        method_blobs.append(_U2.pack(0x0401) + _U2.pack(name_idx) + _U2.pack(desc_idx) + _U2.pack(n_attrs) + attrs)
     out = bytearray(_MAGIC)
     out += _U2.pack(0) + _U2.pack(major)
     out += _U2.pack(len(pool) + 1) + b"".join(pool)
@@ -263,10 +260,13 @@ def interface_class_bytes(
 
 def _excluded(name: str) -> bool:
     upper = name.upper()
-    return (name.startswith(("META-INF/versions/", "META-INF/maven/", "META-INF/services/"))
-            or name.endswith("module-info.class")
-            or upper == "META-INF/MANIFEST.MF" or upper == "META-INF/INDEX.LIST"
-            or (upper.startswith("META-INF/") and upper.endswith((".SF", ".DSA", ".RSA", ".EC"))))
+    return (
+        name.startswith(("META-INF/versions/", "META-INF/maven/", "META-INF/services/"))
+        or name.endswith("module-info.class")
+        or upper == "META-INF/MANIFEST.MF"
+        or upper == "META-INF/INDEX.LIST"
+        or (upper.startswith("META-INF/") and upper.endswith((".SF", ".DSA", ".RSA", ".EC")))
+    )
 
 
 def merge_jars(sources: list[Path], extra: dict[str, bytes], dest: Path) -> int:
@@ -293,7 +293,7 @@ def merge_jars(sources: list[Path], extra: dict[str, bytes], dest: Path) -> int:
                     if info.is_dir() or _excluded(name):
                         continue
                     if name.startswith("META-INF/"):
-                        name = f"META-INF/licenses/{src.stem}/{name[len('META-INF/'):]}"
+                        name = f"META-INF/licenses/{src.stem}/{name[len('META-INF/') :]}"
                     put(out, name, zf.read(info))
         for name, data in extra.items():
             put(out, name, data)

