@@ -1,0 +1,185 @@
+"""The reference catalog vending from a real, independent S3 + STS: SeaweedFS.
+
+SeaweedFS's STS enforces the catalog's session policies itself, so these tests check — with a store
+nobody here wrote — what the moto emulator's hooks emulate: prefix scoping (a table's credentials
+never reach its ``_archive`` sibling), and read-only credentials that cannot write. Expiry stays
+on the emulator (tests/test_vending.py): SeaweedFS's minimum credential lifetime is 900 s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import boto3
+import httpx
+import pyarrow as pa
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference.vending import S3Settings
+from tests._seaweedfs import SeaweedFS, seaweedfs
+
+pytestmark = pytest.mark.slow
+
+POLICY = """
+principals:
+  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-sw}
+  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-sw}
+roles:
+  - {name: eng, members: [etl]}
+  - {name: readers, members: [reader]}
+grants:
+  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
+  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
+"""
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
+ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as sw:
+        yield sw
+
+
+@pytest.fixture(scope="module")
+def cat(store: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
+    settings = S3Settings(
+        role_arn=store.role_arn,
+        endpoint=store.endpoint,
+        access_key_id=store.access_key,
+        secret_access_key=store.secret_key,
+        path_style=True,
+        credential_ttl=900,  # SeaweedFS's minimum
+    )
+    handle = start(
+        warehouse=f"s3://{store.bucket}/wh",
+        s3=settings,
+        data_dir=tmp_path_factory.mktemp("swcat"),
+        bootstrap=bootstrap.parse(POLICY),
+    )
+    etl = _client(handle, "etl", "etl-secret-sw")
+    etl.create_namespace("shop")
+    for name in ("orders", "orders_archive"):
+        etl.create_table(("shop", name), SCHEMA).append(ROWS)
+    yield handle
+    handle.stop()
+
+
+def _client(handle: ReferenceCatalog, who: str, secret: str) -> RestCatalog:
+    return RestCatalog(
+        f"sw-{who}-{time.monotonic_ns()}",
+        uri=handle.uri,
+        warehouse="lakesession",
+        credential=f"{who}:{secret}",
+        **{
+            "oauth2-server-uri": f"{handle.issuer_uri}/token",
+            "header.X-Iceberg-Access-Delegation": "vended-credentials",
+        },
+    )
+
+
+def _vended(handle: ReferenceCatalog, who: str, table: str) -> tuple[dict[str, str], str]:
+    """loadTable as ``who`` (the real REST call); the vended config and the table location."""
+    r = httpx.get(
+        f"{handle.uri}/v1/lakesession/namespaces/shop/tables/{table}",
+        headers={
+            "Authorization": f"Bearer {handle.admin.token_for(who)}",
+            "X-Iceberg-Access-Delegation": "vended-credentials",
+        },
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    creds = body.get("storage-credentials") or []
+    cfg = dict(body.get("config") or {})
+    if creds:
+        cfg.update(creds[0]["config"])
+    assert cfg.get("s3.session-token"), "SeaweedFS STS vended no credentials"
+    return cfg, body["metadata"]["location"]
+
+
+def _s3(store: SeaweedFS, cfg: dict[str, str]):  # type: ignore[no-untyped-def]
+    return boto3.client(
+        "s3",
+        endpoint_url=store.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=cfg["s3.access-key-id"],
+        aws_secret_access_key=cfg["s3.secret-access-key"],
+        aws_session_token=cfg["s3.session-token"],
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+
+
+def _key(location: str) -> str:
+    return location.split("/", 3)[3].rstrip("/") + "/"  # s3://bucket/<key prefix>/
+
+
+def _denied(call) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(ClientError) as err:
+        call()
+    return str(err.value.response["Error"]["Code"])
+
+
+def _a_data_file(s3, bucket: str, prefix: str) -> str:  # type: ignore[no-untyped-def]
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "data/").get("Contents", [])]
+    assert keys, f"no data files under {prefix}"
+    return keys[0]
+
+
+def test_seaweedfs_scopes_vended_credentials_to_the_table(cat: ReferenceCatalog, store: SeaweedFS) -> None:
+    cfg, location = _vended(cat, "reader", "orders")
+    _, sibling_location = _vended(cat, "etl", "orders_archive")
+    own, sibling = _key(location), _key(sibling_location)
+    assert sibling.startswith(own.rstrip("/")) and not sibling.startswith(
+        own
+    )  # "orders" is a prefix of "orders_archive"
+    reader = _s3(store, cfg)
+    admin = boto3.client(
+        "s3",
+        endpoint_url=store.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=store.access_key,
+        aws_secret_access_key=store.secret_key,
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    own_file = _a_data_file(reader, store.bucket, own)  # listing and reading its own table works
+    assert reader.get_object(Bucket=store.bucket, Key=own_file)["Body"].read()[:4] == b"PAR1"
+    sibling_file = _a_data_file(admin, store.bucket, sibling)
+    # the sibling's bytes exist, but SeaweedFS refuses the reader's credentials for them
+    assert _denied(lambda: reader.get_object(Bucket=store.bucket, Key=sibling_file)) == "AccessDenied"
+    assert _denied(lambda: reader.list_objects_v2(Bucket=store.bucket, Prefix=sibling)) == "AccessDenied"
+    assert _denied(lambda: reader.list_objects_v2(Bucket=store.bucket, Prefix=own.rstrip("/"))) == "AccessDenied"
+
+
+def test_seaweedfs_enforces_read_only_credentials(cat: ReferenceCatalog, store: SeaweedFS) -> None:
+    cfg, location = _vended(cat, "reader", "orders")
+    reader = _s3(store, cfg)
+    own = _key(location)
+    victim = _a_data_file(reader, store.bucket, own)
+    assert _denied(lambda: reader.put_object(Bucket=store.bucket, Key=own + "data/evil.parquet", Body=b"x")) == (
+        "AccessDenied"
+    )
+    assert _denied(lambda: reader.delete_object(Bucket=store.bucket, Key=victim)) == "AccessDenied"
+    assert reader.head_object(Bucket=store.bucket, Key=victim)["ContentLength"] > 0  # still there
+    # the writer's credentials for the same table may write there, and still not into the sibling
+    wcfg, _ = _vended(cat, "etl", "orders")
+    writer = _s3(store, wcfg)
+    writer.put_object(Bucket=store.bucket, Key=own + "data/probe.bin", Body=b"ok")
+    writer.delete_object(Bucket=store.bucket, Key=own + "data/probe.bin")
+    _, sibling_location = _vended(cat, "etl", "orders_archive")
+    sibling = _key(sibling_location)
+    assert _denied(lambda: writer.put_object(Bucket=store.bucket, Key=sibling + "data/evil", Body=b"x")) == (
+        "AccessDenied"
+    )
+
+
+def test_seaweedfs_round_trip_through_the_catalog(cat: ReferenceCatalog) -> None:
+    """pyiceberg reads with the credentials SeaweedFS vended through the catalog."""
+    rows = _client(cat, "reader", "reader-secret-sw").load_table(("shop", "orders")).scan().to_arrow()
+    assert sorted(rows.column("item").to_pylist()) == ["apple", "pear"]
