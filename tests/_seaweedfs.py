@@ -32,9 +32,26 @@ class SeaweedFS:
     endpoint: str  # S3 and STS
     iceberg_uri: str  # SeaweedFS's own Iceberg REST catalog
     bucket: str
+    master: str
+    filer: str
     access_key: str = ADMIN_KEY
     secret_key: str = ADMIN_SECRET
     role_arn: str = ROLE_ARN
+
+
+def create_table_bucket(sw: SeaweedFS, name: str) -> str:
+    """A table bucket for SeaweedFS's Iceberg catalog (``warehouse=s3://<name>``), via `weed shell`."""
+    weed = shutil.which("weed") or "weed"
+    out = subprocess.run(
+        [weed, "shell", f"-master={sw.master}", f"-filer={sw.filer}"],
+        input=f"s3tables.bucket -create -name {name} -account 000000000000\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if f"bucket/{name}" not in out.stdout:
+        raise RuntimeError(f"could not create table bucket {name}: {out.stdout[-500:]} {out.stderr[-500:]}")
+    return f"s3://{name}"
 
 
 def _free_ports(n: int) -> list[int]:
@@ -55,9 +72,9 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _iam_config(bucket: str) -> dict[str, object]:
-    """One vending role the catalog's key may assume; its policy covers the bucket, and every
-    vended credential narrows it with the catalog's session policy."""
+def _iam_config() -> dict[str, object]:
+    """One vending role, for the reference catalog's key and for SeaweedFS's own Iceberg catalog;
+    its policy covers the store, and every vended credential narrows it with a session policy."""
     return {
         "sts": {
             "tokenDuration": 3600 * 10**9,
@@ -72,7 +89,16 @@ def _iam_config(bucket: str) -> dict[str, object]:
                 "roleArn": ROLE_ARN,
                 "trustPolicy": {
                     "Version": "2012-10-17",
-                    "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": ["sts:AssumeRole"]}],
+                    "Statement": [
+                        # the reference catalog's own key assumes it (lakesession serve --s3-role-arn)
+                        {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": ["sts:AssumeRole"]},
+                        # SeaweedFS's Iceberg catalog assumes it to vend (without this, vending is silently off)
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Federated": "iceberg-catalog"},
+                            "Action": ["sts:AssumeRoleWithCredentials"],
+                        },
+                    ],
                 },
                 "attachedPolicies": ["lake-all"],
             }
@@ -86,7 +112,8 @@ def _iam_config(bucket: str) -> dict[str, object]:
                         {
                             "Effect": "Allow",
                             "Action": "s3:*",
-                            "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+                            # every bucket (table buckets too): each vended session policy narrows it
+                            "Resource": ["arn:aws:s3:::*", "arn:aws:s3:::*/*"],
                         },
                         {"Effect": "Allow", "Action": "sts:ValidateSession", "Resource": "*"},
                     ],
@@ -97,7 +124,9 @@ def _iam_config(bucket: str) -> dict[str, object]:
 
 
 @contextmanager
-def seaweedfs(workdir: Path, bucket: str = "lake", timeout: float = 60.0) -> Iterator[SeaweedFS]:
+def seaweedfs(
+    workdir: Path, bucket: str = "lake", *, credential_ttl: int = 900, timeout: float = 60.0
+) -> Iterator[SeaweedFS]:
     """Start `weed mini` in ``workdir`` and stop it on exit; fails loudly if the binary is missing."""
     weed = shutil.which("weed")
     if weed is None:
@@ -118,7 +147,7 @@ def seaweedfs(workdir: Path, bucket: str = "lake", timeout: float = 60.0) -> Ite
         )
     )
     iam_config = workdir / "iam.json"
-    iam_config.write_text(json.dumps(_iam_config(bucket)))
+    iam_config.write_text(json.dumps(_iam_config()))
     master, volume, filer, s3, iceberg, admin = _free_ports(6)
     data = workdir / "data"
     data.mkdir(exist_ok=True)
@@ -129,6 +158,7 @@ def seaweedfs(workdir: Path, bucket: str = "lake", timeout: float = 60.0) -> Ite
         f"-s3.port={s3}", f"-s3.port.iceberg={iceberg}", "-s3.port.lance=0",
         "-webdav=false", "-admin.ui=false", f"-admin.port={admin}", "-master.telemetry=false",
         f"-s3.config={s3_config}", f"-s3.iam.config={iam_config}", f"-bucket={bucket}",
+        f"-s3.iceberg.credentialRole={ROLE_ARN}", f"-s3.iceberg.credentialDurationSeconds={credential_ttl}",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{s3}"
@@ -148,7 +178,13 @@ def seaweedfs(workdir: Path, bucket: str = "lake", timeout: float = 60.0) -> Ite
             if time.monotonic() > deadline:
                 raise RuntimeError(f"weed mini did not serve S3 within {timeout} s")
             time.sleep(0.3)
-        yield SeaweedFS(endpoint=endpoint, iceberg_uri=f"http://127.0.0.1:{iceberg}", bucket=bucket)
+        yield SeaweedFS(
+            endpoint=endpoint,
+            iceberg_uri=f"http://127.0.0.1:{iceberg}",
+            bucket=bucket,
+            master=f"127.0.0.1:{master}",
+            filer=f"127.0.0.1:{filer}",
+        )
     finally:
         proc.terminate()
         try:
