@@ -105,10 +105,15 @@ class Client(ClientMixin):
         return scope or DEFAULT_SCOPE  # any scope string is accepted; the catalog authorizes by RBAC
 
     def check_response_type(self, response_type: str) -> bool:
-        return False
+        """``code`` for confidential clients with registered redirect URIs (``_authcode``)."""
+        return (
+            response_type == "code"
+            and bool(self.issuer.authcodes.redirect_uris(self.client_id))
+            and self.is_confidential()
+        )
 
     def check_redirect_uri(self, redirect_uri: str) -> bool:
-        return False
+        return redirect_uri in self.issuer.authcodes.redirect_uris(self.client_id)  # exact match only
 
     def get_default_redirect_uri(self) -> None:
         return None
