@@ -231,3 +231,21 @@ def test_forged_callback_and_wrong_password_do_not_log_in(oauth_hub: Hub) -> Non
         )
         assert wrong.status_code == 401 and "location" not in wrong.headers
         assert browser.get("/hub/api/user").status_code in (401, 403)
+
+
+def test_configure_sets_the_oauthenticator_refresh_hook_unless_one_is_set() -> None:
+    from traitlets.config import Config
+
+    import lakesession.hub
+
+    c = Config()
+    lakesession.hub.configure(c, catalog_uri="https://cat.example")
+    assert c.OAuthenticator.refresh_user_hook is lakesession.hub.refresh_user_hook
+
+    def theirs(authenticator: object, user: object, auth_state: object) -> bool:
+        return True
+
+    c = Config()
+    c.OAuthenticator.refresh_user_hook = theirs
+    lakesession.hub.configure(c, catalog_uri="https://cat.example")
+    assert c.OAuthenticator.refresh_user_hook is theirs
