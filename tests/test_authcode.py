@@ -133,6 +133,11 @@ def catalog_status(cat: ReferenceCatalog, access_token: str) -> int:
     return r.status_code
 
 
+def userinfo_status(cat: ReferenceCatalog, access_token: str) -> int:
+    r = httpx.get(f"{cat.issuer_uri}/userinfo", headers={"Authorization": f"Bearer {access_token}"}, timeout=30)
+    return r.status_code
+
+
 def test_discovery_advertises_the_code_flow(cat: ReferenceCatalog) -> None:
     meta = httpx.get(f"{cat.issuer_uri}/.well-known/openid-configuration", timeout=30).json()
     assert meta["authorization_endpoint"] == f"{cat.issuer_uri}/authorize"
@@ -208,9 +213,24 @@ def test_code_reuse_is_refused_and_revokes_its_tokens(cat: ReferenceCatalog) -> 
     # replay of the same code (e.g. leaked from a log or browser history, with the verifier)
     replay = redeem(cat, code, verifier)
     assert replay.status_code == 400 and replay.json()["error"] == "invalid_grant"
-    # RFC 6749 §4.1.2: the tokens issued from that code are revoked
+    # RFC 6749 §4.1.2: the tokens issued from that code are revoked: the refresh token ...
     again = refresh(cat, first.json()["refresh_token"])
     assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
+    # ... and the access token (its sign-in session is gone), at the issuer and at the catalog
+    assert userinfo_status(cat, first.json()["access_token"]) == 401
+    assert catalog_status(cat, first.json()["access_token"]) == 401
+
+
+def test_refresh_token_reuse_revokes_the_sessions_access_tokens(cat: ReferenceCatalog) -> None:
+    verifier, challenge = pkce()
+    tokens = redeem(cat, get_code(cat, params(challenge)), verifier).json()
+    rotated = refresh(cat, tokens["refresh_token"]).json()
+    assert userinfo_status(cat, rotated["access_token"]) == 200
+    # a thief replays the spent refresh token: reuse detection ends the whole sign-in session
+    assert refresh(cat, tokens["refresh_token"]).json()["error"] == "invalid_grant"
+    assert userinfo_status(cat, rotated["access_token"]) == 401
+    assert userinfo_status(cat, tokens["access_token"]) == 401
+    assert refresh(cat, rotated["refresh_token"]).json()["error"] == "invalid_grant"
 
 
 def test_code_is_bound_to_client_and_redirect_uri(cat: ReferenceCatalog) -> None:

@@ -6,8 +6,10 @@
 * PKCE is required for every client and only ``S256`` is accepted; a missing or
   wrong ``code_verifier`` is ``invalid_grant`` (RFC 7636 §4.6).
 * Codes are single use, stored hashed in ``ls_idp_auth_codes`` (so replicas
-  sharing the database agree). Redeeming a code twice revokes the refresh
-  tokens issued from it (RFC 6749 §4.1.2): they form one rotation family.
+  sharing the database agree). Redeeming a code twice revokes the tokens
+  issued from it (RFC 6749 §4.1.2): its refresh tokens form one rotation
+  family, and its access tokens carry that family as ``sid``, which
+  ``EmbeddedIssuer.verify`` refuses once the family is revoked.
 * ``openid`` scope adds an ID token (with the request's ``nonce``); ``/userinfo``
   answers for a valid access token, which is how oauthenticator learns the user
   name and notices an expired token.
@@ -246,7 +248,7 @@ class AuthorizationCode(AuthorizationCodeGrant):
 
     def authenticate_user(self, authorization_code: AuthCode) -> User | None:
         principal = self.issuer.directory.get_principal(authorization_code.principal)
-        return User(principal.name) if principal is not None else None
+        return User(principal.name, sid=authorization_code.family) if principal is not None else None
 
     def _replayed(self, record: AuthCode) -> None:
         self.issuer.refresh_store.revoke_family(

@@ -120,11 +120,15 @@ class Client(ClientMixin):
 
 
 class User:
-    """The token's subject (a principal name) and, after token exchange, the ``act`` chain."""
+    """The token's subject (a principal name) and, after token exchange, the ``act`` chain.
 
-    def __init__(self, name: str, act: dict[str, Any] | None = None):
+    ``sid`` is the sign-in session (the refresh-token family): its tokens die with it (``EmbeddedIssuer.verify``).
+    """
+
+    def __init__(self, name: str, act: dict[str, Any] | None = None, sid: str | None = None):
         self.name = name
         self.act = act
+        self.sid = sid
 
     def get_user_id(self) -> str:
         return self.name
@@ -156,7 +160,10 @@ class AccessTokenGenerator(JWTBearerTokenGenerator):
         return self._issuer.settings.audience
 
     def get_extra_claims(self, client: Client, grant_type: str, user: User | None, scope: str | None) -> dict:
-        return {"act": user.act} if user is not None and user.act else {}
+        claims: dict[str, Any] = {"act": user.act} if user is not None and user.act else {}
+        if user is not None and user.sid:
+            claims["sid"] = user.sid
+        return claims
 
 
 class OAuthServer(AuthorizationServer):
@@ -266,7 +273,7 @@ class RefreshToken(RefreshTokenGrant):
 
     def authenticate_user(self, refresh_token):  # type: ignore[no-untyped-def]
         principal = self.server.issuer.directory.get_principal(refresh_token.principal)
-        return User(principal.name) if principal else None
+        return User(principal.name, sid=refresh_token.family) if principal else None
 
     def revoke_old_credential(self, refresh_token) -> None:  # type: ignore[no-untyped-def]
         pass  # already spent atomically before the new token was minted

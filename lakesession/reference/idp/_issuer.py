@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ..directory import Directory
-from ..errors import BadRequest
+from ..errors import BadRequest, NotAuthorized
 from ..settings import ServerSettings
 from . import _authcode
 from ._adapter import FormError, oauth2_request, oauth_error, read_form, to_response
@@ -102,7 +102,7 @@ class EmbeddedIssuer:
     # -- TokenVerifier ----------------------------------------------------
     def verify(self, token: str) -> dict[str, Any]:
         """Claims of a valid access token minted by this issuer, else ``NotAuthorized`` (short reason)."""
-        return check_access_token(
+        claims = check_access_token(
             token,
             self._verify_keys,
             issuer=self.issuer_url,
@@ -110,6 +110,10 @@ class EmbeddedIssuer:
             algorithms=[self.alg],
             allowed_types=ACCESS_TOKEN_TYPES,
         )
+        sid = claims.get("sid")  # tokens of a sign-in session (refresh family) die with it
+        if isinstance(sid, str) and self.refresh_store.family_revoked(sid):
+            raise NotAuthorized("Token rejected: its sign-in session was revoked")
+        return claims
 
     # -- admin / tests ----------------------------------------------------
     def issue_token(
