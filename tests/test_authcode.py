@@ -1,8 +1,9 @@
 """The embedded issuer's authorization code flow with PKCE, attacked over real HTTP on loopback.
 
-A reference catalog (own bootstrap: a registered hub client with one redirect URI,
-a user, a service) is driven the way a browser and a web client would: GET the
-sign-in page, POST the form, read the redirect, redeem the code at ``/token``.
+The suite's shared reference catalog (with two registered web clients added by
+bootstrap, each with one redirect URI; its user ``alice`` and service ``etl``) is
+driven the way a browser and a web client would: GET the sign-in page, POST the
+form, read the redirect, redeem the code at ``/token``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import html
 import logging
 import re
 import secrets
-from collections.abc import Iterator
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -22,30 +21,30 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
-from lakesession.reference import ReferenceCatalog, start
+from lakesession.reference import ReferenceCatalog
 from lakesession.reference import bootstrap as bootstrap_mod
 from lakesession.reference.bootstrap import BootstrapError
+from tests.conftest import SECRETS
 
+HUB = "authcode-hub"
 HUB_SECRET = "hub-secret-" + secrets.token_hex(8)
 OTHER_SECRET = "other-secret-" + secrets.token_hex(8)
-ALICE_PW = "alice-pw-" + secrets.token_hex(8)
-ETL_SECRET = "etl-secret-" + secrets.token_hex(8)
+ALICE_PW = SECRETS["alice"]
+ETL_SECRET = SECRETS["etl"]
 REDIRECT = "http://127.0.0.1:9/hub/oauth_callback"
 OTHER_REDIRECT = "http://127.0.0.1:9/other/callback"
-BOOTSTRAP = f"""
+CLIENTS = f"""
 principals:
-  - {{name: jupyterhub, type: service, client_secret: {HUB_SECRET}, redirect_uris: [{REDIRECT}]}}
-  - {{name: other-app, type: service, client_secret: {OTHER_SECRET}, redirect_uris: [{OTHER_REDIRECT}]}}
-  - {{name: alice, type: user, client_secret: {ALICE_PW}}}
-  - {{name: etl, type: service, client_secret: {ETL_SECRET}}}
+  - {{name: {HUB}, type: service, client_secret: {HUB_SECRET}, redirect_uris: [{REDIRECT}]}}
+  - {{name: authcode-other, type: service, client_secret: {OTHER_SECRET}, redirect_uris: [{OTHER_REDIRECT}]}}
 """
 
 
 @pytest.fixture(scope="module")
-def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    handle = start(data_dir=tmp_path_factory.mktemp("authcode"), bootstrap=bootstrap_mod.parse(BOOTSTRAP))
-    yield handle
-    handle.stop()
+def cat(catalog: ReferenceCatalog) -> ReferenceCatalog:
+    """The shared catalog, with this module's web clients registered."""
+    catalog.admin.apply_bootstrap(bootstrap_mod.parse(CLIENTS))
+    return catalog
 
 
 def pkce() -> tuple[str, str]:
@@ -57,7 +56,7 @@ def pkce() -> tuple[str, str]:
 def params(challenge: str, **over: str | None) -> dict[str, str]:
     p: dict[str, str | None] = {
         "response_type": "code",
-        "client_id": "jupyterhub",
+        "client_id": HUB,
         "redirect_uri": REDIRECT,
         "scope": "openid catalog",
         "state": "st-" + secrets.token_hex(8),
@@ -108,7 +107,7 @@ def redeem(
     code: str,
     verifier: str | None,
     *,
-    client: tuple[str, str] = ("jupyterhub", HUB_SECRET),
+    client: tuple[str, str] = (HUB, HUB_SECRET),
     redirect_uri: str = REDIRECT,
 ) -> httpx.Response:
     data = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri}
@@ -119,7 +118,7 @@ def redeem(
 
 def refresh(cat: ReferenceCatalog, refresh_token: str) -> httpx.Response:
     data = {"grant_type": "refresh_token", "refresh_token": refresh_token}
-    return httpx.post(f"{cat.issuer_uri}/token", data=data, auth=("jupyterhub", HUB_SECRET), timeout=30)
+    return httpx.post(f"{cat.issuer_uri}/token", data=data, auth=(HUB, HUB_SECRET), timeout=30)
 
 
 def catalog_status(cat: ReferenceCatalog, access_token: str) -> int:
@@ -157,7 +156,7 @@ def test_code_flow_end_to_end(cat: ReferenceCatalog) -> None:
     assert catalog_status(cat, tokens["access_token"]) == 200
     # the ID token: signed by the issuer's key, for this client, with the request's nonce
     claims = jwt.decode(tokens["id_token"], keys).claims
-    assert claims["iss"] == cat.issuer_uri and claims["aud"] == ["jupyterhub"] and claims["sub"] == "alice"
+    assert claims["iss"] == cat.issuer_uri and claims["aud"] == [HUB] and claims["sub"] == "alice"
     assert claims["nonce"] == query["nonce"] and claims["preferred_username"] == "alice"
     info = httpx.get(
         f"{cat.issuer_uri}/userinfo", headers={"Authorization": f"Bearer {tokens['access_token']}"}, timeout=30
@@ -236,11 +235,11 @@ def test_refresh_token_reuse_revokes_the_sessions_access_tokens(cat: ReferenceCa
 def test_code_is_bound_to_client_and_redirect_uri(cat: ReferenceCatalog) -> None:
     verifier, challenge = pkce()
     code = get_code(cat, params(challenge))
-    other = redeem(cat, code, verifier, client=("other-app", OTHER_SECRET), redirect_uri=REDIRECT)
+    other = redeem(cat, code, verifier, client=("authcode-other", OTHER_SECRET), redirect_uri=REDIRECT)
     assert other.json()["error"] == "invalid_grant"
     moved = redeem(cat, code, verifier, redirect_uri=REDIRECT + "x")
     assert moved.json()["error"] == "invalid_grant"
-    bad_secret = redeem(cat, code, verifier, client=("jupyterhub", "guess"))
+    bad_secret = redeem(cat, code, verifier, client=(HUB, "guess"))
     assert bad_secret.status_code == 401 and bad_secret.json()["error"] == "invalid_client"
     assert redeem(cat, code, verifier).status_code == 200
 
@@ -355,22 +354,18 @@ def test_bootstrap_checks_redirect_uris(entry: str, message: str) -> None:
         bootstrap_mod.parse(f"principals:\n  - {entry}\n")
 
 
-def test_bootstrap_reapplied_replaces_redirect_uris(cat: ReferenceCatalog, tmp_path: Any) -> None:
-    handle = start(data_dir=tmp_path, bootstrap=bootstrap_mod.parse(BOOTSTRAP))
-    try:
-        handle.admin.apply_bootstrap(
-            bootstrap_mod.parse(
-                f"principals:\n  - {{name: jupyterhub, client_secret: {HUB_SECRET}, "
-                "redirect_uris: [https://hub.example/cb]}\n"
-            )
+def test_bootstrap_reapplied_replaces_redirect_uris(cat: ReferenceCatalog) -> None:
+    def policy(uri: str) -> bootstrap_mod.Bootstrap:
+        return bootstrap_mod.parse(
+            f"principals:\n  - {{name: authcode-reapply, client_secret: {HUB_SECRET}, redirect_uris: [{uri}]}}\n"
         )
-        old = httpx.get(f"{handle.issuer_uri}/authorize", params=params(pkce()[1]), timeout=30)
-        assert old.status_code == 400  # the previous URI is no longer registered
-        new = httpx.get(
-            f"{handle.issuer_uri}/authorize",
-            params=params(pkce()[1], redirect_uri="https://hub.example/cb"),
-            timeout=30,
-        )
-        assert new.status_code == 200 and "Sign in" in new.text
-    finally:
-        handle.stop()
+
+    def page(uri: str) -> int:
+        query = params(pkce()[1], client_id="authcode-reapply", redirect_uri=uri)
+        return httpx.get(f"{cat.issuer_uri}/authorize", params=query, timeout=30).status_code
+
+    cat.admin.apply_bootstrap(policy("https://one.example/cb"))
+    assert page("https://one.example/cb") == 200
+    cat.admin.apply_bootstrap(policy("https://two.example/cb"))
+    assert page("https://one.example/cb") == 400  # the previous URI is no longer registered
+    assert page("https://two.example/cb") == 200
