@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CSRF_COOKIE = "lakesession_authorize"
+CSRF_COOKIE = "lakesession_authorize"  # "__Host-" prefixed over https: no sibling subdomain can plant it
 CSRF_FIELD = "csrf_token"
 LOGIN_FIELDS = frozenset({"username", "password", CSRF_FIELD, "action"})
 _STYLE = (
@@ -67,20 +67,15 @@ class AuthorizePages:
         grant_or_error = await self._validate(request, pairs)
         if isinstance(grant_or_error, Response):
             return grant_or_error
-        token = request.cookies.get(CSRF_COOKIE) or ""
+        name, secure = _cookie_name(request), request.url.scheme == "https"
+        token = request.cookies.get(name) or ""
         fresh = len(token) < 32
         if fresh:
             token = secrets.token_urlsafe(32)
         page = self._login_page(pairs, token, grant_or_error.request.client.get_client_id())
         if fresh:
-            page.set_cookie(
-                CSRF_COOKIE,
-                token,
-                path=request.url.path,
-                httponly=True,
-                samesite="strict",
-                secure=request.url.scheme == "https",
-            )
+            path = "/" if secure else request.url.path
+            page.set_cookie(name, token, path=path, httponly=True, samesite="strict", secure=secure)
         return page
 
     async def submit(self, request: Request) -> Response:
@@ -95,7 +90,7 @@ class AuthorizePages:
             return grant_or_error
         grant = grant_or_error
         client_id = grant.request.client.get_client_id()
-        cookie = request.cookies.get(CSRF_COOKIE) or ""
+        cookie = request.cookies.get(_cookie_name(request)) or ""
         sent = fields.get(CSRF_FIELD, "")
         if not cookie or not sent or not hmac.compare_digest(cookie.encode(), sent.encode()):
             logger.warning("refused a sign-in POST without the form's anti-forgery token (client %r)", client_id)
@@ -178,6 +173,10 @@ class AuthorizePages:
         except NotAuthorized:
             return _unauthorized("invalid_token", "The access token is invalid or expired")
         return JSONResponse(dict(user_info(str(claims["sub"]))), headers={"Cache-Control": "no-store"})
+
+
+def _cookie_name(request: Request) -> str:
+    return f"__Host-{CSRF_COOKIE}" if request.url.scheme == "https" else CSRF_COOKIE
 
 
 def _unauthorized(error: str, description: str) -> JSONResponse:
