@@ -496,7 +496,9 @@ def test_no_secret_reaches_the_logs(
     env.issuer.deny_device(denied["user_code"])
     with env.client(CLI) as cli:
         poll_error(cli, env, denied["device_code"])
-    exchanged = exchange(env, "hub", new["access_token"])["access_token"]
+    live = env.issuer.issue_token("alice")["access_token"]  # new's session was revoked by the reuse above
+    seen.append(live)
+    exchanged = exchange(env, "hub", live)["access_token"]
     seen.append(exchanged)
     for bad in (exchanged[:-3] + "abc", exchanged + "x"):
         with pytest.raises(NotAuthorized):

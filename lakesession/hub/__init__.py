@@ -12,9 +12,12 @@ then finds ``LAKESESSION_IDENTITY=jupyterhub`` and uses ``identity_from_env()``:
 a ``JupyterHubToken`` that starts from the token the hook passed and re-reads the
 user's ``auth_state`` from the hub API before it expires.
 
-``lakesession.hub.authenticator.DeviceCodeAuthenticator`` logs users in to the
-hub with an issuer's device authorization grant (RFC 8628) — e.g. the reference
-catalog's embedded issuer — and refreshes their tokens in ``auth_state``.
+Logging in: oauthenticator's ``GenericOAuthenticator`` (authorization code + PKCE,
+which the reference catalog's embedded issuer supports; ``configure`` adds
+``refresh_user_hook`` so tokens are refreshed ahead of expiry), or
+``lakesession.hub.authenticator.DeviceCodeAuthenticator``, which logs users in
+with an issuer's device authorization grant (RFC 8628) and refreshes their
+tokens in ``auth_state``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 from collections.abc import MutableMapping
 
 from ..identity import IdentityError, JupyterHubToken
+from ._oauth import refresh_user_hook
 from ._spawn import (
     ACCESS_TOKEN_VAR,
     EXPIRES_AT_VAR,
@@ -59,6 +63,7 @@ __all__ = [
     "hub_identity",
     "identity_from_env",
     "merge_roles",
+    "refresh_user_hook",
     "spawn_environment",
     "token_environment",
 ]

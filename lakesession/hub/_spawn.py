@@ -141,6 +141,8 @@ def configure(
     * ``Spawner.auth_state_hook``: the user's current access token (chained after an existing hook);
     * ``JupyterHub.load_roles``: ``admin:auth_state!user`` on the ``user`` role and
       ``admin:auth_state!user`` + ``read:users!user`` on the ``server`` role (merged);
+    * ``OAuthenticator.refresh_user_hook`` (unless set): oauthenticator refreshes tokens ahead of
+      expiry, one refresh per user at a time (``lakesession.hub.refresh_user_hook``);
     * ``Authenticator.enable_auth_state`` (needs ``JUPYTERHUB_CRYPT_KEY``), ``refresh_pre_spawn``
       and ``auth_refresh_age`` (``None`` leaves it alone): the hub refreshes tokens on requests —
       including the server's own re-reads — once the last refresh is older than this.
@@ -158,6 +160,10 @@ def configure(
         auth_state_hook if existing in (None, auth_state_hook) else chain_hooks(existing, auth_state_hook)
     )
     c.JupyterHub.load_roles = merge_roles(_get(c.JupyterHub, "load_roles"))
+    if _get(c.OAuthenticator, "refresh_user_hook") is None:  # oauthenticator >= 17.3 (GenericOAuthenticator etc.)
+        from ._oauth import refresh_user_hook
+
+        c.OAuthenticator.refresh_user_hook = refresh_user_hook
     c.Authenticator.enable_auth_state = True
     c.Authenticator.refresh_pre_spawn = refresh_pre_spawn
     if auth_refresh_age is not None:

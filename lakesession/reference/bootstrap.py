@@ -4,6 +4,8 @@
 principals:
   - {name: etl, type: service, client_id: etl, client_secret: s3cret}
   - {name: alice, type: user, client_id: alice, client_secret: pw}
+  - {name: jupyterhub, type: service, client_secret: hub-s3cret,    # an OAuth client of the embedded
+     redirect_uris: [https://hub.example.com/hub/oauth_callback]}  # issuer (authorization code + PKCE)
 roles:
   - {name: analysts, members: [alice]}
 grants:
@@ -26,6 +28,7 @@ import yaml
 from .authz import Privilege, Securable
 from .directory import PRINCIPAL_TYPES, Directory
 from .errors import CatalogError, Conflict
+from .idp._authcode import register_redirect_uris, valid_redirect_uri
 
 
 class BootstrapError(ValueError):
@@ -43,7 +46,7 @@ class Bootstrap:
 
 
 _KEYS = {
-    "principals": ({"name"}, {"name", "type", "client_id", "client_secret"}),
+    "principals": ({"name"}, {"name", "type", "client_id", "client_secret", "redirect_uris"}),
     "roles": ({"name"}, {"name", "members"}),
     "grants": ({"role", "privilege", "on"}, {"role", "privilege", "on"}),
 }
@@ -93,10 +96,10 @@ def parse(text: str, source: str = "<bootstrap>") -> Bootstrap:
                     raise BootstrapError(
                         f"{_where(source, k_node)}: unknown key {k!r} in {section} (allowed: {', '.join(sorted(allowed))})"
                     )
-                if k == "members":
+                if k in ("members", "redirect_uris"):
                     if not isinstance(v_node, yaml.SequenceNode):
-                        raise BootstrapError(f"{_where(source, v_node)}: members must be a list of principal names")
-                    entry[k] = [_scalar(source, m, "member") for m in v_node.value]
+                        raise BootstrapError(f"{_where(source, v_node)}: {k} must be a list")
+                    entry[k] = [_scalar(source, m, k) for m in v_node.value]
                 else:
                     entry[k] = _scalar(source, v_node, k)
             missing = required - entry.keys()
@@ -115,6 +118,11 @@ def _check_entry(source: str, section: str, entry: dict[str, Any], node: yaml.No
             raise BootstrapError(f"{where}: type must be 'user' or 'service', got {entry['type']!r}")
         if entry.get("client_secret") and not entry.get("client_id"):
             entry["client_id"] = entry["name"]
+        if "redirect_uris" in entry and not entry.get("client_secret"):
+            raise BootstrapError(f"{where}: redirect_uris need a client_secret (only confidential clients)")
+        bad = [u for u in entry.get("redirect_uris", []) if not valid_redirect_uri(u)]
+        if bad:
+            raise BootstrapError(f"{where}: invalid redirect URI {bad[0]!r} (absolute https, http only on loopback)")
     if section == "grants":
         try:
             Privilege(entry["privilege"].upper())
@@ -157,6 +165,8 @@ def apply(b: Bootstrap, directory: Directory) -> None:
         except Conflict:
             if p.get("client_secret"):
                 directory.set_client_secret(p["name"], p["client_secret"])
+        if "redirect_uris" in p:
+            register_redirect_uris(directory.engine, p["client_id"], p["redirect_uris"])
     existing = directory.list_roles()
     for r in b.roles:
         if r["name"] not in existing:

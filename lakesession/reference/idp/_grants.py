@@ -105,21 +105,30 @@ class Client(ClientMixin):
         return scope or DEFAULT_SCOPE  # any scope string is accepted; the catalog authorizes by RBAC
 
     def check_response_type(self, response_type: str) -> bool:
-        return False
+        """``code`` for confidential clients with registered redirect URIs (``_authcode``)."""
+        return (
+            response_type == "code"
+            and bool(self.issuer.authcodes.redirect_uris(self.client_id))
+            and self.is_confidential()
+        )
 
     def check_redirect_uri(self, redirect_uri: str) -> bool:
-        return False
+        return redirect_uri in self.issuer.authcodes.redirect_uris(self.client_id)  # exact match only
 
     def get_default_redirect_uri(self) -> None:
         return None
 
 
 class User:
-    """The token's subject (a principal name) and, after token exchange, the ``act`` chain."""
+    """The token's subject (a principal name) and, after token exchange, the ``act`` chain.
 
-    def __init__(self, name: str, act: dict[str, Any] | None = None):
+    ``sid`` is the sign-in session (the refresh-token family): its tokens die with it (``EmbeddedIssuer.verify``).
+    """
+
+    def __init__(self, name: str, act: dict[str, Any] | None = None, sid: str | None = None):
         self.name = name
         self.act = act
+        self.sid = sid
 
     def get_user_id(self) -> str:
         return self.name
@@ -151,7 +160,10 @@ class AccessTokenGenerator(JWTBearerTokenGenerator):
         return self._issuer.settings.audience
 
     def get_extra_claims(self, client: Client, grant_type: str, user: User | None, scope: str | None) -> dict:
-        return {"act": user.act} if user is not None and user.act else {}
+        claims: dict[str, Any] = {"act": user.act} if user is not None and user.act else {}
+        if user is not None and user.sid:
+            claims["sid"] = user.sid
+        return claims
 
 
 class OAuthServer(AuthorizationServer):
@@ -261,7 +273,7 @@ class RefreshToken(RefreshTokenGrant):
 
     def authenticate_user(self, refresh_token):  # type: ignore[no-untyped-def]
         principal = self.server.issuer.directory.get_principal(refresh_token.principal)
-        return User(principal.name) if principal else None
+        return User(principal.name, sid=refresh_token.family) if principal else None
 
     def revoke_old_credential(self, refresh_token) -> None:  # type: ignore[no-untyped-def]
         pass  # already spent atomically before the new token was minted

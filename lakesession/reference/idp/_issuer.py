@@ -16,9 +16,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ..directory import Directory
-from ..errors import BadRequest
+from ..errors import BadRequest, NotAuthorized
 from ..settings import ServerSettings
+from . import _authcode
 from ._adapter import FormError, oauth2_request, oauth_error, read_form, to_response
+from ._authpage import AuthorizePages
 from ._grants import DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT, Client, OAuthServer, User
 from ._keys import ACCESS_TOKEN_TYPES, check_access_token, load_or_create_signing_key, public_jwks
 from ._state import DeviceCredential, DeviceStore, RefreshTokenStore, normalize_user_code
@@ -53,6 +55,8 @@ class EmbeddedIssuer:
         self.refresh_store = RefreshTokenStore(engine)
         self.devices = DeviceStore()
         self.server = OAuthServer(self)
+        self.authcodes = _authcode.AuthCodeStore(engine)
+        _authcode.register(self)
         self.router = self._build_router()
 
     @property
@@ -72,9 +76,21 @@ class EmbeddedIssuer:
             "token_endpoint": f"{iss}/token",
             "jwks_uri": f"{iss}/jwks",
             "device_authorization_endpoint": f"{iss}/device_authorization",
-            "grant_types_supported": ["client_credentials", DEVICE_CODE_GRANT, "refresh_token", TOKEN_EXCHANGE_GRANT],
+            "authorization_endpoint": f"{iss}/authorize",
+            "userinfo_endpoint": f"{iss}/userinfo",
+            "grant_types_supported": [
+                "authorization_code",
+                "client_credentials",
+                DEVICE_CODE_GRANT,
+                "refresh_token",
+                TOKEN_EXCHANGE_GRANT,
+            ],
             "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "none"],
-            "response_types_supported": ["none"],
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "code_challenge_methods_supported": ["S256"],
+            "scopes_supported": ["openid", "catalog"],
+            "claims_supported": ["sub", "preferred_username", "name", "nonce", "auth_time"],
             "subject_types_supported": ["public"],
             "id_token_signing_alg_values_supported": [self.alg],
             APPROVAL_ENDPOINT_KEY: f"{iss}/device",
@@ -86,7 +102,7 @@ class EmbeddedIssuer:
     # -- TokenVerifier ----------------------------------------------------
     def verify(self, token: str) -> dict[str, Any]:
         """Claims of a valid access token minted by this issuer, else ``NotAuthorized`` (short reason)."""
-        return check_access_token(
+        claims = check_access_token(
             token,
             self._verify_keys,
             issuer=self.issuer_url,
@@ -94,6 +110,10 @@ class EmbeddedIssuer:
             algorithms=[self.alg],
             allowed_types=ACCESS_TOKEN_TYPES,
         )
+        sid = claims.get("sid")  # tokens of a sign-in session (refresh family) die with it
+        if isinstance(sid, str) and self.refresh_store.family_revoked(sid):
+            raise NotAuthorized("Token rejected: its sign-in session was revoked")
+        return claims
 
     # -- admin / tests ----------------------------------------------------
     def issue_token(
@@ -237,6 +257,7 @@ input{{display:block;width:100%}}.error{{color:#b00}}.notice{{color:#070}}</styl
 
     def _build_router(self) -> APIRouter:
         router = APIRouter(tags=["oidc"])
+        pages = AuthorizePages(self)
         routes = [
             ("/.well-known/openid-configuration", self._discovery, "GET"),
             ("/jwks", self._jwks, "GET"),
@@ -244,6 +265,9 @@ input{{display:block;width:100%}}.error{{color:#b00}}.notice{{color:#070}}</styl
             ("/device_authorization", self.device_authorization_endpoint, "POST"),
             ("/device", self._device_page, "GET"),
             ("/device", self._device_submit, "POST"),
+            ("/authorize", pages.show, "GET"),
+            ("/authorize", pages.submit, "POST"),
+            ("/userinfo", pages.userinfo, "GET"),
         ]
         for path, endpoint, method in routes:
             router.add_api_route(path, endpoint, methods=[method], include_in_schema=False)

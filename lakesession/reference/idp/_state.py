@@ -135,6 +135,16 @@ class RefreshTokenStore:
             )
         logger.warning("revoked a refresh-token family of principal %r: %s", principal, reason)
 
+    def family_revoked(self, family: str) -> bool:
+        """True when the sign-in session ``family`` was revoked (reuse, replay, principal deleted)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(refresh_tokens.c.token_hash)
+                .where(and_(refresh_tokens.c.family == family, refresh_tokens.c.revoked_at.is_not(None)))
+                .limit(1)
+            ).first()
+        return row is not None
+
     def revoke_principal(self, principal: str) -> int:
         """Revoke every refresh token of ``principal`` (e.g. when the principal is deleted)."""
         with self.engine.begin() as conn:
