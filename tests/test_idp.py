@@ -107,6 +107,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     directory.create_principal("alice", "user", "alice-client", SECRETS["alice"])
     directory.create_principal("etl", "service", "etl-client", SECRETS["etl"])
     directory.create_principal("hub", "service", "hub-client", SECRETS["hub"])
+    directory.create_role("exchangers", ["hub", "etl"])  # they act for other principals through token exchange
+    directory.grant("exchangers", "TOKEN_EXCHANGE", "catalog")
     key_path = tmp / "keys" / "issuer.jwk"
     issuer = EmbeddedIssuer(settings, directory, engine, key_path=key_path)
     with serve(app_for(issuer), sock):
