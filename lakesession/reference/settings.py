@@ -31,8 +31,8 @@ class AbuseLimits:
         max_json_depth: Deepest JSON nesting accepted in a request body (400 beyond).
     """
 
-    device_rate_per_client_address: str = "10/minute"
-    device_rate_per_address: str = "30/minute"
+    device_rate_per_client_address: str = "20/minute"
+    device_rate_per_address: str = "60/minute"
     device_rate_per_client: str = "600/minute"
     device_pending_per_address: int = 50
     device_pending_per_client: int = 5000
