@@ -198,7 +198,10 @@ class EmbeddedIssuer:
             logger.info("throttled %s for client %r from %s", request.url.path, client_id, address)
             return _throttled(wait)
         status, body, headers = await run_in_threadpool(handle, oreq)
-        if failures is not None and isinstance(body, dict) and body.get("error") in FAILURE_ERRORS:
+        error = body.get("error") if isinstance(body, dict) else None
+        if failures is not None and error in FAILURE_ERRORS:
+            if error != "invalid_client":  # no secret was guessed: do not let a flood lock a public client id out
+                failures = tuple(rule for rule in failures if rule.by_address)
             throttle.record(failures, client_id, address)
         return to_response(status, body, headers)
 
