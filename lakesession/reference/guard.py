@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+from array import array
+from itertools import accumulate
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -30,26 +32,24 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# a JSON string (escapes included) or a bracket: brackets inside strings are not nesting
-_JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
-_OPEN, _CLOSE = frozenset(b"[{"), frozenset(b"]}")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_SIGNS = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")  # +1 / -1 as signed bytes
 _JSON_START = re.compile(rb"\s*[\[{]")
 
 
 def json_too_deep(body: bytes, limit: int) -> bool:
-    """True if ``body`` (taken as JSON) nests arrays/objects more than ``limit`` levels deep."""
+    """True if ``body`` (taken as JSON) nests arrays/objects more than ``limit`` levels deep.
+
+    Runs at C speed: escapes are dropped (so every remaining quote delimits a string), the
+    strings are cut out (brackets inside them are not nesting), the brackets left become
+    +1/-1, and the deepest running sum is the nesting depth.
+    """
     if body.count(b"[") + body.count(b"{") <= limit:
         return False  # cannot be deeper than its number of openers (the common case: no scan)
-    depth = 0
-    for m in _JSON_TOKENS.finditer(body):
-        c = m.group()[0]
-        if c in _OPEN:
-            depth += 1
-            if depth > limit:
-                return True
-        elif c in _CLOSE:
-            depth -= 1
-    return False
+    unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = b"".join(unescaped.split(b'"')[::2])
+    steps = outside.translate(None, _NOT_BRACKETS).translate(_SIGNS)
+    return max(accumulate(array("b", steps)), default=0) > limit
 
 
 class BodyTooLarge(Exception):
