@@ -18,8 +18,8 @@ import json
 import logging
 import re
 from array import array
-from itertools import accumulate
 from collections.abc import Awaitable, Callable, MutableMapping
+from itertools import accumulate
 from typing import Any
 
 from .errors import error_body
