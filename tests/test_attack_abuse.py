@@ -20,8 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
+from botocore.config import Config
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
@@ -370,6 +372,7 @@ def all_logging_at_debug() -> Iterator[Collect]:
 def test_debug_logs_carry_no_secret_during_a_vend(
     tmp_path_factory: pytest.TempPathFactory, all_logging_at_debug: Collect
 ) -> None:
+    """Token, vend (STS AssumeRole), /credentials, /sign and the S3 GET the vended keys enable, all logged at DEBUG."""
     handle = start(
         warehouse="s3://abuse-bucket/wh",
         s3_emulator=True,
@@ -399,6 +402,26 @@ def test_debug_logs_carry_no_secret_during_a_vend(
             creds = loaded.json()["storage-credentials"][0]["config"]
             fresh = c.get(f"{P}/namespaces/shop/tables/orders/credentials", headers=h)
             assert fresh.status_code == 200
+            location = loaded.json()["metadata-location"]
+            signed = c.post(
+                f"{P}/namespaces/shop/tables/orders/sign",
+                json={"region": creds["client.region"], "uri": location.replace("s3://", f"{creds['s3.endpoint']}/"),
+                      "method": "GET", "headers": {}},
+                headers=h,
+            )  # fmt: skip
+            assert signed.status_code == 200, signed.text
+        # the engine's S3 call with the vended credentials (botocore logs its request headers at DEBUG)
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=creds["s3.endpoint"],
+            region_name=creds["client.region"],
+            aws_access_key_id=creds["s3.access-key-id"],
+            aws_secret_access_key=creds["s3.secret-access-key"],
+            aws_session_token=creds["s3.session-token"],
+            config=Config(s3={"addressing_style": "path"}),
+        )
+        bucket, _, key = location.removeprefix("s3://").partition("/")
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         secrets = [
             SECRETS["hub"],
             token,

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request, Response
 from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
 
+from .._redact import quiet_botocore_bodies
 from . import store
 from .audit import AuditLog
 from .context import CachingVerifier, Services
@@ -90,6 +91,8 @@ def build_services(settings: ServerSettings, *, key_path: Path | None = None) ->
     else:
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
     vendor = CredentialVendor(settings.s3) if settings.s3 is not None else None
+    if settings.s3 is not None:
+        quiet_botocore_bodies()  # the vending and signing clients hold the catalog's own and vended keys
     services = Services(
         settings=settings,
         directory=directory,

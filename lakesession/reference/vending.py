@@ -16,53 +16,18 @@ token among them); ``quiet_botocore_bodies`` keeps those records out of the logs
 from __future__ import annotations
 
 import json
-import logging
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._redact import quiet_botocore_bodies
 from .._singleflight import SingleFlight
 from .errors import ServiceUnavailable
 from .storage.policy import table_session_policy
 
 READ, WRITE = "read", "write"
-
-
-_CREDENTIAL_FIELDS = re.compile(
-    r"(<(SecretAccessKey|SessionToken)>)[^<]*(</\2>)"  # STS query/XML responses
-    r"|(\\?[\"'](?:SecretAccessKey|SessionToken)\\?[\"']\s*:\s*\\?[\"'])[^\"'\\]*"  # JSON bodies, dict reprs
-)
-_BODY_LOGGERS = ("botocore.parsers", "botocore.endpoint", "botocore.hooks", "botocore.retryhandler")
-
-
-def _redact(match: re.Match[str]) -> str:
-    if match.group(1):
-        return f"{match.group(1)}***{match.group(3)}"
-    return f"{match.group(4)}***"
-
-
-class RedactCredentials(logging.Filter):
-    """Replaces secret keys and session tokens in a record's message with ``***`` (the record is kept)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            text = record.getMessage()
-        except Exception:  # a record that cannot format is not ours to fix
-            return True
-        redacted = _CREDENTIAL_FIELDS.sub(_redact, text)
-        if redacted != text:
-            record.msg, record.args = redacted, ()
-        return True
-
-
-def quiet_botocore_bodies() -> None:
-    """Redact credentials in botocore's DEBUG body logging (idempotent; applies to every botocore client)."""
-    for name in _BODY_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, RedactCredentials) for f in logger.filters):
-            logger.addFilter(RedactCredentials())
 
 
 @dataclass(frozen=True)
