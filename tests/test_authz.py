@@ -15,7 +15,8 @@ def test_implications_follow_polaris() -> None:
     assert P.TABLE_READ_PROPERTIES in IMPLIES[P.TABLE_WRITE_DATA]
     assert P.TABLE_WRITE_DATA not in IMPLIES[P.TABLE_READ_DATA]
     assert P.CATALOG_MANAGE_ACCESS not in IMPLIES[P.CATALOG_MANAGE_CONTENT]
-    content = set(P) - {P.CATALOG_MANAGE_ACCESS}
+    assert all(P.TOKEN_EXCHANGE not in IMPLIES[p] for p in P if p is not P.TOKEN_EXCHANGE)  # acting as others
+    content = set(P) - {P.CATALOG_MANAGE_ACCESS, P.TOKEN_EXCHANGE}
     assert content <= IMPLIES[P.CATALOG_MANAGE_CONTENT]
 
 

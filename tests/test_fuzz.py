@@ -14,15 +14,17 @@ finds the odd error paths a hand-written workload misses.
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from openapi_spec_validator import validate as validate_openapi
 from schemathesis.checks import not_a_server_error
@@ -30,6 +32,7 @@ from schemathesis.checks import not_a_server_error
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
 from lakesession.reference.openapi import spec_openapi
+from lakesession.reference.settings import AbuseLimits
 
 from .spec_validation import SpecRecorder
 
@@ -211,3 +214,97 @@ def test_fuzzed_responses_conform_to_the_spec(recorder: SpecRecorder) -> None:
     assert errors == [], f"{len(errors)} of {recorder.recorded} fuzzed responses violate the spec:\n" + "\n".join(
         errors[:40]
     )
+
+
+# -- the identity endpoints (not in the OpenAPI document: form-encoded OAuth) ----------------------------
+IDP_EXAMPLES = ADMIN_EXAMPLES * 6
+OAUTH_FIELDS = [
+    "grant_type", "client_id", "client_secret", "scope", "device_code", "refresh_token", "subject_token",
+    "subject_token_type", "actor_token", "actor_token_type", "audience", "resource", "requested_token_type",
+    "user_code", "username", "password", "action",
+]  # fmt: skip
+OAUTH_VALUES = [
+    "client_credentials", "refresh_token", "urn:ietf:params:oauth:grant-type:device_code",
+    "urn:ietf:params:oauth:grant-type:token-exchange", "urn:ietf:params:oauth:token-type:access_token",
+    "urn:ietf:params:oauth:token-type:jwt", "authorization_code", "password", "nobody", "nobody-secret-1",
+    "lakesession-cli", "catalog", "lakesession", "approve", "deny", "a.b.c", "", "\x00", "é" * 3,
+]  # fmt: skip
+IDP_PATHS = ["/oidc/token", "/v1/oauth/tokens", "/oidc/device_authorization", "/oidc/device"]
+IDP_STATUSES: list[int] = []
+CONTENT_TYPES = ["application/x-www-form-urlencoded", "application/json", "multipart/form-data; boundary=x", None]
+
+
+@pytest.fixture(scope="module")
+def idp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """A catalog whose limits stay out of the way, so generated requests reach the grants."""
+    unlimited = "100000/minute"
+    h = start(
+        data_dir=tmp_path_factory.mktemp("fuzz-idp"),
+        bootstrap=bootstrap_mod.parse(POLICY),
+        abuse=AbuseLimits(
+            device_rate_per_client_address=unlimited,
+            device_rate_per_address=unlimited,
+            token_failures_per_client_address=unlimited,
+            token_failures_per_address=unlimited,
+            token_failures_per_client=unlimited,
+        ),
+    )
+    with httpx.Client(base_url=h.uri, timeout=30) as c:
+        yield c
+    h.stop()
+
+
+def _basic(user: str, secret: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
+
+
+FIELD = st.tuples(st.sampled_from(OAUTH_FIELDS), st.one_of(st.sampled_from(OAUTH_VALUES), st.text(max_size=30)))
+GRANTS = st.sampled_from([*OAUTH_VALUES[:5], "client_credentials", "client_credentials"])
+FORM = "application/x-www-form-urlencoded"
+
+
+@given(
+    path=st.sampled_from(IDP_PATHS),
+    form=st.one_of(
+        st.lists(FIELD, max_size=8),
+        st.builds(lambda g, rest: [("grant_type", g), *rest], GRANTS, st.lists(FIELD, max_size=4)),
+    ),
+    basic=st.one_of(
+        st.none(),
+        st.tuples(st.sampled_from(["nobody", "lakesession-cli", "x"]), st.sampled_from(["nobody-secret-1", "no"])),
+        st.tuples(st.text(max_size=12), st.text(max_size=12)),
+    ),
+    content_type=st.sampled_from(CONTENT_TYPES),
+    raw=st.one_of(st.none(), st.binary(max_size=64)),
+)
+@example(path="/oidc/token", form=[("grant_type", "client_credentials")], basic=("nobody", "nobody-secret-1"),
+         content_type=FORM, raw=None)  # fmt: skip
+@example(path="/oidc/device_authorization", form=[("client_id", "lakesession-cli")], basic=None,
+         content_type=FORM, raw=None)  # fmt: skip
+@settings(
+    max_examples=IDP_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
+def test_identity_endpoints_never_answer_5xx(
+    idp: httpx.Client,
+    path: str,
+    form: list[tuple[str, str]],
+    basic: tuple[str, str] | None,
+    content_type: str | None,
+    raw: bytes | None,
+) -> None:
+    from urllib.parse import urlencode
+
+    headers = {"Content-Type": content_type} if content_type else {}
+    if basic is not None:
+        headers["Authorization"] = _basic(*basic)
+    body = raw if raw is not None else urlencode(form).encode()
+    resp = idp.post(path, content=body, headers=headers)
+    IDP_STATUSES.append(resp.status_code)
+    assert resp.status_code < 500, (path, form, basic, resp.status_code, resp.text[:300])
+
+
+def test_identity_fuzzing_reached_the_grants() -> None:
+    """Runs after the fuzzer: it must have provoked successes and both kinds of refusal, not only one answer."""
+    if not IDP_STATUSES:
+        pytest.skip("needs test_identity_endpoints_never_answer_5xx to have run in this session")
+    assert {200, 400, 401} <= set(IDP_STATUSES), sorted(set(IDP_STATUSES))

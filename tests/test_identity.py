@@ -62,6 +62,10 @@ principals:
   - {{name: carol, type: user}}
   - {{name: etl, type: service, client_id: etl, client_secret: {ETL_SECRET}}}
   - {{name: exchanger, type: service, client_id: exchanger, client_secret: {EXCHANGER_SECRET}}}
+roles:
+  - {{name: exchangers, members: [exchanger]}}
+grants:
+  - {{role: exchangers, privilege: TOKEN_EXCHANGE, on: catalog}}
 """
 FAST = {"device_poll_interval": 1, "bootstrap": bootstrap_mod.parse(BOOTSTRAP)}
 

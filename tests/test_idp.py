@@ -107,6 +107,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     directory.create_principal("alice", "user", "alice-client", SECRETS["alice"])
     directory.create_principal("etl", "service", "etl-client", SECRETS["etl"])
     directory.create_principal("hub", "service", "hub-client", SECRETS["hub"])
+    directory.create_role("exchangers", ["hub", "etl"])  # they act for other principals through token exchange
+    directory.grant("exchangers", "TOKEN_EXCHANGE", "catalog")
     key_path = tmp / "keys" / "issuer.jwk"
     issuer = EmbeddedIssuer(settings, directory, engine, key_path=key_path)
     with serve(app_for(issuer), sock):
@@ -513,3 +515,37 @@ def test_no_secret_reaches_the_logs(
     signatures = [s.split(".")[2] for s in seen if s.count(".") == 2]
     leaked = [s[:6] + "…" for s in seen + signatures if s in text]
     assert not leaked, f"secrets found in logs: {leaked}"
+
+
+# -- structure ------------------------------------------------------------------------------------
+def test_idp_modules_import_one_way() -> None:
+    """No import cycle inside the identity package (``TYPE_CHECKING`` imports count too)."""
+    import ast
+
+    import lakesession.reference.idp as pkg
+
+    root = Path(pkg.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        deps = graph.setdefault(path.stem, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    deps.add(node.module.split(".")[0])
+                else:
+                    deps.update(a.name for a in node.names)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(mod: str, path: list[str]) -> None:
+        if state.get(mod) == 1:
+            raise AssertionError("import cycle: " + " -> ".join([*path, mod]))
+        if state.get(mod) == 2 or mod not in graph:
+            return
+        state[mod] = 1
+        for dep in sorted(graph[mod]):
+            visit(dep, [*path, mod])
+        state[mod] = 2
+
+    for mod in sorted(graph):
+        visit(mod, [])
+    assert "_issuer" not in graph["_grants"] and "_core" in graph["_grants"]

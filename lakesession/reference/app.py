@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from pyiceberg.catalog.sql import SqlCatalog
+from sqlalchemy.engine import make_url
 
+from .._redact import quiet_botocore_bodies
 from . import store
 from .audit import AuditLog
 from .context import CachingVerifier, Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
+from .guard import RequestGuard
 from .idp import EmbeddedIssuer, RemoteVerifier
 from .openapi import install_openapi
 from .routes import credentials, management, namespaces, signing, tables, views
@@ -40,7 +45,39 @@ def implemented_endpoints() -> list[str]:
     return sorted(out, key=lambda e: (e.split(" ", 1)[1], e))
 
 
+def _tighten(path: Path, mode: int) -> None:
+    current = stat.S_IMODE(path.stat().st_mode)
+    if current & ~mode:
+        logger.warning("%s had permissions %o; tightening to %o", path, current, mode)
+        os.chmod(path, mode)
+
+
+def private_state(db_url: str, data_dir: Path | None) -> None:
+    """The catalog's own files 0600 in a 0700 data directory (they hold secret hashes, tokens' keys, audit).
+
+    The data directory (where the issuer key lives) is the catalog's own, so it is tightened;
+    an SQLite file elsewhere is created 0600 (SQLite gives its WAL and shared-memory files the
+    database file's mode) and its directory, not ours to change, only warned about.
+    """
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        _tighten(data_dir, 0o700)
+    url = make_url(db_url)
+    name = url.database
+    if not url.drivername.startswith("sqlite") or not name or name == ":memory:" or name.startswith("file:"):
+        return
+    db = Path(name).resolve()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+    for f in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"), db.with_name(db.name + "-journal")):
+        if f.exists():
+            _tighten(f, 0o600)
+    if (data_dir is None or db.parent != data_dir.resolve()) and stat.S_IMODE(db.parent.stat().st_mode) & 0o077:
+        logger.warning("the catalog database's directory %s is accessible to other users; make it 0700", db.parent)
+
+
 def build_services(settings: ServerSettings, *, key_path: Path | None = None) -> tuple[Services, EmbeddedIssuer | None]:
+    private_state(settings.db_url, key_path.parent if key_path is not None else None)
     engine = store.make_engine(settings.db_url)
     file_io = settings.s3.catalog_file_io() if settings.s3 is not None else {}
     catalog = SqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse, **file_io)
@@ -54,6 +91,8 @@ def build_services(settings: ServerSettings, *, key_path: Path | None = None) ->
     else:
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
     vendor = CredentialVendor(settings.s3) if settings.s3 is not None else None
+    if settings.s3 is not None:
+        quiet_botocore_bodies()  # the vending and signing clients hold the catalog's own and vended keys
     services = Services(
         settings=settings,
         directory=directory,
@@ -75,6 +114,8 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
     app.state.services = services
     app.state.issuer = issuer
     install_error_handlers(app)
+    limits = settings.abuse
+    app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, max_json_depth=limits.max_json_depth)
     app.include_router(namespaces.router)
     app.include_router(tables.router)
     app.include_router(credentials.router)

@@ -35,6 +35,8 @@ class Privilege(enum.StrEnum):
     VIEW_READ = "VIEW_READ"
     VIEW_WRITE_PROPERTIES = "VIEW_WRITE_PROPERTIES"
     VIEW_DROP = "VIEW_DROP"
+    # act for other principals through token exchange (RFC 8693); granted on the catalog only, implied by nothing
+    TOKEN_EXCHANGE = "TOKEN_EXCHANGE"
 
 
 P = Privilege
@@ -53,7 +55,7 @@ _DIRECT: dict[Privilege, set[Privilege]] = {
     P.TABLE_READ_PROPERTIES: {P.NAMESPACE_READ_PROPERTIES},
     P.VIEW_READ: {P.NAMESPACE_READ_PROPERTIES},
     P.CATALOG_MANAGE_CONTENT: {
-        p for p in Privilege if p is not P.CATALOG_MANAGE_ACCESS and p is not P.CATALOG_MANAGE_CONTENT
+        p for p in Privilege if p not in (P.CATALOG_MANAGE_ACCESS, P.CATALOG_MANAGE_CONTENT, P.TOKEN_EXCHANGE)
     },
 }
 

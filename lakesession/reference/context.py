@@ -101,7 +101,13 @@ class RequestContext:
             raise Forbidden(f"Principal {self.principal.name!r} is not authorized for {action} on {target}")
 
     def audit(self, action: str, target: Securable | str, decision: str, detail: dict[str, Any] | None = None) -> None:
-        """Queue an audit record; the request's records are written in one transaction before it answers."""
+        """Queue an audit record; the request's records are written in one transaction before it answers.
+
+        A token obtained by token exchange (RFC 8693) names its actor in ``act``; the record keeps it.
+        """
+        actor = self.actor
+        if actor is not None:
+            detail = {**(detail or {}), "actor": actor}
         self.pending.append(
             {
                 "principal": self.principal.name,
@@ -112,6 +118,13 @@ class RequestContext:
                 "detail": detail,
             }
         )
+
+    @property
+    def actor(self) -> str | None:
+        """The principal acting for the token's subject (``act.sub``), if the token was exchanged."""
+        act = self.claims.get("act")
+        sub = act.get("sub") if isinstance(act, dict) else None
+        return sub if isinstance(sub, str) else None
 
     def flush(self) -> None:
         if self.pending:

@@ -53,6 +53,16 @@ def verify_secret(secret: str, stored: str | None) -> bool:
     return hmac.compare_digest(candidate.hex(), digest)
 
 
+_DUMMY_HASH: list[str] = []  # one hash of a random secret, made on first use
+
+
+def _dummy_hash() -> str:
+    """A hash no secret matches, with the real rounds: unknown client ids cost exactly one PBKDF2 too."""
+    if not _DUMMY_HASH:
+        _DUMMY_HASH.append(hash_secret(secrets.token_urlsafe(32)))
+    return _DUMMY_HASH[0]
+
+
 def _check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 255:
         raise BadRequest(f"Invalid {kind} name {name!r}: a non-empty string of at most 255 characters is required")
@@ -121,11 +131,15 @@ class Directory:
         self.invalidate()
 
     def authenticate_client(self, client_id: str, client_secret: str) -> Principal | None:
-        """The principal owning these client credentials, or None (constant-time on the secret)."""
+        """The principal owning these client credentials, or None.
+
+        Every refusal costs the same one PBKDF2 verification: an unknown client id (or one without a
+        secret) is checked against a dummy hash, so response times do not reveal which ids exist.
+        """
         with self.engine.connect() as conn:
             row = conn.execute(select(store.principals).where(store.principals.c.client_id == client_id)).first()
-        if row is None:
-            verify_secret(client_secret, hash_secret("timing-equaliser"))
+        if row is None or not row.secret_hash:
+            verify_secret(client_secret, _dummy_hash())
             return None
         key = (row.secret_hash or "", hashlib.sha256(client_secret.encode()).hexdigest())
         if key in self._secret_cache or verify_secret(client_secret, row.secret_hash):
@@ -202,6 +216,8 @@ class Directory:
             parse_privilege(privilege) if isinstance(privilege, str) else privilege,
             Securable.parse(on) if isinstance(on, str) else on,
         )
+        if g.privilege is Privilege.TOKEN_EXCHANGE and g.on.kind != "catalog":
+            raise BadRequest("TOKEN_EXCHANGE is granted on 'catalog' only (it lets a principal act for any other)")
         self._require(store.roles, role, "Role")
         try:
             with self.engine.begin() as conn:

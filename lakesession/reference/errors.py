@@ -149,7 +149,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # a backstop behind ``guard.RequestGuard`` (which handles the app's own failures): the server
+        # aborts the connection after this, so say so
         logger.exception("internal error on %s %s", request.method, request.url.path)
         return JSONResponse(
-            error_body(500, "InternalServerError", f"Internal server error ({type(exc).__name__})"), status_code=500
+            error_body(500, "InternalServerError", f"Internal server error ({type(exc).__name__})"),
+            status_code=500,
+            headers={"Connection": "close"},
         )

@@ -7,6 +7,44 @@ from typing import Any
 
 
 @dataclass
+class AbuseLimits:
+    """Limits that keep one client from exhausting the server for everyone else.
+
+    Rates are ``limits`` strings (``"10/minute"``, several joined by ``;``). Device
+    authorization counts every call; the token endpoint counts every call per address
+    (a CPU guard: each authentication hashes a secret) and, separately, its *failed*
+    authentications per client id and address, per address and per client id (brute
+    force). A throttled caller gets 429 with ``Retry-After``; the counters are keyed so
+    that other client ids and addresses keep working. Counters live in memory (per process).
+
+    Attributes:
+        device_rate_per_client_address: Device authorizations per (client id, address).
+        device_rate_per_address: Device authorizations per address, whatever the client id (ids are free to invent).
+        device_rate_per_client: Device authorizations per client id from all addresses.
+        device_pending_per_address: Pending (unexpired, unredeemed) device codes one address may hold.
+        device_pending_per_client: Pending device codes one client id may hold.
+        token_rate_per_address: Token endpoint calls per address.
+        token_failures_per_client_address: Failed token requests per (client id, address).
+        token_failures_per_address: Failed token requests per address.
+        token_failures_per_client: Failed token requests per client id from all addresses.
+        max_body_bytes: Largest request body accepted (413 beyond; checked on Content-Length and while streaming).
+        max_json_depth: Deepest JSON nesting accepted in a request body (400 beyond).
+    """
+
+    device_rate_per_client_address: str = "20/minute"
+    device_rate_per_address: str = "60/minute"
+    device_rate_per_client: str = "600/minute"
+    device_pending_per_address: int = 50
+    device_pending_per_client: int = 5000
+    token_rate_per_address: str = "1200/minute"
+    token_failures_per_client_address: str = "20/minute"
+    token_failures_per_address: str = "60/minute"
+    token_failures_per_client: str = "300/minute"
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_json_depth: int = 100
+
+
+@dataclass
 class ServerSettings:
     """Everything the reference catalog needs to start.
 
@@ -28,6 +66,7 @@ class ServerSettings:
             owner property: ``{"principal": name}`` or ``{"issuer": iss, "audience": aud}`` /
             ``{"issuer": iss, "subject": sub}`` (see ``viewsecurity``).
         view_owner_property: View property naming a DEFINER view's owner (absent: INVOKER).
+        abuse: Rate limits, pending device-code quotas and request size/nesting limits (``AbuseLimits``).
     """
 
     warehouse: str
@@ -46,6 +85,7 @@ class ServerSettings:
     s3: Any = None
     trusted_engines: list[dict[str, Any]] = field(default_factory=list)
     view_owner_property: str = "trino.run-as-owner"
+    abuse: AbuseLimits = field(default_factory=AbuseLimits)
 
     @property
     def embedded_issuer_url(self) -> str:

@@ -2,10 +2,15 @@
 
 Each issuance is an STS ``AssumeRole`` with a session policy that allows exactly
 the table's location prefix (path-boundary safe), read-only or read-write.
-Issued credentials are cached per (principal, table, location, mode) for at
-most half their lifetime, and concurrent misses for one key share one STS call,
-so STS sees about one call per TTL per table and principal however hard
+Issued credentials are cached per (principal, table, location, mode) and handed
+out again only while most of their lifetime remains (``S3Settings.min_remaining``,
+90 % by default), so engines always receive nearly fresh credentials and refresh
+rarely; concurrent misses for one key share one STS call. STS then sees about
+ten calls per TTL per table and principal under continuous load, however hard
 engines refresh.
+
+botocore logs whole STS responses at DEBUG (the vended secret key and session
+token among them); ``quiet_botocore_bodies`` keeps those records out of the logs.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._redact import quiet_botocore_bodies
 from .._singleflight import SingleFlight
 from .errors import ServiceUnavailable
 from .storage.policy import table_session_policy
@@ -37,6 +43,7 @@ class S3Settings:
             (``None`` = boto's default chain). Never sent to clients.
         path_style: Path-style addressing (emulators, MinIO).
         credential_ttl: Lifetime of vended credentials in seconds.
+        min_remaining: Fraction of their lifetime cached credentials must still have to be handed out again.
     """
 
     role_arn: str
@@ -48,6 +55,7 @@ class S3Settings:
     session_token: str | None = None
     path_style: bool = True
     credential_ttl: int = 3600
+    min_remaining: float = 0.9
 
     def __repr__(self) -> str:
         return f"S3Settings(role_arn={self.role_arn!r}, region={self.region!r}, endpoint={self.endpoint!r}, ttl={self.credential_ttl})"
@@ -120,6 +128,7 @@ class CredentialVendor:
             import boto3
             from botocore.config import Config
 
+            quiet_botocore_bodies()  # AssumeRole responses carry the vended secret key and session token
             self._sts = boto3.client(
                 "sts",
                 # validation off below 900 s: emulators accept shorter DurationSeconds than AWS (short-TTL tests)
@@ -140,7 +149,7 @@ class CredentialVendor:
         now = time.time() if now is None else now
         with self._lock:
             hit = self._cache.get(key)
-            if hit is not None and now < hit.issued_at + (hit.expires_at - hit.issued_at) / 2:
+            if hit is not None and hit.expires_at - now >= self.s3.min_remaining * (hit.expires_at - hit.issued_at):
                 return hit, True
 
         def issue() -> VendedCredential:

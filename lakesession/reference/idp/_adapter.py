@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from authlib.oauth2.rfc6749 import OAuth2Payload, OAuth2Request
+from authlib.oauth2.rfc6749.util import extract_basic_authorization
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -66,6 +67,12 @@ class FormPayload(OAuth2Payload):
         return sorted(k for k, vs in self._datalist.items() if len(vs) > 1 and k not in allowed)
 
 
+def client_address(request: Request) -> str:
+    """The caller's address as uvicorn reports it (``X-Forwarded-For`` counts only from the proxies uvicorn trusts:
+    by default 127.0.0.1, i.e. a reverse proxy on the same host)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
 class StarletteOAuth2Request(OAuth2Request):
     """An ``OAuth2Request`` built from an already-read Starlette request."""
 
@@ -74,6 +81,13 @@ class StarletteOAuth2Request(OAuth2Request):
         super().__init__(method=request.method, uri=str(request.url), headers=request.headers)
         self.payload = FormPayload(pairs)
         self._query = dict(request.query_params)
+        self.address = client_address(request)
+
+    @property
+    def claimed_client_id(self) -> str:
+        """The client id the request names (Basic auth or form), before any authentication; bounded for keys."""
+        basic_id, _ = extract_basic_authorization(self.headers)
+        return (basic_id or self.payload.data.get("client_id") or "")[:255]
 
     @property
     def args(self) -> dict[str, str]:

@@ -14,11 +14,13 @@ log record (authlib's own versions log the issued token at DEBUG).
 from __future__ import annotations
 
 import logging
+import math
 import re
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from authlib.common.urls import add_params_to_uri
 from authlib.consts import default_json_headers
 from authlib.oauth2.rfc6749 import AuthorizationServer, ClientMixin, OAuth2Request
 from authlib.oauth2.rfc6749.errors import (
@@ -36,12 +38,11 @@ from joserfc.jwk import KeySet
 from sqlalchemy import and_, select
 
 from .. import store
+from ..authz import Privilege, Securable
 from ..errors import NotAuthorized
 from ._adapter import FormPayload
+from ._core import IssuerCore
 from ._state import DeviceCredential
-
-if TYPE_CHECKING:
-    from ._issuer import EmbeddedIssuer
 
 DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -63,11 +64,25 @@ class TemporarilyUnavailableError(OAuth2Error):
     error = "temporarily_unavailable"
     status_code = 503
 
+    def __init__(self, description: str, *, retry_after: float = 60, status_code: int | None = None):
+        super().__init__(description=description, status_code=status_code)
+        self.retry_after = max(1, math.ceil(retry_after))
+
+    def get_headers(self) -> list[tuple[str, str]]:
+        return [*super().get_headers(), ("Retry-After", str(self.retry_after))]
+
+
+class TooManyRequestsError(TemporarilyUnavailableError):
+    """429: this caller's allowance is used up (others are unaffected); ``slow_down`` as in RFC 8628 §3.5."""
+
+    error = "slow_down"
+    status_code = 429
+
 
 class Client(ClientMixin):
     """An OAuth client: a Directory principal's client credentials, or a public (secret-less) client id."""
 
-    def __init__(self, issuer: EmbeddedIssuer, client_id: str, *, token_ttl: int | None = None):
+    def __init__(self, issuer: IssuerCore, client_id: str, *, token_ttl: int | None = None):
         self.issuer = issuer
         self.client_id = client_id
         self.principal: str | None = None  # set once the secret checks out
@@ -140,7 +155,7 @@ class User:
 class AccessTokenGenerator(JWTBearerTokenGenerator):
     """RFC 9068 access tokens signed by the issuer's key; opaque random refresh tokens."""
 
-    def __init__(self, issuer: EmbeddedIssuer):
+    def __init__(self, issuer: IssuerCore):
         super().__init__(
             issuer.settings.embedded_issuer_url,
             alg=issuer.alg,
@@ -169,7 +184,7 @@ class AccessTokenGenerator(JWTBearerTokenGenerator):
 class OAuthServer(AuthorizationServer):
     """authlib's authorization server, speaking Starlette through ``_adapter``."""
 
-    def __init__(self, issuer: EmbeddedIssuer):
+    def __init__(self, issuer: IssuerCore):
         super().__init__(scopes_supported=None)  # any scope string
         self.issuer = issuer
         self.register_token_generator("default", AccessTokenGenerator(issuer))
@@ -293,7 +308,9 @@ class TokenExchange(BaseGrant, TokenEndpointMixin):
     """RFC 8693 delegation: an authenticated client acts for the subject of an access token this issuer minted.
 
     The new token keeps the subject's ``sub`` and records the client's principal
-    as the actor (``act: {"sub": ...}``, nesting any earlier ``act``).
+    as the actor (``act: {"sub": ...}``, nesting any earlier ``act``). Holding
+    another principal's token is not enough to become it: exchanging one needs the
+    ``TOKEN_EXCHANGE`` privilege on the catalog (one's own token may always be exchanged).
     """
 
     GRANT_TYPE = TOKEN_EXCHANGE_GRANT
@@ -326,6 +343,14 @@ class TokenExchange(BaseGrant, TokenEndpointMixin):
         if requested and not set(scope_to_list(granted)).issuperset(scope_to_list(requested)):
             raise InvalidScopeError("The requested scope exceeds the subject token's scope")
         self.request.scope = requested or granted
+        directory = self.server.issuer.directory
+        if claims["sub"] != client.principal and not directory.is_allowed(
+            client.principal, Privilege.TOKEN_EXCHANGE, Securable.catalog()
+        ):
+            logger.warning("refused token exchange by %r for another principal's token", client.principal)
+            raise UnauthorizedClientError(
+                "The client may exchange only its own tokens (acting for another principal needs TOKEN_EXCHANGE on catalog)"
+            )
         act: dict[str, Any] = {"sub": client.principal}
         if isinstance(claims.get("act"), dict):
             act["act"] = claims["act"]
@@ -353,13 +378,32 @@ class DeviceAuthorization(DeviceAuthorizationEndpoint):
     def get_verification_uri(self) -> str:
         return self.server.issuer.settings.embedded_issuer_url + "/device"
 
-    def save_device_credential(self, client_id: str, scope: str | None, data: dict) -> None:
+    def create_endpoint_response(self, request: Any) -> tuple[int, dict[str, Any], list]:
+        """authlib's RFC 8628 §3.1-3.2 steps, with the requesting address stored beside the code (quotas)."""
+        self.authenticate_client(request)
+        self.server.validate_requested_scope(request.payload.scope)
+        data = {
+            "device_code": self.generate_device_code(),
+            "user_code": self.generate_user_code(),
+            "verification_uri": self.get_verification_uri(),
+            "expires_in": self.EXPIRES_IN,
+            "interval": self.INTERVAL,
+        }
+        data["verification_uri_complete"] = add_params_to_uri(
+            data["verification_uri"], [("user_code", data["user_code"])]
+        )
         cred = DeviceCredential(
-            client_id,
-            scope or DEFAULT_SCOPE,
+            request.client.get_client_id(),
+            request.payload.scope or DEFAULT_SCOPE,
             data["user_code"],
             expires_at=time.time() + data["expires_in"],
             interval=data["interval"],
+            address=getattr(request, "address", ""),
         )
-        if not self.server.issuer.devices.add(data["device_code"], cred):
-            raise TemporarilyUnavailableError("Too many pending device authorizations; retry later")
+        refused = self.server.issuer.devices.add(data["device_code"], cred)
+        if refused is not None:
+            status, wait = refused
+            if status == 429:
+                raise TooManyRequestsError("Too many pending device authorizations from this client", retry_after=wait)
+            raise TemporarilyUnavailableError("Too many pending device authorizations; retry later", retry_after=wait)
+        return 200, data, default_json_headers

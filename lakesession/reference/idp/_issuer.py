@@ -19,11 +19,12 @@ from ..directory import Directory
 from ..errors import BadRequest, NotAuthorized
 from ..settings import ServerSettings
 from . import _authcode
-from ._adapter import FormError, oauth2_request, oauth_error, read_form, to_response
+from ._adapter import FormError, client_address, oauth2_request, oauth_error, read_form, to_response
 from ._authpage import AuthorizePages
 from ._grants import DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT, Client, OAuthServer, User
 from ._keys import ACCESS_TOKEN_TYPES, check_access_token, load_or_create_signing_key, public_jwks
 from ._state import DeviceCredential, DeviceStore, RefreshTokenStore, normalize_user_code
+from ._throttle import FAILURE_ERRORS, Rule, Throttle
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,11 @@ class EmbeddedIssuer:
         self.key, self.alg = load_or_create_signing_key(Path(key_path) if key_path is not None else None)
         self._verify_keys = KeySet([import_key(self.key.as_dict(private=False))])
         self.refresh_store = RefreshTokenStore(engine)
-        self.devices = DeviceStore()
+        abuse = settings.abuse
+        self.devices = DeviceStore(
+            per_address=abuse.device_pending_per_address, per_client=abuse.device_pending_per_client
+        )
+        self.throttle = Throttle(abuse)
         self.server = OAuthServer(self)
         self.authcodes = _authcode.AuthCodeStore(engine)
         _authcode.register(self)
@@ -176,22 +181,49 @@ class EmbeddedIssuer:
 
     # -- HTTP ---------------------------------------------------------------
     async def token_endpoint(self, request: Request) -> Response:
-        """``POST`` token endpoint (form-encoded): all four grants, RFC 6749 §5.2 errors."""
-        return await self._oauth(request, lambda oreq: self.server.create_token_response(oreq))
+        """``POST`` token endpoint (form-encoded): all four grants, RFC 6749 §5.2 errors.
+
+        Every call counts against its address; failed authentications (guesses) count per
+        client id and address, and a caller over either allowance gets 429 before any
+        secret is checked, so even the right secret gains a guesser nothing.
+        """
+        throttle = self.throttle
+        address = client_address(request)
+        wait = throttle.admit(throttle.token_calls, "", address)
+        if wait is not None:
+            return _throttled(wait)
+        return await self._oauth(request, lambda oreq: self.server.create_token_response(oreq), throttle.token_failures)
 
     async def device_authorization_endpoint(self, request: Request) -> Response:
+        """RFC 8628 device authorization, rate limited per client id and address (each call creates state)."""
         return await self._oauth(
-            request, lambda oreq: self.server.create_endpoint_response("device_authorization", oreq)
+            request, lambda oreq: self.server.create_endpoint_response("device_authorization", oreq), None
         )
 
-    async def _oauth(self, request: Request, handle: Any) -> Response:
+    async def _oauth(self, request: Request, handle: Any, failures: tuple[Rule, ...] | None) -> Response:
         try:
             oreq = await oauth2_request(request)
         except FormError as exc:
             return oauth_error("invalid_request", str(exc))
         except InsecureTransportError as exc:
             return to_response(*exc())
-        return to_response(*await run_in_threadpool(handle, oreq))
+        client_id, address = oreq.claimed_client_id, oreq.address
+        throttle = self.throttle
+        wait = (
+            throttle.admit(throttle.device, client_id, address)
+            if failures is None
+            else throttle.blocked(failures, client_id, address)
+        )
+        if wait is not None:
+            logger.info("throttled %s for client %r from %s", request.url.path, client_id, address)
+            return _throttled(wait)
+        status, body, headers = await run_in_threadpool(handle, oreq)
+        error = body.get("error") if isinstance(body, dict) else None
+        if failures is not None and error in FAILURE_ERRORS:
+            if error != "invalid_client":  # no secret was guessed: do not let a flood lock a public client id out
+                failures = tuple(rule for rule in failures if rule.by_address)
+            throttle.record(failures, client_id, address)
+        return to_response(status, body, headers)
 
     async def _discovery(self, request: Request) -> Response:
         return JSONResponse(self.metadata(), headers={"Cache-Control": "public, max-age=300"})
@@ -210,9 +242,16 @@ class EmbeddedIssuer:
         user_code = normalize_user_code(form.get("user_code", ""))
         username, password = form.get("username", ""), form.get("password", "")
         principal = None
+        address, failures = client_address(request), self.throttle.token_failures
+        wait = self.throttle.blocked(failures, username[:255], address)
+        if wait is not None:  # the approval form checks client secrets too: same brute-force allowance
+            page = self._page(user_code, error=f"Too many failed sign-ins; retry in {wait} s.", status=429)
+            page.headers["Retry-After"] = str(wait)
+            return page
         if username and password:
             principal = await run_in_threadpool(self.directory.authenticate_client, username, password)
         if principal is None:
+            self.throttle.record(failures, username[:255], address)
             return self._page(user_code, error="Invalid username or password.", status=401)
         try:
             if form.get("action") == "deny":
@@ -272,3 +311,10 @@ input{{display:block;width:100%}}.error{{color:#b00}}.notice{{color:#070}}</styl
         for path, endpoint, method in routes:
             router.add_api_route(path, endpoint, methods=[method], include_in_schema=False)
         return router
+
+
+def _throttled(wait: int) -> Response:
+    """429 with ``Retry-After`` (``slow_down``, the RFC 8628 §3.5 error for clients that ask too often)."""
+    resp = oauth_error("slow_down", f"Too many requests from this client or address; retry in {wait} s", status=429)
+    resp.headers["Retry-After"] = str(wait)
+    return resp

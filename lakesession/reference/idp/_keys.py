@@ -82,7 +82,7 @@ def load_or_create_signing_key(path: Path | None) -> tuple[Key, str]:
 
 
 def _write_private(path: Path, key: Key) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         tmp.unlink()

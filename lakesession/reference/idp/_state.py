@@ -164,6 +164,7 @@ class DeviceCredential(DeviceCredentialMixin):
     user_code: str
     expires_at: float
     interval: int
+    address: str = ""  # who asked for it (pending codes are bounded per address and per client)
     last_poll: float | None = None
     principal: str | None = None
     approved: bool | None = None  # None: pending; True: approved; False: denied
@@ -199,25 +200,41 @@ def normalize_user_code(user_code: str) -> str:
 
 
 class DeviceStore:
-    """Pending device codes in memory, bounded; expired ones linger briefly to answer ``expired_token``."""
+    """Pending device codes in memory, bounded overall, per address and per client id.
+
+    Expired ones linger briefly to answer ``expired_token`` but no longer count against
+    the quotas, so a flood from one address or client id can only fill its own share.
+    """
 
     MAX_PENDING = 10_000
     LINGER_SECONDS = 300
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_address: int = 0, per_client: int = 0) -> None:
+        self.per_address = per_address  # 0: unbounded
+        self.per_client = per_client
         self._lock = threading.Lock()
         self._by_device: dict[str, DeviceCredential] = {}
         self._by_user: dict[str, str] = {}
 
-    def add(self, device_code: str, cred: DeviceCredential) -> bool:
+    def add(self, device_code: str, cred: DeviceCredential) -> tuple[int, float] | None:
+        """Store ``cred``; None when stored, else (429 for an exhausted quota of this address or client,
+        503 when the store is full) and the seconds until a slot frees up."""
         with self._lock:
             self._purge()
+            now = time.time()
+            live = [c for c in self._by_device.values() if c.expires_at > now]
+            for quota, same in (
+                (self.per_address, [c for c in live if c.address == cred.address]),
+                (self.per_client, [c for c in live if c.client_id == cred.client_id]),
+            ):
+                if quota and len(same) >= quota:
+                    return 429, min(c.expires_at for c in same) - now
             if len(self._by_device) >= self.MAX_PENDING or cred.user_code in self._by_user:
-                return False
+                return 503, min((c.expires_at for c in live), default=now + 1) - now
             key = digest(device_code)
             self._by_device[key] = cred
             self._by_user[cred.user_code] = key
-            return True
+            return None
 
     def by_device_code(self, device_code: str) -> DeviceCredential | None:
         with self._lock:
