@@ -439,3 +439,43 @@ def test_debug_logs_carry_no_secret_during_a_vend(
         assert not leaked, f"secrets found in DEBUG logs: {leaked}"
     finally:
         handle.stop()
+
+
+# -- sign-in page brute force (authorization code flow) ---------------------------------
+def test_sign_in_page_brute_force_is_throttled(limited: ReferenceCatalog) -> None:
+    """The /authorize form checks passwords: guessing there runs into the same failure allowance."""
+    from tests.test_authcode import form_fields, pkce
+
+    redirect = "http://127.0.0.1:9/brute/callback"
+    limited.admin.apply_bootstrap(
+        bootstrap_mod.parse(
+            f"principals:\n  - {{name: brute-hub, type: service, client_secret: brute-hub-secret-1, "
+            f"redirect_uris: [{redirect}]}}\n"
+        )
+    )
+    _, challenge = pkce()
+    query = {
+        "response_type": "code",
+        "client_id": "brute-hub",
+        "redirect_uri": redirect,
+        "scope": "catalog",
+        "state": "st-brute",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+
+    def attempt(c: httpx.Client, password: str) -> httpx.Response:
+        page = c.get("/oidc/authorize", params=query)
+        assert page.status_code == 200, page.text
+        fields = {**form_fields(page.text), "username": "alice", "password": password, "action": "login"}
+        return c.post("/oidc/authorize", data=fields)
+
+    with from_address(limited, "127.0.0.3") as guesser:
+        statuses = [attempt(guesser, f"guess-{i}").status_code for i in range(14)]
+        assert statuses[:10] == [401] * 10 and statuses[-1] == 429, statuses
+        blocked = attempt(guesser, SECRETS["alice"])  # even the right password is refused while throttled
+        assert blocked.status_code == 429 and 1 <= int(blocked.headers["Retry-After"]) <= 60
+        assert "code=" not in blocked.headers.get("location", "")
+    with from_address(limited, "127.0.0.4") as other:  # another address signs in
+        ok = attempt(other, SECRETS["alice"])
+        assert ok.status_code == 302 and "code=" in ok.headers["location"], ok.text[:300]

@@ -9,7 +9,7 @@
   sharing the database agree). Redeeming a code twice revokes the tokens
   issued from it (RFC 6749 §4.1.2): its refresh tokens form one rotation
   family, and its access tokens carry that family as ``sid``, which
-  ``EmbeddedIssuer.verify`` refuses once the family is revoked.
+  ``CodeIssuer.verify`` refuses once the family is revoked.
 * ``openid`` scope adds an ID token (with the request's ``nonce``); ``/userinfo``
   answers for a valid access token, which is how oauthenticator learns the user
   name and notices an expired token.
@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from authlib.oauth2.rfc6749 import OAuth2Request
 from authlib.oauth2.rfc6749.errors import InvalidGrantError, InvalidRequestError
@@ -33,11 +33,25 @@ from authlib.oidc.core import AuthorizationCodeMixin, UserInfo
 from authlib.oidc.core.grants import OpenIDCode
 from sqlalchemy import Column, Engine, Float, MetaData, String, Table, Text, and_, delete, insert, select, update
 
-from ._grants import User
+from ._core import IssuerCore
+from ._grants import OAuthServer, User
 from ._state import digest
+from ._throttle import Throttle
 
-if TYPE_CHECKING:
-    from ._issuer import EmbeddedIssuer
+
+class CodeIssuer(IssuerCore, Protocol):
+    """What the code flow needs from the issuer (``CodeIssuer`` satisfies it; no import back)."""
+
+    authcodes: AuthCodeStore
+    server: OAuthServer
+    throttle: Throttle
+
+    @property
+    def issuer_url(self) -> str: ...
+
+    @property
+    def kid(self) -> str: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +233,7 @@ class AuthorizationCode(AuthorizationCodeGrant):
     TOKEN_ENDPOINT_AUTH_METHODS = ("client_secret_basic", "client_secret_post")
 
     @property
-    def issuer(self) -> EmbeddedIssuer:
+    def issuer(self) -> CodeIssuer:
         return self.server.issuer
 
     def save_authorization_code(self, code: str, request: OAuth2Request) -> None:
@@ -309,7 +323,7 @@ class S256Challenge(CodeChallenge):
 class OpenID(OpenIDCode):
     """ID tokens for ``openid`` requests, signed with the issuer's key (``aud`` = the client id)."""
 
-    def __init__(self, issuer: EmbeddedIssuer):
+    def __init__(self, issuer: CodeIssuer):
         super().__init__(require_nonce=False)
         self.issuer = issuer
 
@@ -341,6 +355,6 @@ def user_info(principal: str) -> UserInfo:
     return UserInfo(sub=principal, preferred_username=principal, name=principal)
 
 
-def register(issuer: EmbeddedIssuer) -> None:
+def register(issuer: CodeIssuer) -> None:
     """Add the authorization code grant (PKCE S256 + OpenID) to the issuer's authlib server."""
     issuer.server.register_grant(AuthorizationCode, [S256Challenge(), OpenID(issuer)])

@@ -25,12 +25,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from ..errors import NotAuthorized
-from ._adapter import FormError, StarletteOAuth2Request, read_form
+from ._adapter import FormError, StarletteOAuth2Request, client_address, read_form
 from ._authcode import user_info
 from ._grants import User
 
 if TYPE_CHECKING:
-    from ._issuer import EmbeddedIssuer
+    from ._authcode import CodeIssuer
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _headers(form_targets: str = "") -> dict[str, str]:
 class AuthorizePages:
     """``/authorize`` (GET shows the form, POST signs in) and ``/userinfo`` for one issuer."""
 
-    def __init__(self, issuer: EmbeddedIssuer):
+    def __init__(self, issuer: CodeIssuer):
         self.issuer = issuer
 
     async def show(self, request: Request) -> Response:
@@ -102,10 +102,19 @@ class AuthorizePages:
         if fields.get("action") == "deny":
             return self._authorize(grant, None)
         username, password = fields.get("username", ""), fields.get("password", "")
+        throttle, address = self.issuer.throttle, client_address(request)
+        wait = throttle.blocked(throttle.token_failures, username[:255], address)
+        if wait is not None:  # the sign-in form checks passwords: the token endpoint's brute-force allowance
+            page = self._login_page(
+                pairs, cookie, client_id, error=f"Too many failed sign-ins; retry in {wait} s.", status=429
+            )
+            page.headers["Retry-After"] = str(wait)
+            return page
         principal = None
         if username and password:
             principal = await run_in_threadpool(self.issuer.directory.authenticate_client, username, password)
         if principal is None or principal.type != "user":
+            throttle.record(throttle.token_failures, username[:255], address)
             logger.info("sign-in for client %r failed (wrong user name or password)", client_id)
             return self._login_page(pairs, cookie, client_id, error="Invalid user name or password.", status=401)
         logger.info("principal %r signed in for client %r (authorization code)", principal.name, client_id)
