@@ -47,6 +47,7 @@ from fastapi import Request
 from .authz import Privilege, Securable
 from .errors import BadRequest, Forbidden
 from .settings import ServerSettings
+from .viewstore import ViewStore
 
 if TYPE_CHECKING:
     from .context import RequestContext
@@ -168,8 +169,6 @@ def _view_name(view: ViewId) -> str:
 
 
 def _view_properties(ctx: RequestContext, view: ViewId) -> dict[str, str] | None:
-    from .routes.views import ViewStore
-
     found = ViewStore(ctx.services).get(*view)
     return None if found is None else dict(found[1].properties or {})
 
