@@ -28,6 +28,8 @@ class ServerSettings:
             owner property: ``{"principal": name}`` or ``{"issuer": iss, "audience": aud}`` /
             ``{"issuer": iss, "subject": sub}`` (see ``viewsecurity``).
         view_owner_property: View property naming a DEFINER view's owner (absent: INVOKER).
+        single_user: The catalog serves one user (the embedded default): only then may a trusted-engine
+            rule match every token (see ``viewsecurity.check_trust_configuration``).
     """
 
     warehouse: str
@@ -46,6 +48,7 @@ class ServerSettings:
     s3: Any = None
     trusted_engines: list[dict[str, Any]] = field(default_factory=list)
     view_owner_property: str = "trino.run-as-owner"
+    single_user: bool = False
 
     @property
     def embedded_issuer_url(self) -> str:

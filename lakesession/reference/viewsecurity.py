@@ -47,9 +47,12 @@ from fastapi import Request
 from .authz import Privilege, Securable
 from .errors import BadRequest, Forbidden
 from .settings import ServerSettings
+from .viewsql import reads
 from .viewstore import ViewStore
 
 if TYPE_CHECKING:
+    from pyiceberg.view.metadata import ViewMetadata
+
     from .context import RequestContext
 
 logger = logging.getLogger(__name__)
@@ -60,6 +63,8 @@ TOO_MANY = "TooManyViewsInChainException"
 PROTECTED = "ProtectedPropertyModification"
 
 ViewId = tuple[tuple[str, ...], str]
+# What a view chain may grant: reading. Anything else through referenced-by is refused (403).
+READ_PRIVILEGES = frozenset({Privilege.VIEW_READ, Privilege.TABLE_READ_DATA, Privilege.TABLE_READ_PROPERTIES})
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,50 @@ def is_trusted(claims: dict[str, Any], principal: str | None, settings: ServerSe
     return False
 
 
+class TrustConfigurationError(ValueError):
+    """The trusted-engine rules would make every caller a trusted engine in a multi-user catalog."""
+
+
+def matches_every_token(rule: Any, settings: ServerSettings) -> bool:
+    """Whether ``rule`` is met (or meant to be met) by any token this catalog accepts: an empty rule, or
+    one whose audience is the catalog's own (every accepted token carries it) under the catalog's issuer."""
+    if not isinstance(rule, dict) or "principal" in rule:
+        return False
+    audiences = _as_list(rule.get("audience", rule.get("audiences")))
+    subjects = _as_list(rule.get("subject", rule.get("subjects")))
+    issuer = rule.get("issuer")
+    if issuer is not None and issuer != settings.effective_issuer_url:
+        return False
+    return (not audiences and not subjects) or settings.audience in audiences
+
+
+def check_trust_configuration(settings: ServerSettings, principals: Iterable[str]) -> None:
+    """Refuse to start with a trust rule that matches every token unless the catalog is single-user.
+
+    A trusted engine may send ``referenced-by`` (run views as their DEFINER) and set the view owner
+    property; a user's own process (a notebook's Spark) is under the user's control, so if every
+    token were trusted, any user could read whatever any view owner can. Only a single-user catalog
+    (the embedded default: one demo user, who owns everything anyway) may trust its own engine.
+    """
+    broad = [r for r in settings.trusted_engines or () if matches_every_token(r, settings)]
+    if not broad:
+        return
+    if not settings.single_user:
+        raise TrustConfigurationError(
+            f"trusted_engines rule {broad[0]!r} matches every token of this catalog (audience "
+            f"{settings.audience!r}), so every user would be a trusted engine and could act as any view's "
+            "owner. Name the engines instead: {'principal': NAME}, or {'issuer': ISS, 'audience': AUD} with "
+            "an audience only the engine's tokens carry. (A single-user catalog may pass single_user=True.)"
+        )
+    users = sorted(set(principals))
+    if len(users) > 1:
+        raise TrustConfigurationError(
+            f"single_user=True, but the catalog has {len(users)} principals ({', '.join(users[:5])}): "
+            f"trusted_engines rule {broad[0]!r} would make each of them a trusted engine. "
+            "Drop single_user and name the trusted engines."
+        )
+
+
 def caller_trusted(ctx: RequestContext) -> bool:
     return is_trusted(ctx.claims, ctx.principal.name, ctx.services.settings)
 
@@ -168,9 +217,13 @@ def _view_name(view: ViewId) -> str:
     return ".".join((*view[0], view[1]))
 
 
-def _view_properties(ctx: RequestContext, view: ViewId) -> dict[str, str] | None:
+def _view(ctx: RequestContext, view: ViewId) -> ViewMetadata | None:
     found = ViewStore(ctx.services).get(*view)
-    return None if found is None else dict(found[1].properties or {})
+    return None if found is None else found[1]
+
+
+def _target_ident(target: Securable) -> ViewId:
+    return tuple(target.path[:-1]), target.path[-1]
 
 
 def evaluate_chain(
@@ -184,10 +237,12 @@ def evaluate_chain(
     names = [_view_name(v) for v in chain]
     user, delegated = ctx.principal.name, False
     failures: list[str] = []
+    previous: ViewMetadata | None = None  # the view whose SQL must read the next object
     for i, view in enumerate(chain, 1):
         sec = Securable.view(*view)
         ok = directory.is_allowed(user, Privilege.VIEW_READ, sec)
-        props = _view_properties(ctx, view)
+        metadata = _view(ctx, view)
+        props = None if metadata is None else dict(metadata.properties or {})
         detail: dict[str, Any] = {
             "privilege": Privilege.VIEW_READ.value,
             "step": i,
@@ -201,6 +256,10 @@ def evaluate_chain(
             detail["reason"] = "view not found"
         if not ok:  # one message for "missing" and "denied": no existence leak
             failures.append(f"step {i} (view {names[i - 1]}): VIEW_READ denied for {user!r} or view not found")
+        elif i > 1 and not _links(ctx, previous, view):
+            ok = False
+            detail["reason"] = "not read by the previous view"
+            failures.append(f"step {i} (view {names[i - 1]}): not read by the SQL of view {names[i - 2]}")
         if owner is not None:
             detail["security"], detail["owner"] = "definer", owner
         elif props is not None:
@@ -218,24 +277,34 @@ def evaluate_chain(
             return _deny(ctx, action, failures)
         if owner is not None:
             user, delegated = owner, True
+        previous = metadata
     ok = directory.is_allowed(user, privilege, target)
-    ctx.audit(
-        action,
-        target,
-        "allow" if ok else "deny",
-        {
-            "privilege": privilege.value,
-            "step": len(chain) + 1,
-            "delegated": delegated,
-            "chain": names,
-            "user_in_effect": user,
-        },
-    )
-    if not ok:
+    target_detail: dict[str, Any] = {
+        "privilege": privilege.value,
+        "step": len(chain) + 1,
+        "delegated": delegated,
+        "chain": names,
+        "user_in_effect": user,
+    }
+    if ok and privilege not in READ_PRIVILEGES:
+        ok = False
+        target_detail["reason"] = "read-only through a view chain"
+        failures.append(f"target {target}: access through a view chain is read-only ({privilege.value} refused)")
+    elif ok and chain and not _links(ctx, previous, _target_ident(target)):
+        ok = False
+        target_detail["reason"] = "not read by the last view"
+        failures.append(f"target {target}: not read by the SQL of view {names[-1]}")
+    elif not ok:
         failures.append(f"target {target}: {user!r} lacks {privilege.value}")
+    ctx.audit(action, target, "allow" if ok else "deny", target_detail)
     if failures:
         _deny(ctx, action, failures)
     return EffectiveUser(user, delegated, names)
+
+
+def _links(ctx: RequestContext, view: ViewMetadata | None, ident: ViewId) -> bool:
+    """Whether ``view``'s SQL reads ``ident`` (a chain link the server verifies, never takes on trust)."""
+    return view is not None and ident in reads(view, ctx.services.settings.catalog_name)
 
 
 def _deny(ctx: RequestContext, action: str, failures: list[str]) -> EffectiveUser:
@@ -282,3 +351,29 @@ def check_owner_property_change(ctx: RequestContext, keys: Iterable[str], *, rem
         else f"property {touched[0]!r} differs from the owner property {owner_key!r} only in casing"
     )
     raise Forbidden(f"Protected property modification: {why}", type=PROTECTED)
+
+
+def check_owner_value(ctx: RequestContext, properties: dict[str, str]) -> None:
+    """400 when the owner property (while trusted engines give it effect) names no principal."""
+    settings = ctx.services.settings
+    if not settings.trusted_engines or settings.view_owner_property not in properties:
+        return
+    owner = properties[settings.view_owner_property]
+    if not owner or not owner.strip() or ctx.services.directory.get_principal(owner) is None:
+        raise BadRequest(
+            f"View owner property {settings.view_owner_property!r} must name a principal of this catalog; "
+            f"{owner!r} is none. Use an existing principal's name."
+        )
+
+
+def refuse_chained_write(request: Request) -> None:
+    """A view chain only ever grants reads: a write request (commit, create, drop…) carrying
+    ``referenced-by`` is refused outright (403). The signer (POST) checks its own operations."""
+    if request.method in ("GET", "HEAD") or request.url.path.endswith("/sign"):
+        return
+    raw = raw_param(request)
+    if raw is not None and raw.strip():
+        raise Forbidden(
+            "Access through a view chain is read-only: send this request without referenced-by "
+            "(as a principal that holds the privilege itself)"
+        )

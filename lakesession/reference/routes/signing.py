@@ -12,7 +12,7 @@ from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Forbidden
 from ..signing import S3Target, parse_target, sign
-from ..viewsecurity import authorize_target, caller_trusted, raw_param
+from ..viewsecurity import authorize_target, caller_trusted, parse_referenced_by, raw_param
 from .common import Namespace, check_name, check_prefix, decode_namespace, parse_body
 from .namespaces import raw_body
 
@@ -90,8 +90,11 @@ def sign_table_request(
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)
     sec = Securable.table(ns, name)
-    chained = bool(raw_param(request)) and caller_trusted(ctx)
-    if not chained:
+    raw = raw_param(request)
+    chained = bool(raw and raw.strip()) and caller_trusted(ctx)
+    if chained:  # a chain too long (or malformed) answers 400 before any lookup
+        parse_referenced_by(raw or "", ctx.services.settings.namespace_separator)
+    else:
         ctx.authorize("sign_request", P.TABLE_READ_DATA, sec)
     _require_signing(ctx)
     req = parse_body(SignRequest, body)

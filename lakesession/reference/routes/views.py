@@ -39,7 +39,7 @@ from ..viewmeta import (
     metadata_json,
     new_view_metadata,
 )
-from ..viewsecurity import authorize_target, check_owner_property_change
+from ..viewsecurity import authorize_target, check_owner_property_change, check_owner_value
 from ..viewstore import ViewStore
 from .common import (
     Namespace,
@@ -172,6 +172,7 @@ def create_view(
     req: CreateViewRequest = _parse(CreateViewRequest, body)
     name = check_name("view", req.name)
     check_owner_property_change(ctx, req.properties)
+    check_owner_value(ctx, req.properties)
     location = (
         _check_location(services, req.location)
         if req.location
@@ -235,6 +236,7 @@ def replace_view(
     for u in req.updates:
         if isinstance(u, SetPropertiesUpdate):
             check_owner_property_change(ctx, u.updates)
+            check_owner_value(ctx, u.updates)
         elif isinstance(u, RemovePropertiesUpdate):
             check_owner_property_change(ctx, u.removals, removing=True)
     vs = ViewStore(services)
