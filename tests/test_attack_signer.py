@@ -304,6 +304,8 @@ def test_methods_and_write_operations_need_the_right_privilege(lake: Lake) -> No
     own = lake.key("orders", "data/orders.parquet")
     for method in ("PATCH", "OPTIONS", "TRACE"):
         assert lake.sign(method, lake.url(f"/{own}")).status_code in (400, 403)
+    for bad in ("http://[::1/x", "http://127.0.0.1:99999/b/k", "ftp://x/y", "not a url"):  # bad input: 400, never 500
+        assert lake.sign("GET", bad).status_code == 400, bad
     # a write to another table's prefix through orders' endpoint, and a read of a table mallory lacks
     assert lake.sign("PUT", lake.url(f"/{lake.key('secret', 'data/x.parquet')}")).status_code == 403
     assert (

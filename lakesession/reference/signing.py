@@ -135,13 +135,14 @@ def _netloc(scheme: str, host: str, port: int | None) -> tuple[str, str, int]:
 
 def _bucket_and_key(uri: str, s3: S3Settings) -> tuple[str, str, str]:
     """(bucket, decoded key, raw query) of a URL addressed to the configured store, else 403."""
-    parts = urlsplit(uri)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadRequest(f"Cannot sign {uri!r}: an http(s) S3 URL is required")
     try:
-        here = _netloc(parts.scheme, parts.hostname, parts.port)
-    except ValueError:
-        raise BadRequest(f"Cannot sign {uri!r}: invalid port") from None
+        parts = urlsplit(uri)
+        hostname, port = parts.hostname, parts.port
+    except ValueError as e:  # bad IPv6 literal, port out of range
+        raise BadRequest(f"Cannot sign {uri!r}: {e}") from None
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise BadRequest(f"Cannot sign {uri!r}: an http(s) S3 URL is required")
+    here = _netloc(parts.scheme, hostname, port)
     if parts.username or parts.password:
         raise Forbidden("Refusing to sign: the S3 URL carries user information")
     path = unquote(parts.path).lstrip("/")

@@ -9,7 +9,12 @@ caller is a **trusted engine** (``ServerSettings.trusted_engines``) the chain is
 * a view whose owner property (``ServerSettings.view_owner_property``, default
   ``trino.run-as-owner``) is set is a DEFINER view: from there on the user in effect is its
   owner (execution is *delegated*); a view without it is INVOKER and changes nothing;
-* the target is checked for the route's privilege as the user in effect.
+* every link is verified, never taken on trust: each view after the first, and then the target,
+  must be read by the previous view's SQL (``viewsql.reads``: sqlglot in the view's dialect,
+  unqualified names in its default catalog and namespace) — else 403;
+* the target is checked for the route's privilege as the user in effect; a chain only ever
+  grants reading (``READ_PRIVILEGES``): credentials vended through it are read-only, the signer
+  signs no write through it, and any write request carrying ``referenced-by`` is refused.
 
 All checks are computed, audited one record per step, then decided at once: any denial is a
 403 naming the failed step (never anything about the target's metadata). From an untrusted
@@ -28,6 +33,12 @@ Decisions made here:
   403 ``ProtectedPropertyModification`` for untrusted callers; trusted engines may set only the
   exact configured key (a case variant would be silently ignored by engines) but may remove
   case variants.
+* A trust rule that matches every token this catalog accepts (its own audience, or an empty
+  rule) is refused at start-up unless the catalog is explicitly ``single_user`` with at most one
+  principal besides the built-in admin: in a multi-user catalog a user's own process (their
+  notebook's Spark) must never be a trusted engine, or any user could act as any view's owner.
+* The owner property may name only an existing principal (400 otherwise), while trusted engines
+  give it effect.
 * Trust rules: ``{"principal": NAME}`` (the caller's principal name, for the embedded issuer)
   or ``{"issuer": ISS?, "audience": AUD | [AUD…]?, "subject": SUB | [SUB…]?}``: ``iss`` must
   equal ``issuer`` when given, and ``aud`` must contain one of the audiences or ``sub`` equal

@@ -37,7 +37,7 @@ def _dialect(name: str | None) -> str:
         return "spark"
 
 
-def _references(sql: str, dialect: str) -> list[list[str]]:
+def _references(sql: str, dialect: str | None) -> list[list[str]]:
     """The multi-part names ``sql`` reads (CTE names excluded); unparseable SQL reads nothing."""
     try:
         tree = sqlglot.parse_one(sql, read=_dialect(dialect))
