@@ -205,6 +205,12 @@ def test_commit_with_referenced_by_is_refused(lake: Lake) -> None:
     assert "owner-note" not in props
     r = lake.call("DELETE", f"/namespaces/sales/tables/orders?referenced-by={CHAIN}", "engine")
     assert r.status_code == 403
+    # a table named "sign" is committed to, not signed for
+    assert (
+        lake.call("POST", "/namespaces/sales/tables", "engine", {"name": "sign", "schema": SCHEMA}).status_code == 200
+    )
+    r = lake.call("POST", f"/namespaces/sales/tables/sign?referenced-by={CHAIN}", "engine", update)
+    assert r.status_code == 403 and "read-only" in r.json()["error"]["message"]
     assert lake.call("GET", "/namespaces/sales/tables/orders", "engine").status_code == 200
 
 
