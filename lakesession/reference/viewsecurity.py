@@ -59,7 +59,7 @@ from fastapi import Request
 from .authz import Privilege, Securable
 from .errors import BadRequest, Forbidden
 from .settings import ServerSettings
-from .viewsql import reads
+from .viewsql import reads_at
 from .viewstore import ViewStore
 
 if TYPE_CHECKING:
@@ -230,9 +230,9 @@ def _view_name(view: ViewId) -> str:
     return ".".join((*view[0], view[1]))
 
 
-def _view(ctx: RequestContext, view: ViewId) -> ViewMetadata | None:
-    found = ViewStore(ctx.services).get(*view)
-    return None if found is None else found[1]
+def _view(ctx: RequestContext, view: ViewId) -> tuple[str, ViewMetadata] | None:
+    """(metadata location, metadata) of a view, or None."""
+    return ViewStore(ctx.services).get(*view)
 
 
 def _target_ident(target: Securable) -> ViewId:
@@ -250,12 +250,12 @@ def evaluate_chain(
     names = [_view_name(v) for v in chain]
     user, delegated = ctx.principal.name, False
     failures: list[str] = []
-    previous: ViewMetadata | None = None  # the view whose SQL must read the next object
+    previous: tuple[str, ViewMetadata] | None = None  # the view whose SQL must read the next object
     for i, view in enumerate(chain, 1):
         sec = Securable.view(*view)
         ok = directory.is_allowed(user, Privilege.VIEW_READ, sec)
-        metadata = _view(ctx, view)
-        props = None if metadata is None else dict(metadata.properties or {})
+        found = _view(ctx, view)
+        props = None if found is None else dict(found[1].properties or {})
         detail: dict[str, Any] = {
             "privilege": Privilege.VIEW_READ.value,
             "step": i,
@@ -290,7 +290,7 @@ def evaluate_chain(
             return _deny(ctx, action, failures)
         if owner is not None:
             user, delegated = owner, True
-        previous = metadata
+        previous = found
     ok = directory.is_allowed(user, privilege, target)
     target_detail: dict[str, Any] = {
         "privilege": privilege.value,
@@ -315,9 +315,9 @@ def evaluate_chain(
     return EffectiveUser(user, delegated, names)
 
 
-def _links(ctx: RequestContext, view: ViewMetadata | None, ident: ViewId) -> bool:
+def _links(ctx: RequestContext, view: tuple[str, ViewMetadata] | None, ident: ViewId) -> bool:
     """Whether ``view``'s SQL reads ``ident`` (a chain link the server verifies, never takes on trust)."""
-    return view is not None and ident in reads(view, ctx.services.settings.catalog_name)
+    return view is not None and ident in reads_at(*view, ctx.services.settings.catalog_name)
 
 
 def _deny(ctx: RequestContext, action: str, failures: list[str]) -> EffectiveUser:

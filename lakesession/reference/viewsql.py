@@ -18,6 +18,8 @@ Names compare exactly (Iceberg REST identifiers are case-sensitive); catalog nam
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import sqlglot
@@ -27,6 +29,9 @@ from sqlglot.dialects.dialect import Dialect
 logger = logging.getLogger(__name__)
 
 Ident = tuple[tuple[str, ...], str]
+CACHE_SIZE = 1024
+_cache: OrderedDict[tuple[str, str], frozenset[Ident]] = OrderedDict()
+_lock = threading.Lock()
 
 
 def _dialect(name: str | None) -> str:
@@ -87,4 +92,21 @@ def reads(metadata: Any, catalog_name: str) -> set[Ident]:
             elif len(parts) >= 3 and default_cat:
                 continue  # another catalog's object
             found.add((tuple(parts[:-1]), parts[-1]))
+    return found
+
+
+def reads_at(metadata_location: str, metadata: Any, catalog_name: str) -> frozenset[Ident]:
+    """``reads``, cached by metadata location (a metadata file never changes): parsing costs
+    milliseconds, and a chained read asks on every signed S3 request and credential refresh."""
+    key = (metadata_location, catalog_name)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    found = frozenset(reads(metadata, catalog_name))
+    with _lock:
+        _cache[key] = found
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
     return found
