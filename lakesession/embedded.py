@@ -106,6 +106,7 @@ def start_embedded(
             "bootstrap": policy,
             "access_token_ttl": access_token_ttl or 3600,
             "trusted_engines": [{"audience": "lakesession"}],
+            "single_user": True,  # one demo user, who owns everything anyway: its own engine may be trusted
         }
         if mode == "s3-emulator":
             bucket = f"lakesession-{secrets.token_hex(4)}"

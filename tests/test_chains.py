@@ -113,7 +113,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     handle = start(
         data_dir=tmp_path_factory.mktemp("chains"),
         bootstrap=bootstrap.parse(POLICY),
-        trusted_engines=[{"audience": "lakesession"}],
+        trusted_engines=[{"principal": ["alice", "bob", "carol", "dave", "erin", "admin"]}],
     )
     lk = Lake(handle)
     admin = lk.catalog("admin")

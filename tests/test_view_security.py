@@ -1,6 +1,7 @@
 """View security: DEFINER/INVOKER view chains via ``referenced-by``, trusted engines, protected owner property.
 
-Catalog ``lake`` trusts every token of its own audience (so alice's loads may carry chains) and
+Catalog ``lake`` trusts the engine and, by name, the users whose requests the tests send as if
+through a trusted engine (a rule matching every token is refused in a multi-user catalog), and
 vends credentials from the S3 emulator; catalog ``strict`` trusts only ``spark-engine`` (and a
 rule for another issuer), so alice's ``referenced-by`` is ignored and she may not touch the owner
 property.
@@ -63,14 +64,16 @@ grants:
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
-def view_body(name: str, owner: str | None = None, **props: str) -> dict[str, Any]:
+def view_body(
+    name: str, owner: str | None = None, sql: str = "SELECT * FROM somewhere", **props: str
+) -> dict[str, Any]:
     properties = {**({OWNER: owner} if owner else {}), **props}
     version = {
         "version-id": 1,
         "timestamp-ms": int(time.time() * 1000),
         "schema-id": 0,
         "summary": {"engine-name": "trino"},
-        "representations": [{"type": "sql", "sql": "SELECT * FROM somewhere", "dialect": "trino"}],
+        "representations": [{"type": "sql", "sql": sql, "dialect": "trino"}],
         "default-namespace": ["db"],
     }
     return {"name": name, "schema": SCHEMA, "view-version": version, "properties": properties}
@@ -98,13 +101,13 @@ class Api:
         ]
 
 
-def setup_content(api: Api, views: list[tuple[str, str | None]], tables: list[str]) -> None:
+def setup_content(api: Api, views: list[tuple[str, str | None, str]], tables: list[str]) -> None:
     assert api.call("POST", "/namespaces", "spark-engine", {"namespace": ["db"]}).status_code == 200
     for t in tables:
         r = api.call("POST", "/namespaces/db/tables", "spark-engine", {"name": t, "schema": SCHEMA})
         assert r.status_code == 200, r.text
-    for name, owner in views:
-        r = api.call("POST", "/namespaces/db/views", "spark-engine", view_body(name, owner))
+    for name, owner, sql in views:
+        r = api.call("POST", "/namespaces/db/views", "spark-engine", view_body(name, owner, sql))
         assert r.status_code == 200, r.text
 
 
@@ -115,14 +118,22 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
         s3_emulator=True,
         data_dir=tmp_path_factory.mktemp("lake"),
         bootstrap=bootstrap.parse(POLICY),
-        trusted_engines=[{"principal": "spark-engine"}, {"audience": "lakesession"}],
+        trusted_engines=[{"principal": "spark-engine"}, {"principal": ["alice", "bob", "carol"]}],
     )
     api = Api(handle)
     setup_content(
         api,
-        [("inv", None), ("def_bob", "bob"), ("v1", "bob"), ("v2", None), ("v3", "carol"), ("ghost", "nobody-at-all")],
+        [
+            ("inv", None, "SELECT id FROM t_inv"),
+            ("def_bob", "bob", "SELECT id FROM db.t_def"),
+            ("v1", "bob", "SELECT * FROM v2"),
+            ("v2", None, "SELECT id FROM db.v3 WHERE id > 0"),
+            ("v3", "carol", "WITH recent AS (SELECT id FROM t_chain) SELECT id FROM recent"),
+            ("ghost", "dave", "SELECT id FROM t_def"),
+        ],
         ["t_inv", "t_def", "t_chain"],
     )
+    handle.services.directory.delete_principal("dave")  # ghost's owner no longer resolves
     yield api
     handle.stop()
 
@@ -139,7 +150,9 @@ def strict(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
         view_owner_property=OWNER,
     )
     api = Api(handle)
-    setup_content(api, [("inv", None), ("def_bob", "bob")], ["t_inv", "t_def"])
+    setup_content(
+        api, [("inv", None, "SELECT id FROM t_inv"), ("def_bob", "bob", "SELECT id FROM t_def")], ["t_inv", "t_def"]
+    )
     yield api
     handle.stop()
 

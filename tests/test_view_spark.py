@@ -61,7 +61,7 @@ def views(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         s3_emulator=True,
         data_dir=tmp_path_factory.mktemp("views"),
         bootstrap=bootstrap.parse(POLICY),
-        trusted_engines=[{"audience": "lakesession"}],
+        trusted_engines=[{"principal": ["alice", "bob", "carol", "admin"]}],
     )
     admin = lakesession.connect(uri=handle.uri, token=handle.admin.token_for("admin"))
     cat = admin.catalog

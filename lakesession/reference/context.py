@@ -17,6 +17,7 @@ from .authz import Privilege, Securable
 from .directory import Directory, Principal
 from .errors import Forbidden, NotAuthorized
 from .settings import ServerSettings
+from .viewsecurity import refuse_chained_write
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ def get_context(request: Request) -> Iterator[RequestContext]:
     delegation = frozenset(
         m.strip().lower() for m in request.headers.get("x-iceberg-access-delegation", "").split(",") if m.strip()
     )
+    refuse_chained_write(request)  # view chains grant reads only (commits, drops... with referenced-by: 403)
     ctx = RequestContext(principal, request_id_of(request), claims, services, delegation)
     try:
         yield ctx

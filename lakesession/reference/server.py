@@ -21,6 +21,7 @@ from .context import Services
 from .directory import Principal
 from .settings import ServerSettings
 from .vending import S3Settings
+from .viewsecurity import check_trust_configuration
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,8 @@ class ReferenceCatalog:
         self.admin_credentials = _ensure_admin(services, data_dir)
         if bootstrap is not None:
             self.admin.apply_bootstrap(bootstrap)
+        others = [p.name for p in services.directory.list_principals() if p.name != ADMIN_PRINCIPAL]
+        check_trust_configuration(settings, others)  # a multi-user catalog never trusts every token
         self._server = BackgroundServer(wrap_app(self.app) if wrap_app else self.app, sock, "lakesession-reference")
 
     def _start(self) -> None:
@@ -202,6 +205,9 @@ def start(
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
+    trust = {k: settings[k] for k in ("trusted_engines", "single_user", "audience") if k in settings}
+    # refuse a trust-everyone rule before binding anything (checked again with the principals below)
+    check_trust_configuration(ServerSettings(warehouse="", db_url="", issuer_url=issuer_url, **trust), [])
     tmp = None
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="lakesession-")

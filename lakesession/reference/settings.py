@@ -67,6 +67,8 @@ class ServerSettings:
             ``{"issuer": iss, "subject": sub}`` (see ``viewsecurity``).
         view_owner_property: View property naming a DEFINER view's owner (absent: INVOKER).
         abuse: Rate limits, pending device-code quotas and request size/nesting limits (``AbuseLimits``).
+        single_user: The catalog serves one user (the embedded default): only then may a trusted-engine
+            rule match every token (see ``viewsecurity.check_trust_configuration``).
     """
 
     warehouse: str
@@ -86,6 +88,7 @@ class ServerSettings:
     trusted_engines: list[dict[str, Any]] = field(default_factory=list)
     view_owner_property: str = "trino.run-as-owner"
     abuse: AbuseLimits = field(default_factory=AbuseLimits)
+    single_user: bool = False
 
     @property
     def embedded_issuer_url(self) -> str:

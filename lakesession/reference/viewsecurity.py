@@ -9,7 +9,12 @@ caller is a **trusted engine** (``ServerSettings.trusted_engines``) the chain is
 * a view whose owner property (``ServerSettings.view_owner_property``, default
   ``trino.run-as-owner``) is set is a DEFINER view: from there on the user in effect is its
   owner (execution is *delegated*); a view without it is INVOKER and changes nothing;
-* the target is checked for the route's privilege as the user in effect.
+* every link is verified, never taken on trust: each view after the first, and then the target,
+  must be read by the previous view's SQL (``viewsql.reads``: sqlglot in the view's dialect,
+  unqualified names in its default catalog and namespace) — else 403;
+* the target is checked for the route's privilege as the user in effect; a chain only ever
+  grants reading (``READ_PRIVILEGES``): credentials vended through it are read-only, the signer
+  signs no write through it, and any write request carrying ``referenced-by`` is refused.
 
 All checks are computed, audited one record per step, then decided at once: any denial is a
 403 naming the failed step (never anything about the target's metadata). From an untrusted
@@ -28,6 +33,12 @@ Decisions made here:
   403 ``ProtectedPropertyModification`` for untrusted callers; trusted engines may set only the
   exact configured key (a case variant would be silently ignored by engines) but may remove
   case variants.
+* A trust rule that matches every token this catalog accepts (its own audience, or an empty
+  rule) is refused at start-up unless the catalog is explicitly ``single_user`` with at most one
+  principal besides the built-in admin: in a multi-user catalog a user's own process (their
+  notebook's Spark) must never be a trusted engine, or any user could act as any view's owner.
+* The owner property may name only an existing principal (400 otherwise), while trusted engines
+  give it effect.
 * Trust rules: ``{"principal": NAME}`` (the caller's principal name, for the embedded issuer)
   or ``{"issuer": ISS?, "audience": AUD | [AUD…]?, "subject": SUB | [SUB…]?}``: ``iss`` must
   equal ``issuer`` when given, and ``aud`` must contain one of the audiences or ``sub`` equal
@@ -37,6 +48,7 @@ Decisions made here:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -47,8 +59,12 @@ from fastapi import Request
 from .authz import Privilege, Securable
 from .errors import BadRequest, Forbidden
 from .settings import ServerSettings
+from .viewsql import reads_at
+from .viewstore import ViewStore
 
 if TYPE_CHECKING:
+    from pyiceberg.view.metadata import ViewMetadata
+
     from .context import RequestContext
 
 logger = logging.getLogger(__name__)
@@ -57,8 +73,11 @@ MAX_CHAIN = 10
 PARAM = "referenced-by"
 TOO_MANY = "TooManyViewsInChainException"
 PROTECTED = "ProtectedPropertyModification"
+_SIGN_ROUTE = re.compile(r"^/v1/[^/]+/namespaces/[^/]+/tables/[^/]+/sign$")  # not a commit to a table named "sign"
 
 ViewId = tuple[tuple[str, ...], str]
+# What a view chain may grant: reading. Anything else through referenced-by is refused (403).
+READ_PRIVILEGES = frozenset({Privilege.VIEW_READ, Privilege.TABLE_READ_DATA, Privilege.TABLE_READ_PROPERTIES})
 
 
 @dataclass(frozen=True)
@@ -158,6 +177,50 @@ def is_trusted(claims: dict[str, Any], principal: str | None, settings: ServerSe
     return False
 
 
+class TrustConfigurationError(ValueError):
+    """The trusted-engine rules would make every caller a trusted engine in a multi-user catalog."""
+
+
+def matches_every_token(rule: Any, settings: ServerSettings) -> bool:
+    """Whether ``rule`` is met (or meant to be met) by any token this catalog accepts: an empty rule, or
+    one whose audience is the catalog's own (every accepted token carries it) under the catalog's issuer."""
+    if not isinstance(rule, dict) or "principal" in rule:
+        return False
+    audiences = _as_list(rule.get("audience", rule.get("audiences")))
+    subjects = _as_list(rule.get("subject", rule.get("subjects")))
+    issuer = rule.get("issuer")
+    if issuer is not None and issuer != settings.effective_issuer_url:
+        return False
+    return (not audiences and not subjects) or settings.audience in audiences
+
+
+def check_trust_configuration(settings: ServerSettings, principals: Iterable[str]) -> None:
+    """Refuse to start with a trust rule that matches every token unless the catalog is single-user.
+
+    A trusted engine may send ``referenced-by`` (run views as their DEFINER) and set the view owner
+    property; a user's own process (a notebook's Spark) is under the user's control, so if every
+    token were trusted, any user could read whatever any view owner can. Only a single-user catalog
+    (the embedded default: one demo user, who owns everything anyway) may trust its own engine.
+    """
+    broad = [r for r in settings.trusted_engines or () if matches_every_token(r, settings)]
+    if not broad:
+        return
+    if not settings.single_user:
+        raise TrustConfigurationError(
+            f"trusted_engines rule {broad[0]!r} matches every token of this catalog (audience "
+            f"{settings.audience!r}), so every user would be a trusted engine and could act as any view's "
+            "owner. Name the engines instead: {'principal': NAME}, or {'issuer': ISS, 'audience': AUD} with "
+            "an audience only the engine's tokens carry. (A single-user catalog may pass single_user=True.)"
+        )
+    users = sorted(set(principals))
+    if len(users) > 1:
+        raise TrustConfigurationError(
+            f"single_user=True, but the catalog has {len(users)} principals ({', '.join(users[:5])}): "
+            f"trusted_engines rule {broad[0]!r} would make each of them a trusted engine. "
+            "Drop single_user and name the trusted engines."
+        )
+
+
 def caller_trusted(ctx: RequestContext) -> bool:
     return is_trusted(ctx.claims, ctx.principal.name, ctx.services.settings)
 
@@ -167,11 +230,13 @@ def _view_name(view: ViewId) -> str:
     return ".".join((*view[0], view[1]))
 
 
-def _view_properties(ctx: RequestContext, view: ViewId) -> dict[str, str] | None:
-    from .routes.views import ViewStore
+def _view(ctx: RequestContext, view: ViewId) -> tuple[str, ViewMetadata] | None:
+    """(metadata location, metadata) of a view, or None."""
+    return ViewStore(ctx.services).get(*view)
 
-    found = ViewStore(ctx.services).get(*view)
-    return None if found is None else dict(found[1].properties or {})
+
+def _target_ident(target: Securable) -> ViewId:
+    return tuple(target.path[:-1]), target.path[-1]
 
 
 def evaluate_chain(
@@ -185,10 +250,12 @@ def evaluate_chain(
     names = [_view_name(v) for v in chain]
     user, delegated = ctx.principal.name, False
     failures: list[str] = []
+    previous: tuple[str, ViewMetadata] | None = None  # the view whose SQL must read the next object
     for i, view in enumerate(chain, 1):
         sec = Securable.view(*view)
         ok = directory.is_allowed(user, Privilege.VIEW_READ, sec)
-        props = _view_properties(ctx, view)
+        found = _view(ctx, view)
+        props = None if found is None else dict(found[1].properties or {})
         detail: dict[str, Any] = {
             "privilege": Privilege.VIEW_READ.value,
             "step": i,
@@ -202,6 +269,10 @@ def evaluate_chain(
             detail["reason"] = "view not found"
         if not ok:  # one message for "missing" and "denied": no existence leak
             failures.append(f"step {i} (view {names[i - 1]}): VIEW_READ denied for {user!r} or view not found")
+        elif i > 1 and not _links(ctx, previous, view):
+            ok = False
+            detail["reason"] = "not read by the previous view"
+            failures.append(f"step {i} (view {names[i - 1]}): not read by the SQL of view {names[i - 2]}")
         if owner is not None:
             detail["security"], detail["owner"] = "definer", owner
         elif props is not None:
@@ -219,24 +290,34 @@ def evaluate_chain(
             return _deny(ctx, action, failures)
         if owner is not None:
             user, delegated = owner, True
+        previous = found
     ok = directory.is_allowed(user, privilege, target)
-    ctx.audit(
-        action,
-        target,
-        "allow" if ok else "deny",
-        {
-            "privilege": privilege.value,
-            "step": len(chain) + 1,
-            "delegated": delegated,
-            "chain": names,
-            "user_in_effect": user,
-        },
-    )
-    if not ok:
+    target_detail: dict[str, Any] = {
+        "privilege": privilege.value,
+        "step": len(chain) + 1,
+        "delegated": delegated,
+        "chain": names,
+        "user_in_effect": user,
+    }
+    if ok and privilege not in READ_PRIVILEGES:
+        ok = False
+        target_detail["reason"] = "read-only through a view chain"
+        failures.append(f"target {target}: access through a view chain is read-only ({privilege.value} refused)")
+    elif ok and chain and not _links(ctx, previous, _target_ident(target)):
+        ok = False
+        target_detail["reason"] = "not read by the last view"
+        failures.append(f"target {target}: not read by the SQL of view {names[-1]}")
+    elif not ok:
         failures.append(f"target {target}: {user!r} lacks {privilege.value}")
+    ctx.audit(action, target, "allow" if ok else "deny", target_detail)
     if failures:
         _deny(ctx, action, failures)
     return EffectiveUser(user, delegated, names)
+
+
+def _links(ctx: RequestContext, view: tuple[str, ViewMetadata] | None, ident: ViewId) -> bool:
+    """Whether ``view``'s SQL reads ``ident`` (a chain link the server verifies, never takes on trust)."""
+    return view is not None and ident in reads_at(*view, ctx.services.settings.catalog_name)
 
 
 def _deny(ctx: RequestContext, action: str, failures: list[str]) -> EffectiveUser:
@@ -283,3 +364,29 @@ def check_owner_property_change(ctx: RequestContext, keys: Iterable[str], *, rem
         else f"property {touched[0]!r} differs from the owner property {owner_key!r} only in casing"
     )
     raise Forbidden(f"Protected property modification: {why}", type=PROTECTED)
+
+
+def check_owner_value(ctx: RequestContext, properties: dict[str, str]) -> None:
+    """400 when the owner property (while trusted engines give it effect) names no principal."""
+    settings = ctx.services.settings
+    if not settings.trusted_engines or settings.view_owner_property not in properties:
+        return
+    owner = properties[settings.view_owner_property]
+    if not owner or not owner.strip() or ctx.services.directory.get_principal(owner) is None:
+        raise BadRequest(
+            f"View owner property {settings.view_owner_property!r} must name a principal of this catalog; "
+            f"{owner!r} is none. Use an existing principal's name."
+        )
+
+
+def refuse_chained_write(request: Request) -> None:
+    """A view chain only ever grants reads: a write request (commit, create, drop…) carrying
+    ``referenced-by`` is refused outright (403). The signer (POST) checks its own operations."""
+    if request.method in ("GET", "HEAD") or _SIGN_ROUTE.match(request.url.path):
+        return
+    raw = raw_param(request)
+    if raw is not None and raw.strip():
+        raise Forbidden(
+            "Access through a view chain is read-only: send this request without referenced-by "
+            "(as a principal that holds the privilege itself)"
+        )

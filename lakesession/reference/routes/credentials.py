@@ -55,7 +55,7 @@ def vend(
         return {}, []
     sec = Securable.table(ns, name)
     who = principal_name or ctx.principal.name
-    if ctx.allowed_for(who, P.TABLE_WRITE_DATA, sec):
+    if not referenced_by and ctx.allowed_for(who, P.TABLE_WRITE_DATA, sec):  # through a view chain: read only
         mode = WRITE
     elif ctx.allowed_for(who, P.TABLE_READ_DATA, sec):
         mode = READ

@@ -11,8 +11,8 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Forbidden
-from ..signing import S3Target, parse_target, required_write, sign
-from ..viewsecurity import authorize_target, caller_trusted, raw_param
+from ..signing import S3Target, parse_target, sign
+from ..viewsecurity import authorize_target, caller_trusted, parse_referenced_by, raw_param
 from .common import Namespace, check_name, check_prefix, decode_namespace, parse_body
 from .namespaces import raw_body
 
@@ -42,15 +42,14 @@ def _signed(
     """Sign after checking the path and (unless a view chain already ``authorized`` it) the privilege."""
     s3 = ctx.services.vendor.s3
     sec = Securable.table(ns, name)
-    write = required_write(req.method)
-    privilege = P.TABLE_WRITE_DATA if write else P.TABLE_READ_DATA
-    inside = target.within(location)
+    privilege = P.TABLE_WRITE_DATA if target.write else P.TABLE_READ_DATA
     detail = {
         "method": req.method.upper(),
+        "operation": target.operation,
         "object": f"s3://{target.bucket}/{target.key}",
-        "mode": "write" if write else "read",
+        "mode": "write" if target.write else "read",
     }
-    if not inside:
+    if not target.within(location):
         ctx.audit("sign_request", sec, "deny", {**detail, "reason": "outside table location"})
         raise Forbidden(f"Refusing to sign: s3://{target.bucket}/{target.key} is outside the location of {sec}")
     if not authorized:
@@ -59,6 +58,15 @@ def _signed(
     cache = "private" if req.method.upper() in ("GET", "HEAD") else "no-cache"
     body = json.dumps({"uri": req.uri, "headers": headers}).encode()
     return Response(body, media_type="application/json", headers={"Cache-Control": cache})
+
+
+def _target(ctx: RequestContext, req: SignRequest, what: Securable | str) -> S3Target:
+    """The allowlisted S3 operation of ``req``; a refusal is audited (and answered 403) here."""
+    try:
+        return parse_target(req.method, req.uri, req.headers, ctx.services.vendor.s3)
+    except Forbidden as e:
+        ctx.audit("sign_request", what, "deny", {"method": req.method.upper()[:16], "reason": e.message})
+        raise
 
 
 def _require_signing(ctx: RequestContext) -> None:
@@ -82,16 +90,17 @@ def sign_table_request(
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)
     sec = Securable.table(ns, name)
-    chained = bool(raw_param(request)) and caller_trusted(ctx)
-    if not chained:
+    raw = raw_param(request)
+    chained = bool(raw and raw.strip()) and caller_trusted(ctx)
+    if chained:  # a chain too long (or malformed) answers 400 before any lookup
+        parse_referenced_by(raw or "", ctx.services.settings.namespace_separator)
+    else:
         ctx.authorize("sign_request", P.TABLE_READ_DATA, sec)
     _require_signing(ctx)
     req = parse_body(SignRequest, body)
+    target = _target(ctx, req, sec)
     if chained:  # a trusted engine reading through a view chain: the user in effect decides (audited per step)
-        authorize_target(
-            ctx, request, "sign_request", P.TABLE_WRITE_DATA if required_write(req.method) else P.TABLE_READ_DATA, sec
-        )
-    target = parse_target(req.uri, ctx.services.vendor.s3)
+        authorize_target(ctx, request, "sign_request", P.TABLE_WRITE_DATA if target.write else P.TABLE_READ_DATA, sec)
     return _signed(ctx, req, target, ns, name, tables_of(ctx).table_location(ns, name), authorized=chained)
 
 
@@ -104,7 +113,7 @@ def sign_s3_request(
 
     _require_signing(ctx)
     req = parse_body(SignRequest, body)
-    target = parse_target(req.uri, ctx.services.vendor.s3)
+    target = _target(ctx, req, "s3 (legacy signer)")
     candidates = [(ns, name, loc) for ns, name, loc in tables_of(ctx).current_locations() if target.within(loc)]
     if not candidates:
         ctx.audit("sign_request", f"s3://{target.bucket}/{target.key}", "deny", {"reason": "no table at this location"})

@@ -19,13 +19,9 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pyiceberg.catalog.sql import IcebergTables
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.view.metadata import ViewMetadata
-from sqlalchemy import and_, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
-from .. import store
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
@@ -43,7 +39,8 @@ from ..viewmeta import (
     metadata_json,
     new_view_metadata,
 )
-from ..viewsecurity import authorize_target, check_owner_property_change
+from ..viewsecurity import authorize_target, check_owner_property_change, check_owner_value
+from ..viewstore import ViewStore
 from .common import (
     Namespace,
     check_level,
@@ -72,99 +69,6 @@ def _parse(model: Any, body: bytes) -> Any:
         return parse_body(model, body)
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise BadRequest(f"Malformed request: {type(e).__name__}: {e}") from None
-
-
-# ---------------------------------------------------------------- storage
-class ViewStore:
-    """View rows in ``ls_views``; table names come from pyiceberg's ``iceberg_tables``."""
-
-    def __init__(self, services: Services):
-        self.services = services
-        self.catalog_name = services.catalog.name
-        self.engine = services.catalog.engine
-
-    def _where(self, ns: Namespace, name: str) -> Any:
-        v = store.views.c
-        return and_(v.catalog_name == self.catalog_name, v.namespace == ns_str(ns), v.name == name)
-
-    def get(self, ns: Namespace, name: str) -> tuple[str, ViewMetadata] | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                select(store.views.c.metadata_location, store.views.c.metadata_json).where(self._where(ns, name))
-            ).first()
-        if row is None:
-            return None
-        return row.metadata_location, ViewMetadata.model_validate_json(row.metadata_json)
-
-    def names(self, ns: Namespace) -> list[str]:
-        v = store.views.c
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(v.name)
-                .where(and_(v.catalog_name == self.catalog_name, v.namespace == ns_str(ns)))
-                .order_by(v.name)
-            ).all()
-        return [r[0] for r in rows]
-
-    def table_exists(self, ns: Namespace, name: str) -> bool:
-        # Any row of iceberg_tables (whatever its iceberg_type) occupies the identifier.
-        t = IcebergTables.__table__
-        with self.engine.connect() as conn:
-            return (
-                conn.execute(
-                    select(t.c.table_name)
-                    .where(
-                        and_(
-                            t.c.catalog_name == self.catalog_name,
-                            t.c.table_namespace == ns_str(ns),
-                            t.c.table_name == name,
-                        )
-                    )
-                    .limit(1)
-                ).first()
-                is not None
-            )
-
-    def insert(self, ns: Namespace, name: str, location: str, text: str) -> bool:
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(
-                    insert(store.views).values(
-                        catalog_name=self.catalog_name,
-                        namespace=ns_str(ns),
-                        name=name,
-                        metadata_location=location,
-                        metadata_json=text,
-                    )
-                )
-        except IntegrityError:
-            return False
-        return True
-
-    def swap(self, ns: Namespace, name: str, expected: str, location: str, text: str) -> bool:
-        """Compare-and-swap on the metadata location."""
-        with self.engine.begin() as conn:
-            res = conn.execute(
-                update(store.views)
-                .where(and_(self._where(ns, name), store.views.c.metadata_location == expected))
-                .values(metadata_location=location, metadata_json=text)
-            )
-        return res.rowcount == 1
-
-    def delete(self, ns: Namespace, name: str) -> bool:
-        with self.engine.begin() as conn:
-            return conn.execute(delete(store.views).where(self._where(ns, name))).rowcount > 0
-
-    def rename(self, src: tuple[Namespace, str], dst: tuple[Namespace, str]) -> bool | None:
-        """True if renamed, False if the source vanished, None if the destination is taken."""
-        try:
-            with self.engine.begin() as conn:
-                res = conn.execute(
-                    update(store.views).where(self._where(*src)).values(namespace=ns_str(dst[0]), name=dst[1])
-                )
-        except IntegrityError:
-            return None
-        return res.rowcount == 1
 
 
 # ---------------------------------------------------------------- locations and files
@@ -268,6 +172,7 @@ def create_view(
     req: CreateViewRequest = _parse(CreateViewRequest, body)
     name = check_name("view", req.name)
     check_owner_property_change(ctx, req.properties)
+    check_owner_value(ctx, req.properties)
     location = (
         _check_location(services, req.location)
         if req.location
@@ -331,6 +236,7 @@ def replace_view(
     for u in req.updates:
         if isinstance(u, SetPropertiesUpdate):
             check_owner_property_change(ctx, u.updates)
+            check_owner_value(ctx, u.updates)
         elif isinstance(u, RemovePropertiesUpdate):
             check_owner_property_change(ctx, u.removals, removing=True)
     vs = ViewStore(services)
