@@ -94,6 +94,7 @@ def test_unreachable_catalog_is_a_clean_503() -> None:
     with Gateway(f"http://127.0.0.1:{port}", lambda: "t", timeout=2) as g:
         r = httpx.get(f"{g.uri}/v1/config", headers={"Authorization": f"Bearer {g.secret}"})
     assert r.status_code == 503 and "unreachable" in r.json()["error"]["message"]
+    assert r.headers["retry-after"] == "1" and r.json()["error"]["type"] == "ServiceUnavailableException"
 
 
 def test_refresh_endpoint_rewritten_and_refreshes_single_flight() -> None:

@@ -13,8 +13,11 @@ import http.client
 import json
 import logging
 import os
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -260,6 +263,71 @@ def test_catalog_stopped_mid_session_is_a_503_then_recovers(recorder) -> None:  
             assert httpx.get(f"{g.uri}/v1/config", headers=h).status_code == 200
         finally:
             again.stop()
+
+
+class DiesAfterReading:
+    """A catalog that reads each request and dies before answering (kill -9 between saving and answering)."""
+
+    def __init__(self) -> None:
+        self.sock = bind("127.0.0.1", 0)
+        self.port = int(self.sock.getsockname()[1])
+        self.requests: list[bytes] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests.append(data)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no answer
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_catalog_dying_after_a_commit_was_sent_is_504_not_503() -> None:
+    """The commit may have been saved: 503 would make Iceberg retry it blindly; 504 is
+    CommitStateUnknown, the truth. A read is safe to retry: 503."""
+    dead = DiesAfterReading()
+    try:
+        with Gateway(f"http://127.0.0.1:{dead.port}", lambda: "user-token", timeout=5) as g:
+            h = {"Authorization": f"Bearer {g.secret}"}
+            commit = httpx.post(f"{g.uri}/v1/p/namespaces/ns/tables/t", headers=h, json={"updates": []})
+            load = httpx.get(f"{g.uri}/v1/p/namespaces/ns/tables/t", headers=h)
+    finally:
+        dead.close()
+    assert any(r.startswith(b"POST /v1/p/namespaces/ns/tables/t") for r in dead.requests)  # it did arrive
+    assert commit.status_code == 504 and commit.json()["error"]["type"] == "ServiceFailureException"
+    assert "may or may not" in commit.json()["error"]["message"]
+    assert load.status_code == 503 and "retry-after" in load.headers
+
+
+def test_retry_after_grows_with_the_outage(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Iceberg waits Retry-After instead of its own exponential backoff: the delay must grow like it."""
+    from lakesession.gateway import _upstream
+
+    now = [1000.0]
+    monkeypatch.setattr(_upstream.time, "monotonic", lambda: now[0])
+    outage = _upstream.Outage()
+    waits = []
+    for _ in range(6):
+        waits.append(outage.failed())
+        now[0] += waits[-1]
+    assert waits == [1, 1, 2, 4, 8, 16]  # five retries span ~31 s, like Iceberg's 1+2+4+8+16
+    now[0] += 1000
+    assert outage.failed() == 60  # capped
+    outage.recovered()
+    assert outage.failed() == 1
 
 
 # -- secrets ------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ FORWARD_RESPONSE_HEADERS = ("content-type", "etag", "cache-control", "www-authen
 # httpx errors raised before any byte of the request left: safe to retry whatever the method
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 _SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+_SAFE_POSTS = ("/sign", "/metrics")  # remote signing and scan reports change nothing: safe to repeat
 
 
 def error_reply(status: int, type_: str, message: str, retry_after: int | None = None) -> Reply:
@@ -64,7 +65,10 @@ class Outage:
 
 
 def _client_factory(timeout: float) -> httpx.Client:
-    return httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
+    # idle connections are dropped before a uvicorn catalog (keep-alive 5 s) closes them: a commit sent on a
+    # connection the server is closing would otherwise look like "sent, no answer" (504, CommitStateUnknown)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=4.0)
+    return httpx.Client(timeout=timeout, limits=limits)
 
 
 @dataclass
@@ -162,7 +166,7 @@ class Upstream:
     def _catalog_failure(self, method: str, path: str, exc: httpx.HTTPError) -> Reply:
         kind = type(exc).__name__
         where = self.base_url
-        if isinstance(exc, _NOT_SENT) or method in _SAFE_METHODS:
+        if isinstance(exc, _NOT_SENT) or method in _SAFE_METHODS or path.endswith(_SAFE_POSTS):
             retry_after = self.catalog_outage.failed()
             logger.warning("catalog unreachable: %s %s (%s); answering 503", method, path, kind)
             msg = f"Catalog at {where} is unreachable ({kind}); retry in {retry_after} s, when it is back"
