@@ -104,10 +104,12 @@ class GatewayApp:
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":  # served with lifespan="off"; answer politely if not
-            while (await receive())["type"] != "lifespan.shutdown":
-                pass
-            return
+        if scope["type"] == "lifespan":  # served with lifespan="off"; nothing to set up if not
+            while True:
+                kind = (await receive())["type"]
+                await send({"type": kind + ".complete"})
+                if kind == "lifespan.shutdown":
+                    return
         if scope["type"] != "http":
             return
         body = bytearray()
