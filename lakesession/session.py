@@ -337,8 +337,8 @@ class Session:
                 },
             )
             if r.action == "refresh_credentials":
-                row["refreshes"] += 1
-                row["last_refresh"] = r.time
+                row["refreshes"] += r.count  # cache-served refreshes come aggregated per minute
+                row["last_refresh"] = r.last
             if r.status in (401, 403):
                 row["state"], row["last_error"] = "revoked", f"catalog answered {r.status}"
             elif r.status == 200 and r.credentials_expire_at:
@@ -398,6 +398,7 @@ class Session:
                 "credentials_expire_at",
                 "via",
                 "chain",
+                "count",
             ],
         )
         df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)

@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI, Request, Response
 
 from lakesession._background import BackgroundServer, bind
-from lakesession.gateway import Gateway
+from lakesession.gateway import AccessLog, AccessRecord, Gateway
 from lakesession.gateway._app import rewrite_table_config
 
 P = "/v1/lakesession"
@@ -94,6 +94,7 @@ def test_unreachable_catalog_is_a_clean_503() -> None:
     with Gateway(f"http://127.0.0.1:{port}", lambda: "t", timeout=2) as g:
         r = httpx.get(f"{g.uri}/v1/config", headers={"Authorization": f"Bearer {g.secret}"})
     assert r.status_code == 503 and "unreachable" in r.json()["error"]["message"]
+    assert r.headers["retry-after"] == "1" and r.json()["error"]["type"] == "ServiceUnavailableException"
 
 
 def test_refresh_endpoint_rewritten_and_refreshes_single_flight() -> None:
@@ -118,7 +119,19 @@ def test_refresh_endpoint_rewritten_and_refreshes_single_flight() -> None:
         calls["credentials"] += 1
         time.sleep(0.3)
         return Response(
-            json.dumps({"storage-credentials": [{"prefix": "s3://b/t/", "config": {"s3.access-key-id": "AK"}}]}),
+            json.dumps(
+                {
+                    "storage-credentials": [
+                        {
+                            "prefix": "s3://b/t/",
+                            "config": {
+                                "s3.access-key-id": "AK",
+                                "s3.session-token-expires-at-ms": str(int(time.time() * 1000) + 60_000),
+                            },
+                        }
+                    ]
+                }
+            ),
             media_type="application/json",
         )
 
@@ -150,6 +163,20 @@ def test_refresh_endpoint_rewritten_and_refreshes_single_flight() -> None:
             assert calls["credentials"] == 1, "concurrent refreshes of one table must share one upstream call"
             recs = [r for r in g.access_log.records() if r.action == "load_table"]
             assert recs and recs[0].credentials_expire_at and recs[0].credentials_expire_at > time.time()
+            # the JVM keeps asking (S3FileIO asks on nearly every request): served from the cache,
+            # logged as one aggregated record per minute instead of one record each
+            with httpx.Client(base_url=g.uri, headers=h) as c:
+                for _ in range(300):
+                    assert c.get("/v1/p/namespaces/ns/tables/t/credentials").status_code == 200
+            assert calls["credentials"] == 1
+            refreshes = [r for r in g.access_log.records() if r.action == "refresh_credentials"]
+            cached = [r for r in refreshes if r.via == "cache"]
+            assert [r.via for r in refreshes if r.via != "cache"].count("upstream") == 1
+            assert 1 <= len(cached) <= 2  # at most a minute boundary in between
+            assert sum(r.count for r in cached) >= 300 and g.access_log.requests() == 1 + 8 + 300
+            assert all(r.credentials_expire_at and r.credentials_expire_at > time.time() for r in cached)
+            assert all(r.until is not None and r.until >= r.time for r in cached if r.count > 1)
+            assert len(g.access_log) <= 1 + 8 + 2
     finally:
         server.stop()
 
@@ -159,3 +186,43 @@ def test_rewrite_leaves_other_endpoints_alone() -> None:
         {"config": {"client.refresh-credentials-endpoint": "v1/p/namespaces/ns/tables/t/credentials"}}
     ).encode()
     assert rewrite_table_config(body, "http://up", "http://gw") == body
+
+
+def test_access_log_aggregates_cache_served_refreshes_and_keeps_hours() -> None:
+    """≈ 280 cache-served refreshes/s for an hour must not push loads and commits out of 10,000 records."""
+    log = AccessLog()
+    start = 1_700_000_000.0 - 1_700_000_000.0 % 60
+    for second in range(3600):
+        t = start + second
+        if second % 60 == 30:
+            log.add(AccessRecord(t, "load_table", "table s.a", 200, 3.0, via="upstream"))
+            log.add(AccessRecord(t, "commit_table", "table s.a", 200, 9.0, via="upstream"))
+            log.add(AccessRecord(t, "refresh_credentials", "table s.a", 200, 5.0, via="upstream"))
+        for table in ("table s.a", "table s.b"):
+            log.add(AccessRecord(t, "refresh_credentials", table, 200, 0.1, via="cache", credentials_expire_at=t + 60))
+    records = log.records()
+    assert len(records) == 60 * 3 + 60 * 2  # individual loads/commits/upstream refreshes + one per table-minute
+    assert [r.action for r in records].count("load_table") == 60  # the first load, an hour ago, is still here
+    assert records[0].action == "refresh_credentials" and records[0].count == 60  # placed at the minute's first
+    assert records[0].time == start and records[0].until == start + 59
+    cached = [r for r in records if r.via == "cache"]
+    assert sum(r.count for r in cached) == 3600 * 2 and log.requests() == 3600 * 2 + 180
+    assert all(r.count == 60 and r.until == r.time + 59 for r in cached)
+    assert cached[-1].credentials_expire_at == start + 3599 + 60
+    # since: a record counts if any of its requests is at or after the time
+    assert {r.object for r in log.records(since=start + 3599)} == {"table s.a", "table s.b"}
+    # failed cache-served answers are kept apart from successful ones
+    log.add(AccessRecord(start + 3599, "refresh_credentials", "table s.a", 403, 0.1, via="cache"))
+    assert log.records()[-1].status == 403 and log.records()[-1].count == 1
+
+
+def test_access_log_bound_still_holds_for_aggregates() -> None:
+    log = AccessLog(maxlen=5)
+    t = 1_700_000_000.0 - 1_700_000_000.0 % 60
+    log.add(AccessRecord(t, "refresh_credentials", "table s.a", 200, 0.1, via="cache"))
+    for i in range(5):
+        log.add(AccessRecord(t + 1, "load_table", f"table s.t{i}", 200, 1.0))
+    assert [r.action for r in log.records()] == ["load_table"] * 5  # the aggregate fell off the end
+    log.add(AccessRecord(t + 2, "refresh_credentials", "table s.a", 200, 0.1, via="cache"))
+    log.add(AccessRecord(t + 3, "refresh_credentials", "table s.a", 200, 0.1, via="cache"))
+    assert len(log) == 5 and log.records()[-1].count == 2 and log.records()[-1].time == t + 2

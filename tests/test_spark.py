@@ -225,3 +225,35 @@ def test_ten_second_tokens_refresh_ahead_while_spark_runs_a_minute(spark, tmp_pa
         assert len(tokens) >= 5, f"only {len(tokens)} distinct tokens in 60 s of 10 s tokens"
     finally:
         s.close()
+
+
+def test_metadata_tables_and_nested_namespaces_through_the_gateway(lake, spark) -> None:  # type: ignore[no-untyped-def]
+    """Iceberg probes namespace ``ns%1Ft`` before a metadata table and joins nested namespaces with
+    ``%1F``: the gateway forwards the raw path (it answered 500, and Spark failed after ~30 s of retries)."""
+    import time
+
+    started = time.monotonic()
+    spark.sql("CREATE TABLE lake.suite.gwmeta (id BIGINT) USING iceberg")
+    spark.sql("INSERT INTO lake.suite.gwmeta VALUES (1), (2)")
+    spark.sql("INSERT INTO lake.suite.gwmeta VALUES (3)")
+    snaps = spark.sql("SELECT snapshot_id, operation FROM lake.suite.gwmeta.snapshots").collect()
+    assert len(snaps) == 2 and {r.operation for r in snaps} == {"append"}
+    history = spark.sql("SELECT snapshot_id, is_current_ancestor FROM lake.suite.gwmeta.history").collect()
+    assert {r.snapshot_id for r in history} == {r.snapshot_id for r in snaps}
+    assert all(r.is_current_ancestor for r in history)
+    files = spark.sql("SELECT file_path, record_count FROM lake.suite.gwmeta.files").collect()
+    assert len(files) >= 2 and sum(r.record_count for r in files) == 3
+    # a two-level namespace: lake.gwnest.inner.t
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.gwnest")
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.gwnest.inner")
+    spark.sql("CREATE TABLE lake.gwnest.inner.t (id BIGINT, s STRING) USING iceberg")
+    spark.sql("INSERT INTO lake.gwnest.inner.t VALUES (1, 'a'), (2, 'b')")
+    assert rows(spark.sql("SELECT id, s FROM lake.gwnest.inner.t ORDER BY id")) == [(1, "a"), (2, "b")]
+    assert len(spark.sql("SELECT * FROM lake.gwnest.inner.t.snapshots").collect()) == 1
+    assert [r.tableName for r in spark.sql("SHOW TABLES IN lake.gwnest.inner").collect()] == ["t"]
+    assert ["inner" in r[0] for r in spark.sql("SHOW NAMESPACES IN lake.gwnest").collect()] == [True]
+    assert time.monotonic() - started < 60, "no retry loops on 5xx"
+    records = lake.access_log.records()
+    assert ("load_table", "table gwnest.inner.t", 200) in {(r.action, r.object, r.status) for r in records}
+    assert ("commit_table", "table gwnest.inner.t", 200) in {(r.action, r.object, r.status) for r in records}
+    assert not [r for r in records if r.status >= 500]

@@ -1,29 +1,36 @@
 """The gateway's ASGI app: authenticate the JVM by session secret, forward upstream as the user.
 
-The JVM's Iceberg REST client only ever holds the per-session secret. Each
-call is forwarded with the user's current token; status codes and error
-bodies pass through unchanged; table configs get their credential-refresh
-endpoint pointed back at the gateway; concurrent refreshes of one table are
-coalesced into one upstream call (single flight).
+A plain ASGI callable (no FastAPI or Starlette: the client path stays light to import). The JVM's
+Iceberg REST client only ever holds the per-session secret. Each call is forwarded with the user's
+current token, its path exactly as received (``scope["raw_path"]``, still percent-encoded: Iceberg's
+namespace separator ``%1F`` stays encoded, an encoded ``?`` can never become a query upstream);
+status codes and error bodies pass through unchanged; table configs get their credential-refresh
+endpoint pointed back at the gateway; concurrent refreshes of one table are coalesced into one
+upstream call (single flight). Forwarding is blocking I/O (the token source may talk to the issuer),
+so it runs in the app's own thread pool, sized like Starlette's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
+import threading
 import time
+import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from urllib.parse import unquote
-
-import httpx
-from fastapi import Depends, FastAPI, Request, Response
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import quote, unquote
 
 from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
+from ._upstream import Reply, Upstream, error_reply
+
+__all__ = ["GatewayApp", "Upstream", "create_gateway_app", "rewrite_table_config"]
 
 logger = logging.getLogger("lakesession.gateway")
 
@@ -36,28 +43,8 @@ FORWARD_REQUEST_HEADERS = (
     "idempotency-key",
     "accept-encoding",
 )
-FORWARD_RESPONSE_HEADERS = ("content-type", "etag", "cache-control", "www-authenticate", "x-request-id", "retry-after")
-METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD"]
-
-
-def error(status: int, type_: str, message: str) -> Response:
-    body = json.dumps({"error": {"message": message, "type": type_, "code": status}})
-    return Response(body, status_code=status, media_type="application/json")
-
-
-@dataclass
-class Upstream:
-    """Where and as whom to forward. ``base`` may be a callable so the catalog can finish starting
-    while the JVM launches (the first forwarded call waits for it)."""
-
-    base: str | Callable[[], str]
-    token: Callable[[], str]
-    invalidate: Callable[[], None]
-    client: httpx.Client
-
-    @property
-    def base_url(self) -> str:
-        return (self.base() if callable(self.base) else self.base).rstrip("/")
+METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
+THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
 def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> bytes:
@@ -78,91 +65,137 @@ def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> 
     return json.dumps(doc).encode() if changed else body
 
 
-def create_gateway_app(
-    upstream: Upstream,
-    secret: str,
-    access_log: AccessLog,
-    gateway_base: Callable[[], str],
-    credentials: CredentialCache,
-    chains: ChainRoutes | None = None,
-) -> FastAPI:
-    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    routes = chains if chains is not None else ChainRoutes()
-    flights = SingleFlight()
-    expected = f"Bearer {secret}".encode()
+def refuse_path(raw_path: str) -> str | None:
+    """Why ``raw_path`` may not be forwarded, or None. A segment decoding to ``.``/``..`` would be
+    resolved by the HTTP client (reaching another path than the one checked); one decoding to ``?``
+    or ``#`` would become a query or fragment for any hop that decodes before re-parsing."""
+    if not raw_path.startswith("/"):
+        return "the path must start with '/'"
+    for segment in raw_path.split("/")[1:]:
+        decoded = unquote(segment)
+        if decoded in (".", ".."):
+            return "dot segments ('.', '..') are not allowed in catalog paths"
+        if "?" in decoded or "#" in decoded:
+            return "an encoded '?' or '#' is not allowed in catalog paths (it would smuggle a query)"
+    return None
 
-    def forward(
-        method: str, path: str, query: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, bytes, dict[str, str]]:
-        url = upstream.base_url + path + (f"?{query}" if query else "")
-        for attempt in (1, 2):
-            h = {**headers, "Authorization": f"Bearer {upstream.token()}"}
-            try:
-                r = upstream.client.request(method, url, headers=h, content=body or None)
-            except httpx.HTTPError as e:
-                logger.warning("catalog unreachable: %s %s (%s)", method, path, type(e).__name__)
-                msg = f"Catalog at {upstream.base_url} is unreachable ({type(e).__name__}); retry when it is back"
-                return (
-                    503,
-                    json.dumps(
-                        {"error": {"message": msg, "type": "ServiceUnavailableException", "code": 503}}
-                    ).encode(),
-                    {"content-type": "application/json"},
+
+class GatewayApp:
+    """The ASGI callable serving the main route and the chain routes (``/chain/{id}/…``)."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        secret: str,
+        access_log: AccessLog,
+        gateway_base: Callable[[], str],
+        credentials: CredentialCache,
+        chains: ChainRoutes | None = None,
+    ):
+        self.upstream = upstream
+        self._expected = f"Bearer {secret}".encode()
+        self.access_log = access_log
+        self._gateway_base = gateway_base
+        self.credentials = credentials
+        self.routes = chains if chains is not None else ChainRoutes()
+        self._flights: SingleFlight[Reply] = SingleFlight()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # -- ASGI ------------------------------------------------------------------------------------
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # served with lifespan="off"; nothing to set up if not
+            while True:
+                kind = (await receive())["type"]
+                await send({"type": kind + ".complete"})
+                if kind == "lifespan.shutdown":
+                    return
+        if scope["type"] != "http":
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        method = scope["method"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        raw = scope.get("raw_path")
+        raw_path = raw.decode("latin-1") if raw else quote(scope["path"])
+        query = scope.get("query_string", b"").decode("latin-1")
+        try:
+            reply = self._early(method, raw_path, headers)
+            if reply is None:
+                loop = asyncio.get_running_loop()
+                reply = await loop.run_in_executor(
+                    self._executor(), self.handle, method, raw_path, query, headers, bytes(body)
                 )
-            if r.status_code == 401 and attempt == 1:
-                upstream.invalidate()  # the token may have been revoked or expired early: fetch a new one once
-                continue
-            out_headers = {k: v for k, v in r.headers.items() if k.lower() in FORWARD_RESPONSE_HEADERS}
-            return r.status_code, r.content, out_headers
-        raise AssertionError("unreachable")
-
-    async def raw_body(request: Request) -> bytes:
-        return await request.body()
-
-    @app.api_route("/{path:path}", methods=METHODS)
-    def proxy(request: Request, path: str, body: bytes = Depends(raw_body)) -> Response:
-        auth = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(auth, expected):
-            return error(401, "NotAuthorizedException", "Not authorized: wrong or missing lakesession session secret")
-        query = request.url.query
-        if not path.startswith("chain/"):
-            # the main catalog keeps INVOKER semantics: view chains only through chain routes
-            return _handle(
-                request.method,
-                "/" + path,
-                strip_referenced_by(query),
-                dict(request.headers),
-                body,
-                gateway_base(),
-                None,
+        except Exception as exc:  # a bug of the gateway: still a clean, secret-free ErrorModel, never a 500
+            logger.error(
+                "gateway failure on %s %s (%s)\n%s",
+                method,
+                raw_path,
+                type(exc).__name__,
+                "".join(traceback.format_tb(exc.__traceback__)),
             )
-        route_id, _, rest = path[len("chain/") :].partition("/")
-        route = routes.get(route_id)
+            msg = f"The lakesession gateway failed ({type(exc).__name__}) before the catalog answered; retry"
+            reply = error_reply(503, "ServiceUnavailableException", msg, 1)
+        await _send(send, method, reply)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="lakesession-gateway")
+            return self._pool
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+        self.upstream.close()
+
+    def _early(self, method: str, raw_path: str, headers: dict[str, str]) -> Reply | None:
+        """Answers that need no upstream call: wrong secret, method or path."""
+        if not hmac.compare_digest(headers.get("authorization", "").encode("latin-1"), self._expected):
+            return error_reply(
+                401, "NotAuthorizedException", "Not authorized: wrong or missing lakesession session secret"
+            )
+        if method not in METHODS:
+            return error_reply(405, "BadRequestException", f"Method {method} is not part of the Iceberg REST API")
+        why = refuse_path(raw_path)
+        if why is not None:
+            return error_reply(400, "BadRequestException", f"Malformed request path: {why}")
+        return None
+
+    # -- routing (blocking, in the pool) ---------------------------------------------------------------
+    def handle(self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
+        if not raw_path.startswith("/chain/"):
+            # the main catalog keeps INVOKER semantics: view chains only through chain routes
+            return self._handle(method, raw_path, strip_referenced_by(query), headers, body, self._gateway_base(), None)
+        route_id, _, rest = raw_path[len("/chain/") :].partition("/")
+        route = self.routes.get(route_id)
         if route is None:
-            return error(
+            return error_reply(
                 403,
                 "ForbiddenException",
                 "Unknown view-chain catalog: chain catalogs exist only for queries run through Session.sql",
             )
-        ok, why = route.permits(request.method, "/" + rest)
+        ok, why = route.permits(method, "/" + rest)
         if not ok:
-            return error(403, "ForbiddenException", f"Forbidden through view chain {route.display}: {why}")
+            return error_reply(403, "ForbiddenException", f"Forbidden through view chain {route.display}: {why}")
         if rest.rstrip("/") != "v1/config":
             query = with_referenced_by(query, route.referenced_by)
-        return _handle(
-            request.method,
-            "/" + rest,
-            query,
-            dict(request.headers),
-            body,
-            f"{gateway_base()}/chain/{route.id}",
-            route.display,
+        return self._handle(
+            method, "/" + rest, query, headers, body, f"{self._gateway_base()}/chain/{route.id}", route.display
         )
 
     def _handle(
-        method: str, path: str, query: str, req_headers: dict[str, str], body: bytes, base: str, chain: str | None
-    ) -> Response:
-        headers = {k: v for k, v in req_headers.items() if k.lower() in FORWARD_REQUEST_HEADERS}
+        self, method: str, path: str, query: str, req_headers: dict[str, str], body: bytes, base: str, chain: str | None
+    ) -> Reply:
+        headers = {k: v for k, v in req_headers.items() if k in FORWARD_REQUEST_HEADERS}
         started = time.monotonic()
         what = classify(method, path)
         logger.debug("%s %s -> %s", method, path, what)
@@ -171,25 +204,24 @@ def create_gateway_app(
         via = "upstream"
         if what and what[0] == "refresh_credentials":
             key = f"{path}?{query}|{req_headers.get('x-iceberg-access-delegation', '')}"
-            cached = credentials.get(key)
+            cached = self.credentials.get(key)
             if cached is not None:
                 (status, content, out_headers), via = cached, "cache"
             else:
 
-                def fetch() -> tuple[int, bytes, dict[str, str]]:
-                    reply = forward(method, path, query, headers, body)
-                    credentials.store(key, reply)
+                def fetch() -> Reply:
+                    reply = self.upstream.forward(method, path, query, headers, body)
+                    self.credentials.store(key, reply)
                     return reply
 
-                (status, content, out_headers), shared = flights.do(key, fetch)
+                (status, content, out_headers), shared = self._flights.do(key, fetch)
                 via = "shared" if shared else "upstream"
         else:
-            status, content, out_headers = forward(method, path, query, headers, body)
-        out_headers = dict(out_headers)
+            status, content, out_headers = self.upstream.forward(method, path, query, headers, body)
         if status == 200 and "/tables" in path:
-            content = rewrite_table_config(content, upstream.base_url, base)
+            content = rewrite_table_config(content, self.upstream.base_url, base)
         if what:
-            access_log.add(
+            self.access_log.add(
                 AccessRecord(
                     time=time.time(),
                     action=what[0],
@@ -202,10 +234,28 @@ def create_gateway_app(
                     chain=chain,
                 )
             )
-        media = out_headers.pop("content-type", None)
-        return Response(content if method != "HEAD" else b"", status_code=status, headers=out_headers, media_type=media)
+        return status, content, out_headers
 
-    return app
+
+def create_gateway_app(
+    upstream: Upstream,
+    secret: str,
+    access_log: AccessLog,
+    gateway_base: Callable[[], str],
+    credentials: CredentialCache,
+    chains: ChainRoutes | None = None,
+) -> GatewayApp:
+    return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains)
+
+
+async def _send(send: Any, method: str, reply: Reply) -> None:
+    status, content, out_headers = reply
+    body = b"" if method == "HEAD" or status in (204, 304) else content
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers.items() if k != "content-length"]
+    if status not in (204, 304):
+        headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _create_target(path: str, body: bytes) -> tuple[str, str] | None:

@@ -89,9 +89,25 @@ class ChainRoutes:
         return len(self._routes)
 
 
+def _names_param(part: str) -> bool:
+    """Whether a raw ``&``-separated query part could be read as ``referenced-by`` by some server:
+    any ``;``-separated piece (old parsers split on it) whose key, decoded up to three times and
+    case-folded, is the parameter."""
+    for piece in part.split(";"):
+        key = piece.partition("=")[0]
+        for _ in range(3):
+            if key.strip().lower() == PARAM:
+                return True
+            decoded = unquote_plus(key)
+            if decoded == key:
+                break
+            key = decoded.partition("=")[0]
+    return False
+
+
 def strip_referenced_by(query: str) -> str:
-    """``query`` without any ``referenced-by`` parameter (raw, order kept)."""
-    return "&".join(p for p in query.split("&") if p and unquote_plus(p.partition("=")[0]) != PARAM)
+    """``query`` without any ``referenced-by`` parameter however spelled (raw, order kept)."""
+    return "&".join(p for p in query.split("&") if p and not _names_param(p))
 
 
 def with_referenced_by(query: str, referenced_by: str) -> str:

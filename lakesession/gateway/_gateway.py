@@ -6,13 +6,11 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
-from .._background import BackgroundServer, bind, url_host
 from ._accesslog import AccessLog
-from ._app import Upstream, create_gateway_app
+from ._app import create_gateway_app
 from ._chains import ChainRoutes
 from ._credcache import CredentialCache
+from ._upstream import Upstream
 
 
 class Gateway:
@@ -44,13 +42,13 @@ class Gateway:
         self.access_log = access_log if access_log is not None else AccessLog()
         self.credential_cache = CredentialCache()
         self.chains = ChainRoutes()
-        self._client = httpx.Client(
-            timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32)
-        )
+        # uvicorn only now, when a gateway is wanted: ``import lakesession`` stays light
+        from .._background import BackgroundServer, bind, url_host
+
         self._sock = bind(host, port)
         self.uri = f"http://{url_host(host)}:{self._sock.getsockname()[1]}"
-        app = create_gateway_app(
-            Upstream(upstream, token, invalidate or (lambda: None), self._client),
+        self._app = app = create_gateway_app(
+            Upstream(upstream, token, invalidate or (lambda: None), timeout),
             self._secret,
             self.access_log,
             lambda: self.uri,
@@ -72,13 +70,14 @@ class Gateway:
 
     def start(self) -> Gateway:
         if not self._started:
+            self._app.upstream.warm()
             self._server.start()
             self._started = True
         return self
 
     def stop(self) -> None:
         self._server.stop()
-        self._client.close()
+        self._app.close()
         self._started = False
 
     def __enter__(self) -> Gateway:
