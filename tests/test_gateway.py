@@ -226,3 +226,26 @@ def test_access_log_bound_still_holds_for_aggregates() -> None:
     log.add(AccessRecord(t + 2, "refresh_credentials", "table s.a", 200, 0.1, via="cache"))
     log.add(AccessRecord(t + 3, "refresh_credentials", "table s.a", 200, 0.1, via="cache"))
     assert len(log) == 5 and log.records()[-1].count == 2 and log.records()[-1].time == t + 2
+
+
+def test_table_results_get_a_client_region_when_the_catalog_names_none() -> None:
+    """Iceberg Java cannot build its S3 client without a region; SeaweedFS-like catalogs send none."""
+    import json as _json
+
+    from lakesession.gateway._app import rewrite_table_config
+
+    up, gw = "http://catalog:1", "http://127.0.0.1:2"
+    bare = _json.dumps({"metadata": {}, "config": {"s3.endpoint": "http://s3:9"}}).encode()
+    out = _json.loads(rewrite_table_config(bare, up, gw, "eu-west-3"))
+    assert out["config"] == {"s3.endpoint": "http://s3:9", "client.region": "eu-west-3"}
+    named = _json.dumps(
+        {"metadata": {}, "storage-credentials": [{"prefix": "s3://b", "config": {"s3.region": "ap-south-1"}}]}
+    )
+    assert (
+        _json.loads(rewrite_table_config(named.encode(), up, gw, "eu-west-3"))["config"]["client.region"]
+        == "ap-south-1"
+    )
+    given = _json.dumps({"metadata": {}, "config": {"client.region": "us-west-2"}}).encode()
+    assert rewrite_table_config(given, up, gw, "eu-west-3") == given  # the catalog's own choice stays
+    listing = _json.dumps({"identifiers": []}).encode()
+    assert rewrite_table_config(listing, up, gw, "eu-west-3") == listing  # only table results

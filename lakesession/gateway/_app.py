@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import threading
 import time
 import traceback
@@ -30,7 +31,7 @@ from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
 from ._upstream import Reply, Upstream, error_reply
 
-__all__ = ["GatewayApp", "Upstream", "create_gateway_app", "rewrite_table_config"]
+__all__ = ["GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
 
 logger = logging.getLogger("lakesession.gateway")
 
@@ -47,21 +48,38 @@ METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
-def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str) -> bytes:
+def default_region() -> str:
+    """The region the JVM gets when the catalog names none: the environment's, else us-east-1."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str, region: str | None = None) -> bytes:
     """Point every absolute catalog URL in a table's configs (credential refresh endpoint, remote
-    signer URI) at the gateway, so the JVM never needs the user's token (relative paths already do)."""
-    if upstream_base.encode() not in body:
+    signer URI) at the gateway, so the JVM never needs the user's token (relative paths already do).
+
+    A table result without ``client.region`` gets one (the catalog's ``s3.region``, else ``region``):
+    Iceberg Java's S3 client cannot start without a region, and catalogs for S3-compatible stores
+    (SeaweedFS, MinIO) often advertise none."""
+    urls = upstream_base.encode() in body
+    if not urls and (region is None or b'"client.region"' in body):
         return body
     try:
         doc = json.loads(body)
     except ValueError:
         return body
+    if not isinstance(doc, dict):
+        return body
+    holders = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
     changed = False
-    for holder in [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]:
+    for holder in holders if urls else []:
         for key, value in holder.items():
             if isinstance(value, str) and (value == upstream_base or value.startswith(upstream_base + "/")):
                 holder[key] = gateway_base + value[len(upstream_base) :]
                 changed = True
+    if region is not None and "metadata" in doc and not any("client.region" in h for h in holders):
+        named = next((h["s3.region"] for h in holders if isinstance(h.get("s3.region"), str)), None)
+        doc["config"] = {**(doc.get("config") or {}), "client.region": named or region}
+        changed = True
     return json.dumps(doc).encode() if changed else body
 
 
@@ -91,8 +109,10 @@ class GatewayApp:
         gateway_base: Callable[[], str],
         credentials: CredentialCache,
         chains: ChainRoutes | None = None,
+        region: str | None = None,
     ):
         self.upstream = upstream
+        self.region = region if region is not None else default_region()
         self._expected = f"Bearer {secret}".encode()
         self.access_log = access_log
         self._gateway_base = gateway_base
@@ -219,7 +239,7 @@ class GatewayApp:
         else:
             status, content, out_headers = self.upstream.forward(method, path, query, headers, body)
         if status == 200 and "/tables" in path:
-            content = rewrite_table_config(content, self.upstream.base_url, base)
+            content = rewrite_table_config(content, self.upstream.base_url, base, self.region)
         if what:
             self.access_log.add(
                 AccessRecord(
