@@ -65,7 +65,7 @@ def _route_contexts(app: FastAPI) -> list[Any]:
 
 def mounted_endpoints(app: FastAPI) -> list[str]:
     """``METHOD /v1/{prefix}/...`` for every catalog route actually mounted on ``app``."""
-    out = set()
+    out: set[str] = set()
     for route in _route_contexts(app):
         path = getattr(route, "path_format", None) or getattr(route, "path", None) or ""
         if path.startswith("/v1/{prefix}"):

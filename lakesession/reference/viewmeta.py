@@ -332,7 +332,8 @@ class ViewMetadataBuilder:
             raise BadRequest(f"Cannot set current version to unknown version: {version_id}")
         self.current_version_id = version_id
         ts = version.timestamp_ms if version_id in self.added_version_ids else int(time.time() * 1000)
-        self.history_entry = ViewHistoryEntry(timestamp_ms=ts, version_id=version_id)
+        # by alias: pyiceberg declares these models with hyphenated aliases (mypy sees only those)
+        self.history_entry = ViewHistoryEntry.model_validate({"timestamp-ms": ts, "version-id": version_id})
         self.changes += 1
 
     # -- result
@@ -380,15 +381,17 @@ class ViewMetadataBuilder:
                     kept_history.clear()  # drop history past any expired version
             history = kept_history
 
-        return ViewMetadata(
-            view_uuid=self.uuid or str(uuidlib.uuid4()),
-            format_version=self.format_version,
-            location=self.location,
-            schemas=self.schemas,
-            current_version_id=current.version_id,
-            versions=versions,
-            version_log=history,
-            properties=self.properties,
+        return ViewMetadata.model_validate(
+            {
+                "view-uuid": self.uuid or str(uuidlib.uuid4()),
+                "format-version": self.format_version,
+                "location": self.location,
+                "schemas": self.schemas,
+                "current-version-id": current.version_id,
+                "versions": versions,
+                "version-log": history,
+                "properties": self.properties,
+            }
         )
 
 

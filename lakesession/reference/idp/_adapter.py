@@ -59,7 +59,7 @@ class FormPayload(OAuth2Payload):
         return self._data
 
     @property
-    def datalist(self) -> dict[str, list[str]]:  # type: ignore[override]
+    def datalist(self) -> dict[str, list[str]]:
         return self._datalist
 
     def repeated(self, *, allowed: tuple[str, ...] = ()) -> list[str]:

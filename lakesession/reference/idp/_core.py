@@ -27,6 +27,7 @@ class IssuerCore(Protocol):
     alg: str
     refresh_store: RefreshTokenStore
     devices: DeviceStore
+    authcodes: Any  # _authcode.AuthCodeStore (typed loosely: _authcode imports this module)
 
     def verify(self, token: str) -> dict[str, Any]:
         """Claims of a valid access token minted by this issuer (``NotAuthorized`` otherwise)."""

@@ -244,7 +244,7 @@ def _respond(grant: BaseGrant, token: dict[str, Any]) -> tuple[int, dict[str, An
 class ClientCredentials(ClientCredentialsGrant):
     TOKEN_ENDPOINT_AUTH_METHODS = ("client_secret_basic", "client_secret_post")
 
-    def create_token_response(self):  # type: ignore[override]
+    def create_token_response(self):
         self.request.user = User(self.client.principal)
         return _respond(
             self,
@@ -267,7 +267,7 @@ class DeviceCode(DeviceCodeGrant):
     def should_slow_down(self, credential: DeviceCredential) -> bool:
         return credential.poll_too_fast()
 
-    def create_token_response(self):  # type: ignore[override]
+    def create_token_response(self):
         device_code = self.request.payload.data["device_code"]
         if self.server.issuer.devices.pop(device_code) is None:  # single use, even under concurrent polls
             raise InvalidGrantError("The device code was already redeemed")
@@ -283,17 +283,17 @@ class RefreshToken(RefreshTokenGrant):
     TOKEN_ENDPOINT_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
     INCLUDE_NEW_REFRESH_TOKEN = True
 
-    def authenticate_refresh_token(self, refresh_token: str):  # type: ignore[no-untyped-def]
+    def authenticate_refresh_token(self, refresh_token: str):
         return self.server.issuer.refresh_store.lookup(refresh_token)
 
-    def authenticate_user(self, refresh_token):  # type: ignore[no-untyped-def]
+    def authenticate_user(self, refresh_token):
         principal = self.server.issuer.directory.get_principal(refresh_token.principal)
         return User(principal.name, sid=refresh_token.family) if principal else None
 
-    def revoke_old_credential(self, refresh_token) -> None:  # type: ignore[no-untyped-def]
+    def revoke_old_credential(self, refresh_token) -> None:
         pass  # already spent atomically before the new token was minted
 
-    def create_token_response(self):  # type: ignore[override]
+    def create_token_response(self):
         record = self.request.refresh_token
         if not self.server.issuer.refresh_store.consume(record):
             raise InvalidGrantError()
@@ -367,11 +367,11 @@ class DeviceAuthorization(DeviceAuthorizationEndpoint):
 
     CLIENT_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
 
-    @property  # type: ignore[override]
+    @property
     def EXPIRES_IN(self) -> int:
         return self.server.issuer.settings.device_code_ttl
 
-    @property  # type: ignore[override]
+    @property
     def INTERVAL(self) -> int:
         return self.server.issuer.settings.device_poll_interval
 

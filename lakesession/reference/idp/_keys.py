@@ -94,7 +94,7 @@ def _write_private(path: Path, key: Key) -> None:
 
 def public_jwks(key: Key, alg: str) -> dict[str, Any]:
     """The JWKS document (public parts only) advertising ``key`` with its ``kid``, ``alg`` and ``use``."""
-    return KeySet([key]).as_dict(private=False, alg=alg, use="sig")
+    return dict(KeySet([key]).as_dict(private=False, alg=alg, use="sig"))
 
 
 def token_header(token: str) -> dict[str, Any]:

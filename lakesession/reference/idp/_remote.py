@@ -83,7 +83,7 @@ class RemoteVerifier:
             if self._jwks_uri is None:
                 self._jwks_uri = self._discover()
             doc = self._get_json(self._jwks_uri)
-            keys = KeySet.import_key_set(doc)
+            keys = KeySet.import_key_set(doc)  # type: ignore[arg-type]  # validated by joserfc itself
         except (httpx.HTTPError, ValueError, KeyError, TypeError, JoseError) as exc:
             logger.warning("could not load the signing keys of issuer %s: %s", self.issuer_url, type(exc).__name__)
             return  # keep serving the previous keys, if any

@@ -56,7 +56,7 @@ class RefreshRecord(TokenMixin):
     scope: str | None
     expires_at: float
 
-    def check_client(self, client) -> bool:  # type: ignore[no-untyped-def]
+    def check_client(self, client) -> bool:
         return client.get_client_id() == self.client_id
 
     def get_scope(self) -> str | None:

@@ -387,7 +387,7 @@ def _assume_role(
 ) -> Any:
     realm = CURRENT_REALM.get()
     if realm is None:
-        return _original_assume_role(self, region_name, role_session_name, role_arn, policy, duration, external_id)
+        return _original_assume_role(self, region_name, role_session_name, role_arn, policy, duration, external_id)  # type: ignore[arg-type]
     try:
         role = iam_backends[realm.account_id][realm.partition].get_role_by_arn(role_arn)
     except NotFoundException:
@@ -412,6 +412,6 @@ def _assume_role(
         except Exception as exc:
             message = getattr(exc, "message", None) or str(exc) or "Syntax errors in policy."
             raise MalformedPolicyDocument(message) from None
-    assumed = _original_assume_role(self, region_name, role_session_name, role_arn, policy, duration, external_id)
+    assumed = _original_assume_role(self, region_name, role_session_name, role_arn, policy, duration, external_id)  # type: ignore[arg-type]
     realm.sessions[assumed.access_key_id] = Session(role_arn, parsed, _epoch(assumed.expiration))
     return assumed
