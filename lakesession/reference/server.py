@@ -186,6 +186,7 @@ def start(
     wrap_app: Callable[[Any], Any] | None = None,
     s3: S3Settings | None = None,
     s3_emulator: bool = False,
+    s3_emulator_port: int | None = None,
     credential_ttl: int = 3600,
     **settings: Any,
 ) -> ReferenceCatalog:
@@ -197,8 +198,9 @@ def start(
 
     An ``s3://bucket/prefix`` warehouse vends credentials: pass ``s3=S3Settings(...)`` for real
     S3/STS, or ``s3_emulator=True`` for the embedded emulator (moto, enforcing session policies
-    and expiry), which ``handle.s3_emulator`` then exposes. ``credential_ttl`` sets the lifetime
-    of vended credentials.
+    and expiry), which ``handle.s3_emulator`` then exposes; it keeps its objects under
+    ``DATA_DIR/s3-emulator`` (so a restart with the same data dir serves them again) and listens on
+    ``s3_emulator_port`` if given. ``credential_ttl`` sets the lifetime of vended credentials.
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -218,15 +220,16 @@ def start(
                 "an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
                 "or s3_emulator=True (serve: --s3-emulator)"
             )
-        emulator, s3 = _start_emulator(warehouse, credential_ttl)
+        emulator, s3 = _start_emulator(warehouse, credential_ttl, data_path / "s3-emulator", s3_emulator_port or 0)
     elif s3 is not None and s3.credential_ttl != credential_ttl and credential_ttl != 3600:
         s3 = replace(s3, credential_ttl=credential_ttl)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
+    base_url = settings.pop("base_url", None) or f"http://{url_host(host)}:{bound_port}"  # public URL behind a proxy
     cfg = ServerSettings(
         warehouse=warehouse.rstrip("/"),
         db_url=db or store.sqlite_url(data_path / "catalog.db"),
-        base_url=f"http://{url_host(host)}:{bound_port}",
+        base_url=base_url,
         issuer_url=issuer_url,
         access_token_ttl=access_token_ttl,
         s3=s3,
@@ -246,11 +249,11 @@ def start(
     return handle
 
 
-def _start_emulator(warehouse: str, credential_ttl: int) -> tuple[Any, S3Settings]:
+def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path, port: int) -> tuple[Any, S3Settings]:
     from .storage import S3Emulator
     from .storage.policy import split_s3_location as split_s3
 
-    emulator = S3Emulator().start()
+    emulator = S3Emulator(port=port, persist_dir=persist_dir).start()
     bucket, _ = split_s3(warehouse)
     emulator.create_bucket(bucket)
     admin = emulator.admin_credentials
