@@ -14,6 +14,7 @@ import pwd
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,14 @@ def new_database(prefix: str = "ls") -> str:
 
     pg = server()
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(host=pg.host, port=pg.port, user=pg.user, dbname="postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    deadline = time.monotonic() + 60
+    while True:  # the port opens before the server accepts sessions ("the database system is starting up")
+        try:
+            with psycopg.connect(host=pg.host, port=pg.port, user=pg.user, dbname="postgres", autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            break
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
     return f"postgresql+psycopg://{pg.user}@{pg.host}:{pg.port}/{name}"
