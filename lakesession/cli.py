@@ -87,6 +87,8 @@ def _print_client_settings(handle: object) -> None:
     lines.append(("storage", h.settings.warehouse))
     if h.s3_emulator is not None:
         lines.append(("s3", h.s3_emulator.endpoint))
+    if h.bind_url != h.uri:
+        lines.append(("listening", h.bind_url))
     lines.append(("admin credentials", f"{h.data_dir / 'admin-credentials'} (client id 'admin')"))
     for key, value in lines:
         print(f"{key}: {value}", flush=True)

@@ -160,7 +160,7 @@ def load(path: str | Path) -> Bootstrap:
 
 
 def apply(b: Bootstrap, directory: Directory) -> None:
-    """Create what is missing; re-applying the same file changes nothing."""
+    """Create what is missing; re-applying the same file changes nothing (also from replicas starting together)."""
     for p in b.principals:
         try:
             directory.create_principal(p["name"], p.get("type", "user"), p.get("client_id"), p.get("client_secret"))
@@ -170,7 +170,10 @@ def apply(b: Bootstrap, directory: Directory) -> None:
     existing = directory.list_roles()
     for r in b.roles:
         if r["name"] not in existing:
-            directory.create_role(r["name"])
+            try:
+                directory.create_role(r["name"])
+            except Conflict:
+                pass  # another replica applying the same file at the same moment
         for m in r.get("members", []):
             directory.add_member(r["name"], m)
     for g in b.grants:

@@ -19,6 +19,7 @@ from .audit import AuditRecord
 from .authz import Grant
 from .context import Services
 from .directory import Principal
+from .errors import Conflict
 from .settings import ServerSettings
 from .vending import S3Settings
 
@@ -103,12 +104,22 @@ def _ensure_admin(services: Services, data_dir: Path) -> ClientCredentials:
         fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secret + "\n")
+    # replicas sharing a database may start together: creating what another just created is fine
+    created = False
     if directory.get_principal(ADMIN_PRINCIPAL) is None:
-        directory.create_principal(ADMIN_PRINCIPAL, "service", ADMIN_PRINCIPAL, secret)
-    elif directory.authenticate_client(ADMIN_PRINCIPAL, secret) is None:
+        try:
+            directory.create_principal(ADMIN_PRINCIPAL, "service", ADMIN_PRINCIPAL, secret)
+            created = True
+        except Conflict:
+            pass
+    if not created and directory.authenticate_client(ADMIN_PRINCIPAL, secret) is None:
         directory.set_client_secret(ADMIN_PRINCIPAL, secret)
     if ADMIN_ROLE not in directory.list_roles():
-        directory.create_role(ADMIN_ROLE, [ADMIN_PRINCIPAL])
+        try:
+            directory.create_role(ADMIN_ROLE)
+        except Conflict:
+            pass
+    directory.add_member(ADMIN_ROLE, ADMIN_PRINCIPAL)
     directory.grant(ADMIN_ROLE, "CATALOG_MANAGE_ACCESS", "catalog")
     directory.grant(ADMIN_ROLE, "CATALOG_MANAGE_CONTENT", "catalog")
     return ClientCredentials(ADMIN_PRINCIPAL, secret)
@@ -134,6 +145,7 @@ class ReferenceCatalog:
         self.services = services
         self.admin = Admin(services, self.app.state.issuer)
         self.s3_emulator: Any = None
+        self.bind_url = settings.base_url
         self.admin_credentials = _ensure_admin(services, data_dir)
         if bootstrap is not None:
             self.admin.apply_bootstrap(bootstrap)
@@ -238,6 +250,7 @@ def start(
     try:
         handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
         handle.s3_emulator = emulator
+        handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
         handle._start()
     except BaseException:
         sock.close()
