@@ -90,13 +90,24 @@ def _print_client_settings(handle: object) -> None:
     if h.bind_url != h.uri:
         lines.append(("listening", h.bind_url))
     lines.append(("admin credentials", f"{h.data_dir / 'admin-credentials'} (client id 'admin')"))
+    token_url = f"{h.issuer_uri}/token" if h.settings.uses_embedded_issuer else "TOKEN_URL"
+    lines.append(
+        (
+            "pyiceberg",
+            f"RestCatalog(NAME, uri={h.uri!r}, warehouse={h.warehouse!r}, credential='ID:SECRET', "
+            f"**{{'oauth2-server-uri': {token_url!r}}})",
+        )
+    )
+    lines.append(
+        (
+            "environment",
+            f"LAKESESSION_URI={h.uri} LAKESESSION_WAREHOUSE={h.warehouse} LAKESESSION_ISSUER={h.issuer_uri}",
+        )
+    )
+    # last line (scripts wait for it): the notebook call; device login, or credential='ID:SECRET' for services
+    lines.append(("connect", f"lakesession.spark(uri={h.uri!r}, warehouse={h.warehouse!r}, issuer={h.issuer_uri!r})"))
     for key, value in lines:
         print(f"{key}: {value}", flush=True)
-    print(
-        f"connect: lakesession.spark(catalog_uri={h.uri!r}, warehouse={h.warehouse!r})  "
-        f"# pyiceberg: RestCatalog(uri=..., warehouse={h.warehouse!r}, credential='ID:SECRET')",
-        flush=True,
-    )
 
 
 def cmd_jars(args: argparse.Namespace) -> int:

@@ -219,3 +219,28 @@ def test_sts_refusal_shows_the_stores_reason(tmp_path: Path) -> None:
         message = r.json()["error"]["message"]
         assert "ValidationError" in message and "durationSeconds" in message, message
         assert h.settings.s3.secret_access_key not in r.text
+
+
+def test_errors_never_echo_a_database_password(tmp_path: Path) -> None:
+    f = write(
+        tmp_path, "catalog_name: [postgresql+psycopg://u:pw-x9@h/db]\nport: 'postgresql+psycopg://u:pw-x9@h/db'\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        resolve(f, environ={})
+    assert "pw-x9" not in str(e.value) and "u:***@h" in str(e.value) and f"{f}:1: catalog_name" in str(e.value)
+
+
+def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "policy.yaml").write_text("principals: [{name: p1}]\n")
+    f = write(tmp_path / "conf", "data_dir: state\nbootstrap: policy.yaml\n")
+    kw = resolve(f, environ={}).start_kwargs
+    assert kw["data_dir"] == tmp_path / "conf" / "state"
+    assert [p["name"] for p in kw["bootstrap"].principals] == ["p1"]
+    kw = resolve(f, environ={}, flags={"data_dir": ("--data-dir", Path("here"))}).start_kwargs
+    assert kw["data_dir"] == Path("here")  # a flag is relative to the working directory, as usual
+
+
+def test_serve_names_an_invalid_bucket(tmp_path: Path) -> None:
+    r = run_serve(["--port", "0", "--data-dir", str(tmp_path), "--warehouse", "s3://x/wh", "--s3-emulator"])
+    assert r.returncode == 2 and "invalid bucket name 'x'" in r.stderr and "Traceback" not in r.stderr

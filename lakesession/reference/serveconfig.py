@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
@@ -35,6 +36,7 @@ from . import bootstrap as bootstrap_mod
 from .settings import ServerSettings
 
 ENV_PREFIX = "LAKESESSION_SERVE__"
+_URL_PASSWORD = re.compile(r"(//[^/:@\s]*:)[^@\s]*@")
 
 
 class ConfigError(ValueError):
@@ -132,7 +134,15 @@ def _hint(err: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
     if kind == "missing":
         return f"{name} is required"
     example = {"trusted_engines": " (e.g. [{principal: engine}])", "extra_config": " (a mapping of strings)"}
-    return f"{name}: {err['msg']} (got {err.get('input')!r}){example.get(str(loc[0]), '')}"
+    return f"{name}: {err['msg']} (got {_shown(err.get('input'))}){example.get(str(loc[0]), '')}"
+
+
+def _shown(value: Any) -> str:
+    """The offending value, short and with any URL password masked (a db_url may carry one)."""
+    if isinstance(value, dict | list):
+        return type(value).__name__
+    text = _URL_PASSWORD.sub(r"\1***@", repr(value))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _env_value(text: str) -> Any:
@@ -200,6 +210,14 @@ def resolve(
     for k, (_, default) in _PROCESS_FIELDS.items():
         kwargs.setdefault(k, default)
     kwargs.pop("bootstrap", None)
+    data_dir = kwargs.get("data_dir")
+    if (
+        data_dir is not None
+        and not data_dir.is_absolute()
+        and config_file is not None
+        and ("data_dir",) not in located.overrides
+    ):
+        kwargs["data_dir"] = Path(config_file).parent / data_dir  # paths in the file are relative to the file
     if "db_url" in values:
         kwargs["db"] = values["db_url"]
     kwargs["bootstrap"] = _bootstrap(data.get("bootstrap"), root, located, config_file)

@@ -266,9 +266,16 @@ def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path, port
     from .storage import S3Emulator
     from .storage.policy import split_s3_location as split_s3
 
-    emulator = S3Emulator(port=port, persist_dir=persist_dir).start()
+    try:
+        emulator = S3Emulator(port=port, persist_dir=persist_dir).start()
+    except OSError as e:
+        raise ValueError(f"the S3 emulator cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
     bucket, _ = split_s3(warehouse)
-    emulator.create_bucket(bucket)
+    try:
+        emulator.create_bucket(bucket)
+    except ValueError:
+        emulator.stop(clear=True)
+        raise
     admin = emulator.admin_credentials
     settings = S3Settings(
         role_arn=emulator.vending_role_arn,

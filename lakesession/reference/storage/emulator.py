@@ -333,7 +333,14 @@ class S3Emulator:
             raise ValueError(
                 f"bucket {name!r} belongs to another emulator or moto user in this process (bucket names are global)"
             )
-        self._s3().create_bucket(name, self.region)
+        from moto.s3.exceptions import InvalidBucketName
+
+        try:
+            self._s3().create_bucket(name, self.region)
+        except InvalidBucketName:
+            raise ValueError(
+                f"invalid bucket name {name!r}: use 3-63 lowercase letters, digits, dots and hyphens"
+            ) from None
         if self._objects is not None:
             self._objects.add_bucket(name)
 
