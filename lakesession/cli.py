@@ -53,6 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             kwargs["s3"] = s3_settings(s3_config, kwargs["credential_ttl"])
         if kwargs["data_dir"] is None:
             kwargs["data_dir"] = _default_data_dir()
+        kwargs["s3_emulator_persist"] = True  # a served emulator keeps its objects in the data dir across restarts
         handle = start(kwargs.pop("warehouse", None), **kwargs)
     except (ConfigError, BootstrapError) as e:
         print(f"lakesession serve: invalid configuration:\n{e}", file=sys.stderr)

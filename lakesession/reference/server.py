@@ -199,6 +199,7 @@ def start(
     s3: S3Settings | None = None,
     s3_emulator: bool = False,
     s3_emulator_port: int | None = None,
+    s3_emulator_persist: bool = False,
     credential_ttl: int = 3600,
     **settings: Any,
 ) -> ReferenceCatalog:
@@ -210,9 +211,10 @@ def start(
 
     An ``s3://bucket/prefix`` warehouse vends credentials: pass ``s3=S3Settings(...)`` for real
     S3/STS, or ``s3_emulator=True`` for the embedded emulator (moto, enforcing session policies
-    and expiry), which ``handle.s3_emulator`` then exposes; it keeps its objects under
-    ``DATA_DIR/s3-emulator`` (so a restart with the same data dir serves them again) and listens on
-    ``s3_emulator_port`` if given. ``credential_ttl`` sets the lifetime of vended credentials.
+    and expiry), which ``handle.s3_emulator`` then exposes; it listens on ``s3_emulator_port`` if
+    given, and with ``s3_emulator_persist`` (``lakesession serve``) keeps its objects under
+    ``DATA_DIR/s3-emulator``, so a restart with the same data dir serves them again.
+    ``credential_ttl`` sets the lifetime of vended credentials.
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -232,7 +234,8 @@ def start(
                 "an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
                 "or s3_emulator=True (serve: --s3-emulator)"
             )
-        emulator, s3 = _start_emulator(warehouse, credential_ttl, data_path / "s3-emulator", s3_emulator_port or 0)
+        persist = data_path / "s3-emulator" if s3_emulator_persist else None
+        emulator, s3 = _start_emulator(warehouse, credential_ttl, persist, s3_emulator_port or 0)
     elif s3 is not None and s3.credential_ttl != credential_ttl and credential_ttl != 3600:
         s3 = replace(s3, credential_ttl=credential_ttl)
     sock = bind(host, port)
@@ -262,7 +265,7 @@ def start(
     return handle
 
 
-def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path, port: int) -> tuple[Any, S3Settings]:
+def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path | None, port: int) -> tuple[Any, S3Settings]:
     from .storage import S3Emulator
     from .storage.policy import split_s3_location as split_s3
 
