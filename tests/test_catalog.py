@@ -31,7 +31,7 @@ def uniq(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def catalog(request: pytest.FixtureRequest, catalog: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """Every test here runs on the shared SQLite catalog and on one backed by a real PostgreSQL server."""
     if request.param == "sqlite":

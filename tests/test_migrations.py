@@ -21,7 +21,7 @@ from ._pg import new_database
 MODELS = [store.metadata, SqlCatalogBaseTable.metadata, idp_state.metadata]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return store.sqlite_url(tmp_path / "catalog.db")
@@ -107,6 +107,7 @@ def test_database_from_before_migrations_is_adopted_without_data_loss(db_url: st
     legacy.dispose()
 
 
+@pytest.mark.slow
 def test_concurrent_first_starts_on_one_postgresql_database() -> None:
     """Two replicas starting at once against an empty database: one migrates, the other waits, neither fails."""
     url = new_database("race")
