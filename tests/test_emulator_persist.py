@@ -35,6 +35,10 @@ def test_objects_survive_a_restart(tmp_path: Path) -> None:
             UploadId=up,
             MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
         )
+        s3.create_bucket(Bucket="persist-gone")
+        s3.put_object(Bucket="persist-gone", Key="k", Body=b"v")
+        s3.delete_object(Bucket="persist-gone", Key="k")
+        s3.delete_bucket(Bucket="persist-gone")
         # a refused write (read-only scoped credential) changes nothing, in memory or on disk
         scoped = first.client("s3", first.assume(table_session_policy("s3://persist-a/wh/t", write=False)))
         with pytest.raises(ClientError):
@@ -53,6 +57,7 @@ def test_objects_survive_a_restart(tmp_path: Path) -> None:
     second = S3Emulator(persist_dir=tmp_path).start()
     try:
         assert objects(second, "persist-a") == before
+        assert [b["Name"] for b in second.client("s3").list_buckets()["Buckets"]] == ["persist-a"]
         assert before["wh/t/data/1.parquet"] == b"overwritten" and before["wh/big"] == b"x" * 10
     finally:
         second.stop(clear=True)

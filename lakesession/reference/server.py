@@ -266,7 +266,7 @@ def start(
 
 
 def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path | None, port: int) -> tuple[Any, S3Settings]:
-    from .storage import S3Emulator
+    from .storage.emulator import S3Emulator
     from .storage.policy import split_s3_location as split_s3
 
     try:

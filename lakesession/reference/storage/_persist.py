@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,12 @@ class ObjectDir:
 
     def add_bucket(self, bucket: str) -> None:
         (self.root / bucket).mkdir(exist_ok=True)
+
+    def drop_bucket(self, backend: Any, bucket: str) -> None:
+        """Forget a bucket the backend no longer has (DeleteBucket succeeds only on an empty bucket)."""
+        if bucket not in backend.buckets:
+            with self._lock:
+                shutil.rmtree(self.root / bucket, ignore_errors=True)
 
     def sync_key(self, backend: Any, bucket: str, key: str) -> None:
         """Mirror one key: write it if the backend has it, remove it if not."""

@@ -141,10 +141,12 @@ class _RealmApp:
             return  # STS / IAM
         if key:
             self.objects.sync_key(self.backend(), bucket, key)  # PATH_INFO is already decoded
-        elif environ["REQUEST_METHOD"] == "POST":
+        elif environ["REQUEST_METHOD"] == "POST":  # DeleteObjects
             self.objects.sync_bucket(self.backend(), bucket)
-        else:
+        elif environ["REQUEST_METHOD"] == "PUT":  # CreateBucket (or a bucket setting: harmless)
             self.objects.add_bucket(bucket)
+        else:  # DeleteBucket
+            self.objects.drop_bucket(self.backend(), bucket)
 
 
 def _policy_json(policy: dict[str, Any] | str) -> str:
