@@ -83,6 +83,8 @@ def test_s3_section_and_not_a_mapping(tmp_path: Path) -> None:
     assert "s3.role_arn is required" in str(e.value)
     with pytest.raises(ConfigError, match=r":1: the config file must be a mapping"):
         resolve(write(tmp_path, "- port: 1\n", "list.yaml"), environ={})
+    with pytest.raises(ConfigError, match=r":3: key 'port' appears twice \(first on line 1\)"):
+        resolve(write(tmp_path, "port: 1\nhost: h\nport: 2\n", "dup.yaml"), environ={})
     with pytest.raises(ConfigError, match=r":2: not valid YAML"):
         resolve(write(tmp_path, "port: 1\n  bad: [\n", "bad.yaml"), environ={})
 

@@ -122,6 +122,21 @@ class _Located:
         return f"{self.source}:{line}" if line else self.source
 
 
+def _no_duplicates(node: yaml.Node, source: str) -> None:
+    """YAML keeps the last of two equal keys silently; a config file must not (which one did the operator mean?)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for k, v in node.value:
+            line = k.start_mark.line + 1
+            if isinstance(k, yaml.ScalarNode) and k.value in seen:
+                raise ConfigError(f"{source}:{line}: key {k.value!r} appears twice (first on line {seen[k.value]})")
+            seen[str(getattr(k, "value", ""))] = line
+            _no_duplicates(v, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _no_duplicates(item, source)
+
+
 def _hint(err: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
     """The fix, in words."""
     kind = err["type"]
@@ -187,6 +202,7 @@ def resolve(
         if root is not None and not (isinstance(root, yaml.ScalarNode) and root.value in ("", "~", "null")):
             if not isinstance(root, yaml.MappingNode):
                 raise ConfigError(f"{source}:{root.start_mark.line + 1}: the config file must be a mapping of settings")
+            _no_duplicates(root, source)
             data = yaml.safe_load(text) or {}
     located = _Located(root, source)
     env = os.environ if environ is None else environ
