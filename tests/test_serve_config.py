@@ -21,9 +21,9 @@ OWNER = "example.run-as-owner"  # not the default: DEFINER works only if the fil
 CONFIG = """\
 port: 0
 catalog_name: lakesession
-trusted_engines:
+trusted_engines:  # the engine, and alice, whose loads the test sends as if through a trusted engine
   - {principal: spark-engine}
-  - {audience: lakesession}
+  - {principal: alice}
 view_owner_property: example.run-as-owner
 access_token_ttl: 900
 bootstrap:
@@ -167,7 +167,7 @@ def test_config_file_server_runs_definer_and_invoker_examples(tmp_path: Path) ->
             q = f"?referenced-by={chain}" if chain else ""
             return call("GET", f"/namespaces/db/tables/{table}{q}", who).status_code
 
-        # example 1, INVOKER: alice needs the view and the table; bob has only the view
+        # example 1, INVOKER: alice needs the view and the table; bob has only the view (and is not trusted)
         assert load("alice", "t_inv", "db%1Finv") == 200
         assert load("bob", "t_inv", "db%1Finv") == 403
         # example 2, DEFINER (owner bob): alice reads through the view only; carol lacks the view
@@ -246,3 +246,22 @@ def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> 
 def test_serve_names_an_invalid_bucket(tmp_path: Path) -> None:
     r = run_serve(["--port", "0", "--data-dir", str(tmp_path), "--warehouse", "s3://x/wh", "--s3-emulator"])
     assert r.returncode == 2 and "invalid bucket name 'x'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_dataclass_sections_refuse_unknown_keys(tmp_path: Path) -> None:
+    """Settings grouped in a dataclass of their own (rate limits, say) are as strict as top-level keys."""
+    import dataclasses
+
+    from lakesession.reference.serveconfig import section_model
+
+    @dataclasses.dataclass
+    class Limits:
+        token_rate: str = "10/minute"
+        max_body_bytes: int = 1024
+
+    model = section_model(Limits)
+    assert Limits(**model.model_validate({"max_body_bytes": 5}).model_dump(exclude_unset=True)) == Limits(
+        "10/minute", 5
+    )
+    with pytest.raises(ValueError, match="token_rat"):
+        model.model_validate({"token_rat": "1/second"})

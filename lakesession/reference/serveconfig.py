@@ -68,17 +68,33 @@ _PROCESS_FIELDS: dict[str, Any] = {
 }
 
 
+# Sections that are dataclasses of their own (e.g. rate limits): key -> (strict model, dataclass)
+_SECTIONS: dict[str, tuple[type[BaseModel], type]] = {}
+
+
+def section_model(cls: type) -> type[BaseModel]:
+    """A model of dataclass ``cls`` that refuses unknown keys; unset keys keep the dataclass defaults."""
+    hints = get_type_hints(cls)
+    fields = {f.name: (hints[f.name] | None, None) for f in dataclasses.fields(cls)}
+    return create_model(f"{cls.__name__}Config", __config__=ConfigDict(extra="forbid"), **fields)
+
+
 def _build_model() -> type[BaseModel]:
     """One field per ServerSettings field (so fields added there are configurable at once), plus the process's."""
     hints = get_type_hints(ServerSettings)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(ServerSettings):
+        hint = hints[f.name]
         if f.name == "s3":
             fields["s3"] = (S3Config | None, None)
         elif f.name == "trusted_engines":  # stricter than the dataclass: a typo must not silently trust nobody
-            fields[f.name] = (list[dict[_EngineKey, str]] | None, None)
+            fields[f.name] = (list[dict[_EngineKey, str | list[str]]] | None, None)
+        elif dataclasses.is_dataclass(hint) and isinstance(hint, type):
+            model = section_model(hint)
+            _SECTIONS[f.name] = (model, hint)
+            fields[f.name] = (model | None, None)
         else:
-            fields[f.name] = (hints[f.name] | None, None)  # unset keys keep ServerSettings' own defaults
+            fields[f.name] = (hint | None, None)  # unset keys keep ServerSettings' own defaults
     fields.update(_PROCESS_FIELDS)
     return create_model("ServeConfig", __config__=ConfigDict(extra="forbid"), **fields)
 
@@ -141,7 +157,8 @@ def _hint(err: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
     """The fix, in words."""
     kind = err["type"]
     if kind == "extra_forbidden":
-        allowed = sorted(S3Config.model_fields) if loc[:1] == ("s3",) else KEYS
+        nested = {"s3": S3Config, **{k: m for k, (m, _) in _SECTIONS.items()}}
+        allowed = sorted(nested[loc[0]].model_fields) if len(loc) > 1 and loc[0] in nested else KEYS
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
         return f"unknown key {loc[-1]!r}: {guess}allowed keys: {', '.join(allowed)}"
@@ -226,6 +243,9 @@ def resolve(
     for k, (_, default) in _PROCESS_FIELDS.items():
         kwargs.setdefault(k, default)
     kwargs.pop("bootstrap", None)
+    for key, (_, cls) in _SECTIONS.items():
+        if isinstance(kwargs.get(key), dict):
+            kwargs[key] = cls(**kwargs[key])
     data_dir = kwargs.get("data_dir")
     if (
         data_dir is not None
