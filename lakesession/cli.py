@@ -50,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kwargs = resolve(args.config, flags=flags).start_kwargs  # everything validated before binding
         s3_config = kwargs.pop("s3_config", None)
         if s3_config is not None and not kwargs["s3_emulator"]:
-            kwargs["s3"] = s3_settings(s3_config, kwargs["credential_ttl"])
+            kwargs["s3"] = s3_settings(s3_config, kwargs["credential_ttl"] or 3600)
         if kwargs["data_dir"] is None:
             kwargs["data_dir"] = _default_data_dir()
         kwargs["s3_emulator_persist"] = True  # a served emulator keeps its objects in the data dir across restarts

@@ -63,7 +63,7 @@ _PROCESS_FIELDS: dict[str, Any] = {
     "data_dir": (Path | None, None),
     "s3_emulator": (bool, False),
     "s3_emulator_port": (int | None, None),
-    "credential_ttl": (int, 3600),
+    "credential_ttl": (int | None, None),  # None: the store's default (3600 s)
     "bootstrap": (Any, None),
 }
 

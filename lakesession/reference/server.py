@@ -200,7 +200,7 @@ def start(
     s3_emulator: bool = False,
     s3_emulator_port: int | None = None,
     s3_emulator_persist: bool = False,
-    credential_ttl: int = 3600,
+    credential_ttl: int | None = None,
     **settings: Any,
 ) -> ReferenceCatalog:
     """Start a reference catalog in a background thread and return its handle.
@@ -214,7 +214,7 @@ def start(
     and expiry), which ``handle.s3_emulator`` then exposes; it listens on ``s3_emulator_port`` if
     given, and with ``s3_emulator_persist`` (``lakesession serve``) keeps its objects under
     ``DATA_DIR/s3-emulator``, so a restart with the same data dir serves them again.
-    ``credential_ttl`` sets the lifetime of vended credentials.
+    ``credential_ttl`` sets the lifetime of vended credentials (default: ``s3``'s own, else 3600 s).
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -235,8 +235,9 @@ def start(
                 "or s3_emulator=True (serve: --s3-emulator)"
             )
         persist = data_path / "s3-emulator" if s3_emulator_persist else None
-        emulator, s3 = _start_emulator(warehouse, credential_ttl, persist, s3_emulator_port or 0)
-    elif s3 is not None and s3.credential_ttl != credential_ttl and credential_ttl != 3600:
+        ttl = 3600 if credential_ttl is None else credential_ttl
+        emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0)
+    elif s3 is not None and credential_ttl is not None and s3.credential_ttl != credential_ttl:
         s3 = replace(s3, credential_ttl=credential_ttl)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
