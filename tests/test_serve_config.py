@@ -130,13 +130,13 @@ def test_serve_refuses_bad_config_before_binding(tmp_path: Path) -> None:
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
-def view_body(name: str, owner: str | None) -> dict[str, object]:
+def view_body(name: str, owner: str | None, sql: str) -> dict[str, object]:
     version = {
         "version-id": 1,
         "timestamp-ms": int(time.time() * 1000),
         "schema-id": 0,
         "summary": {"engine-name": "trino"},
-        "representations": [{"type": "sql", "sql": "SELECT * FROM somewhere", "dialect": "trino"}],
+        "representations": [{"type": "sql", "sql": sql, "dialect": "trino"}],
         "default-namespace": ["db"],
     }
     return {"name": name, "schema": SCHEMA, "view-version": version, "properties": {OWNER: owner} if owner else {}}
@@ -159,8 +159,15 @@ def test_config_file_server_runs_definer_and_invoker_examples(tmp_path: Path) ->
             assert (
                 call("POST", "/namespaces/db/tables", "spark-engine", {"name": t, "schema": SCHEMA}).status_code == 200
             )
-        for name, owner in (("inv", None), ("def_bob", "bob"), ("v1", "bob"), ("v2", None), ("v3", "carol")):
-            r = call("POST", "/namespaces/db/views", "spark-engine", view_body(name, owner))
+        views = (  # each view reads the next object of its chain (a catalog may check that)
+            ("inv", None, "SELECT id FROM t_inv"),
+            ("def_bob", "bob", "SELECT id FROM db.t_def"),
+            ("v1", "bob", "SELECT * FROM v2"),
+            ("v2", None, "SELECT id FROM db.v3 WHERE id > 0"),
+            ("v3", "carol", "SELECT id FROM t_chain"),
+        )
+        for name, owner, sql in views:
+            r = call("POST", "/namespaces/db/views", "spark-engine", view_body(name, owner, sql))
             assert r.status_code == 200, r.text
 
         def load(who: str, table: str, chain: str | None = None) -> int:
