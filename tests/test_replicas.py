@@ -87,8 +87,14 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RoundRo
     )
     (base / "wh").mkdir()
     args = ["--config", str(cfg), "--data-dir", str(base / "shared")]  # issuer key + admin secret: one copy
-    a = Served(args)
-    b = Served(args)
+    started: dict[int, Served] = {}
+    threads = [threading.Thread(target=lambda i=i: started.__setitem__(i, Served(args))) for i in (0, 1)]
+    for t in threads:  # both replicas start at the same moment on an empty database and an empty data dir
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(started) == 2, "a replica did not start"
+    a, b = started[0], started[1]
     proxy.backends = [a.lines["listening"], b.lines["listening"]]
     yield proxy, a, b
     a.stop()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -252,7 +253,8 @@ def start(
         **settings,
     )
     try:
-        handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
+        with _data_dir_lock(data_path):  # replicas sharing a data dir create its issuer key and admin secret once
+            handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
         handle.s3_emulator = emulator
         handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
         handle._start()
@@ -264,6 +266,22 @@ def start(
             tmp.cleanup()
         raise
     return handle
+
+
+@contextlib.contextmanager
+def _data_dir_lock(data_path: Path) -> Iterator[None]:
+    """An exclusive lock on ``DATA_DIR/.lock`` while state files are read or created (POSIX ``flock``)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no replicas sharing a directory there
+        yield
+        return
+    with open(data_path / ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path | None, port: int) -> tuple[Any, S3Settings]:
