@@ -36,6 +36,8 @@ _SERVE_FLAGS = {
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
     from .reference import BootstrapError, start
     from .reference.serveconfig import ConfigError, resolve, s3_settings
 
@@ -57,6 +59,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         handle = start(kwargs.pop("warehouse", None), **kwargs)
     except (ConfigError, BootstrapError) as e:
         print(f"lakesession serve: invalid configuration:\n{e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        extra = " (pip install 'lakesession[postgres]')" if "psycopg" in str(e) else ""
+        print(f"lakesession serve: the database driver is missing: {e}{extra}", file=sys.stderr)
+        return 2
+    except SQLAlchemyError as e:
+        from .reference.serveconfig import mask_password
+
+        detail = mask_password(str(getattr(e, "orig", None) or e)).strip().splitlines()
+        print(f"lakesession serve: cannot use the catalog database: {detail[0] if detail else e}", file=sys.stderr)
         return 2
     except OSError as e:
         where = f"{kwargs.get('host')}:{kwargs.get('port')}"

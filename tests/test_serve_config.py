@@ -272,3 +272,13 @@ def test_dataclass_sections_refuse_unknown_keys(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="token_rat"):
         model.model_validate({"token_rat": "1/second"})
+
+
+def test_unreachable_database_is_a_clean_error_without_the_password(tmp_path: Path) -> None:
+    from lakesession.reference.serveconfig import normalize_db_url
+
+    assert normalize_db_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"  # psycopg 3, not psycopg2
+    assert normalize_db_url("sqlite:///x.db") == "sqlite:///x.db"
+    r = run_serve(["--port", "0", "--data-dir", str(tmp_path), "--db", "postgresql://u:pw-secret-7@127.0.0.1:1/x"])
+    assert r.returncode == 2 and "cannot use the catalog database" in r.stderr, r.stderr
+    assert "pw-secret-7" not in r.stderr + r.stdout and "Traceback" not in r.stderr

@@ -169,11 +169,24 @@ def _hint(err: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
     return f"{name}: {err['msg']} (got {_shown(err.get('input'))}){example.get(str(loc[0]), '')}"
 
 
+def normalize_db_url(url: str) -> str:
+    """``postgresql://`` means psycopg 3 here (the ``postgres`` extra), not SQLAlchemy's default psycopg2."""
+    for plain in ("postgresql://", "postgres://"):
+        if url.startswith(plain):
+            return "postgresql+psycopg://" + url[len(plain) :]
+    return url
+
+
+def mask_password(text: str) -> str:
+    """Hide the password of any URL in ``text`` (database URLs carry one)."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
 def _shown(value: Any) -> str:
     """The offending value, short and with any URL password masked (a db_url may carry one)."""
     if isinstance(value, dict | list):
         return type(value).__name__
-    text = _URL_PASSWORD.sub(r"\1***@", repr(value))
+    text = mask_password(repr(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -255,7 +268,7 @@ def resolve(
     ):
         kwargs["data_dir"] = Path(config_file).parent / data_dir  # paths in the file are relative to the file
     if "db_url" in values:
-        kwargs["db"] = values["db_url"]
+        kwargs["db"] = normalize_db_url(values["db_url"])
     kwargs["bootstrap"] = _bootstrap(data.get("bootstrap"), root, located, config_file)
     if cfg.s3 is not None:  # type: ignore[attr-defined]
         kwargs["s3_config"] = cfg.s3  # type: ignore[attr-defined]
