@@ -48,8 +48,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if flags["bootstrap"][1] is not None:
         flags["bootstrap"] = ("--bootstrap", str(args.bootstrap))
     kwargs: dict[str, Any] = {}
+    resolved = None
     try:
-        kwargs = resolve(args.config, flags=flags).start_kwargs  # everything validated before binding
+        resolved = resolve(args.config, flags=flags)  # everything validated before binding
+        kwargs = resolved.start_kwargs
         s3_config = kwargs.pop("s3_config", None)
         if s3_config is not None and not kwargs["s3_emulator"]:
             kwargs["s3"] = s3_settings(s3_config, kwargs["credential_ttl"] or 3600)
@@ -74,8 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         where = f"{kwargs.get('host')}:{kwargs.get('port')}"
         print(f"lakesession serve: cannot listen on {where}: {e.strerror or e}", file=sys.stderr)
         return 2
-    except ValueError as e:
-        print(f"lakesession serve: {e}", file=sys.stderr)
+    except ValueError as e:  # refused by the server itself (e.g. a trust rule): name the setting's origin
+        print(f"lakesession serve: {resolved.explain(str(e)) if resolved else e}", file=sys.stderr)
         return 2
     _print_client_settings(handle)
     try:

@@ -282,3 +282,11 @@ def test_unreachable_database_is_a_clean_error_without_the_password(tmp_path: Pa
     r = run_serve(["--port", "0", "--data-dir", str(tmp_path), "--db", "postgresql://u:pw-secret-7@127.0.0.1:1/x"])
     assert r.returncode == 2 and "cannot use the catalog database" in r.stderr, r.stderr
     assert "pw-secret-7" not in r.stderr + r.stdout and "Traceback" not in r.stderr
+
+
+def test_later_refusals_name_the_setting_origin(tmp_path: Path) -> None:
+    f = write(tmp_path, "port: 0\nwarehouse: s3://b/w\ntrusted_engines: [{audience: lakesession}]\n")
+    r = resolve(f, environ={"LAKESESSION_SERVE__WAREHOUSE": "s3://other/w"})
+    assert r.explain("trusted_engines rule matches every token") == f"{f}:3: trusted_engines rule matches every token"
+    assert r.explain("an s3:// warehouse needs s3=…").startswith("environment variable LAKESESSION_SERVE__WAREHOUSE: ")
+    assert r.explain("something else") == "something else"

@@ -75,7 +75,7 @@ _SECTIONS: dict[str, tuple[type[BaseModel], type]] = {}
 def section_model(cls: type) -> type[BaseModel]:
     """A model of dataclass ``cls`` that refuses unknown keys; unset keys keep the dataclass defaults."""
     hints = get_type_hints(cls)
-    fields = {f.name: (hints[f.name] | None, None) for f in dataclasses.fields(cls)}
+    fields: dict[str, Any] = {f.name: (hints[f.name] | None, None) for f in dataclasses.fields(cls)}
     return create_model(f"{cls.__name__}Config", __config__=ConfigDict(extra="forbid"), **fields)
 
 
@@ -109,6 +109,13 @@ class Resolved:
 
     start_kwargs: dict[str, Any]
     sources: dict[str, str]
+    located: Any = None
+
+    def explain(self, message: str) -> str:
+        """Prefix a later error (e.g. the server refusing a trust rule) with where the setting it names came from."""
+        # a key as a word, not a URL scheme or an argument (``s3://``, ``s3=``, ``s3_emulator=True``)
+        key = next((k for k in KEYS if re.search(rf"\b{re.escape(k)}\b(?![:/=_-])", message)), None)
+        return f"{self.located.where((key,))}: {message}" if key and self.located is not None else message
 
 
 class _Located:
@@ -157,7 +164,7 @@ def _hint(err: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
     """The fix, in words."""
     kind = err["type"]
     if kind == "extra_forbidden":
-        nested = {"s3": S3Config, **{k: m for k, (m, _) in _SECTIONS.items()}}
+        nested: dict[str, type[BaseModel]] = {"s3": S3Config, **{k: m for k, (m, _) in _SECTIONS.items()}}
         allowed = sorted(nested[loc[0]].model_fields) if len(loc) > 1 and loc[0] in nested else KEYS
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
@@ -272,7 +279,7 @@ def resolve(
     kwargs["bootstrap"] = _bootstrap(data.get("bootstrap"), root, located, config_file)
     if cfg.s3 is not None:  # type: ignore[attr-defined]
         kwargs["s3_config"] = cfg.s3  # type: ignore[attr-defined]
-    return Resolved(kwargs, {".".join(k): v for k, v in located.overrides.items()})
+    return Resolved(kwargs, {".".join(k): v for k, v in located.overrides.items()}, located)
 
 
 def _bootstrap(
