@@ -287,6 +287,7 @@ def test_unreachable_database_is_a_clean_error_without_the_password(tmp_path: Pa
 def test_later_refusals_name_the_setting_origin(tmp_path: Path) -> None:
     f = write(tmp_path, "port: 0\nwarehouse: s3://b/w\ntrusted_engines: [{audience: lakesession}]\n")
     r = resolve(f, environ={"LAKESESSION_SERVE__WAREHOUSE": "s3://other/w"})
-    assert r.explain("trusted_engines rule matches every token") == f"{f}:3: trusted_engines rule matches every token"
+    message = "trusted_engines rule matches every token (audience 'lakesession')"
+    assert r.explain(message) == f"{f}:3: {message}"
     assert r.explain("an s3:// warehouse needs s3=…").startswith("environment variable LAKESESSION_SERVE__WAREHOUSE: ")
     assert r.explain("something else") == "something else"

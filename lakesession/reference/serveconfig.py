@@ -114,7 +114,8 @@ class Resolved:
     def explain(self, message: str) -> str:
         """Prefix a later error (e.g. the server refusing a trust rule) with where the setting it names came from."""
         # a key as a word, not a URL scheme or an argument (``s3://``, ``s3=``, ``s3_emulator=True``)
-        key = next((k for k in KEYS if re.search(rf"\b{re.escape(k)}\b(?![:/=_-])", message)), None)
+        found = [(m.start(), k) for k in KEYS if (m := re.search(rf"\b{re.escape(k)}\b(?![:/=_-])", message))]
+        key = min(found)[1] if found else None  # the setting named first is the one refused
         return f"{self.located.where((key,))}: {message}" if key and self.located is not None else message
 
 
