@@ -31,11 +31,13 @@ bootstrap:
     - {name: alice, type: user, client_secret: alice-pw-1}
     - {name: bob, type: user, client_secret: bob-pw-1}
     - {name: carol, type: user, client_secret: carol-pw-1}
+    - {name: dave, type: user, client_secret: dave-pw-1}
     - {name: spark-engine, type: service, client_secret: engine-pw-1}
   roles:
     - {name: r_alice, members: [alice]}
     - {name: r_bob, members: [bob]}
     - {name: r_carol, members: [carol]}
+    - {name: r_dave, members: [dave]}
     - {name: engine, members: [spark-engine]}
   grants:
     - {role: engine, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
@@ -48,8 +50,15 @@ bootstrap:
     - {role: r_bob, privilege: VIEW_READ, on: view db.v2}
     - {role: r_bob, privilege: VIEW_READ, on: view db.v3}
     - {role: r_carol, privilege: TABLE_READ_DATA, on: table db.t_chain}
+    - {role: r_dave, privilege: VIEW_READ, on: view db.def_bob}
 """
-SECRETS = {"alice": "alice-pw-1", "bob": "bob-pw-1", "carol": "carol-pw-1", "spark-engine": "engine-pw-1"}
+SECRETS = {
+    "alice": "alice-pw-1",
+    "bob": "bob-pw-1",
+    "carol": "carol-pw-1",
+    "dave": "dave-pw-1",
+    "spark-engine": "engine-pw-1",
+}
 
 
 def write(tmp_path: Path, text: str, name: str = "serve.yaml") -> Path:
@@ -181,6 +190,11 @@ def test_config_file_server_runs_definer_and_invoker_examples(tmp_path: Path) ->
         assert load("alice", "t_def") == 403
         assert load("alice", "t_def", "db%1Fdef_bob") == 200
         assert load("carol", "t_def", "db%1Fdef_bob") == 403
+        # dave may read def_bob too, but is not a trusted engine: his referenced-by is ignored (INVOKER on t_def)
+        assert load("dave", "t_def", "db%1Fdef_bob") == 403
+        # the engine named in the file is trusted: its chains are evaluated (and a too-long one refused)
+        r = call("GET", "/namespaces/db/tables/t_def?referenced-by=" + ",".join(["db%1Fdef_bob"] * 11), "spark-engine")
+        assert r.status_code == 400 and r.json()["error"]["type"] == "TooManyViewsInChainException"
         # example 3: alice -> v1 (DEFINER bob) -> v2 (INVOKER) -> v3 (DEFINER carol) -> t_chain
         since = time.time() - 0.001
         assert load("alice", "t_chain", "db%1Fv1,db%1Fv2,db%1Fv3") == 200
