@@ -121,7 +121,7 @@ def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
     assert kw["trusted_engines"] == [{"issuer": "https://idp.example", "audience": "trino"}]
     assert kw["s3_config"].role_arn == "arn:aws:iam::1:role/vend" and kw["s3_config"].region == "us-east-1"
     assert kw["port"] == 0 and kw["catalog_name"] == "lakesession"  # from the file
-    assert [p["name"] for p in kw["bootstrap"].principals] == ["alice", "bob", "carol", "spark-engine"]
+    assert [p["name"] for p in kw["bootstrap"].principals] == ["alice", "bob", "carol", "dave", "spark-engine"]
     with pytest.raises(ConfigError, match="environment variable LAKESESSION_SERVE__PORT: port: Input should be"):
         resolve(f, environ={"LAKESESSION_SERVE__PORT": "eighty"})
     with pytest.raises(ConfigError, match="environment variable LAKESESSION_SERVE__TOKEN_TTL: unknown key 'token_ttl'"):
