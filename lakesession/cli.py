@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 
 def _default_data_dir() -> Path:
@@ -15,42 +16,70 @@ def _default_data_dir() -> Path:
     return Path(base) / "lakesession" / "serve"
 
 
+# serve flag (argparse dest) -> (config key path, flag as typed); flags win over env over the config file
+_SERVE_FLAGS = {
+    "host": ("host", "--host"),
+    "port": ("port", "--port"),
+    "warehouse": ("warehouse", "--warehouse"),
+    "db": ("db_url", "--db"),
+    "data_dir": ("data_dir", "--data-dir"),
+    "bootstrap": ("bootstrap", "--bootstrap"),
+    "issuer_url": ("issuer_url", "--issuer-url"),
+    "token_ttl": ("access_token_ttl", "--token-ttl"),
+    "s3_emulator": ("s3_emulator", "--s3-emulator"),
+    "s3_emulator_port": ("s3_emulator_port", "--s3-emulator-port"),
+    "credential_ttl": ("credential_ttl", "--credential-ttl"),
+    "s3_role_arn": ("s3.role_arn", "--s3-role-arn"),
+    "s3_endpoint": ("s3.endpoint", "--s3-endpoint"),
+    "s3_region": ("s3.region", "--s3-region"),
+}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
     from .reference import BootstrapError, start
+    from .reference.serveconfig import ConfigError, resolve, s3_settings
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    flags = {key: (flag, getattr(args, dest)) for dest, (key, flag) in _SERVE_FLAGS.items()}
+    if flags["bootstrap"][1] is not None:
+        flags["bootstrap"] = ("--bootstrap", str(args.bootstrap))
+    kwargs: dict[str, Any] = {}
+    resolved = None
     try:
-        s3 = _s3_settings(args)
-        handle = start(
-            args.warehouse,
-            host=args.host,
-            port=args.port,
-            db=args.db,
-            data_dir=args.data_dir,
-            bootstrap=args.bootstrap,
-            issuer_url=args.issuer_url,
-            access_token_ttl=args.token_ttl,
-            s3_emulator=args.s3_emulator,
-            s3=s3,
-            credential_ttl=args.credential_ttl,
-        )
-    except BootstrapError as e:
-        print(f"lakesession serve: invalid bootstrap file: {e}", file=sys.stderr)
+        resolved = resolve(args.config, flags=flags)  # everything validated before binding
+        kwargs = resolved.start_kwargs
+        s3_config = kwargs.pop("s3_config", None)
+        if s3_config is not None and not kwargs["s3_emulator"]:
+            kwargs["s3"] = s3_settings(s3_config, kwargs["credential_ttl"] or 3600)
+        if kwargs["data_dir"] is None:
+            kwargs["data_dir"] = _default_data_dir()
+        kwargs["s3_emulator_persist"] = True  # a served emulator keeps its objects in the data dir across restarts
+        handle = start(kwargs.pop("warehouse", None), **kwargs)
+    except (ConfigError, BootstrapError) as e:
+        print(f"lakesession serve: invalid configuration:\n{e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        extra = " (pip install 'lakesession[postgres]')" if "psycopg" in str(e) else ""
+        print(f"lakesession serve: the database driver is missing: {e}{extra}", file=sys.stderr)
+        return 2
+    except SQLAlchemyError as e:
+        from .reference.serveconfig import mask_password
+
+        detail = mask_password(str(getattr(e, "orig", None) or e)).strip().splitlines()
+        print(f"lakesession serve: cannot use the catalog database: {detail[0] if detail else e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"lakesession serve: cannot listen on {args.host}:{args.port}: {e.strerror}", file=sys.stderr)
+        where = f"{kwargs.get('host')}:{kwargs.get('port')}"
+        print(f"lakesession serve: cannot listen on {where}: {e.strerror or e}", file=sys.stderr)
         return 2
-    except ValueError as e:
-        print(f"lakesession serve: {e}", file=sys.stderr)
+    except ValueError as e:  # refused by the server itself (e.g. a trust rule): name the setting's origin
+        print(f"lakesession serve: {resolved.explain(str(e)) if resolved else e}", file=sys.stderr)
         return 2
-    print(f"catalog: {handle.uri}", flush=True)
-    print(f"issuer: {handle.issuer_uri}", flush=True)
-    print(f"warehouse: {handle.settings.warehouse}", flush=True)
-    if handle.s3_emulator is not None:
-        print(f"s3: {handle.s3_emulator.endpoint}", flush=True)
-    print(f"admin credentials: {handle.data_dir / 'admin-credentials'} (client id 'admin')", flush=True)
+    _print_client_settings(handle)
     try:
         while not stop.wait(0.5):
             pass
@@ -60,27 +89,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _s3_settings(args: argparse.Namespace) -> object | None:
-    """Real S3/STS (or any compatible endpoint): the catalog's own keys come from the AWS default
-    chain (environment, profile, instance role) — never from the command line."""
-    if not args.s3_role_arn:
-        return None
-    import boto3
-
-    from .reference.vending import S3Settings
-
-    creds = boto3.Session().get_credentials()
-    frozen = creds.get_frozen_credentials() if creds is not None else None
-    return S3Settings(
-        role_arn=args.s3_role_arn,
-        region=args.s3_region,
-        endpoint=args.s3_endpoint,
-        access_key_id=frozen.access_key if frozen else None,
-        secret_access_key=frozen.secret_key if frozen else None,
-        session_token=frozen.token if frozen else None,
-        path_style=args.s3_endpoint is not None,
-        credential_ttl=args.credential_ttl,
+def _print_client_settings(handle: object) -> None:
+    """Exactly what clients pass: the URI, the warehouse NAME they request (not the storage location), the issuer."""
+    h: Any = handle
+    lines = [
+        ("catalog", h.uri),
+        ("warehouse", h.warehouse),
+        ("issuer", h.issuer_uri),
+    ]
+    if h.settings.uses_embedded_issuer:
+        lines.append(("token endpoint", h.issuer_uri + "/token"))
+    lines.append(("storage", h.settings.warehouse))
+    if h.s3_emulator is not None:
+        lines.append(("s3", h.s3_emulator.endpoint))
+    if h.bind_url != h.uri:
+        lines.append(("listening", h.bind_url))
+    lines.append(("admin credentials", f"{h.data_dir / 'admin-credentials'} (client id 'admin')"))
+    token_url = f"{h.issuer_uri}/token" if h.settings.uses_embedded_issuer else "TOKEN_URL"
+    lines.append(
+        (
+            "pyiceberg",
+            f"RestCatalog(NAME, uri={h.uri!r}, warehouse={h.warehouse!r}, credential='ID:SECRET', "
+            f"**{{'oauth2-server-uri': {token_url!r}}})",
+        )
     )
+    lines.append(
+        (
+            "environment",
+            f"LAKESESSION_URI={h.uri} LAKESESSION_WAREHOUSE={h.warehouse} LAKESESSION_ISSUER={h.issuer_uri}",
+        )
+    )
+    # last line (scripts wait for it): the notebook call; device login, or credential='ID:SECRET' for services
+    lines.append(("connect", f"lakesession.spark(uri={h.uri!r}, warehouse={h.warehouse!r}, issuer={h.issuer_uri!r})"))
+    for key, value in lines:
+        print(f"{key}: {value}", flush=True)
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
@@ -99,28 +141,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakesession", description="PySpark on Iceberg REST catalogs, as you.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the reference Iceberg REST catalog (with OIDC issuer) standalone")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0 picks a free one)")
+    serve = sub.add_parser(
+        "serve",
+        help="run the reference Iceberg REST catalog (with OIDC issuer) standalone",
+        description="Flags win over LAKESESSION_SERVE__<KEY> environment variables, which win over --config.",
+    )
+    serve.add_argument("--config", type=Path, default=None, help="YAML file of every server setting (and bootstrap:)")
+    serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port (default 8181; 0 picks a free one)")
     serve.add_argument("--warehouse", default=None, help="warehouse base URI (default file://DATA_DIR/warehouse)")
     serve.add_argument("--db", default=None, help="SQLAlchemy URL for catalog state (default sqlite in DATA_DIR)")
     serve.add_argument("--data-dir", type=Path, default=None, help=f"state directory (default {_default_data_dir()})")
     serve.add_argument("--bootstrap", type=Path, default=None, help="YAML file of principals, roles and grants")
     serve.add_argument("--issuer-url", default=None, help="trust this external OIDC issuer instead of the embedded one")
-    serve.add_argument("--token-ttl", type=int, default=3600, help="access token lifetime in seconds (embedded issuer)")
+    serve.add_argument("--token-ttl", type=int, default=None, help="access token lifetime in seconds (embedded issuer)")
     serve.add_argument(
         "--s3-emulator",
         action="store_true",
+        default=None,
         help="serve an s3:// warehouse from the embedded S3/STS emulator (enforces scoped, expiring credentials)",
     )
-    serve.add_argument("--credential-ttl", type=int, default=3600, help="lifetime of vended credentials in seconds")
+    serve.add_argument("--s3-emulator-port", type=int, default=None, help="emulator port (default: any free port)")
+    serve.add_argument("--credential-ttl", type=int, default=None, help="lifetime of vended credentials in seconds")
     serve.add_argument(
         "--s3-role-arn",
         default=None,
         help="vend from real S3/STS: the role to assume (the catalog's own keys: AWS default chain)",
     )
     serve.add_argument("--s3-endpoint", default=None, help="S3/STS endpoint for S3-compatible stores (path-style)")
-    serve.add_argument("--s3-region", default="us-east-1", help="S3 region (default us-east-1)")
+    serve.add_argument("--s3-region", default=None, help="S3 region (default us-east-1)")
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser(
@@ -139,8 +188,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "serve" and args.data_dir is None:
-        args.data_dir = _default_data_dir()
     return int(args.func(args) or 0)
 
 

@@ -6,13 +6,18 @@ import json
 import time
 import uuid
 
+import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from .conftest import bearer, rest_catalog
+from lakesession.reference import ReferenceCatalog, start
+from lakesession.reference import bootstrap as bootstrap_mod
+
+from ._pg import new_database
+from .conftest import BOOTSTRAP, _spec, bearer, rest_catalog
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -24,6 +29,28 @@ P = "/v1/lakesession"
 
 def uniq(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
+def catalog(request: pytest.FixtureRequest, catalog: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Every test here runs on the shared SQLite catalog and on one backed by a real PostgreSQL server."""
+    if request.param == "sqlite":
+        yield catalog
+        return
+    handle = start(
+        data_dir=tmp_path_factory.mktemp("catalog-pg"),
+        db=new_database("catalog"),
+        bootstrap=bootstrap_mod.parse(BOOTSTRAP),
+        wrap_app=getattr(_spec.recorder, "wrap", None),
+    )
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="module")
+def http(catalog: ReferenceCatalog):  # type: ignore[no-untyped-def]
+    with httpx.Client(base_url=catalog.uri, timeout=30) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import sys
 import time
 
 import httpx
+import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
 
@@ -92,3 +93,57 @@ def test_serve_rejects_invalid_bootstrap(tmp_path) -> None:  # type: ignore[no-u
         env={**os.environ},
     )
     assert r.returncode == 2 and "not defined under roles" in r.stderr
+
+
+@pytest.mark.slow
+def test_emulator_restart_keeps_tables_and_port(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`serve --s3-emulator` keeps objects in the data dir: killed (no clean shutdown) and started again,
+    it serves the same rows, on the same emulator port."""
+    import socket
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from ._serve import Served
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "principals:\n  - {name: etl, type: service, client_secret: etl-pw-2}\n"
+        "roles:\n  - {name: eng, members: [etl]}\n"
+        "grants:\n  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}\n"
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        emu_port = s.getsockname()[1]
+    args = [
+        "--port", "0", "--data-dir", str(tmp_path / "d"), "--bootstrap", str(policy),
+        "--warehouse", "s3://restart-lake/wh", "--s3-emulator", "--s3-emulator-port", str(emu_port),
+    ]  # fmt: skip
+
+    def catalog(srv: Served) -> RestCatalog:
+        return RestCatalog(
+            f"restart-{time.monotonic_ns()}",
+            uri=srv.uri,
+            warehouse=srv.lines["warehouse"],
+            credential="etl:etl-pw-2",
+            **{"oauth2-server-uri": srv.token_endpoint, "header.X-Iceberg-Access-Delegation": "vended-credentials"},
+        )
+
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "item": ["apple", "pear", None]})
+    first = Served(args)
+    try:
+        assert first.lines["s3"] == f"http://127.0.0.1:{emu_port}"
+        cat = catalog(first)
+        cat.create_namespace("shop")
+        schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "item", StringType()))
+        cat.create_table(("shop", "orders"), schema).append(rows)
+    finally:
+        first.stop(signal.SIGKILL)
+    second = Served(args)
+    try:
+        assert second.lines["s3"] == f"http://127.0.0.1:{emu_port}"
+        got = catalog(second).load_table(("shop", "orders")).scan().to_arrow().sort_by("id")
+        assert got.column("id").to_pylist() == [1, 2, 3] and got.column("item").to_pylist() == ["apple", "pear", None]
+    finally:
+        second.stop()

@@ -62,16 +62,26 @@ def _scalar(source: str, node: yaml.Node, what: str) -> str:
     return str(node.value)
 
 
-def parse(text: str, source: str = "<bootstrap>") -> Bootstrap:
-    """Parse and validate a bootstrap document without touching any state."""
+def compose(text: str, source: str, error: type[ValueError] = ValueError) -> yaml.Node | None:
+    """The YAML node tree (which keeps line numbers), or ``error`` naming ``source:line``."""
     try:
-        root = yaml.compose(text)
+        return yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
-        raise BootstrapError(f"{source}{line}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+        raise error(f"{source}{line}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+
+
+def parse(text: str, source: str = "<bootstrap>") -> Bootstrap:
+    """Parse and validate a bootstrap document without touching any state."""
+    return parse_node(compose(text, source, BootstrapError), source)
+
+
+def parse_node(root: yaml.Node | None, source: str) -> Bootstrap:
+    """Validate an already composed node (e.g. the ``bootstrap:`` section of a server config file),
+    so errors name lines of the file it came from."""
     out = Bootstrap()
-    if root is None:
+    if root is None or (isinstance(root, yaml.ScalarNode) and root.value in ("", "null", "~")):
         return out
     if not isinstance(root, yaml.MappingNode):
         raise BootstrapError(f"{_where(source, root)}: the file must be a mapping with principals, roles and grants")
@@ -158,7 +168,7 @@ def load(path: str | Path) -> Bootstrap:
 
 
 def apply(b: Bootstrap, directory: Directory) -> None:
-    """Create what is missing; re-applying the same file changes nothing."""
+    """Create what is missing; re-applying the same file changes nothing (also from replicas starting together)."""
     for p in b.principals:
         try:
             directory.create_principal(p["name"], p.get("type", "user"), p.get("client_id"), p.get("client_secret"))
@@ -170,7 +180,10 @@ def apply(b: Bootstrap, directory: Directory) -> None:
     existing = directory.list_roles()
     for r in b.roles:
         if r["name"] not in existing:
-            directory.create_role(r["name"])
+            try:
+                directory.create_role(r["name"])
+            except Conflict:
+                pass  # another replica applying the same file at the same moment
         for m in r.get("members", []):
             directory.add_member(r["name"], m)
     for g in b.grants:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from .audit import AuditRecord
 from .authz import Grant
 from .context import Services
 from .directory import Principal
+from .errors import Conflict
 from .settings import ServerSettings
 from .vending import S3Settings
 from .viewsecurity import check_trust_configuration
@@ -104,12 +106,22 @@ def _ensure_admin(services: Services, data_dir: Path) -> ClientCredentials:
         fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secret + "\n")
+    # replicas sharing a database may start together: creating what another just created is fine
+    created = False
     if directory.get_principal(ADMIN_PRINCIPAL) is None:
-        directory.create_principal(ADMIN_PRINCIPAL, "service", ADMIN_PRINCIPAL, secret)
-    elif directory.authenticate_client(ADMIN_PRINCIPAL, secret) is None:
+        try:
+            directory.create_principal(ADMIN_PRINCIPAL, "service", ADMIN_PRINCIPAL, secret)
+            created = True
+        except Conflict:
+            pass
+    if not created and directory.authenticate_client(ADMIN_PRINCIPAL, secret) is None:
         directory.set_client_secret(ADMIN_PRINCIPAL, secret)
     if ADMIN_ROLE not in directory.list_roles():
-        directory.create_role(ADMIN_ROLE, [ADMIN_PRINCIPAL])
+        try:
+            directory.create_role(ADMIN_ROLE)
+        except Conflict:
+            pass
+    directory.add_member(ADMIN_ROLE, ADMIN_PRINCIPAL)
     directory.grant(ADMIN_ROLE, "CATALOG_MANAGE_ACCESS", "catalog")
     directory.grant(ADMIN_ROLE, "CATALOG_MANAGE_CONTENT", "catalog")
     return ClientCredentials(ADMIN_PRINCIPAL, secret)
@@ -135,6 +147,7 @@ class ReferenceCatalog:
         self.services = services
         self.admin = Admin(services, self.app.state.issuer)
         self.s3_emulator: Any = None
+        self.bind_url = settings.base_url
         self.admin_credentials = _ensure_admin(services, data_dir)
         if bootstrap is not None:
             self.admin.apply_bootstrap(bootstrap)
@@ -189,7 +202,9 @@ def start(
     wrap_app: Callable[[Any], Any] | None = None,
     s3: S3Settings | None = None,
     s3_emulator: bool = False,
-    credential_ttl: int = 3600,
+    s3_emulator_port: int | None = None,
+    s3_emulator_persist: bool = False,
+    credential_ttl: int | None = None,
     **settings: Any,
 ) -> ReferenceCatalog:
     """Start a reference catalog in a background thread and return its handle.
@@ -200,8 +215,10 @@ def start(
 
     An ``s3://bucket/prefix`` warehouse vends credentials: pass ``s3=S3Settings(...)`` for real
     S3/STS, or ``s3_emulator=True`` for the embedded emulator (moto, enforcing session policies
-    and expiry), which ``handle.s3_emulator`` then exposes. ``credential_ttl`` sets the lifetime
-    of vended credentials.
+    and expiry), which ``handle.s3_emulator`` then exposes; it listens on ``s3_emulator_port`` if
+    given, and with ``s3_emulator_persist`` (``lakesession serve``) keeps its objects under
+    ``DATA_DIR/s3-emulator``, so a restart with the same data dir serves them again.
+    ``credential_ttl`` sets the lifetime of vended credentials (default: ``s3``'s own, else 3600 s).
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -224,23 +241,28 @@ def start(
                 "an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
                 "or s3_emulator=True (serve: --s3-emulator)"
             )
-        emulator, s3 = _start_emulator(warehouse, credential_ttl)
-    elif s3 is not None and s3.credential_ttl != credential_ttl and credential_ttl != 3600:
+        persist = data_path / "s3-emulator" if s3_emulator_persist else None
+        ttl = 3600 if credential_ttl is None else credential_ttl
+        emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0)
+    elif s3 is not None and credential_ttl is not None and s3.credential_ttl != credential_ttl:
         s3 = replace(s3, credential_ttl=credential_ttl)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
+    base_url = settings.pop("base_url", None) or f"http://{url_host(host)}:{bound_port}"  # public URL behind a proxy
     cfg = ServerSettings(
         warehouse=warehouse.rstrip("/"),
         db_url=db or store.sqlite_url(data_path / "catalog.db"),
-        base_url=f"http://{url_host(host)}:{bound_port}",
+        base_url=base_url,
         issuer_url=issuer_url,
         access_token_ttl=access_token_ttl,
         s3=s3,
         **settings,
     )
     try:
-        handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
+        with _data_dir_lock(data_path):  # replicas sharing a data dir create its issuer key and admin secret once
+            handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
         handle.s3_emulator = emulator
+        handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
         handle._start()
     except BaseException:
         sock.close()
@@ -252,13 +274,36 @@ def start(
     return handle
 
 
-def _start_emulator(warehouse: str, credential_ttl: int) -> tuple[Any, S3Settings]:
-    from .storage import S3Emulator
+@contextlib.contextmanager
+def _data_dir_lock(data_path: Path) -> Iterator[None]:
+    """An exclusive lock on ``DATA_DIR/.lock`` while state files are read or created (POSIX ``flock``)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no replicas sharing a directory there
+        yield
+        return
+    with open(data_path / ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path | None, port: int) -> tuple[Any, S3Settings]:
+    from .storage.emulator import S3Emulator
     from .storage.policy import split_s3_location as split_s3
 
-    emulator = S3Emulator().start()
+    try:
+        emulator = S3Emulator(port=port, persist_dir=persist_dir).start()
+    except OSError as e:
+        raise ValueError(f"the S3 emulator cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
     bucket, _ = split_s3(warehouse)
-    emulator.create_bucket(bucket)
+    try:
+        emulator.create_bucket(bucket)
+    except ValueError:
+        emulator.stop(clear=True)
+        raise
     admin = emulator.admin_credentials
     settings = S3Settings(
         role_arn=emulator.vending_role_arn,

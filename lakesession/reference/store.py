@@ -27,6 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.pool import StaticPool
 
+from . import migrations
+
 metadata = MetaData()
 
 principals = Table(
@@ -119,5 +121,5 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
 
-    metadata.create_all(engine)
+    migrations.upgrade(engine)  # versioned schema (Alembic); adopts databases made by create_all before
     return engine

@@ -177,7 +177,9 @@ class CredentialVendor:
                 DurationSeconds=self.s3.credential_ttl,
             )
         except Exception as e:  # botocore errors, connection errors
-            raise ServiceUnavailable(f"Credential vending failed: STS AssumeRole error ({type(e).__name__})") from None
+            err = getattr(e, "response", {}).get("Error", {})  # the store's own reason (never holds our keys)
+            why = f"{err.get('Code')}: {err.get('Message')}" if err.get("Message") else type(e).__name__
+            raise ServiceUnavailable(f"Credential vending failed: STS AssumeRole error ({why})") from None
         c = resp["Credentials"]
         expiration = c["Expiration"]
         expires_at = (

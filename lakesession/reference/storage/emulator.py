@@ -28,12 +28,14 @@ import re
 import secrets
 import threading
 import time
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from . import _enforce
 from ._enforce import SUPPORTED_MOTO_VERSION, Realm, check_moto_version
+from ._persist import ObjectDir
 
 __all__ = ["SUPPORTED_MOTO_VERSION", "AccessKey", "Credentials", "S3Emulator", "check_moto_version"]
 
@@ -91,11 +93,15 @@ def _error(start_response: Any, code: str, message: str) -> list[bytes]:
     return [body]
 
 
-class _RealmApp:
-    """WSGI wrapper: binds the emulator's realm for the request; hides /moto-api."""
+_MUTATING = frozenset({"PUT", "POST", "DELETE"})
 
-    def __init__(self, realm: Realm, app: Any):
+
+class _RealmApp:
+    """WSGI wrapper: binds the emulator's realm for the request; hides /moto-api; mirrors writes to disk."""
+
+    def __init__(self, realm: Realm, app: Any, objects: ObjectDir | None = None, backend: Any = None):
         self.realm, self.app = realm, app
+        self.objects, self.backend = objects, backend
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         if environ.get("PATH_INFO", "").startswith("/moto-api"):
@@ -111,10 +117,36 @@ class _RealmApp:
                 "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
             )
         token = _enforce.CURRENT_REALM.set(self.realm)
+        status: list[str] = []
+
+        def capture(code: str, headers: Any, *exc: Any) -> Any:
+            status.append(code)
+            return start_response(code, headers, *exc)
+
         try:
-            return self.app(environ, start_response)
+            result = self.app(environ, capture if self.objects is not None else start_response)
         finally:
             _enforce.CURRENT_REALM.reset(token)
+        if self.objects is not None and status and status[0][:1] == "2":
+            self._mirror(environ)
+        return result
+
+    def _mirror(self, environ: dict[str, Any]) -> None:
+        """moto has already applied the request (synchronously): copy what it changed to disk."""
+        if environ.get("REQUEST_METHOD") not in _MUTATING or self.objects is None:
+            return
+        path = environ.get("PATH_INFO", "")
+        bucket, _, key = path.lstrip("/").partition("/")
+        if not bucket:
+            return  # STS / IAM
+        if key:
+            self.objects.sync_key(self.backend(), bucket, key)  # PATH_INFO is already decoded
+        elif environ["REQUEST_METHOD"] == "POST":  # DeleteObjects
+            self.objects.sync_bucket(self.backend(), bucket)
+        elif environ["REQUEST_METHOD"] == "PUT":  # CreateBucket (or a bucket setting: harmless)
+            self.objects.add_bucket(bucket)
+        else:  # DeleteBucket
+            self.objects.drop_bucket(self.backend(), bucket)
 
 
 def _policy_json(policy: dict[str, Any] | str) -> str:
@@ -138,6 +170,9 @@ class S3Emulator:
         host / port: bind address; port 0 picks a free port.
         min_duration_seconds: shortest ``DurationSeconds`` AssumeRole accepts
             (AWS: 900; default here 1, for expiry tests).
+        persist_dir: keep objects (and buckets) in this directory, written through on every change and
+            put back on ``start()``: a restarted emulator serves what the old one held. IAM users, roles and
+            STS sessions are not kept (a restart issues new admin keys; vended credentials end with it).
     """
 
     def __init__(
@@ -148,8 +183,10 @@ class S3Emulator:
         host: str = "127.0.0.1",
         port: int = 0,
         min_duration_seconds: int = 1,
+        persist_dir: str | Path | None = None,
     ):
         check_moto_version()
+        self._objects = ObjectDir(persist_dir) if persist_dir is not None else None
         self.region = region
         self.account_id = account_id or self._fresh_account_id()
         self._host, self._port = host, port
@@ -177,9 +214,10 @@ class S3Emulator:
         _enforce.install()
         if self._admin is None:
             self._bootstrap()
-        server = make_server(
-            self._host, self._port, _RealmApp(self._realm, _moto_app()), threaded=True, request_handler=_QuietHandler
-        )
+            if self._objects is not None:
+                self._objects.restore(self)
+        app = _RealmApp(self._realm, _moto_app(), self._objects, self._s3)
+        server = make_server(self._host, self._port, app, threaded=True, request_handler=_QuietHandler)
         self._thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -297,7 +335,16 @@ class S3Emulator:
             raise ValueError(
                 f"bucket {name!r} belongs to another emulator or moto user in this process (bucket names are global)"
             )
-        self._s3().create_bucket(name, self.region)
+        from moto.s3.exceptions import InvalidBucketName
+
+        try:
+            self._s3().create_bucket(name, self.region)
+        except InvalidBucketName:
+            raise ValueError(
+                f"invalid bucket name {name!r}: use 3-63 lowercase letters, digits, dots and hyphens"
+            ) from None
+        if self._objects is not None:
+            self._objects.add_bucket(name)
 
     def create_role(
         self,
