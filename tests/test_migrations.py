@@ -14,11 +14,12 @@ from pyiceberg.catalog.sql import SqlCatalogBaseTable
 from sqlalchemy import MetaData, create_engine, inspect, text
 
 from lakesession.reference import migrations, start, store
+from lakesession.reference.idp import _authcode as idp_authcode
 from lakesession.reference.idp import _state as idp_state
 
 from ._pg import new_database
 
-MODELS = [store.metadata, SqlCatalogBaseTable.metadata, idp_state.metadata]
+MODELS = [store.metadata, SqlCatalogBaseTable.metadata, idp_state.metadata, idp_authcode.metadata]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])

@@ -1,10 +1,8 @@
 """ls_idp_redirect_uris and ls_idp_auth_codes: the embedded issuer's authorization code flow (hublogin branch,
 ``idp/_authcode.py``; add its ``metadata`` to ``MODELS`` in tests/test_migrations.py).
 
-PENDING: move into ``versions/`` when ``idp/_authcode.py`` lands.
-
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0002
+Revises: 0001
 Create Date: 2026-11-26
 """
 
@@ -13,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0002"
+down_revision = "0001"
 branch_labels = None
 depends_on = None
 

@@ -3,8 +3,8 @@
 PENDING: move into ``versions/`` when the table definition lands in ``store.py`` (tests/test_migrations.py
 fails until the models and the migrations agree).
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 Create Date: 2026-11-26
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
