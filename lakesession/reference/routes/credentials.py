@@ -8,6 +8,7 @@ read-only, otherwise nothing.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote
 
@@ -17,7 +18,8 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..vending import READ, WRITE
-from .common import Namespace, check_name, check_prefix, decode_namespace
+from ..viewsecurity import authorize_target
+from .common import Namespace, check_name, check_prefix, decode_namespace, json_bytes, tables_of
 
 router = APIRouter()
 
@@ -117,9 +119,6 @@ def load_credentials(
     ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
     """Re-authorizes on every call and never reads table metadata (cost independent of history)."""
-    from ..viewsecurity import authorize_target
-    from .tables import json_bytes, tables_of
-
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)
@@ -139,6 +138,4 @@ def load_credentials(
         detail=eff.detail(),
         referenced_by=eff.referenced_by,
     )
-    import json
-
     return json_bytes(json.dumps({"storage-credentials": creds}).encode())
