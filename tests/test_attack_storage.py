@@ -43,6 +43,7 @@ grants:
   - {role: scratchers, privilege: NAMESPACE_CREATE, on: namespace scratch}
   - {role: scratchers, privilege: NAMESPACE_WRITE_PROPERTIES, on: namespace scratch}
   - {role: scratchers, privilege: NAMESPACE_LIST, on: namespace scratch}
+  - {role: scratchers, privilege: VIEW_CREATE, on: namespace scratch}
 """
 BUCKET = "attack-bucket"
 WH = f"s3://{BUCKET}/wh"
@@ -72,7 +73,10 @@ def s3cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog
         uri=handle.uri,
         warehouse="lakesession",
         credential="etl:etl-secret-xyz",
-        **{"oauth2-server-uri": f"{handle.issuer_uri}/token", "header.X-Iceberg-Access-Delegation": "vended-credentials"},
+        **{
+            "oauth2-server-uri": f"{handle.issuer_uri}/token",
+            "header.X-Iceberg-Access-Delegation": "vended-credentials",
+        },
     )
     etl.create_namespace("shop")
     etl.create_namespace("scratch")
@@ -88,11 +92,22 @@ def mallory(handle: ReferenceCatalog) -> dict[str, str]:
     return {**bearer(handle, "mallory"), "X-Iceberg-Access-Delegation": "vended-credentials"}
 
 
-def create(handle: ReferenceCatalog, name: str, ns: str = "scratch", who: str = "mallory", **body: Any) -> httpx.Response:
+def create(
+    handle: ReferenceCatalog,
+    name: str,
+    ns: str = "scratch",
+    who: str = "mallory",
+    location: str | None = None,
+    properties: dict[str, str] | None = None,
+    stage: bool = False,
+) -> httpx.Response:
     headers = mallory(handle) if who == "mallory" else {**bearer(handle, who)}
-    return httpx.post(
-        f"{handle.uri}{P}/namespaces/{ns}/tables", headers=headers, json={"name": name, "schema": SCHEMA_JSON, **body}
-    )
+    body: dict[str, Any] = {"name": name, "schema": SCHEMA_JSON, "stage-create": stage}
+    if location is not None:
+        body["location"] = location
+    if properties is not None:
+        body["properties"] = properties
+    return httpx.post(f"{handle.uri}{P}/namespaces/{ns}/tables", headers=headers, json=body)
 
 
 def commit(handle: ReferenceCatalog, table: str, *updates: dict[str, Any]) -> httpx.Response:
@@ -189,7 +204,7 @@ def test_create_table_with_a_path_property_into_another_table_is_refused(s3cat: 
 
 
 def test_stage_create_on_foreign_storage_is_refused(s3cat: ReferenceCatalog) -> None:
-    r = create(s3cat, "staged_grab", location=f"{WH}/shop/orders", **{"stage-create": True})
+    r = create(s3cat, "staged_grab", location=f"{WH}/shop/orders", stage=True)
     assert_attack_fails(s3cat, r)
 
 
@@ -325,6 +340,89 @@ def test_namespace_location_inside_the_warehouse_is_allowed(s3cat: ReferenceCata
     t = create(s3cat, "t1", ns="scratch%1Fown")
     assert t.status_code == 200 and t.json()["metadata"]["location"] == f"{WH}/scratch/own_place/t1", t.text
     assert_attack_fails(s3cat)  # and none of the attacker's credentials reach the victim
+
+
+# ---------------------------------------------------------------- views
+def view_body(name: str, location: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": name,
+        "schema": SCHEMA_JSON,
+        "view-version": {
+            "version-id": 1,
+            "timestamp-ms": int(time.time() * 1000),
+            "schema-id": 0,
+            "summary": {"engine-name": "spark"},
+            "representations": [{"type": "sql", "sql": "SELECT 1 AS id", "dialect": "spark"}],
+            "default-namespace": ["scratch"],
+        },
+        "properties": {},
+    }
+    if location is not None:
+        body["location"] = location
+    return body
+
+
+@pytest.mark.parametrize(
+    "location",
+    [f"{WH}/shop/orders", f"{WH}/shop/orders/metadata", f"{WH}/shop", WH],
+    ids=["on-table", "inside-table", "around-tables", "warehouse-root"],
+)
+def test_view_on_foreign_storage_is_refused(s3cat: ReferenceCatalog, location: str) -> None:
+    """A view writes its metadata files under its location: never into a table's prefix."""
+    admin = s3cat.s3_emulator.client("s3")
+
+    def keys() -> set[str]:
+        return {o["Key"] for o in admin.list_objects_v2(Bucket=BUCKET, Prefix="wh/shop/").get("Contents", [])}
+
+    before = keys()
+    r = httpx.post(
+        f"{s3cat.uri}{P}/namespaces/scratch/views", headers=mallory(s3cat), json=view_body("vgrab", location)
+    )
+    assert refused(r), r.text
+    assert keys() == before  # no view metadata was written into the victim's storage
+    ok = httpx.post(f"{s3cat.uri}{P}/namespaces/scratch/views", headers=mallory(s3cat), json=view_body("vfine"))
+    assert ok.status_code in (200, 409), ok.text
+
+
+def test_view_prefixes_claimed_through_the_index_keep_tables_out(s3cat: ReferenceCatalog) -> None:
+    """What views get once routes/views.py claims its prefixes (``LocationIndex.claim`` with ``Owner.view``)."""
+    from lakesession.reference.locations import Owner
+    from lakesession.reference.routes.common import locations_of
+
+    index = locations_of(s3cat.services)
+    owner = Owner.view(("scratch",), "claimed_view")
+    added = index.claim(owner, [(f"{WH}/scratch/claimed_view", "view location")])
+    try:
+        assert added == [f"{WH}/scratch/claimed_view/"]
+        assert_attack_fails(s3cat, create(s3cat, "under_view", location=f"{WH}/scratch/claimed_view/t"))
+        assert_attack_fails(s3cat, create(s3cat, "over_view", location=f"{WH}/scratch/claimed_view"))
+    finally:
+        index.release(owner)
+    assert create(s3cat, "after_view", location=f"{WH}/scratch/claimed_view").status_code == 200
+
+
+# ---------------------------------------------------------------- an index built for an existing catalog
+def test_objects_made_before_the_index_are_indexed_on_first_use(tmp_path: Path) -> None:
+    from sqlalchemy import delete
+
+    from lakesession.reference import store
+
+    handle = start(data_dir=tmp_path / "old", bootstrap=bootstrap.parse(POLICY))
+    try:
+        etl = bearer(handle, "etl")
+        wh = handle.settings.warehouse
+        for ns in ("shop", "scratch"):
+            assert httpx.post(f"{handle.uri}{P}/namespaces", headers=etl, json={"namespace": [ns]}).status_code == 200
+        assert create(handle, "orders", ns="shop", who="etl").status_code == 200
+        with handle.services.catalog.engine.begin() as conn:  # as if made by a version without the index
+            conn.execute(delete(store.locations))
+        handle.services.extras.pop("locations")
+        r = create(handle, "grab", location=f"{wh}/shop/orders/data")
+        assert refused(r) and "owned by another table" in r.json()["error"]["message"], r.text
+        assert refused(create(handle, "squat", location=f"{wh}/shop/other"))
+        assert create(handle, "fine").status_code == 200
+    finally:
+        handle.stop()
 
 
 # ---------------------------------------------------------------- format version

@@ -155,7 +155,8 @@ class LocationIndex:
     def _conflict(self, conn: Any, owner: Owner | None, cand: str) -> str | None:
         if cand == self.root:
             return "it is the warehouse root"
-        for prefix, other in self._overlapping(conn, cand):
+        # a table or view in the way is the more useful thing to report than a namespace
+        for prefix, other in sorted(self._overlapping(conn, cand), key=lambda row: row[1].kind == NAMESPACE):
             relation = "equal" if prefix == cand else "inside" if cand.startswith(prefix) else "contains"
             if not _allowed(owner, relation, other):
                 what = {"equal": "is", "inside": "lies inside", "contains": "contains"}[relation]
@@ -198,9 +199,7 @@ class LocationIndex:
             try:
                 with self.engine.begin() as conn:
                     prefixes = self._checked(conn, owner, items)
-                    have = set(
-                        conn.execute(select(store.locations.c.prefix).where(self._where_owner(owner))).scalars()
-                    )
+                    have = set(conn.execute(select(store.locations.c.prefix).where(self._where_owner(owner))).scalars())
                     new = [p for p in prefixes if p not in have]
                     if new:
                         conn.execute(insert(store.locations), [self._row(owner, p) for p in new])
@@ -262,7 +261,9 @@ class LocationIndex:
     def is_empty(self) -> bool:
         with self.engine.connect() as conn:
             n = conn.execute(
-                select(func.count()).select_from(store.locations).where(store.locations.c.catalog_name == self.catalog_name)
+                select(func.count())
+                .select_from(store.locations)
+                .where(store.locations.c.catalog_name == self.catalog_name)
             ).scalar_one()
         return n == 0
 

@@ -167,7 +167,7 @@ def create_table(
     check_path_properties(ctx.services, req.properties)
     owner, index = Owner.table(ns, name), locations_of(ctx.services)
     items = storage_items(location, req.properties)
-    args = dict(
+    args: dict[str, Any] = dict(
         schema=req.table_schema,
         location=location,
         partition_spec=req.partition_spec or UNPARTITIONED_PARTITION_SPEC,
