@@ -155,7 +155,10 @@ def check_location(services: Services, location: str, what: str = "table locatio
         or any(w in location for w in _IAM_WILDCARDS)
         or not (location == base or location.startswith(base + "/"))
     ):
-        raise BadRequest(f"Invalid {what} {location!r}: must be inside the warehouse {base!r}")
+        raise BadRequest(
+            f"Invalid {what} {location!r}: must be inside the warehouse {base!r}, without '.', '..' or empty "
+            "path segments, control characters or IAM wildcards ('*', '?', '${')"
+        )
     if what.startswith("view "):
         # views (routes/views.py) do not record their own prefixes yet; until they do, a view may at
         # least never be placed on, inside or around storage that a table, view or namespace owns

@@ -186,14 +186,12 @@ def create_table(
     added = index.claim(owner, items)
     try:
         created = ts.catalog.create_table((*ns, name), **args)
-    except TableAlreadyExistsError as e:
+    except BaseException as e:
         index.release(owner, added)
-        raise Conflict(str(e)) from None
-    except (ValueError, NotImplementedError) as e:
-        index.release(owner, added)
-        raise BadRequest(f"Invalid table definition: {e}") from None
-    except BaseException:
-        index.release(owner, added)
+        if isinstance(e, TableAlreadyExistsError):
+            raise Conflict(str(e)) from None
+        if isinstance(e, (ValueError, NotImplementedError)):
+            raise BadRequest(f"Invalid table definition: {e}") from None
         raise
     loc, raw = ts.load_raw(ns, name)
     ts.remember_location(loc, created.metadata.location)
@@ -234,14 +232,12 @@ def register_table(
     added = index.claim(owner, storage_items(location, properties))
     try:
         ts.catalog.register_table((*ns, name), req.metadata_location)
-    except TableAlreadyExistsError as e:
+    except BaseException as e:
         index.release(owner, added)
-        raise Conflict(str(e)) from None
-    except (ValueError, OSError) as e:
-        index.release(owner, added)
-        raise BadRequest(f"Cannot register table: {e}") from None
-    except BaseException:
-        index.release(owner, added)
+        if isinstance(e, TableAlreadyExistsError):
+            raise Conflict(str(e)) from None
+        if isinstance(e, (ValueError, OSError)):
+            raise BadRequest(f"Cannot register table: {e}") from None
         raise
     loc, raw = ts.load_raw(ns, name)
     ctx.audit("register_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
