@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -146,7 +147,7 @@ def seed(handle, snapshots: int) -> tuple[str, int]:  # type: ignore[no-untyped-
     return table.metadata_location, len(meta.snapshots)
 
 
-def create_latencies(handle, n: int, warmup: int = 20) -> list[float]:  # type: ignore[no-untyped-def]
+def create_latencies(handle: Any, n: int, warmup: int = 20) -> list[float]:
     """``n`` single-client createTable calls (default location, a fresh name each) after ``warmup``."""
     token = handle.admin.token_for("admin", ttl=24 * 3600)
     path = f"/v1/{handle.settings.catalog_name}/namespaces/ns/tables"
