@@ -246,6 +246,30 @@ def test_register_another_tables_metadata_is_refused(s3cat: ReferenceCatalog) ->
     assert_attack_fails(s3cat, r)
 
 
+def test_register_metadata_whose_log_names_another_tables_files_is_refused(s3cat: ReferenceCatalog) -> None:
+    """delete-after-commit deletes the files that drop out of the metadata-log: a forged log
+    naming another table's metadata would make the catalog delete them."""
+    import json as _json
+
+    made = create(s3cat, "forger")
+    assert made.status_code == 200
+    cfg = made.json()["config"]
+    doc = made.json()["metadata"]
+    assert httpx.delete(f"{s3cat.uri}{P}/namespaces/scratch/tables/forger", headers=mallory(s3cat)).status_code == 204
+    victim_meta = victim_metadata_location(s3cat)
+    doc["metadata-log"] = [{"metadata-file": victim_meta, "timestamp-ms": 1}]
+    key = "wh/scratch/forger/metadata/99999-forged.metadata.json"
+    s3_for(s3cat, cfg).put_object(Bucket=BUCKET, Key=key, Body=_json.dumps(doc).encode())
+    r = httpx.post(
+        f"{s3cat.uri}{P}/namespaces/scratch/register",
+        headers=mallory(s3cat),
+        json={"name": "forged", "metadata-location": f"s3://{BUCKET}/{key}"},
+    )
+    assert refused(r) and "metadata-log" in r.text, r.text
+    admin = s3cat.s3_emulator.client("s3")
+    assert admin.head_object(Bucket=BUCKET, Key=victim_meta.split(f"{BUCKET}/", 1)[1])["ContentLength"] > 0
+
+
 def test_register_after_drop_adopts_the_freed_location(s3cat: ReferenceCatalog) -> None:
     """Once a table is dropped (not purged) its metadata may be registered again (restore)."""
     etl = bearer(s3cat, "etl")
@@ -257,6 +281,44 @@ def test_register_after_drop_adopts_the_freed_location(s3cat: ReferenceCatalog) 
     assert httpx.delete(f"{s3cat.uri}{P}/namespaces/shop/tables/restorable", headers=etl).status_code == 204
     r = httpx.post(f"{s3cat.uri}{P}/namespaces/shop/register", headers=etl, json=again)
     assert r.status_code == 200, r.text
+
+
+def test_purge_deletes_only_the_tables_own_files(s3cat: ReferenceCatalog) -> None:
+    """A snapshot may name any file; purging it must never make the catalog (with its own keys)
+    delete files of another table."""
+    from pyiceberg.manifest import DataFile
+
+    admin = s3cat.s3_emulator.client("s3")
+    victim_files = [
+        o["Key"]
+        for o in admin.list_objects_v2(Bucket=BUCKET, Prefix=VICTIM)["Contents"]
+        if o["Key"].endswith(".parquet")
+    ]
+    assert create(s3cat, "purger").status_code == 200
+    cat = RestCatalog(
+        "attack-mallory",
+        uri=s3cat.uri,
+        warehouse="lakesession",
+        credential="mallory:mallory-secret-xyz",
+        **{
+            "oauth2-server-uri": f"{s3cat.issuer_uri}/token",
+            "header.X-Iceberg-Access-Delegation": "vended-credentials",
+        },
+    )
+    t = cat.load_table(("scratch", "purger"))
+    t.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    own = next(iter(t.scan().plan_files())).file
+    forged = DataFile(*[own[i] for i in range(len(own))])
+    forged[1] = f"s3://{BUCKET}/{victim_files[0]}"  # file_path
+    with t.transaction() as tx, tx.update_snapshot().fast_append() as append:
+        append.append_data_file(forged)
+    r = httpx.delete(
+        f"{s3cat.uri}{P}/namespaces/scratch/tables/purger", params={"purgeRequested": "true"}, headers=mallory(s3cat)
+    )
+    assert r.status_code == 204, r.text
+    assert admin.head_object(Bucket=BUCKET, Key=victim_files[0])["ContentLength"] > 0  # the victim's file is intact
+    left = admin.list_objects_v2(Bucket=BUCKET, Prefix="wh/scratch/purger/").get("Contents", [])
+    assert not [o["Key"] for o in left if not o["Key"].endswith("/")]  # its own files are gone (not the dir markers)
 
 
 # ---------------------------------------------------------------- path boundaries

@@ -21,7 +21,7 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Conflict, NoSuchTable
-from ..locations import Owner, path_locations
+from ..locations import Owner, normalize, path_locations
 from ..tablestore import DATA_ACTIONS, filter_refs, load_result
 from ..viewsecurity import EffectiveUser, authorize_target
 from .common import (
@@ -229,7 +229,14 @@ def register_table(
     check_location(ctx.services, location, "table location in the metadata")
     check_path_properties(ctx.services, properties)
     check_format_version(doc.get("format-version"))
-    added = index.claim(owner, storage_items(location, properties))
+    items = storage_items(location, properties)
+    own = tuple(normalize(x) for x, _ in items)
+    for entry in doc.get("metadata-log") or []:
+        # delete-after-commit deletes files that drop out of this log: it may only name the table's own
+        path = entry.get("metadata-file") if isinstance(entry, dict) else None
+        if not isinstance(path, str) or not path.startswith(own):
+            raise BadRequest(f"Invalid table metadata: its metadata-log names {path!r}, outside the table's storage")
+    added = index.claim(owner, items)
     try:
         ts.catalog.register_table((*ns, name), req.metadata_location)
     except BaseException as e:
@@ -337,14 +344,15 @@ def drop_table(
     ts = tables_of(ctx)
     if ts.metadata_location(ns, name) is None:
         raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
+    owner, index = Owner.table(ns, name), locations_of(ctx.services)
     try:
         if purge_requested:
-            ts.catalog.purge_table((*ns, name))
+            ts.purge(ns, name, index.owned(owner))
         else:
             ts.catalog.drop_table((*ns, name))
     except NoSuchTableError as e:
         raise NoSuchTable(str(e)) from None
-    locations_of(ctx.services).release(Owner.table(ns, name))  # its storage may be claimed again
+    index.release(owner)  # its storage may be claimed again
     return Response(status_code=204)
 
 
