@@ -152,38 +152,44 @@ class LocationIndex:
         rows = conn.execute(union_all(up, down)).all()
         return [(r[0], Owner(r[1], tuple(r[2].split(".")) if r[2] else (), r[3])) for r in rows]
 
-    def _conflict(self, conn: Any, owner: Owner | None, cand: str) -> str | None:
+    def _conflict(self, conn: Any, owner: Owner | None, cand: str) -> tuple[str | None, bool]:
+        """(why ``cand`` may not be ``owner``'s or None, whether ``owner`` already owns exactly it)."""
         if cand == self.root:
-            return "it is the warehouse root"
+            return "it is the warehouse root", False
+        rows = self._overlapping(conn, cand)
         # a table or view in the way is the more useful thing to report than a namespace
-        for prefix, other in sorted(self._overlapping(conn, cand), key=lambda row: row[1].kind == NAMESPACE):
+        for prefix, other in sorted(rows, key=lambda row: row[1].kind == NAMESPACE):
             relation = "equal" if prefix == cand else "inside" if cand.startswith(prefix) else "contains"
             if not _allowed(owner, relation, other):
                 what = {"equal": "is", "inside": "lies inside", "contains": "contains"}[relation]
                 # the other object is not named: the caller may not be allowed to know it exists
-                return f"it {what} storage owned by another {other.kind}"
-        return None
+                return f"it {what} storage owned by another {other.kind}", False
+        return None, any(prefix == cand and other == owner for prefix, other in rows)
 
-    def _checked(self, conn: Any, owner: Owner | None, items: Iterable[tuple[str, str]]) -> list[str]:
+    def _checked(self, conn: Any, owner: Owner | None, items: Iterable[tuple[str, str]]) -> tuple[list[str], set[str]]:
+        """(normalised prefixes, those ``owner`` already owns), or ``BadRequest`` on a conflict."""
         out: list[str] = []
+        have: set[str] = set()
         for location, what in items:
             cand = normalize(location)
-            reason = self._conflict(conn, owner, cand)
+            reason, owned = self._conflict(conn, owner, cand)
             if reason:
                 raise BadRequest(
                     f"Invalid {what} {location!r}: {reason}; every table, view and namespace owns its storage "
                     "exclusively — choose a location of its own (or leave it out for the default)"
                 )
+            if owned:
+                have.add(cand)
             if cand not in out:
                 out.append(cand)
-        return out
+        return out, have
 
     # ------------------------------------------------------------ commands
     def check(self, owner: Owner | None, items: Iterable[tuple[str, str]]) -> list[str]:
         """Normalised prefixes of ``(location, what)`` items, or ``BadRequest`` naming ``what`` if any
         overlaps what another object owns."""
         with self.engine.connect() as conn:
-            return self._checked(conn, owner, items)
+            return self._checked(conn, owner, items)[0]
 
     def check_file(self, owner: Owner, path: str, what: str) -> None:
         """A single file (a metadata file to adopt) must not lie inside another table's or view's prefix."""
@@ -198,8 +204,7 @@ class LocationIndex:
         with self._lock:
             try:
                 with self.engine.begin() as conn:
-                    prefixes = self._checked(conn, owner, items)
-                    have = set(conn.execute(select(store.locations.c.prefix).where(self._where_owner(owner))).scalars())
+                    prefixes, have = self._checked(conn, owner, items)
                     new = [p for p in prefixes if p not in have]
                     if new:
                         conn.execute(insert(store.locations), [self._row(owner, p) for p in new])

@@ -20,7 +20,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
-from ..errors import BadRequest, Conflict, NoSuchTable
+from ..errors import BadRequest, Conflict, NoSuchNamespace, NoSuchTable
 from ..locations import Owner, normalize, path_locations
 from ..tablestore import DATA_ACTIONS, filter_refs, load_result
 from ..viewsecurity import EffectiveUser, authorize_target
@@ -36,6 +36,7 @@ from .common import (
     identifiers_page,
     json_bytes,
     locations_of,
+    namespace_home,
     ns_str,
     parse_body,
     parse_json_object,
@@ -45,7 +46,7 @@ from .common import (
     tables_of,
 )
 from .credentials import signing_config, vend
-from .namespaces import raw_body
+from .namespaces import NamespaceStore, raw_body
 
 router = APIRouter()
 
@@ -157,12 +158,14 @@ def create_table(
     ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
     req = parse_body(CreateTableBody, body)
     name = check_name("table", req.name)
-    require_namespace(ctx.services, ns)
+    ns_props = NamespaceStore(ctx.services).properties(ns)  # existence and default location in one query
+    if ns_props is None:
+        raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
     ts = tables_of(ctx)
     ts.require_free(ns, name)
     check_format_version(req.properties.get("format-version"))
-    # the default comes from the namespace's location (checked when it was set) or the warehouse
-    location = req.location or ts.catalog._resolve_table_location(None, ns_str(ns), name)
+    # pyiceberg's default: under the namespace's location (checked when it was set), else {warehouse}/{ns}
+    location = req.location or f"{namespace_home(ctx.services, ns, ns_props).rstrip('/')}/{name}"
     check_location(ctx.services, location)
     check_path_properties(ctx.services, req.properties)
     owner, index = Owner.table(ns, name), locations_of(ctx.services)
