@@ -17,8 +17,9 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
+from ..tablestore import load_result
 from ..vending import READ, WRITE
-from ..viewsecurity import authorize_target
+from ..viewsecurity import EffectiveUser, authorize_target
 from .common import Namespace, check_name, check_prefix, decode_namespace, json_bytes, tables_of
 
 router = APIRouter()
@@ -107,6 +108,43 @@ def signing_config(
         **s3.client_config(),
     }
     return cfg
+
+
+def table_result(
+    ctx: RequestContext,
+    ns: Namespace,
+    name: str,
+    metadata_location: str | None,
+    raw: bytes,
+    location: str | None,
+    action: str,
+    eff: EffectiveUser | None = None,
+) -> Response:
+    """A LoadTableResult, with vended credentials when the caller (or the user in effect of a view
+    chain, ``eff``) asked for them and may have them."""
+    config: dict[str, str] = {}
+    creds: list[dict[str, Any]] = []
+    if "vended-credentials" in ctx.delegation:
+        config, creds = vend(
+            ctx,
+            ns,
+            name,
+            location,
+            action=action,
+            principal_name=eff.name if eff else None,
+            detail=eff.detail() if eff else None,
+            referenced_by=eff.referenced_by if eff else None,
+        )
+    elif "remote-signing" in ctx.delegation:
+        config = signing_config(
+            ctx,
+            ns,
+            name,
+            location,
+            principal_name=eff.name if eff else None,
+            referenced_by=eff.referenced_by if eff else None,
+        )
+    return json_bytes(load_result(metadata_location, raw, config, creds))
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials")

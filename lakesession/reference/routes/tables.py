@@ -22,8 +22,8 @@ from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Conflict, NoSuchNamespace, NoSuchTable
 from ..locations import Owner, normalize, path_locations
-from ..tablestore import DATA_ACTIONS, filter_refs, load_result
-from ..viewsecurity import EffectiveUser, authorize_target
+from ..tablestore import DATA_ACTIONS, filter_refs
+from ..viewsecurity import authorize_target
 from .common import (
     Namespace,
     check_format_version,
@@ -45,7 +45,7 @@ from .common import (
     storage_items,
     tables_of,
 )
-from .credentials import signing_config, vend
+from .credentials import table_result
 from .namespaces import NamespaceStore, raw_body
 
 router = APIRouter()
@@ -92,43 +92,6 @@ def _table(ctx: RequestContext, prefix: str, namespace: str, table: str) -> tupl
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)
     return ns, name, Securable.table(ns, name)
-
-
-def table_result(
-    ctx: RequestContext,
-    ns: Namespace,
-    name: str,
-    metadata_location: str | None,
-    raw: bytes,
-    location: str | None,
-    action: str,
-    eff: EffectiveUser | None = None,
-) -> Response:
-    """A LoadTableResult, with vended credentials when the caller (or the user in effect of a view
-    chain, ``eff``) asked for them and may have them."""
-    config: dict[str, str] = {}
-    creds: list[dict[str, Any]] = []
-    if "vended-credentials" in ctx.delegation:
-        config, creds = vend(
-            ctx,
-            ns,
-            name,
-            location,
-            action=action,
-            principal_name=eff.name if eff else None,
-            detail=eff.detail() if eff else None,
-            referenced_by=eff.referenced_by if eff else None,
-        )
-    elif "remote-signing" in ctx.delegation:
-        config = signing_config(
-            ctx,
-            ns,
-            name,
-            location,
-            principal_name=eff.name if eff else None,
-            referenced_by=eff.referenced_by if eff else None,
-        )
-    return json_bytes(load_result(metadata_location, raw, config, creds))
 
 
 @router.get(T)
