@@ -1,6 +1,7 @@
-"""loadTable latency of the reference catalog, next to a trivial endpoint of the same app.
+"""loadTable and createTable latency of the reference catalog, next to a trivial endpoint of the same app.
 
-    python benchmarks/catalog_load.py [--requests 1000] [--clients 16] [--snapshots 5]
+    python benchmarks/catalog_load.py [--requests 1000] [--clients 16] [--snapshots 5] [--creates 300]
+    python benchmarks/catalog_load.py --baseline 99600be   # createTable p50: that commit vs this tree
 
 Starts an in-process catalog (uvicorn in a background thread, SQLite, file:// warehouse),
 creates a namespace and a table with a few snapshots through pyiceberg, then measures
@@ -12,25 +13,39 @@ single-client loadTable p50 of at most 5 ms.
 The clients run in the server's process, so they compete with it for the GIL: absolute
 numbers are pessimistic next to a separate server process, the loadTable/trivial ratio is
 the figure to watch.
+
+createTable: ``--creates`` single-client ``POST …/namespaces/ns/tables`` (a fresh name each,
+default location), the p50 printed. ``--baseline REV`` also exports ``REV`` (``git archive``)
+and measures createTable there in a child process, alternating runs (``--rounds``) and keeping
+each side's best p50, then prints both and the ratio (target <= 1.2x: the storage-ownership
+index adds two indexed queries and an insert per create).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import tarfile
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout
+# runnable from a checkout; LAKESESSION_BENCH_SOURCE points a child run at an exported baseline tree
+SOURCE = os.environ.get("LAKESESSION_BENCH_SOURCE") or str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, SOURCE)
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 
 TARGET_P50_MS = 5.0
+TARGET_CREATE_RATIO = 1.2
 
 
 @dataclass
@@ -132,6 +147,62 @@ def seed(handle, snapshots: int) -> tuple[str, int]:  # type: ignore[no-untyped-
     return table.metadata_location, len(meta.snapshots)
 
 
+def create_latencies(handle: Any, n: int, warmup: int = 20) -> list[float]:
+    """``n`` single-client createTable calls (default location, a fresh name each) after ``warmup``."""
+    token = handle.admin.token_for("admin", ttl=24 * 3600)
+    path = f"/v1/{handle.settings.catalog_name}/namespaces/ns/tables"
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+    out: list[float] = []
+    with httpx.Client(base_url=handle.uri, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        if client.head(f"/v1/{handle.settings.catalog_name}/namespaces/ns").status_code != 204:
+            client.post(f"/v1/{handle.settings.catalog_name}/namespaces", json={"namespace": ["ns"]})
+        for i in range(warmup + n):
+            t0 = time.perf_counter()
+            r = client.post(path, json={"name": f"c{i}_{time.monotonic_ns()}", "schema": schema})
+            r.read()
+            if r.status_code != 200:
+                raise SystemExit(f"createTable failed: {r.status_code} {r.text[:200]}")
+            if i >= warmup:
+                out.append(time.perf_counter() - t0)
+    return out
+
+
+def create_only(n: int) -> float:
+    """createTable p50 (ms) of the code on ``sys.path`` — the body of a ``--baseline`` child run."""
+    from lakesession.reference import start
+
+    handle = start()
+    try:
+        return Result("createTable", 1, create_latencies(handle, n), 1.0).p50
+    finally:
+        handle.stop()
+
+
+def baseline_p50s(rev: str, n: int, rounds: int) -> tuple[float, float]:
+    """(baseline, current) best createTable p50 over ``rounds`` alternating child runs."""
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="lakesession-baseline-") as tmp:
+        archive = subprocess.run(["git", "-C", str(repo), "archive", rev], check=True, capture_output=True).stdout
+        tar_path = Path(tmp) / "src.tar"
+        tar_path.write_bytes(archive)
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(Path(tmp) / "src", filter="data")
+        best = {"baseline": float("inf"), "current": float("inf")}
+        for _ in range(rounds):
+            for side, src in (("baseline", str(Path(tmp) / "src")), ("current", str(repo))):
+                env = {**os.environ, "LAKESESSION_BENCH_SOURCE": src, "PYTHONPATH": src}
+                out = subprocess.run(
+                    [sys.executable, __file__, "--create-only", "--creates", str(n)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    cwd=tmp,
+                ).stdout
+                best[side] = min(best[side], json.loads(out.strip().splitlines()[-1])["create_p50_ms"])
+    return best["baseline"], best["current"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=1000, help="single-client requests per endpoint (default 1000)")
@@ -139,8 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-client", type=int, default=None, help="requests per concurrent client (default requests/5)")
     ap.add_argument("--snapshots", type=int, default=5, help="snapshots in the benchmark table (default 5)")
     ap.add_argument("--warmup", type=int, default=50, help="warm-up requests per client (default 50)")
+    ap.add_argument("--creates", type=int, default=300, help="single-client createTable calls (default 300)")
+    ap.add_argument("--baseline", metavar="REV", help="also measure createTable at git revision REV and compare")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds for --baseline (default 3)")
+    ap.add_argument("--create-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     per_client = args.per_client or max(1, args.requests // 5)
+    if args.create_only:
+        print(json.dumps({"create_p50_ms": create_only(args.creates), "source": SOURCE}))
+        return 0
 
     from lakesession.reference import start
 
@@ -159,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, path, headers in endpoints:
                 lat, wall = run(handle.uri, path, headers, clients, n, args.warmup)
                 results[(name, clients)] = Result(name, clients, lat, wall)
+        creates = Result("createTable", 1, create_latencies(handle, args.creates), 1.0)
     finally:
         handle.stop()
 
@@ -180,10 +259,20 @@ def main(argv: list[str] | None = None) -> int:
             f"loadTable/healthz, {clients:>2} client(s): p50 x{lt.p50 / hz.p50:.2f}, p99 x{lt.p99 / hz.p99:.2f}, "
             f"req/s x{lt.rps / hz.rps:.2f}"
         )
+    print(f"createTable  1 client: {creates.requests} creates, p50 {creates.p50:.2f} ms, p99 {creates.p99:.2f} ms")
+    ok = True
+    if args.baseline:
+        base, cur = baseline_p50s(args.baseline, args.creates, args.rounds)
+        ratio = cur / base
+        ok = ratio <= TARGET_CREATE_RATIO
+        print(
+            f"createTable p50, best of {args.rounds} alternating runs: {args.baseline} {base:.2f} ms, "
+            f"this tree {cur:.2f} ms, x{ratio:.2f} (target <= x{TARGET_CREATE_RATIO}): {'OK' if ok else 'OVER TARGET'}"
+        )
     single = results[("loadTable", 1)]
     verdict = "OK" if single.p50 <= TARGET_P50_MS else "OVER TARGET"
     print(f"\nsingle-client loadTable p50 {single.p50:.2f} ms (target <= {TARGET_P50_MS:.0f} ms): {verdict}")
-    return 0 if single.p50 <= TARGET_P50_MS else 1
+    return 0 if single.p50 <= TARGET_P50_MS and ok else 1
 
 
 if __name__ == "__main__":

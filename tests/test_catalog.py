@@ -280,11 +280,12 @@ def test_rename_register_metrics_and_purge(catalog, http, tmp_path) -> None:  # 
         headers=h,
     )
     assert r.status_code == 204
-    # register the same metadata under a new name, then drop the original without purge
+    # drop the original without purge, then register its metadata under a new name (a restore;
+    # while the original exists its storage is its own and cannot be adopted)
     reg = ("sales", uniq("reg"))
+    etl.drop_table(dst)
     registered = etl.register_table(reg, moved.metadata_location)
     assert registered.scan().to_arrow().num_rows == 3
-    etl.drop_table(dst)
     assert etl.load_table(reg).scan().to_arrow().num_rows == 3
     # purge deletes the files: the registered copy then points at nothing readable
     data_files = [task.file.file_path for task in registered.scan().plan_files()]

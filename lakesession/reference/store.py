@@ -83,6 +83,21 @@ table_locations = Table(
     Column("location", String(1000), nullable=False),
 )
 
+# Who owns which storage prefix (``locations.LocationIndex``): one row per prefix, normalised with a
+# trailing '/'; byte-order comparison ("C" collation on PostgreSQL) makes "starts with" a range query.
+_PREFIX = String(1000).with_variant(String(1000, collation="C"), "postgresql")
+
+locations = Table(
+    "ls_locations",
+    metadata,
+    Column("catalog_name", String(255), primary_key=True),
+    Column("prefix", _PREFIX, primary_key=True),
+    Column("owner_kind", String(16), nullable=False),  # "table" | "view" | "namespace"
+    Column("owner_namespace", String(1000), nullable=False),  # levels joined with '.', as pyiceberg stores them
+    Column("owner_name", String(255), nullable=False),  # "" for a namespace
+    Index("ix_ls_locations_owner", "catalog_name", "owner_kind", "owner_namespace", "owner_name"),
+)
+
 audit = Table(
     "ls_audit",
     metadata,

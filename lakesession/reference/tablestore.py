@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -17,13 +18,15 @@ from typing import Any
 
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.io import load_file_io
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from . import store
 from .errors import BadRequest, CommitFailed, Conflict, NoSuchTable
+
+logger = logging.getLogger(__name__)
 
 Namespace = tuple[str, ...]
 
@@ -200,6 +203,54 @@ class TableStore:
         except (ValueError, TypeError, KeyError) as e:
             raise BadRequest(f"Invalid table update: {e}") from None
         return resp.metadata_location, self.cache.get(resp.metadata_location, self.catalog.properties)
+
+    def purge(self, ns: Namespace, name: str, prefixes: set[str]) -> int:
+        """Drop the table and delete its files — only those inside ``prefixes`` (what it owns).
+
+        pyiceberg's ``purge_table`` deletes every file the metadata names, and a snapshot may
+        name any file (a forged manifest listing another table's data): with the catalog's own
+        keys that would delete another table's data. Returns how many files were left alone."""
+        ident = (*ns, name)
+        table = self.catalog.load_table(ident)
+        self.catalog.drop_table(ident)
+        io = load_file_io(self.catalog.properties, table.metadata_location)
+        metadata = table.metadata
+        skipped = 0
+
+        def inside(path: str) -> bool:
+            return any(path.startswith(p) for p in prefixes)
+
+        def delete(path: str) -> None:
+            nonlocal skipped
+            if not inside(path):
+                skipped += 1
+                return
+            _delete_quietly(io, path)
+
+        manifest_lists = {s.manifest_list for s in metadata.snapshots}
+        manifests = {}
+        for snapshot in metadata.snapshots:
+            if not inside(snapshot.manifest_list):
+                continue  # never follow a list the table does not own
+            for manifest in snapshot.manifests(io):
+                manifests.setdefault(manifest.manifest_path, manifest)
+        data_files: set[str] = set()
+        for path, manifest in manifests.items():
+            if inside(path):
+                data_files |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=False)}
+        for path in (*data_files, *manifests, *manifest_lists, *(m.metadata_file for m in metadata.metadata_log)):
+            delete(path)
+        delete(table.metadata_location)
+        if skipped:
+            logger.warning("purge of %s kept %d file(s) outside the table's own storage", ".".join(ident), skipped)
+        return skipped
+
+
+def _delete_quietly(io: FileIO, path: str) -> None:
+    try:
+        io.delete(path)
+    except OSError:
+        logger.warning("purge: could not delete %s", path)
 
 
 def filter_refs(raw: bytes) -> bytes:

@@ -1,17 +1,24 @@
-"""Shared route helpers: prefix checks, namespace decoding, pagination, body parsing."""
+"""Shared route helpers: prefix checks, name and location rules, namespace decoding, pagination,
+body parsing, and the per-server stores (tables, storage-ownership index) every route reaches."""
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
-from fastapi import Request
+from fastapi import Request, Response
 from pydantic import BaseModel, ValidationError
 
-from ..context import Services
+from ..context import RequestContext, Services
 from ..errors import BadRequest, NoSuchNamespace, NotFound
+from ..locations import PATH_PROPERTIES, LocationIndex, Owner, path_locations
+from ..tablestore import TableStore
+
+logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 Namespace = tuple[str, ...]
@@ -29,16 +36,22 @@ def check_prefix(services: Services, prefix: str) -> None:
 
 
 def check_level(level: str) -> str:
-    if not level or not level.strip() or not level.isprintable() or "." in level or len(level) > 255:
+    """A namespace level is a path segment of default locations: no '.', '/', blanks or control characters."""
+    if not level or not level.strip() or not level.isprintable() or "." in level or "/" in level or len(level) > 255:
         raise BadRequest(
-            f"Invalid namespace level {level!r}: levels must be printable, not blank, at most 255 characters, without '.'"
+            f"Invalid namespace level {level!r}: levels must be printable, not blank, at most 255 characters, "
+            "without '.' or '/'"
         )
     return level
 
 
 def check_name(kind: str, name: str) -> str:
-    if not name or not name.strip() or not name.isprintable() or len(name) > 255 or "/" in name:
-        raise BadRequest(f"Invalid {kind} name {name!r}: must be non-empty, at most 255 characters, without '/'")
+    """Table and view names become path segments of default locations: '.' and '..' would escape."""
+    if not name or not name.strip() or not name.isprintable() or len(name) > 255 or "/" in name or name in (".", ".."):
+        raise BadRequest(
+            f"Invalid {kind} name {name!r}: must be printable, non-empty, at most 255 characters, "
+            "without '/', and not '.' or '..'"
+        )
     return name
 
 
@@ -123,18 +136,55 @@ def identifiers_page(
     return out
 
 
-PATH_PROPERTIES = ("write.data.path", "write.metadata.path", "write.object-storage.path", "write.folder-storage.path")
+_IAM_WILDCARDS = ("*", "?", "${")  # would widen a vended credential's session policy
 
 
 def check_location(services: Services, location: str, what: str = "table location") -> str:
-    """Files must stay inside the warehouse: no escape through '..', '.', a sibling prefix
-    (``…/wh`` never covers ``…/whx``), a relative path or another store. 400 otherwise."""
+    """Files must stay inside the warehouse: no escape through '..', '.', an empty segment (``a//b``
+    is ``a/b`` on a local disk), a sibling prefix (``…/wh`` never covers ``…/whx``), a relative path
+    or another store or bucket; no IAM wildcards. 400 otherwise. Ownership is ``check_storage``'s."""
     location = location.rstrip("/")
     base = services.settings.warehouse.rstrip("/")
     segments = location.split("://", 1)[-1].split("/")
-    if ".." in segments or "." in segments or not (location == base or location.startswith(base + "/")):
-        raise BadRequest(f"Invalid {what} {location!r}: must be inside the warehouse {base!r}")
+    inner = location[len(base) + 1 :].split("/") if location.startswith(base + "/") else []
+    if (
+        ".." in segments
+        or "." in segments
+        or "" in inner
+        or not location.isprintable()
+        or any(w in location for w in _IAM_WILDCARDS)
+        or not (location == base or location.startswith(base + "/"))
+    ):
+        raise BadRequest(
+            f"Invalid {what} {location!r}: must be inside the warehouse {base!r}, without '.', '..' or empty "
+            "path segments, control characters or IAM wildcards ('*', '?', '${')"
+        )
+    if what.startswith("view "):
+        # views (routes/views.py) do not record their own prefixes yet; until they do, a view may at
+        # least never be placed on, inside or around storage that a table, view or namespace owns
+        locations_of(services).check(None, [(location, what)])
     return location
+
+
+def storage_items(location: str, properties: dict[str, str] | None, kind: str = "table") -> list[tuple[str, str]]:
+    """``(location, what)`` for a table's location and each path property, for ``LocationIndex``."""
+    return [(location, f"{kind} location"), *path_items(properties, kind)]
+
+
+def path_items(properties: dict[str, str] | None, kind: str = "table") -> list[tuple[str, str]]:
+    return [(str(v), f"{kind} property {k}") for k, v in (properties or {}).items() if k.lower() in PATH_PROPERTIES]
+
+
+SUPPORTED_FORMAT_VERSIONS = ("1", "2")
+
+
+def check_format_version(version: object) -> None:
+    """pyiceberg 0.12 (our metadata writer) and Iceberg 1.10 engines do not fully handle v3 tables."""
+    if version is not None and str(version).strip() not in SUPPORTED_FORMAT_VERSIONS:
+        raise BadRequest(
+            f"Unsupported format-version {version!r}: this catalog creates and upgrades tables to format "
+            f"versions {' and '.join(SUPPORTED_FORMAT_VERSIONS)} only"
+        )
 
 
 def check_path_properties(services: Services, properties: dict[str, str] | None, kind: str = "table") -> None:
@@ -142,3 +192,84 @@ def check_path_properties(services: Services, properties: dict[str, str] | None,
     for key, value in (properties or {}).items():
         if key.lower() in PATH_PROPERTIES:
             check_location(services, str(value), f"{kind} property {key}")
+
+
+def json_bytes(body: bytes, status: int = 200) -> Response:
+    return Response(content=body, status_code=status, media_type="application/json")
+
+
+def tables_of(ctx: RequestContext) -> TableStore:
+    ts = ctx.services.extras.get("tables")
+    if ts is None:
+        ts = ctx.services.extras.setdefault("tables", TableStore(ctx.services.catalog))
+    return ts
+
+
+_index_lock = threading.Lock()
+
+
+def locations_of(services: Services) -> LocationIndex:
+    """The storage-ownership index; objects made before it existed are indexed on first use."""
+    index = services.extras.get("locations")
+    if index is not None:
+        return index
+    with _index_lock:
+        index = services.extras.get("locations")
+        if index is None:
+            index = LocationIndex(services.catalog.engine, services.catalog.name, services.settings.warehouse)
+            if index.is_empty():
+                ts = services.extras.setdefault("tables", TableStore(services.catalog))
+                n = index.backfill(_existing_objects(services, ts))
+                if n:
+                    logger.info("storage-ownership index: %d prefixes of existing objects indexed", n)
+            services.extras["locations"] = index
+    return index
+
+
+def default_namespace_location(services: Services, ns: Namespace) -> str:
+    """Where pyiceberg's SqlCatalog puts a namespace's tables when it has no ``location``."""
+    return f"{services.settings.warehouse.rstrip('/')}/{ns_str(ns)}"
+
+
+def namespace_home(services: Services, ns: Namespace, properties: dict[str, str]) -> str:
+    return properties.get("location") or default_namespace_location(services, ns)
+
+
+def _existing_objects(services: Services, ts: TableStore) -> Iterator[tuple[Owner, list[str]]]:
+    from pyiceberg.catalog.sql import IcebergNamespaceProperties as NsProps
+    from sqlalchemy import select
+
+    from .. import store
+
+    engine, name = services.catalog.engine, services.catalog.name
+    t = ts._t
+    with engine.connect() as conn:
+        tables = conn.execute(
+            select(t.c.table_namespace, t.c.table_name, t.c.metadata_location).where(t.c.catalog_name == name)
+        ).all()
+        views = conn.execute(
+            select(store.views.c.namespace, store.views.c.name, store.views.c.metadata_json).where(
+                store.views.c.catalog_name == name
+            )
+        ).all()
+        n = NsProps.__table__
+        ns_rows = conn.execute(
+            select(n.c.namespace, n.c.property_key, n.c.property_value).where(n.c.catalog_name == name)
+        ).all()
+    for ns_key, table, meta in tables:
+        if not meta:
+            continue
+        try:
+            doc = json.loads(ts.cache.get(meta, ts.catalog.properties))
+        except (OSError, ValueError):
+            logger.warning("backfill: cannot read the metadata of %s.%s", ns_key, table)
+            continue
+        yield Owner.table(tuple(ns_key.split(".")), table), [doc["location"], *path_locations(doc.get("properties"))]
+    for ns_key, view, text in views:
+        yield Owner.view(tuple(ns_key.split(".")), view), [json.loads(text)["location"]]
+    homes: dict[str, dict[str, str]] = {}
+    for ns_key, key, value in ns_rows:
+        homes.setdefault(ns_key, {})[key] = value
+    for ns_key, props in homes.items():
+        ns = tuple(ns_key.split("."))
+        yield Owner.namespace_(ns), [namespace_home(services, ns, props)]

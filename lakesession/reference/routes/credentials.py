@@ -8,6 +8,7 @@ read-only, otherwise nothing.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote
 
@@ -16,8 +17,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
+from ..tablestore import load_result
 from ..vending import READ, WRITE
-from .common import Namespace, check_name, check_prefix, decode_namespace
+from ..viewsecurity import EffectiveUser, authorize_target
+from .common import Namespace, check_name, check_prefix, decode_namespace, json_bytes, tables_of
 
 router = APIRouter()
 
@@ -107,6 +110,43 @@ def signing_config(
     return cfg
 
 
+def table_result(
+    ctx: RequestContext,
+    ns: Namespace,
+    name: str,
+    metadata_location: str | None,
+    raw: bytes,
+    location: str | None,
+    action: str,
+    eff: EffectiveUser | None = None,
+) -> Response:
+    """A LoadTableResult, with vended credentials when the caller (or the user in effect of a view
+    chain, ``eff``) asked for them and may have them."""
+    config: dict[str, str] = {}
+    creds: list[dict[str, Any]] = []
+    if "vended-credentials" in ctx.delegation:
+        config, creds = vend(
+            ctx,
+            ns,
+            name,
+            location,
+            action=action,
+            principal_name=eff.name if eff else None,
+            detail=eff.detail() if eff else None,
+            referenced_by=eff.referenced_by if eff else None,
+        )
+    elif "remote-signing" in ctx.delegation:
+        config = signing_config(
+            ctx,
+            ns,
+            name,
+            location,
+            principal_name=eff.name if eff else None,
+            referenced_by=eff.referenced_by if eff else None,
+        )
+    return json_bytes(load_result(metadata_location, raw, config, creds))
+
+
 @router.get("/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
 def load_credentials(
     prefix: str,
@@ -117,9 +157,6 @@ def load_credentials(
     ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
     """Re-authorizes on every call and never reads table metadata (cost independent of history)."""
-    from ..viewsecurity import authorize_target
-    from .tables import json_bytes, tables_of
-
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)
@@ -139,6 +176,4 @@ def load_credentials(
         detail=eff.detail(),
         referenced_by=eff.referenced_by,
     )
-    import json
-
     return json_bytes(json.dumps({"storage-credentials": creds}).encode())

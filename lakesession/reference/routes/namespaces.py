@@ -20,11 +20,15 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
 from ..errors import BadRequest, CatalogError, Conflict, NamespaceNotEmpty, NoSuchNamespace, NotFound
+from ..locations import Owner
 from .common import (
     Namespace,
     check_level,
+    check_location,
     check_prefix,
     decode_namespace,
+    locations_of,
+    namespace_home,
     ns_str,
     paginate,
     parse_body,
@@ -226,8 +230,20 @@ def create_namespace(
         raise BadRequest(f"Parent namespace does not exist: {ns_str(ns[:-1])}; create it first")
     if nss.properties(ns) is not None:
         raise Conflict(f"Namespace already exists: {ns_str(ns)}")
-    nss.create(ns, req.properties)
+    owner, index = Owner.namespace_(ns), locations_of(ctx.services)
+    added = index.claim(owner, [(_checked_home(ctx.services, ns, req.properties), "namespace location")])
+    try:
+        nss.create(ns, req.properties)
+    except BaseException:
+        index.release(owner, added)
+        raise
     return {"namespace": list(ns), "properties": req.properties}
+
+
+def _checked_home(services: Services, ns: Namespace, properties: dict[str, str]) -> str:
+    """Where the namespace's tables go by default: its ``location`` (inside the warehouse, on the
+    warehouse's store and bucket: never another bucket or a local path) or ``{warehouse}/{ns}``."""
+    return check_location(services, namespace_home(services, ns, properties), "namespace location")
 
 
 def _load(
@@ -267,6 +283,7 @@ def drop_namespace(
     if not nss.is_empty(ns):
         raise NamespaceNotEmpty(f"Namespace {ns_str(ns)} is not empty: drop its tables, views and namespaces first")
     nss.drop(ns)
+    locations_of(ctx.services).release(Owner.namespace_(ns))
     return Response(status_code=204)
 
 
@@ -277,9 +294,21 @@ def update_namespace_properties(
     body: bytes = Depends(raw_body),
     ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> dict[str, Any]:
-    ns, nss, _ = _load(ctx, prefix, namespace, "update_namespace_properties", P.NAMESPACE_WRITE_PROPERTIES)
+    ns, nss, current = _load(ctx, prefix, namespace, "update_namespace_properties", P.NAMESPACE_WRITE_PROPERTIES)
     req = parse_body(UpdateNamespacePropertiesRequest, body)
     overlap = set(req.removals) & set(req.updates)
     if overlap:
         raise UnprocessableEntity(f"Keys both updated and removed: {', '.join(sorted(overlap))}")
-    return nss.update(ns, req.removals, req.updates)
+    if "location" not in req.updates and "location" not in req.removals:
+        return nss.update(ns, req.removals, req.updates)
+    after = {k: v for k, v in current.items() if k not in req.removals} | req.updates
+    home = _checked_home(ctx.services, ns, after)
+    owner, index = Owner.namespace_(ns), locations_of(ctx.services)
+    added = index.claim(owner, [(home, "namespace location")])  # tables already inside stay theirs
+    try:
+        result = nss.update(ns, req.removals, req.updates)
+    except BaseException:
+        index.release(owner, added)
+        raise
+    index.sync(owner, [home])
+    return result

@@ -20,11 +20,13 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
-from ..errors import BadRequest, Conflict, NoSuchTable
-from ..tablestore import DATA_ACTIONS, TableStore, filter_refs, load_result
-from ..viewsecurity import EffectiveUser, authorize_target
+from ..errors import BadRequest, Conflict, NoSuchNamespace, NoSuchTable
+from ..locations import Owner, normalize, path_locations
+from ..tablestore import DATA_ACTIONS, filter_refs
+from ..viewsecurity import authorize_target
 from .common import (
     Namespace,
+    check_format_version,
     check_level,
     check_location,
     check_name,
@@ -32,13 +34,19 @@ from .common import (
     check_prefix,
     decode_namespace,
     identifiers_page,
+    json_bytes,
+    locations_of,
+    namespace_home,
     ns_str,
     parse_body,
     parse_json_object,
+    path_items,
     require_namespace,
+    storage_items,
+    tables_of,
 )
-from .credentials import signing_config, vend
-from .namespaces import raw_body
+from .credentials import table_result
+from .namespaces import NamespaceStore, raw_body
 
 router = APIRouter()
 
@@ -79,59 +87,11 @@ class RenameBody(BaseModel):
     destination: TableIdentifierModel
 
 
-def tables_of(ctx: RequestContext) -> TableStore:
-    ts = ctx.services.extras.get("tables")
-    if ts is None:
-        ts = ctx.services.extras.setdefault("tables", TableStore(ctx.services.catalog))
-    return ts
-
-
-def json_bytes(body: bytes, status: int = 200) -> Response:
-    return Response(content=body, status_code=status, media_type="application/json")
-
-
 def _table(ctx: RequestContext, prefix: str, namespace: str, table: str) -> tuple[Namespace, str, Securable]:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)
     return ns, name, Securable.table(ns, name)
-
-
-def table_result(
-    ctx: RequestContext,
-    ns: Namespace,
-    name: str,
-    metadata_location: str | None,
-    raw: bytes,
-    location: str | None,
-    action: str,
-    eff: EffectiveUser | None = None,
-) -> Response:
-    """A LoadTableResult, with vended credentials when the caller (or the user in effect of a view
-    chain, ``eff``) asked for them and may have them."""
-    config: dict[str, str] = {}
-    creds: list[dict[str, Any]] = []
-    if "vended-credentials" in ctx.delegation:
-        config, creds = vend(
-            ctx,
-            ns,
-            name,
-            location,
-            action=action,
-            principal_name=eff.name if eff else None,
-            detail=eff.detail() if eff else None,
-            referenced_by=eff.referenced_by if eff else None,
-        )
-    elif "remote-signing" in ctx.delegation:
-        config = signing_config(
-            ctx,
-            ns,
-            name,
-            location,
-            principal_name=eff.name if eff else None,
-            referenced_by=eff.referenced_by if eff else None,
-        )
-    return json_bytes(load_result(metadata_location, raw, config, creds))
 
 
 @router.get(T)
@@ -161,30 +121,44 @@ def create_table(
     ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
     req = parse_body(CreateTableBody, body)
     name = check_name("table", req.name)
-    require_namespace(ctx.services, ns)
+    ns_props = NamespaceStore(ctx.services).properties(ns)  # existence and default location in one query
+    if ns_props is None:
+        raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
     ts = tables_of(ctx)
     ts.require_free(ns, name)
-    if req.location:
-        check_location(ctx.services, req.location)
+    check_format_version(req.properties.get("format-version"))
+    # pyiceberg's default: under the namespace's location (checked when it was set), else {warehouse}/{ns}
+    location = req.location or f"{namespace_home(ctx.services, ns, ns_props).rstrip('/')}/{name}"
+    check_location(ctx.services, location)
     check_path_properties(ctx.services, req.properties)
-    args = dict(
+    owner, index = Owner.table(ns, name), locations_of(ctx.services)
+    items = storage_items(location, req.properties)
+    args: dict[str, Any] = dict(
         schema=req.table_schema,
-        location=req.location,
+        location=location,
         partition_spec=req.partition_spec or UNPARTITIONED_PARTITION_SPEC,
         sort_order=req.write_order or UNSORTED_SORT_ORDER,
         properties=req.properties,
     )
-    try:
-        if req.stage_create:
+    if req.stage_create:  # nothing is owned until the create commit, which claims the storage
+        index.check(owner, items)
+        try:
             staged = ts.catalog._create_staged_table((*ns, name), **args)
-            raw = staged.metadata.model_dump_json().encode()
-            ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
-            return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials")
+        except (ValueError, NotImplementedError) as e:
+            raise BadRequest(f"Invalid table definition: {e}") from None
+        raw = staged.metadata.model_dump_json().encode()
+        ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
+        return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials")
+    added = index.claim(owner, items)
+    try:
         created = ts.catalog.create_table((*ns, name), **args)
-    except TableAlreadyExistsError as e:
-        raise Conflict(str(e)) from None
-    except ValueError as e:
-        raise BadRequest(f"Invalid table definition: {e}") from None
+    except BaseException as e:
+        index.release(owner, added)
+        if isinstance(e, TableAlreadyExistsError):
+            raise Conflict(str(e)) from None
+        if isinstance(e, (ValueError, NotImplementedError)):
+            raise BadRequest(f"Invalid table definition: {e}") from None
+        raise
     loc, raw = ts.load_raw(ns, name)
     ts.remember_location(loc, created.metadata.location)
     ctx.audit("create_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
@@ -209,16 +183,35 @@ def register_table(
         raise BadRequest("register with overwrite=true is not supported by this catalog")
     ts.require_free(ns, name)
     check_location(ctx.services, req.metadata_location, "metadata location")
+    owner, index = Owner.table(ns, name), locations_of(ctx.services)
+    index.check_file(owner, req.metadata_location, "metadata location")  # never adopt another table's files
     try:
-        ts.cache.get(req.metadata_location, ts.catalog.properties)
+        doc = json.loads(ts.cache.get(req.metadata_location, ts.catalog.properties))
     except (OSError, ValueError) as e:
         raise BadRequest(f"Cannot read metadata at {req.metadata_location!r}: {type(e).__name__}") from None
+    location, properties = doc.get("location") if isinstance(doc, dict) else None, doc.get("properties") or {}
+    if not isinstance(location, str) or not isinstance(properties, dict):
+        raise BadRequest(f"Invalid table metadata at {req.metadata_location!r}: no location")
+    check_location(ctx.services, location, "table location in the metadata")
+    check_path_properties(ctx.services, properties)
+    check_format_version(doc.get("format-version"))
+    items = storage_items(location, properties)
+    own = tuple(normalize(x) for x, _ in items)
+    for entry in doc.get("metadata-log") or []:
+        # delete-after-commit deletes files that drop out of this log: it may only name the table's own
+        path = entry.get("metadata-file") if isinstance(entry, dict) else None
+        if not isinstance(path, str) or not path.startswith(own):
+            raise BadRequest(f"Invalid table metadata: its metadata-log names {path!r}, outside the table's storage")
+    added = index.claim(owner, items)
     try:
         ts.catalog.register_table((*ns, name), req.metadata_location)
-    except TableAlreadyExistsError as e:
-        raise Conflict(str(e)) from None
-    except (ValueError, OSError) as e:
-        raise BadRequest(f"Cannot register table: {e}") from None
+    except BaseException as e:
+        index.release(owner, added)
+        if isinstance(e, TableAlreadyExistsError):
+            raise Conflict(str(e)) from None
+        if isinstance(e, (ValueError, OSError)):
+            raise BadRequest(f"Cannot register table: {e}") from None
+        raise
     loc, raw = ts.load_raw(ns, name)
     ctx.audit("register_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
     return table_result(ctx, ns, name, loc, raw, ts.location_of(loc), "vend_credentials")
@@ -275,12 +268,31 @@ def commit_table(
     else:
         writes_data = any(u.action in DATA_ACTIONS for u in req.updates)
         ctx.authorize("commit_table", P.TABLE_WRITE_DATA if writes_data else P.TABLE_WRITE_PROPERTIES, sec)
+    owner, index = Owner.table(ns, name), locations_of(ctx.services)
+    items: list[tuple[str, str]] = []
+    moves = creating = any(r.type == "assert-create" for r in req.requirements)
     for update in req.updates:
         if update.action == "set-location":
-            check_location(ctx.services, update.location)
+            items.append((check_location(ctx.services, update.location), "table location"))
         elif update.action == "set-properties":
             check_path_properties(ctx.services, update.updates)
-    loc, raw = ts.commit(ns, name, req.requirements, req.updates)
+            check_format_version(update.updates.get("format-version"))
+            items += path_items(update.updates)
+        elif update.action == "remove-properties":
+            moves = moves or bool(path_locations(dict.fromkeys(update.removals, "x")))
+        elif update.action == "upgrade-format-version":
+            check_format_version(update.format_version)
+    if creating and not any(u.action == "set-location" for u in req.updates):
+        raise BadRequest("A create commit must set the table location (set-location)")
+    added = index.claim(owner, items) if items else []  # before the commit: no moment of shared storage
+    try:
+        loc, raw = ts.commit(ns, name, req.requirements, req.updates)
+    except BaseException:
+        index.release(owner, added)
+        raise
+    if items or moves:
+        doc = json.loads(raw)
+        index.sync(owner, [doc["location"], *path_locations(doc.get("properties"))])
     ctx.audit("commit_table", sec, "issued", {"metadata-location": loc, "updates": [u.action for u in req.updates]})
     return json_bytes(b'{"metadata-location":' + json.dumps(loc).encode() + b',"metadata":' + raw + b"}")
 
@@ -298,13 +310,15 @@ def drop_table(
     ts = tables_of(ctx)
     if ts.metadata_location(ns, name) is None:
         raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
+    owner, index = Owner.table(ns, name), locations_of(ctx.services)
     try:
         if purge_requested:
-            ts.catalog.purge_table((*ns, name))
+            ts.purge(ns, name, index.owned(owner))
         else:
             ts.catalog.drop_table((*ns, name))
     except NoSuchTableError as e:
         raise NoSuchTable(str(e)) from None
+    index.release(owner)  # its storage may be claimed again
     return Response(status_code=204)
 
 
@@ -334,6 +348,7 @@ def rename_table(
         raise Conflict(str(e)) from None
     except NoSuchTableError as e:
         raise NoSuchTable(str(e)) from None
+    locations_of(ctx.services).move(Owner.table(src_ns, src), Owner.table(dst_ns, dst))
     return Response(status_code=204)
 
 
