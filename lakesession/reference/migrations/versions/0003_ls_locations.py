@@ -1,7 +1,5 @@
 """ls_locations: which table, view or namespace owns each storage prefix (the storage branch's ``store.locations``).
 
-PENDING: move into ``versions/`` when the table definition lands in ``store.py`` (tests/test_migrations.py
-fails until the models and the migrations agree).
 
 Revision ID: 0003
 Revises: 0002
