@@ -446,21 +446,29 @@ def test_view_on_foreign_storage_is_refused(s3cat: ReferenceCatalog, location: s
     assert ok.status_code in (200, 409), ok.text
 
 
-def test_view_prefixes_claimed_through_the_index_keep_tables_out(s3cat: ReferenceCatalog) -> None:
-    """What views get once routes/views.py claims its prefixes (``LocationIndex.claim`` with ``Owner.view``)."""
-    from lakesession.reference.locations import Owner
-    from lakesession.reference.routes.common import locations_of
-
-    index = locations_of(s3cat.services)
-    owner = Owner.view(("scratch",), "claimed_view")
-    added = index.claim(owner, [(f"{WH}/scratch/claimed_view", "view location")])
-    try:
-        assert added == [f"{WH}/scratch/claimed_view/"]
-        assert_attack_fails(s3cat, create(s3cat, "under_view", location=f"{WH}/scratch/claimed_view/t"))
-        assert_attack_fails(s3cat, create(s3cat, "over_view", location=f"{WH}/scratch/claimed_view"))
-    finally:
-        index.release(owner)
-    assert create(s3cat, "after_view", location=f"{WH}/scratch/claimed_view").status_code == 200
+def test_views_own_their_prefixes(s3cat: ReferenceCatalog) -> None:
+    """A view claims its prefix like a table: no table in, on or around it until it is dropped or moved."""
+    loc = f"{WH}/scratch/claimed_view"
+    made = httpx.post(
+        f"{s3cat.uri}{P}/namespaces/scratch/views", headers=mallory(s3cat), json=view_body("claimed_view", loc)
+    )
+    assert made.status_code == 200, made.text
+    assert_attack_fails(s3cat, create(s3cat, "under_view", location=f"{loc}/t"))
+    assert_attack_fails(s3cat, create(s3cat, "over_view", location=loc))
+    # a rename keeps the storage with the view
+    renamed = httpx.post(
+        f"{s3cat.uri}{P}/views/rename",
+        headers=bearer(s3cat, "etl"),
+        json={
+            "source": {"namespace": ["scratch"], "name": "claimed_view"},
+            "destination": {"namespace": ["scratch"], "name": "claimed_view2"},
+        },
+    )
+    assert renamed.status_code == 204, renamed.text
+    assert_attack_fails(s3cat, create(s3cat, "still_under_view", location=f"{loc}/t"))
+    dropped = httpx.delete(f"{s3cat.uri}{P}/namespaces/scratch/views/claimed_view2", headers=bearer(s3cat, "etl"))
+    assert dropped.status_code == 204, dropped.text
+    assert create(s3cat, "after_view", location=loc).status_code == 200  # freed by the drop
 
 
 # ---------------------------------------------------------------- an index built for an existing catalog

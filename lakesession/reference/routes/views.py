@@ -26,6 +26,7 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
 from ..errors import BadRequest, CommitFailed, Conflict, NoSuchView
+from ..locations import Owner
 from ..viewmeta import (
     WRITE_METADATA_LOCATION,
     CommitViewRequest,
@@ -49,6 +50,7 @@ from .common import (
     check_prefix,
     decode_namespace,
     identifiers_page,
+    locations_of,
     ns_str,
     parse_body,
     require_namespace,
@@ -185,12 +187,18 @@ def create_view(
     if vs.get(ns, name) is not None:
         raise Conflict(f"View already exists: {ns_str(ns)}.{name}")
     metadata = new_view_metadata(req, location)
-    path = _metadata_file(services, metadata, 0)
-    text = metadata_json(metadata)
-    _write(services, path, text)
-    if not vs.insert(ns, name, path, text):
-        _discard(services, path)
-        raise Conflict(f"View already exists: {ns_str(ns)}.{name}")
+    owner, index = Owner.view(ns, name), locations_of(services)
+    added = index.claim(owner, [(location, "view location")])  # a view owns its prefix like a table
+    try:
+        path = _metadata_file(services, metadata, 0)
+        text = metadata_json(metadata)
+        _write(services, path, text)
+        if not vs.insert(ns, name, path, text):
+            _discard(services, path)
+            raise Conflict(f"View already exists: {ns_str(ns)}.{name}")
+    except BaseException:
+        index.release(owner, added)
+        raise
     return _issue(ctx, "create_view", ns, name, path, metadata)
 
 
@@ -246,13 +254,22 @@ def replace_view(
         actions = {"updates": [u.action for u in req.updates]}
         if not changed:
             return _issue(ctx, "replace_view", ns, name, base_location, base, actions)
-        if metadata.location != base.location:
-            _check_location(services, metadata.location)
+        owner, index, added = Owner.view(ns, name), locations_of(services), []
+        if metadata.location != base.location:  # claimed as this view's: it may move inside its old prefix
+            added = index.claim(owner, [(_check_location(services, metadata.location), "view location")])
         path = _metadata_file(services, metadata, _next_version(base_location))
         text = metadata_json(metadata)
-        _write(services, path, text)
-        if vs.swap(ns, name, base_location, path, text):
+        try:
+            _write(services, path, text)
+            swapped = vs.swap(ns, name, base_location, path, text)
+        except BaseException:
+            index.release(owner, added)
+            raise
+        if swapped:
+            if added:
+                index.sync(owner, [metadata.location])
             return _issue(ctx, "replace_view", ns, name, path, metadata, actions)
+        index.release(owner, added)
         _discard(services, path)  # a concurrent commit won: retry against its metadata
     raise CommitFailed(f"Commit failed: view {ns_str(ns)}.{name} was concurrently modified; retry")
 
@@ -265,6 +282,7 @@ def drop_view(
     ctx.authorize("drop_view", P.VIEW_DROP, Securable.view(ns, name))
     if not ViewStore(ctx.services).delete(ns, name):
         raise NoSuchView(f"View does not exist: {ns_str(ns)}.{name}")
+    locations_of(ctx.services).release(Owner.view(ns, name))  # its storage may be claimed again
     return Response(status_code=204)
 
 
@@ -295,4 +313,5 @@ def rename_view(
         )
     if not renamed:
         raise NoSuchView(f"View does not exist: {ns_str(src[0])}.{src[1]}")
+    locations_of(ctx.services).move(Owner.view(*src), Owner.view(*dst))
     return Response(status_code=204)
