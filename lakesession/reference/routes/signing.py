@@ -84,7 +84,7 @@ def sign_table_request(
     referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity
     ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
-    from .tables import tables_of
+    from .common import tables_of
 
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
@@ -109,7 +109,7 @@ def sign_s3_request(
     body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
 ) -> Response:
     """Legacy signer: the table is the one whose location contains the object (longest match)."""
-    from .tables import tables_of
+    from .common import tables_of
 
     _require_signing(ctx)
     req = parse_body(SignRequest, body)
