@@ -12,9 +12,9 @@ from lakesession.catalog import rest_catalog
 from lakesession.catalog._chains import (
     ChainNode,
     ViewChainError,
+    chain_tree,
     encode_referenced_by,
     references,
-    resolve,
 )
 from lakesession.identity import StaticToken
 from lakesession.reference import bootstrap, start
@@ -102,7 +102,7 @@ class Lake:
 
     def resolve(self, who: str, name: str, **kw: Any) -> ChainNode:
         tok = self.handle.admin.token_for(who)
-        return resolve(self.catalog(who), name, token=lambda: tok, uri=self.handle.uri, **kw)
+        return chain_tree(self.catalog(who), name, token=lambda: tok, uri=self.handle.uri, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,7 @@ from ..credentials import (
     resolve_endpoint,
 )
 from ..credentials._store import REFRESH_ENDPOINT
+from ..errors import ConfigError
 from ._pyiceberg import TokenSourceAuthManager
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def load_table(
         mode: ``read``/``write`` when the caller knows the privilege (shown in snapshots), else unknown.
     """
     if access not in ACCESS_MODES:
-        raise ValueError(f"access must be one of {ACCESS_MODES}, not {access!r}")
+        raise ConfigError(f"access must be one of {ACCESS_MODES}, not {access!r}")
     ident = catalog.identifier_to_tuple(identifier)
     response = _load_response(catalog, ident, access)
     name = table_name(ident)

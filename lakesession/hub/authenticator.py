@@ -41,6 +41,8 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from traitlets import Float, Unicode, default
 
+from ..errors import ConfigError
+
 DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 STATE_COOKIE = "lakesession-device-login"
 PENDING_LIMIT = 1000
@@ -285,7 +287,7 @@ class DeviceCodeAuthenticator(Authenticator):
     async def metadata(self) -> dict[str, Any]:
         if self._metadata is None:
             if not self.issuer:
-                raise ValueError("DeviceCodeAuthenticator.issuer is not set")
+                raise ConfigError("DeviceCodeAuthenticator.issuer is not set: set c.DeviceCodeAuthenticator.issuer")
             url = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
             async with httpx.AsyncClient(timeout=self.http_timeout) as client:
                 resp = await client.get(url)
@@ -293,7 +295,7 @@ class DeviceCodeAuthenticator(Authenticator):
             meta = _json(resp)
             missing = [k for k in ("token_endpoint", "device_authorization_endpoint", "jwks_uri") if k not in meta]
             if missing:
-                raise ValueError(f"{url} lacks {', '.join(missing)}: the issuer must support the device grant")
+                raise ConfigError(f"{url} lacks {', '.join(missing)}: the issuer must support the device grant")
             self._metadata = meta
         return self._metadata
 

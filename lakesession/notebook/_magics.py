@@ -13,7 +13,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from ..errors import LakesessionError
+from ..errors import LakesessionError, MagicError
 from . import _views
 
 USAGE = """%lakesession login [CATALOG] [--device | --client-credentials] [--uri URI] [--issuer URL] [--client-id ID]
@@ -21,13 +21,6 @@ USAGE = """%lakesession login [CATALOG] [--device | --client-credentials] [--uri
 %lakesession status | grants | credentials [--auto-refresh] | audit [--since 10m] [--action A]
 %lakesession resolve NS.VIEW
 %%lakesql [--limit 20] [--out NAME]   Spark SQL through the session"""
-
-
-class MagicError(LakesessionError):
-    """A failed magic: IPython shows just this one line, not a traceback."""
-
-    def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[31mlakesession: {self}\x1b[0m"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -186,7 +186,7 @@ def start(
     wrap_app: Callable[[Any], Any] | None = None,
     s3: S3Settings | None = None,
     s3_emulator: bool = False,
-    credential_ttl: int = 3600,
+    credential_ttl: int | None = None,
     **settings: Any,
 ) -> ReferenceCatalog:
     """Start a reference catalog in a background thread and return its handle.
@@ -198,7 +198,7 @@ def start(
     An ``s3://bucket/prefix`` warehouse vends credentials: pass ``s3=S3Settings(...)`` for real
     S3/STS, or ``s3_emulator=True`` for the embedded emulator (moto, enforcing session policies
     and expiry), which ``handle.s3_emulator`` then exposes. ``credential_ttl`` sets the lifetime
-    of vended credentials.
+    of vended credentials (default: ``s3``'s own, else 3600 s).
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -218,8 +218,8 @@ def start(
                 "an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
                 "or s3_emulator=True (serve: --s3-emulator)"
             )
-        emulator, s3 = _start_emulator(warehouse, credential_ttl)
-    elif s3 is not None and s3.credential_ttl != credential_ttl and credential_ttl != 3600:
+        emulator, s3 = _start_emulator(warehouse, 3600 if credential_ttl is None else credential_ttl)
+    elif s3 is not None and credential_ttl is not None and s3.credential_ttl != credential_ttl:
         s3 = replace(s3, credential_ttl=credential_ttl)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
