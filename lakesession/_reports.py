@@ -8,14 +8,16 @@ starts a gateway, Spark, or an embedded catalog.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import CatalogAccessError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .session import Session
+    from .credentials import CredentialStore
+    from .gateway import AccessLog
+    from .identity import TokenSource
 
 GRANTS_COLUMNS = ["securable", "privileges", "granted", "roles"]
 AUDIT_COLUMNS = ["time", "action", "object", "via_chain", "decision", "credentials_expire_at"]
@@ -46,10 +48,30 @@ ACCESS_COLUMNS = [
 NO_GRANTS_ENDPOINT = (404, 405, 501)
 
 
+class ReportSource(Protocol):
+    """What the reports read of a session (``lakesession.Session`` is one)."""
+
+    catalog_name: str
+    access_log: AccessLog
+    credential_store: CredentialStore
+
+    @property
+    def uri(self) -> str: ...
+    @property
+    def identity(self) -> TokenSource: ...
+    @property
+    def starting(self) -> bool: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def spark_started(self) -> bool: ...
+    def _token(self) -> str: ...
+
+
 class Reports:
     """The pandas (and plain-dict) reports of one ``Session``; reach them as ``session.reports``."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: ReportSource):
         self._session = session
 
     def grants(self) -> pd.DataFrame:

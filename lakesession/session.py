@@ -360,7 +360,9 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     if settings.get("uri") is None:
         if catalog is not None:
             raise ConfigError(f"catalog {catalog!r} has no uri: define it in the config file or pass uri=...")
-        from .embedded import start_embedded_async
+        from .embedded import start_embedded_async, storage_mode
+
+        storage_mode(embedded_opts.get("storage"))  # a bad value fails here, not in the background
 
         if options:
             raise UnknownOptionError(
@@ -449,7 +451,7 @@ def spark(**options: Any) -> SparkSession:
             return current.spark()
         if current is not None:
             current.close()
-        _set_current(connect(**options))
+        replace_current(connect(**options))
         _current_options = dict(options)
         assert _current is not None
         return _current.spark()
@@ -460,7 +462,7 @@ def current_session() -> Session | None:
     return _current
 
 
-def _set_current(session: Session) -> None:
+def replace_current(session: Session) -> None:
     """Make ``session`` the process's current one, closing the one it replaces (one identity at a time).
 
     ``%lakesession login`` as another user goes through here: the previous current session stops

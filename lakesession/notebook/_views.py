@@ -139,9 +139,7 @@ def login(
     client_id: str | None = None,
 ) -> Any:
     """Connect (configured catalog, or the embedded default), log in now, bind the magics, show status."""
-    import lakesession
-    from lakesession import session as session_mod
-
+    from ..session import connect, replace_current
     from ._progress import DeviceLoginProgress
 
     opts: dict[str, Any] = {k: v for k, v in {"uri": uri, "issuer": issuer}.items() if v}
@@ -160,7 +158,7 @@ def login(
         opts["client_id"] = client_id
     ok = False
     try:
-        s = lakesession.connect(catalog, **opts)
+        s = connect(catalog, **opts)
         kind = getattr(s.identity, "kind", None)  # waits for an embedded catalog to start
         if client_credentials and kind != "client_credentials":
             raise NoSessionError(
@@ -175,7 +173,7 @@ def login(
     use(s)
     # one identity at a time: lakesession.spark() now returns this session's Spark, and the session
     # this login replaces is closed (its SparkSession no longer reaches the catalog)
-    session_mod._set_current(s)
+    replace_current(s)
     return status(s)
 
 
