@@ -74,7 +74,7 @@ class Reports:
     def __init__(self, session: ReportSource):
         self._session = session
 
-    def grants(self) -> pd.DataFrame:
+    def grants(self, *, timeout: float = 30.0) -> pd.DataFrame:
         """The user's effective privileges per securable, from the catalog's grants endpoint.
 
         A catalog without one (404/405/501: the endpoint is not part of the Iceberg spec) gives a single
@@ -87,7 +87,7 @@ class Reports:
         s = self._session
         url = f"{s.uri}/management/v1/me/grants"
         try:
-            r = httpx.get(url, headers={"Authorization": f"Bearer {s._token()}"}, timeout=30)
+            r = httpx.get(url, headers={"Authorization": f"Bearer {s._token()}"}, timeout=timeout)
         except httpx.HTTPError as exc:
             raise CatalogAccessError(
                 f"The catalog's grants endpoint did not answer ({type(exc).__name__}). "

@@ -8,6 +8,10 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .reference.vending import S3Settings
 
 
 def _default_data_dir() -> Path:
@@ -60,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _s3_settings(args: argparse.Namespace) -> object | None:
+def _s3_settings(args: argparse.Namespace) -> S3Settings | None:
     """Real S3/STS (or any compatible endpoint): the catalog's own keys come from the AWS default
     chain (environment, profile, instance role) — never from the command line."""
     if not args.s3_role_arn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._reports import Reports
 from .credentials import CredentialStore
@@ -409,7 +409,7 @@ def _identity(uri: str, settings: dict[str, Any]) -> TokenSource:
     if credential:
         client_id, _, client_secret = str(credential).partition(":")
     if issuer:
-        flow = "client_credentials" if client_secret else "device"
+        flow: Literal["client_credentials", "device"] = "client_credentials" if client_secret else "device"
         source = from_issuer(
             issuer,
             client_id=client_id or "lakesession-cli",

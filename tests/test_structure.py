@@ -266,3 +266,18 @@ def test_cycle_finder_sees_function_level_relative_and_from_package_imports(tmp_
 def test_no_import_cycle_between_modules() -> None:
     found = cycles(import_graph())
     assert not found, "import cycles (one per strongly connected group):\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_a_missing_spec_file_fails_the_spec_validation_loudly(tmp_path: Path) -> None:
+    """Without the official spec the conformance checks must not quietly pass or skip."""
+    import subprocess
+
+    code = (
+        "import pathlib, lakesession.reference.openapi as o\n"
+        f"o.SPEC_PATH = pathlib.Path({str(tmp_path / 'gone.yaml')!r})\n"
+        "import tests.spec_validation\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode != 0 and "FileNotFoundError" in out.stderr and "spec is missing" in out.stderr, out.stderr

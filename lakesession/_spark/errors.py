@@ -68,4 +68,4 @@ def convert_exception(e: Any) -> captured.CapturedException:
 def install_error_conversion() -> None:
     """Idempotently route pyspark's exception conversion through ``convert_exception``."""
     if captured.convert_exception is not convert_exception:
-        captured.convert_exception = convert_exception  # type: ignore[assignment]
+        captured.convert_exception = convert_exception

@@ -189,7 +189,7 @@ def _pick_sql(version: dict[str, Any]) -> tuple[str, str]:
     raise AssertionError("unreachable")
 
 
-def table_refs(tree: exp.Expression) -> list[exp.Table]:
+def table_refs(tree: exp.Expr) -> list[exp.Table]:
     """The table/view references in a parsed statement: CTE names, table functions and UNNEST excluded."""
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     return [

@@ -34,6 +34,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.typedef import Identifier
 from requests import HTTPError
+from typing_extensions import override
 
 from ..credentials import (
     CredentialsError,
@@ -71,6 +72,7 @@ class SessionTable(Table):
 
     _reload: Callable[[], Table]
 
+    @override
     def refresh(self) -> Table:
         fresh = self._reload()
         self._check_uuid(self.metadata, fresh.metadata)
@@ -154,11 +156,11 @@ def load_table(
             **props,
             AUTH_MANAGER: TokenSourceAuthManager(_CallableSource(token)),
         }
-        from ..credentials import SigningFileIO
+        from ..credentials._fileio import SigningFileIO
 
         io = SigningFileIO(io_props)
     elif response.storage_credentials or any(is_secret_key(k) for k in config):
-        from ..credentials import VendedFileIO
+        from ..credentials._fileio import VendedFileIO
 
         store.register(
             name,

@@ -77,7 +77,7 @@ def expiry_of(config: Mapping[str, str]) -> float | None:
 
 
 def _pairs(storage_credentials: Iterable[Any]) -> list[tuple[str, Mapping[str, str]]]:
-    out = []
+    out: list[tuple[str, Mapping[str, str]]] = []
     for c in storage_credentials:
         if isinstance(c, Mapping):
             out.append((str(c["prefix"]), dict(c.get("config") or {})))

@@ -60,7 +60,7 @@ class DeviceLoginHandler(BaseHandler):
     """Start a device login: get a code from the issuer and show where to approve it."""
 
     async def get(self) -> None:
-        auth: DeviceCodeAuthenticator = self.authenticator  # type: ignore[assignment]
+        auth: DeviceCodeAuthenticator = self.authenticator
         try:
             state, pending = await auth.start_device_login()
         except (_Rejected, httpx.HTTPError) as exc:
@@ -96,7 +96,7 @@ class DeviceCallbackHandler(BaseHandler):
     """Redeem the pending device code and log the user in (or show that approval is still pending)."""
 
     async def get(self) -> None:
-        auth: DeviceCodeAuthenticator = self.authenticator  # type: ignore[assignment]
+        auth: DeviceCodeAuthenticator = self.authenticator
         raw = self.get_signed_cookie(STATE_COOKIE, max_age_days=1)
         state = raw.decode() if raw else None
         try:
@@ -247,7 +247,7 @@ class DeviceCodeAuthenticator(Authenticator):
         if resp.status_code != 200 or "device_code" not in payload:
             raise _Rejected(str(payload.get("error") or f"HTTP {resp.status_code}"))
         now = time.time()
-        pending = {
+        pending: dict[str, Any] = {
             k: payload[k]
             for k in ("device_code", "user_code", "verification_uri", "verification_uri_complete")
             if k in payload

@@ -24,7 +24,7 @@ USAGE = """%lakesession login [CATALOG] [--device | --client-credentials] [--uri
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         raise MagicError(f"{message}. Usage:\n{USAGE}")
 
 
@@ -90,6 +90,11 @@ class LakesessionMagics(Magics):
         except Exception as exc:
             raise MagicError(explain(exc)) from None
 
+    def _user_ns(self) -> dict[str, Any]:
+        """The notebook's variables (a registered magic always has its shell)."""
+        assert self.shell is not None
+        return self.shell.user_ns
+
     def _dispatch(self, argv: list[str]) -> Any:
         if not argv or argv[0] in ("help", "-h", "--help"):
             print(USAGE)
@@ -116,11 +121,12 @@ class LakesessionMagics(Magics):
         if cmd == "use":
             p.add_argument("variable")
             a = p.parse_args(rest)
-            if a.variable not in self.shell.user_ns:
+            user_ns = self._user_ns()
+            if a.variable not in user_ns:
                 raise MagicError(
                     f"no variable {a.variable!r} in the notebook. Fix: session = lakesession.connect(...) first."
                 )
-            _views.use(self.shell.user_ns[a.variable])
+            _views.use(user_ns[a.variable])
             return _views.status()
         if cmd in ("status", "grants"):
             p.parse_args(rest)
@@ -152,7 +158,7 @@ class LakesessionMagics(Magics):
         except Exception as exc:
             raise MagicError(explain(exc)) from None
         if a.out:
-            self.shell.user_ns[a.out] = df
+            self._user_ns()[a.out] = df
 
 
 def load(shell: Any) -> None:
