@@ -324,6 +324,12 @@ class Session:
                 self._gateway.stop()
                 self._gateway = None
             self.credential_store.close()
+            # HTTP connections only (both reconnect if used again): a closed session leaves no socket open
+            http = getattr(self._catalog, "_session", None)
+            if http is not None:
+                http.close()
+            if self._identity is not None:
+                self._identity.close()
 
     def __enter__(self) -> Session:
         return self

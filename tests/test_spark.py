@@ -135,7 +135,7 @@ def test_revoked_grant_is_a_clean_spark_error(catalog, lake, spark) -> None:  # 
     )
     try:
         s = alice.spark()
-        assert s is spark  # one SparkSession, a second catalog registered at runtime
+        assert s is not spark and s.sparkContext is spark.sparkContext  # her own SparkSession on the shared JVM
         assert rows(s.sql("SELECT x FROM lake_alice.vault.secrets")) == [(42,)]
         catalog.admin.revoke("vault_readers", "TABLE_READ_DATA", "table vault.secrets")
         started = time.monotonic()

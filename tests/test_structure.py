@@ -281,3 +281,33 @@ def test_a_missing_spec_file_fails_the_spec_validation_loudly(tmp_path: Path) ->
         [sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120, check=False
     )
     assert out.returncode != 0 and "FileNotFoundError" in out.stderr and "spec is missing" in out.stderr, out.stderr
+
+
+@pytest.mark.slow  # the shared Spark JVM and an embedded catalog
+def test_spark_works_twice_and_after_load_ext(lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The README's ``lakesession.spark()``: a second call, and a call after ``%load_ext lakesession``."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from lakesession import session as session_mod
+
+    for var in [k for k in __import__("os").environ if k.startswith(("LAKESESSION_", "PYICEBERG_"))]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("LAKESESSION_HOME", str(tmp_path))  # the embedded default, in a fresh place
+    monkeypatch.setenv("LAKESESSION_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    saved = session_mod._current
+    session_mod._current = None
+    shell = InteractiveShell.instance()
+    try:
+        first = lakesession.spark()
+        assert lakesession.spark() is first
+        shell.run_line_magic("load_ext", "lakesession")
+        result = shell.run_cell("import lakesession\nagain = lakesession.spark()")
+        assert result.success, result.error_in_exec
+        assert shell.user_ns["again"] is first and isinstance(lakesession.spark, type(lambda: None))
+        assert first.sql("SELECT 41 + 1").collect()[0][0] == 42
+    finally:
+        shell.run_line_magic("unload_ext", "lakesession")
+        if session_mod._current is not None:
+            session_mod._current.close()
+        session_mod._current = saved
