@@ -6,7 +6,9 @@ a second user's gateway therefore does nothing, and that user reads as the first
 
 * the first Session of a process with no Spark running creates it (jars, master, static conf);
 * every later Session (another identity, or the same one again) gets its own ``newSession()`` of
-  the running SparkContext: a fresh ``CatalogManager`` whose catalog is bound to *its* gateway.
+  the running SparkContext: a fresh ``CatalogManager`` whose catalog is bound to *its* gateway
+  (loaded at once, while that session is active: Spark reads a catalog's settings from the active
+  session's conf when it first loads it);
   Other SparkSessions — the one user code already holds, another Session's — are never
   re-pointed: their catalogs and their ``spark.sql.defaultCatalog`` stay as they were;
 * with Spark Connect the second binding of a server gets a new server-side session (``create()``);
@@ -112,6 +114,10 @@ def _child(catalog_name: str, catalog_conf: Mapping[str, str], spark_conf: Mappi
     spark = base.newSession()
     _apply(spark, catalog_name, catalog_conf, spark_conf)
     install_error_conversion()
+    # Spark loads a catalog plugin with the conf of the thread's *active* session (SQLConf.get), which is
+    # not this one: a first touch outside spark.sql (spark.catalog.currentCatalog(), …) would bind the
+    # catalog to the default session's settings. Load it now, inside spark.sql, where this session is active.
+    spark.sql("SHOW CURRENT NAMESPACE").collect()
     return spark
 
 

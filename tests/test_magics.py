@@ -188,7 +188,7 @@ def test_login_as_another_user_never_reads_as_the_first(shell, catalog, lake, mo
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    from lakesession import session as session_mod
+    from lakesession import _connect as session_mod
 
     from .conftest import rest_catalog
 

@@ -193,7 +193,7 @@ def only_alice(catalog):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def no_current_session():  # type: ignore[no-untyped-def]
     """``lakesession.spark()``'s current session starts empty and is closed and forgotten after the test."""
-    from lakesession import session as session_mod
+    from lakesession import _connect as session_mod
     from lakesession.notebook import _views
 
     saved = session_mod._current
@@ -244,6 +244,8 @@ def test_alice_then_bob_in_one_process_never_reads_as_alice(catalog, lake, only_
     try:
         sb = bob.spark()
         assert sb is not sa and sb is not shared
+        # touched first outside spark.sql: Spark loads a catalog with the *active* session's conf
+        assert sb.catalog.currentCatalog() == "lake"
         since = time.time()
         assert_bob_cannot_read(sb, catalog, only_alice, since)
         assert bob.audit()["decision"].tolist()[-1] == "deny"  # bob's own audit shows bob's denial

@@ -288,7 +288,7 @@ def test_spark_works_twice_and_after_load_ext(lake, tmp_path: Path, monkeypatch:
     """The README's ``lakesession.spark()``: a second call, and a call after ``%load_ext lakesession``."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from lakesession import session as session_mod
+    from lakesession import _connect as session_mod
 
     for var in [k for k in __import__("os").environ if k.startswith(("LAKESESSION_", "PYICEBERG_"))]:
         monkeypatch.delenv(var)

@@ -25,7 +25,7 @@ def use(session: Any) -> Any:
 
 
 def active_session() -> Any:
-    from ..session import current_session
+    from .._connect import current_session
 
     session = _active or current_session()
     if session is None:
@@ -139,7 +139,7 @@ def login(
     client_id: str | None = None,
 ) -> Any:
     """Connect (configured catalog, or the embedded default), log in now, bind the magics, show status."""
-    from ..session import connect, replace_current
+    from .._connect import connect, replace_current
     from ._progress import DeviceLoginProgress
 
     opts: dict[str, Any] = {k: v for k, v in {"uri": uri, "issuer": issuer}.items() if v}
