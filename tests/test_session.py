@@ -171,12 +171,12 @@ def test_server_start_keeps_an_explicit_credential_ttl_of_3600(tmp_path) -> None
 # -- one identity per Spark catalog ---------------------------------------------------------------------------------
 @pytest.fixture
 def only_alice(catalog):  # type: ignore[no-untyped-def]
-    """A table alice may read (namespace sales) and bob may not; its name is fresh per test."""
+    """A table alice may read (namespace sales) and bob may not, holding one row "only-for-alice"."""
     import time
 
     import pyarrow as pa
     from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField
+    from pyiceberg.types import NestedField, StringType
 
     from .conftest import rest_catalog
 
@@ -184,8 +184,8 @@ def only_alice(catalog):  # type: ignore[no-untyped-def]
     if ("sales",) not in etl.list_namespaces():
         etl.create_namespace("sales")
     name = f"sales.only_alice_{time.monotonic_ns()}"
-    etl.create_table(name, Schema(NestedField(1, "x", LongType(), required=False))).append(
-        pa.table({"x": pa.array([42], pa.int64())})
+    etl.create_table(name, Schema(NestedField(1, "x", StringType(), required=False))).append(
+        pa.table({"x": pa.array(["only-for-alice"], pa.string())})
     )
     return name
 
@@ -224,7 +224,7 @@ def assert_bob_cannot_read(spark, catalog, table: str, since: float) -> None:  #
     """bob's query returns no rows of alice's table; the catalog saw bob (denied) and not alice."""
     with pytest.raises(Exception) as err:
         spark.sql(f"SELECT x FROM lake.{table}").collect()
-    assert "42" not in str(err.value)
+    assert "only-for-alice" not in str(err.value)
     assert "deny" in loads_of(catalog, "bob", table, since)
     assert loads_of(catalog, "alice", table, since) == []
 
@@ -239,7 +239,7 @@ def test_alice_then_bob_in_one_process_never_reads_as_alice(catalog, lake, only_
     default = shared.conf.get("spark.sql.defaultCatalog")
     alice = lakesession.connect(**as_user(catalog, "alice"))  # catalog "lake": the name the shared session uses too
     sa = alice.spark()
-    assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [(42,)]
+    assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [("only-for-alice",)]
     bob = lakesession.connect(**as_user(catalog, "bob"))
     try:
         sb = bob.spark()
@@ -250,14 +250,14 @@ def test_alice_then_bob_in_one_process_never_reads_as_alice(catalog, lake, only_
         assert_bob_cannot_read(sb, catalog, only_alice, since)
         assert bob.audit()["decision"].tolist()[-1] == "deny"  # bob's own audit shows bob's denial
         # alice still reads as alice; the shared SparkSession's catalogs and default are untouched
-        assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [(42,)]
+        assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [("only-for-alice",)]
         assert shared.conf.get("spark.sql.defaultCatalog") == default
         assert shared.sql("SHOW NAMESPACES IN lake").count() >= 0
         alice.close()
         started = time.monotonic()
         with pytest.raises(Exception) as err:  # closed: her SparkSession no longer reaches the catalog
             sa.sql(f"SELECT x FROM lake.{only_alice}").collect()
-        assert time.monotonic() - started < 30 and "42" not in str(err.value)
+        assert time.monotonic() - started < 30 and "only-for-alice" not in str(err.value)
         with pytest.raises(SessionClosedError, match="connect"):
             alice.spark()
         assert sb.sql("SELECT 1").collect()[0][0] == 1  # closing alice stopped nothing of bob's
@@ -276,7 +276,7 @@ def test_spark_with_other_options_replaces_the_current_session(catalog, lake, on
     alice = lakesession.current_session()
     assert alice is not None and lakesession.spark(**as_user(catalog, "alice")) is sa  # same options: reused
     assert lakesession.spark() is sa
-    assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [(42,)]
+    assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [("only-for-alice",)]
     since = time.time()
     sb = lakesession.spark(**as_user(catalog, "bob"))  # other options: an explicit replacement
     bob = lakesession.current_session()
