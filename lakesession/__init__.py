@@ -5,8 +5,9 @@ spark = lakesession.spark()          # embedded catalog + demo user when nothing
 session = lakesession.connect(uri="https://catalog.example.com", credential="id:secret", token_url=...)
 """
 
+from ._connect import connect, current_session, spark
 from .notebook import load_ipython_extension, unload_ipython_extension
-from .session import Session, connect, current_session, spark
+from .session import Session
 
 __version__ = "0.1.0"
 

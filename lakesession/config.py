@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .errors import LakesessionError
+from .errors import ConfigError
 
 # option name -> environment variable
 ENV = {
@@ -48,10 +48,6 @@ PYICEBERG_KEYS = {
     "oauth2-server-uri": "token_url",
     "scope": "scope",
 }
-
-
-class ConfigError(LakesessionError):
-    """The configuration names a catalog that is not defined, or a file cannot be read."""
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -89,7 +85,7 @@ def catalog_options(name: str | None) -> dict[str, Any]:
     )
 
 
-def resolve(catalog: str | None, options: dict[str, Any]) -> dict[str, Any]:
+def merged_settings(catalog: str | None, options: dict[str, Any]) -> dict[str, Any]:
     """Merge: explicit options win, then ``LAKESESSION_*`` variables, then the config files."""
     merged = catalog_options(catalog)
     for key, var in ENV.items():

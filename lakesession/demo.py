@@ -64,7 +64,7 @@ def run_demo(
     spark.sql("UPDATE lake.demo.orders SET amount = amount * 2 WHERE customer_id = 3")
     say.step("wrote rows with Spark (INSERT, UPDATE)")
 
-    report = spark.sql(
+    report: Any = spark.sql(
         "SELECT c.name, count(*) AS orders, round(sum(o.amount), 2) AS total "
         "FROM lake.demo.orders o JOIN lake.demo.customers c ON o.customer_id = c.id "
         "GROUP BY c.name ORDER BY c.name"
@@ -72,7 +72,8 @@ def run_demo(
     say.step("read with Spark: orders per customer")
     say.block(report.to_string(index=False))
 
-    orders = session.table("demo.orders").scan().to_pandas().sort_values("id")
+    table: Any = session.table("demo.orders")  # a pyiceberg Table (a view would give a DataFrame)
+    orders = table.scan().to_pandas().sort_values("id")
     say.step(f"read with pyiceberg: {len(orders)} orders, notes {orders['note'].tolist()}")
 
     accesses = session.accesses()

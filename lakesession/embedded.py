@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import ConfigError
+
 DEMO_USER = "demo"
 DEMO_ROLE = "demo_users"
 
@@ -64,7 +66,7 @@ class EmbeddedCatalog:
 def storage_mode(storage: str | None = None) -> str:
     mode = (storage or os.environ.get("LAKESESSION_EMBEDDED_STORAGE") or "s3-emulator").lower()
     if mode not in ("s3-emulator", "file"):
-        raise ValueError(f"embedded storage {mode!r}: use 's3-emulator' (default) or 'file'")
+        raise ConfigError(f"embedded storage {mode!r}: use 's3-emulator' (default) or 'file'")
     return mode
 
 
@@ -85,7 +87,10 @@ def start_embedded(
 
     mode = storage_mode(storage)
     data = Path(data_dir or home()).expanduser().resolve()
-    key = f"{data}|{mode}"
+    ttl = credential_ttl or int(os.environ.get("LAKESESSION_EMBEDDED_CREDENTIAL_TTL", "3600"))
+    token_ttl = access_token_ttl or 3600
+    # a catalog started with other lifetimes is another catalog: reusing it would silently ignore them
+    key = f"{data}|{mode}|{ttl}|{token_ttl}"
     with _lock:
         running = _running.get(key)
         if running is not None:
@@ -99,12 +104,11 @@ def start_embedded(
             roles=[{"name": DEMO_ROLE, "members": [DEMO_USER]}],
             grants=[{"role": DEMO_ROLE, "privilege": "CATALOG_MANAGE_CONTENT", "on": "catalog"}],
         )
-        ttl = credential_ttl or int(os.environ.get("LAKESESSION_EMBEDDED_CREDENTIAL_TTL", "3600"))
         # lakesession is the engine here: its view chains (referenced-by) are honoured, so DEFINER views work
         common: dict[str, Any] = {
             "data_dir": data,
             "bootstrap": policy,
-            "access_token_ttl": access_token_ttl or 3600,
+            "access_token_ttl": token_ttl,
             "trusted_engines": [{"audience": "lakesession"}],
             "single_user": True,  # one demo user, who owns everything anyway: its own engine may be trusted
         }

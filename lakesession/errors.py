@@ -1,26 +1,173 @@
-"""The root of every exception the client half of lakesession raises.
+"""Every exception the client half of lakesession raises on purpose, in one tree (httpx's ``_exceptions.py`` habit).
 
-Catch ``LakesessionError`` to handle anything lakesession raises on purpose;
-catch a subclass to handle one concern. Every message ends with a hint on how
-to fix the problem, and none ever contains a token, refresh token, client
-secret or device code.
+Catch ``LakesessionError`` to handle anything lakesession raises on purpose; catch a subclass
+to handle one concern. Every message ends with a hint on how to fix the problem, and none
+ever contains a token, refresh token, client secret, storage key or device code.
 
 ```
-LakesessionError                      lakesession.errors
-└── IdentityError                     lakesession.identity: getting the user's token
-    ├── LoginRequiredError            no (usable) login: log in again
-    ├── TokenRefreshError             the issuer is unreachable / failing (transient; recovers)
-    └── DeviceFlowError               the device-code login did not complete
+LakesessionError
+├── ConfigError (ValueError)              a configuration mistake: bad value, undefined catalog, unreadable file
+│   └── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
+├── SessionError                          the Session itself
+│   ├── SessionClosedError                the Session was closed (or replaced): use the new one
+│   └── NoSessionError                    the notebook has no session yet: log in first
+├── IdentityError                         getting the user's token (lakesession.identity)
+│   ├── LoginRequiredError                no (usable) login: log in again
+│   ├── TokenRefreshError                 the issuer is unreachable / failing (transient; recovers)
+│   └── DeviceFlowError                   the device-code login did not complete
+├── CatalogAccessError                    the catalog refused (401/403) or failed (5xx, timeout) a request
+│   └── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
+├── ViewChainError                        a view chain cannot be resolved: cycle, too deep, unparsable SQL
+├── CredentialsError                      a table's vended storage credentials (lakesession.credentials)
+│   ├── CredentialsRevokedError           the catalog refused a refresh (403): the grant is gone
+│   └── CredentialsRefreshError           expired, and the catalog could not refresh them
+├── JarResolutionError (RuntimeError)     Spark's jars could not be resolved
+│   └── JavaNotFoundError                 no usable Java 11+
+└── MagicError                            a failed ``%lakesession`` magic (shown as one line)
 ```
 
-Other rooms of the client (catalog, credentials, gateway, spark, notebook) add
-their own subclasses of ``LakesessionError`` next to their code.
+Each class is defined here and re-exported by the room that raises it (``lakesession.identity``,
+``lakesession.credentials``, …), so both import paths name the same class. Builtin bases
+(``ValueError``, ``TypeError``, ``RuntimeError``) are kept where callers relied on them.
 """
 
 from __future__ import annotations
 
-__all__ = ["LakesessionError"]
+__all__ = [
+    "CatalogAccessError",
+    "ConfigError",
+    "CredentialsError",
+    "CredentialsRefreshError",
+    "CredentialsRevokedError",
+    "DeviceFlowError",
+    "IdentityError",
+    "JarResolutionError",
+    "JavaNotFoundError",
+    "LakesessionError",
+    "LoginRequiredError",
+    "MagicError",
+    "NoSessionError",
+    "SessionClosedError",
+    "SessionError",
+    "TokenRefreshError",
+    "UnknownOptionError",
+    "ViewChainError",
+]
+
+RELOAD_HINT = "reload the table (session.table(...)) once the catalog is reachable"
 
 
 class LakesessionError(Exception):
     """Base class of all errors raised by the lakesession client."""
+
+
+class _OneLine:
+    """Mixin: IPython shows just the message (red, one line), not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31mlakesession: {self}\x1b[0m"]
+
+
+# -- configuration ------------------------------------------------------------------------------------------
+class ConfigError(LakesessionError, ValueError):
+    """A configuration mistake: a bad value, a catalog that is not defined, or a file that cannot be read."""
+
+
+class UnknownOptionError(ConfigError, TypeError):
+    """An option nothing in lakesession knows (``TypeError`` like an unexpected keyword argument)."""
+
+
+# -- the session ----------------------------------------------------------------------------------------------
+class SessionError(LakesessionError):
+    """The Session cannot do what was asked in its current state."""
+
+
+class SessionClosedError(SessionError):
+    """The Session was closed (or replaced by another identity's); its gateway no longer serves Spark."""
+
+
+class NoSessionError(_OneLine, SessionError):
+    """The notebook has no session yet."""
+
+
+# -- identity ---------------------------------------------------------------------------------------------------
+class IdentityError(LakesessionError):
+    """The user's token could not be obtained or used."""
+
+
+class LoginRequiredError(IdentityError):
+    """There is no usable login (none yet, or the refresh token is dead): the user must log in again."""
+
+
+class TokenRefreshError(IdentityError):
+    """The issuer could not be reached or failed (transient): later calls try again and recover."""
+
+
+class DeviceFlowError(IdentityError):
+    """The device-code login (RFC 8628) did not complete: denied, expired or timed out."""
+
+
+# -- the catalog ------------------------------------------------------------------------------------------------
+class CatalogAccessError(LakesessionError):
+    """The catalog refused or failed a request; ``str()`` is the catalog's message.
+
+    ``kind`` is ``forbidden``, ``not authorized``, ``catalog unavailable``, ``catalog failure`` or
+    ``catalog error``; ``status`` the HTTP status when one was seen (None for a timeout).
+    """
+
+    def __init__(self, message: str, kind: str, java_class: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.java_class = java_class
+        self.status = status
+
+
+class ViewChainError(LakesessionError):
+    """A view chain that cannot be resolved (cycle, too deep, unparsable SQL, unexpected answer)."""
+
+
+# -- vended storage credentials ---------------------------------------------------------------------------------
+class CredentialsError(LakesessionError):
+    """A table's vended storage credentials are missing or unusable."""
+
+    def __init__(self, message: str, table: str | None = None):
+        super().__init__(message)
+        self.table = table
+
+
+class CredentialsRevokedError(CredentialsError):
+    """The catalog refused to refresh the table's credentials (HTTP 403): access was revoked."""
+
+    def __init__(self, table: str, detail: str | None = None):
+        reason = f" ({detail})" if detail else ""
+        super().__init__(
+            f"Access to table {table} was revoked: the catalog refused to refresh its storage credentials{reason}. "
+            f"Ask for the grant again, then reload the table with session.table({table!r}).",
+            table,
+        )
+
+
+class CredentialsRefreshError(CredentialsError):
+    """The table's credentials expired and could not be refreshed (catalog unreachable or failing)."""
+
+    def __init__(self, table: str, detail: str | None = None):
+        reason = f": {detail}" if detail else ""
+        super().__init__(
+            f"The storage credentials of table {table} expired and could not be refreshed{reason}. "
+            f"Later reads try again; or {RELOAD_HINT}.",
+            table,
+        )
+
+
+# -- Spark's jars ---------------------------------------------------------------------------------------------------
+class JarResolutionError(LakesessionError, RuntimeError):
+    """The Spark jar set could not be resolved; the message says how to fix it."""
+
+
+class JavaNotFoundError(JarResolutionError):
+    """No usable Java (11+) was found."""
+
+
+# -- notebooks ----------------------------------------------------------------------------------------------------
+class MagicError(_OneLine, LakesessionError):
+    """A failed magic: IPython shows just this one line, not a traceback."""

@@ -7,7 +7,9 @@ import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from ._reports import Reports
 from .credentials import CredentialStore
+from .errors import SessionClosedError
 from .gateway import AccessLog, Gateway
 
 if TYPE_CHECKING:
@@ -16,15 +18,26 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
+    from .identity import TokenSource
+
 
 class Session:
     """A user's session against one Iceberg REST catalog.
+
+    One identity per Spark catalog: the SparkSession ``spark()`` returns acts for this session's
+    identity only. Its catalog is bound to this session's gateway; a second Session in the
+    process (another user, ``%lakesession login`` as someone else) gets a SparkSession of its
+    own (``newSession()`` of the running SparkContext, with a fresh catalog manager) — Spark
+    caches catalog plugins by name, so re-pointing one shared SparkSession would keep serving
+    the first user. Closing a session stops its gateway: its SparkSession's catalog then fails
+    on first use instead of acting for anyone. See ``lakesession._sparkbind``.
 
     Args:
         uri: The catalog's base URI (what pyiceberg takes as ``uri``).
         identity: A token source (``lakesession.identity``) that yields the user's fresh access token.
         warehouse: The warehouse to ask the catalog for.
-        catalog_name: Name of the catalog inside Spark (``lake`` by default, also the default catalog).
+        catalog_name: Name of the catalog inside Spark (``lake`` by default, also the default catalog
+            of this session's SparkSession — and of no other).
         jars: Jar mode for Spark (``auto``, ``offline``, ``maven``, ``cache``) or explicit paths.
         master: Spark master (``local[*]`` by default); ``remote`` for Spark Connect.
         gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
@@ -33,7 +46,7 @@ class Session:
     def __init__(
         self,
         uri: str | None,
-        identity: Any,
+        identity: TokenSource | None,
         *,
         warehouse: str | None = None,
         catalog_name: str = "lake",
@@ -43,7 +56,7 @@ class Session:
         gateway_host: str | None = None,
         spark_conf: dict[str, str] | None = None,
         embedded: Any = None,
-        pending: Future[tuple[Any, Any]] | None = None,
+        pending: Future[tuple[Any, TokenSource]] | None = None,
         gateway_options: dict[str, Any] | None = None,
     ):
         self._uri = uri.rstrip("/") if uri else None
@@ -59,10 +72,11 @@ class Session:
         self._embedded = embedded
         self.access_log = AccessLog()
         self.credential_store = CredentialStore()
+        self.reports = Reports(self)
         self._gateway_options = dict(gateway_options or {})
         self._gateway: Gateway | None = None
         self._spark: SparkSession | None = None
-        self._owns_spark = False
+        self._closed = False
         self._catalog: RestCatalog | None = None
         self._lock = threading.RLock()
         self._chain_catalogs: set[str] = set()
@@ -73,7 +87,8 @@ class Session:
         except Exception:
             pass
 
-    def _resolve(self) -> None:
+    def _await_embedded(self) -> None:
+        """Wait for the embedded catalog still starting in the background (if any) and take its uri and identity."""
         pending = self._pending
         if pending is not None:
             emb, identity = pending.result()
@@ -84,20 +99,35 @@ class Session:
     @property
     def embedded(self) -> Any:
         """The embedded catalog behind this session (waits for it to finish starting), or None."""
-        self._resolve()
+        self._await_embedded()
         return self._embedded
 
     @property
     def uri(self) -> str:
-        self._resolve()
+        self._await_embedded()
         assert self._uri is not None
         return self._uri
 
     @property
-    def identity(self) -> Any:
+    def identity(self) -> TokenSource:
         """The token source acting as the user (principal, issuer, expiry via ``describe()``)."""
-        self._resolve()
+        self._await_embedded()
+        assert self._identity is not None
         return self._identity
+
+    @property
+    def starting(self) -> bool:
+        """True while the embedded catalog behind this session is still starting."""
+        return self._pending is not None and not self._pending.done()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def spark_started(self) -> bool:
+        """Whether ``spark()`` has built this session's SparkSession (without building it)."""
+        return self._spark is not None
 
     def _token(self) -> str:
         return self.identity.token()
@@ -105,12 +135,20 @@ class Session:
     def _invalidate(self) -> None:
         self.identity.invalidate()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(
+                f"This session ({self!r}) was closed, so it no longer acts for anyone. "
+                "Fix: use lakesession.current_session(), or lakesession.connect(...) again."
+            )
+
     # -- the gateway the JVM talks to ---------------------------------------
     @property
     def gateway(self) -> Gateway:
         with self._lock:
+            self._check_open()
             if self._gateway is None:
-                # upstream and token resolve lazily: an embedded catalog may still be starting
+                # upstream and token are looked up per request: an embedded catalog may still be starting
                 self._gateway = Gateway(
                     lambda: self.uri,
                     self._token,
@@ -123,20 +161,28 @@ class Session:
 
     # -- Spark ----------------------------------------------------------------
     def spark(self) -> SparkSession:
-        """The SparkSession acting as this session's user (created once, then reused)."""
-        with self._lock:
-            if self._spark is None:
-                from ._spark.jars import resolve_jars
-                from ._spark.session import base_conf, build_spark, catalog_conf
+        """The SparkSession acting as this session's user (created once, then reused).
 
-                jars = None if self._remote else resolve_jars(self._jars)
+        The first Session of a process starts Spark; later ones get their own SparkSession on the
+        running SparkContext (one identity per Spark catalog), so no other SparkSession's catalogs
+        or default catalog change.
+        """
+        with self._lock:
+            self._check_open()
+            if self._spark is None:
+                from . import _sparkbind
+                from ._spark.session import catalog_conf
+
                 gw = self.gateway
-                conf = {
-                    **base_conf(self.catalog_name, jars),
-                    **catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse),
-                    **self._spark_conf,
-                }
-                self._spark, self._owns_spark = build_spark(conf, master=self._master, remote=self._remote)
+                self._spark = _sparkbind.bind(
+                    self,
+                    self.catalog_name,
+                    catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse),
+                    jars=self._jars,
+                    spark_conf=self._spark_conf,
+                    master=self._master,
+                    remote=self._remote,
+                )
             return self._spark
 
     # -- Python-side access (pyiceberg) ----------------------------------------
@@ -231,190 +277,59 @@ class Session:
                 self._chain_catalogs.add(name)
         return name
 
-    def resolve(self, name: str) -> Any:
+    def chain(self, name: str) -> Any:
         """The view chain behind ``ns.view`` as a tree: object, security model, user in effect, decision."""
-        from .catalog._chains import resolve
+        from .catalog._chains import chain_tree
 
-        return resolve(self.catalog, name, token=self._token, uri=self.uri, catalog_names=(self.catalog_name,))
+        return chain_tree(self.catalog, name, token=self._token, uri=self.uri, catalog_names=(self.catalog_name,))
 
+    def resolve(self, name: str) -> Any:
+        """The same as ``chain(name)`` (its first name, kept for compatibility)."""
+        return self.chain(name)
+
+    # -- reports (lakesession._reports) -------------------------------------------
     def grants(self) -> pd.DataFrame:
-        """The user's effective privileges per securable, from the catalog's grants endpoint.
-
-        Catalogs without one (the endpoint is not part of the Iceberg spec) give a single row
-        saying "unknown" — never invented grants.
-        """
-        import httpx
-        import pandas as pd
-
-        cols = ["securable", "privileges", "granted", "roles"]
-        try:
-            r = httpx.get(
-                f"{self.uri}/management/v1/me/grants", headers={"Authorization": f"Bearer {self._token()}"}, timeout=30
-            )
-        except httpx.HTTPError:
-            r = None
-        if r is None or r.status_code != 200:
-            return pd.DataFrame(
-                [{"securable": "unknown", "privileges": "unknown", "granted": "unknown", "roles": "unknown"}],
-                columns=cols,
-            )
-        rows = [
-            {
-                "securable": g["securable"],
-                "privileges": ", ".join(g["privileges"]),
-                "granted": ", ".join(g["granted"]),
-                "roles": ", ".join(g["roles"]),
-            }
-            for g in r.json()["grants"]
-        ]
-        return pd.DataFrame(rows, columns=cols)
+        """``reports.grants()``: the user's effective privileges ("unknown" only without a grants endpoint)."""
+        return self.reports.grants()
 
     def audit(self) -> pd.DataFrame:
-        """What this session accessed: time, action, object, via-chain, decision, credential expiry."""
-        import pandas as pd
-
-        rows = [
-            {
-                "time": r.time,
-                "action": r.action,
-                "object": r.object,
-                "via_chain": r.chain or "",
-                "decision": "allow" if r.status < 400 else ("deny" if r.status in (401, 403) else f"error {r.status}"),
-                "credentials_expire_at": r.credentials_expire_at,
-            }
-            for r in self.access_log.records()
-        ]
-        df = pd.DataFrame(rows, columns=["time", "action", "object", "via_chain", "decision", "credentials_expire_at"])
-        df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
-        df["credentials_expire_at"] = pd.to_datetime(df["credentials_expire_at"], unit="s", utc=True)
-        return df
+        """``reports.audit()``: what this session accessed, with decisions."""
+        return self.reports.audit()
 
     def credentials(self) -> pd.DataFrame:
-        """Per-table credential state: tables read from Python (``engine="python"``: the credential
-        store) and tables Spark loaded through the gateway (``engine="spark"``: vended expiries seen
-        in its loads and refreshes)."""
-        import pandas as pd
+        """``reports.credentials()``: per-table credential state (Python and Spark)."""
+        return self.reports.credentials()
 
-        cols = [
-            "engine",
-            "table",
-            "prefix",
-            "mode",
-            "state",
-            "expires_at",
-            "seconds_left",
-            "last_refresh",
-            "refreshes",
-            "last_error",
-        ]
-        return pd.DataFrame(self._credential_rows(), columns=cols)
-
-    def _credential_rows(self) -> list[dict[str, Any]]:
-        """The rows of ``credentials()`` as plain dicts (no pandas: the kernel publisher calls this often)."""
-        import time
-
-        rows = [{"engine": "python", **r} for r in self.credential_store.snapshot()]
-        now = time.time()
-        spark: dict[str, dict[str, Any]] = {}
-        for r in self.access_log.records():
-            if r.action not in ("load_table", "create_table", "refresh_credentials") or not r.object.startswith(
-                "table "
-            ):
-                continue
-            row = spark.setdefault(
-                r.object[6:],
-                {
-                    "engine": "spark",
-                    "table": r.object[6:],
-                    "prefix": None,
-                    "mode": None,
-                    "state": "unknown",
-                    "expires_at": None,
-                    "seconds_left": None,
-                    "last_refresh": None,
-                    "refreshes": 0,
-                    "last_error": None,
-                },
-            )
-            if r.action == "refresh_credentials":
-                row["refreshes"] += r.count  # cache-served refreshes come aggregated per minute
-                row["last_refresh"] = r.last
-            if r.status in (401, 403):
-                row["state"], row["last_error"] = "revoked", f"catalog answered {r.status}"
-            elif r.status == 200 and r.credentials_expire_at:
-                row["expires_at"] = r.credentials_expire_at
-                row["state"], row["last_error"] = ("valid" if r.credentials_expire_at > now else "expired"), None
-        for row in spark.values():
-            if row["expires_at"]:
-                row["seconds_left"] = max(0.0, round(row["expires_at"] - now, 1))
-                if row["state"] == "valid" and row["expires_at"] <= now:
-                    row["state"] = "expired"
-            rows.append(row)
-        return rows
+    def accesses(self) -> pd.DataFrame:
+        """``reports.accesses()``: what Spark loaded, created, committed and dropped through the gateway."""
+        return self.reports.accesses()
 
     def status(self) -> dict[str, Any]:
-        """A secret-free, JSON-ready snapshot for widgets and the JupyterLab panel: who, where, and
-        each table's credential state. Does not start anything (an embedded catalog still starting
-        reports ``state="starting"``)."""
-        import time
-
-        if self._pending is not None and not self._pending.done():
-            return {
-                "state": "starting",
-                "catalog_name": self.catalog_name,
-                "uri": None,
-                "identity": None,
-                "credentials": [],
-                "time": time.time(),
-            }
-        self._resolve()
-        ident = self._identity.describe() if self._identity is not None else None
-        creds = self._credential_rows()
-        return {
-            "state": "ready",
-            "catalog_name": self.catalog_name,
-            "uri": self._uri,
-            "identity": ident,
-            "spark": self._spark is not None,
-            "credentials": creds,
-            "time": time.time(),
-        }
-
-    # -- what happened ------------------------------------------------------------
-    def accesses(self) -> pd.DataFrame:
-        """What the Spark engine loaded, created, committed and dropped through the gateway."""
-        import pandas as pd
-
-        rows = [r.as_dict() for r in self.access_log.records()]
-        df = pd.DataFrame(
-            rows,
-            columns=[
-                "time",
-                "action",
-                "object",
-                "status",
-                "duration_ms",
-                "request_id",
-                "credentials_expire_at",
-                "via",
-                "chain",
-                "count",
-            ],
-        )
-        df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
-        return df
+        """``reports.status()``: a secret-free, JSON-ready snapshot (starts nothing)."""
+        return self.reports.status()
 
     def close(self) -> None:
-        """Stop the gateway, and Spark if this session started it (a reused SparkSession keeps running)."""
+        """Stop the gateway (this session's SparkSession can no longer reach the catalog), and Spark
+        if lakesession started it and no other Session uses it (a SparkContext you started keeps running)."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             if self._spark is not None:
-                if self._owns_spark:
-                    self._spark.stop()
+                from . import _sparkbind
+
+                _sparkbind.release(self)
                 self._spark = None
             if self._gateway is not None:
                 self._gateway.stop()
                 self._gateway = None
             self.credential_store.close()
+            # HTTP connections only (both reconnect if used again): a closed session leaves no socket open
+            http = getattr(self._catalog, "_session", None)
+            if http is not None:
+                http.close()
+            if self._identity is not None:
+                self._identity.close()
 
     def __enter__(self) -> Session:
         return self
@@ -427,108 +342,3 @@ class Session:
             return f"Session(starting embedded catalog, catalog_name={self.catalog_name!r})"
         who = getattr(self._identity, "principal", None)
         return f"Session(uri={self._uri!r}, principal={who!r}, catalog_name={self.catalog_name!r})"
-
-
-SESSION_OPTIONS = ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf", "gateway_options")
-EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl", "access_token_ttl")
-
-
-def connect(catalog: str | None = None, **options: Any) -> Session:
-    """A session on ``catalog`` — or, with nothing configured, on the embedded default.
-
-    Settings come from arguments, then ``LAKESESSION_*`` variables, then the config file or
-    pyiceberg's ``~/.pyiceberg.yaml`` (see ``lakesession.config``). Identity options:
-    ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
-    or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, with
-    ``on_prompt`` to show the code). Spark options: ``catalog_name``, ``jars``, ``master``,
-    ``remote``, ``gateway_host``, ``spark_conf``.
-    """
-    from .config import resolve
-
-    session_opts = {k: options.pop(k) for k in list(options) if k in SESSION_OPTIONS}
-    embedded_opts = {k: options.pop(k) for k in list(options) if k in EMBEDDED_OPTIONS}
-    settings = resolve(catalog, options)
-    if settings.get("uri") is None:
-        if catalog is not None:
-            raise ValueError(f"catalog {catalog!r} has no uri: define it in the config file or pass uri=...")
-        from .embedded import start_embedded_async
-
-        if options:
-            raise TypeError(f"unknown options for the embedded default: {', '.join(sorted(options))}")
-        return Session(
-            None,
-            None,
-            pending=start_embedded_async(embedded_opts.pop("data_dir", None), **embedded_opts),
-            **session_opts,
-        )
-    uri = str(settings.pop("uri")).rstrip("/")
-    warehouse = settings.pop("warehouse", None)
-    identity = _identity(uri, settings)
-    if settings:
-        raise TypeError(f"unknown options: {', '.join(sorted(settings))}")
-    return Session(uri, identity, warehouse=warehouse, **session_opts)
-
-
-def _identity(uri: str, settings: dict[str, Any]) -> Any:
-    """The token source the settings describe (consumes the identity keys from ``settings``)."""
-    from .identity import ClientCredentials, StaticToken, from_issuer
-
-    token = settings.pop("token", None)
-    credential = settings.pop("credential", None)
-    token_url = settings.pop("token_url", None)
-    issuer = settings.pop("issuer", None)
-    client_id = settings.pop("client_id", None)
-    client_secret = settings.pop("client_secret", None)
-    scope = settings.pop("scope", None)
-    on_prompt = settings.pop("on_prompt", None)
-    kind = settings.pop("identity", None)
-    if token:
-        return StaticToken(token)
-    if not credential and not client_secret:  # a hub-spawned server: LAKESESSION_IDENTITY=jupyterhub
-        from .hub import identity_from_env
-
-        hub = identity_from_env(kind, issuer=issuer)
-        if hub is not None:
-            return hub
-    if credential:
-        client_id, _, client_secret = str(credential).partition(":")
-    if issuer:
-        flow = "client_credentials" if client_secret else "device"
-        source = from_issuer(
-            issuer,
-            client_id=client_id or "lakesession-cli",
-            client_secret=client_secret,
-            flow=flow,
-            **({"scope": scope} if scope else {}),
-            **({"on_prompt": on_prompt} if on_prompt else {}),
-        )
-        if flow == "device":
-            source.login()
-        return source
-    if client_id and client_secret:
-        return ClientCredentials(
-            token_url or f"{uri}/v1/oauth/tokens", client_id, client_secret, scope=scope or "catalog"
-        )
-    raise ValueError(
-        "no identity: pass token=..., credential='client_id:secret' (with token_url=...), "
-        "or issuer=... with client_id=... (device login)"
-    )
-
-
-_current: Session | None = None
-
-
-def spark(**options: Any) -> SparkSession:
-    """``connect(**options).spark()``: a SparkSession acting as you, on the configured or embedded catalog.
-
-    The session stays alive (its gateway serves the JVM) and is what ``current_session()`` returns.
-    """
-    global _current
-    if _current is None or options:
-        _current = connect(**options)
-    return _current.spark()
-
-
-def current_session() -> Session | None:
-    """The session behind the last ``lakesession.spark()``, if any."""
-    return _current

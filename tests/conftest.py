@@ -44,10 +44,9 @@ _spec = SpecCheck(None)
 
 
 def _recorder() -> object | None:
-    try:
-        from tests.spec_validation import SpecRecorder
-    except ImportError:  # pragma: no cover - the validator module is part of the suite
-        return None
+    """The recorder validating every response against the spec; a missing spec or validator fails, never skips."""
+    from tests.spec_validation import SpecRecorder
+
     return SpecRecorder()
 
 

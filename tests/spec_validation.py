@@ -37,7 +37,13 @@ from openapi_core import Config, OpenAPI
 from openapi_core.templating.paths.exceptions import OperationNotFound, PathNotFound
 from openapi_core.testing import MockRequest, MockResponse
 
-from lakesession.reference.openapi import official_spec
+from lakesession.reference.openapi import SPEC_PATH, official_spec
+
+if not SPEC_PATH.is_file():  # loud at import (collection), never a silent skip of the conformance checks
+    raise FileNotFoundError(
+        f"the official Iceberg REST spec is missing: {SPEC_PATH}. Restore it from the repository "
+        "(it ships in the package: lakesession/reference/spec/rest-catalog-open-api.yaml)."
+    )
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -2,48 +2,27 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-import httpx
 import pytest
 
-from lakesession.catalog import rest_catalog
 from lakesession.catalog._chains import (
     ChainNode,
     ViewChainError,
+    chain_tree,
     encode_referenced_by,
     references,
-    resolve,
 )
-from lakesession.identity import StaticToken
 from lakesession.reference import bootstrap, start
 from lakesession.reference.viewsecurity import parse_referenced_by
+from tests.support import catalog_as, create_view, policy, seed_chain_grants, view_body
 
-OWNER = "trino.run-as-owner"
-
-POLICY = """
-principals:
-  - {name: alice, type: user}
-  - {name: bob, type: user}
-  - {name: carol, type: user}
-  - {name: dave, type: user}
-  - {name: erin, type: user}
-  - {name: admin, type: service}
-roles:
-  - {name: r_alice, members: [alice]}
-  - {name: r_bob, members: [bob]}
-  - {name: r_carol, members: [carol]}
-  - {name: r_dave, members: [dave]}
-  - {name: r_erin, members: [erin]}
-  - {name: r_admin, members: [admin]}
-grants:
+POLICY = policy(
+    users=["alice", "bob", "carol", "dave", "erin"],
+    services={"admin": "r_admin"},
+    grants=seed_chain_grants("sales")
+    + """\
   - {role: r_admin, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  # the seed's chain: alice -> v1 (DEFINER bob) -> v2 (INVOKER) -> v3 (DEFINER carol) -> t_chain
-  - {role: r_alice, privilege: VIEW_READ, on: view sales.v1}
-  - {role: r_bob, privilege: VIEW_READ, on: view sales.v2}
-  - {role: r_bob, privilege: VIEW_READ, on: view sales.v3}
-  - {role: r_carol, privilege: TABLE_READ_DATA, on: table sales.t_chain}
   # missing grant: alice -> v_dave (DEFINER dave) -> orders; dave may read views of sales but not orders
   - {role: r_alice, privilege: VIEW_READ, on: view sales.v_dave}
   - {role: r_dave, privilege: VIEW_READ, on: namespace sales}
@@ -55,54 +34,25 @@ grants:
   - {role: r_alice, privilege: VIEW_READ, on: namespace loops}
   - {role: r_alice, privilege: VIEW_READ, on: namespace other}
   - {role: r_alice, privilege: TABLE_READ_DATA, on: namespace other}
-"""
-
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
-
-
-def view_body(
-    name: str,
-    sql: str,
-    owner: str | None = None,
-    *,
-    namespace: str = "sales",
-    dialect: str = "spark",
-    default_catalog: str | None = None,
-) -> dict[str, Any]:
-    version: dict[str, Any] = {
-        "version-id": 1,
-        "timestamp-ms": int(time.time() * 1000),
-        "schema-id": 0,
-        "summary": {"engine-name": "spark"},
-        "representations": [{"type": "sql", "sql": sql, "dialect": dialect}],
-        "default-namespace": [namespace],
-    }
-    if default_catalog:
-        version["default-catalog"] = default_catalog
-    return {"name": name, "schema": SCHEMA, "view-version": version, "properties": {OWNER: owner} if owner else {}}
+""",
+)
 
 
 class Lake:
+    """One reference catalog with the seed's views, seen by each principal (tests/support.py helpers)."""
+
     def __init__(self, handle: Any):
         self.handle = handle
 
     def create_view(self, namespace: str, body: dict[str, Any]) -> None:
-        r = httpx.post(
-            f"{self.handle.uri}/v1/lakesession/namespaces/{namespace}/views",
-            json=body,
-            timeout=30,
-            headers={"Authorization": f"Bearer {self.handle.admin.token_for('admin')}"},
-        )
-        assert r.status_code == 200, r.text
+        create_view(self.handle, namespace, body)
 
     def catalog(self, who: str) -> Any:
-        return rest_catalog(
-            "lake", self.handle.uri, StaticToken(self.handle.admin.token_for(who)), warehouse=self.handle.warehouse
-        )
+        return catalog_as(self.handle, who)
 
     def resolve(self, who: str, name: str, **kw: Any) -> ChainNode:
         tok = self.handle.admin.token_for(who)
-        return resolve(self.catalog(who), name, token=lambda: tok, uri=self.handle.uri, **kw)
+        return chain_tree(self.catalog(who), name, token=lambda: tok, uri=self.handle.uri, **kw)
 
 
 @pytest.fixture(scope="module")

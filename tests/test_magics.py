@@ -178,3 +178,61 @@ def test_explain_gives_one_line_for_python_errors() -> None:
     msg = explain(CredentialsRevokedError("shop.orders", "grant removed\nsecond line"))
     assert "\n" not in msg and "shop.orders" in msg
     assert explain(ValueError("boom\n  at org.apache.Foo")) == "ValueError: boom"
+
+
+@pytest.mark.slow  # the shared Spark JVM
+def test_login_as_another_user_never_reads_as_the_first(shell, catalog, lake, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """%lakesession login as alice, query; login as bob: the magics and lakesession.spark() act as bob,
+    alice's session is closed (her SparkSession no longer reaches the catalog), the catalog audits bob."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType
+
+    from lakesession import _connect as session_mod
+
+    from .conftest import rest_catalog
+
+    etl = rest_catalog(catalog, "etl")
+    if ("sales",) not in etl.list_namespaces():
+        etl.create_namespace("sales")
+    table = f"sales.magic_alice_{time.monotonic_ns()}"
+    etl.create_table(table, Schema(NestedField(1, "x", StringType(), required=False))).append(
+        pa.table({"x": pa.array(["only-for-alice"], pa.string())})
+    )
+    saved = session_mod._current
+    session_mod._current = None
+    monkeypatch.setenv("LAKESESSION_URI", catalog.uri)
+    monkeypatch.setenv("LAKESESSION_TOKEN_URL", f"{catalog.issuer_uri}/token")
+    monkeypatch.setenv("LAKESESSION_WAREHOUSE", "lakesession")
+    try:
+        monkeypatch.setenv("LAKESESSION_CREDENTIAL", f"alice:{SECRETS['alice']}")
+        res, out = run(shell, "%lakesession login --client-credentials")
+        assert res.success, out
+        alice = _views.active_session()
+        res, out = run(shell, f"%%lakesql --out rows\nSELECT x FROM lake.{table}")
+        assert res.success and [tuple(r) for r in shell.user_ns["rows"].collect()] == [("only-for-alice",)], out
+        alice_spark = alice.spark()
+        assert lakesession.current_session() is alice and lakesession.spark() is alice_spark
+
+        monkeypatch.setenv("LAKESESSION_CREDENTIAL", f"bob:{SECRETS['bob']}")
+        since = time.time()
+        res, out = run(shell, "%lakesession login --client-credentials")
+        assert res.success, out
+        bob = _views.active_session()
+        assert bob is not alice and alice.closed and bob.identity.describe()["principal"] == "bob"
+        assert lakesession.current_session() is bob and lakesession.spark() is not alice_spark
+        res, out = run(shell, f"%%lakesql\nSELECT x FROM lake.{table}")
+        assert isinstance(res.error_in_exec, MagicError) and "only-for-alice" not in out and "'bob'" in out, out
+        with pytest.raises(Exception):  # what alice's session handed out no longer reads at all
+            alice_spark.sql(f"SELECT x FROM lake.{table}").collect()
+        decisions = {
+            r.principal: r.decision
+            for r in catalog.admin.audit(securable=f"table {table}", since=since, action="load_table")
+        }
+        assert decisions == {"bob": "deny"}, decisions
+    finally:
+        current = session_mod._current
+        if current is not None:
+            current.close()
+        session_mod._current = saved
+        _views.use(None)

@@ -90,3 +90,198 @@ def test_no_secret_in_debug_logs_or_errors(catalog, caplog) -> None:  # type: ig
         ).identity.token()
     for text in (caplog.text, str(err.value), repr(err.value)):
         assert SECRETS["alice"] not in text and token not in text and "wrong-secret" not in text
+
+
+# -- grants(): "unknown" only without a grants endpoint -----------------------------------------------------
+def test_grants_raise_the_real_cause_instead_of_unknown(catalog) -> None:  # type: ignore[no-untyped-def]
+    """An expired or forged token, a failing catalog and a silent one are errors, not "unknown" grants."""
+    import socket
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from lakesession.errors import CatalogAccessError, LakesessionError
+
+    s = lakesession.connect(uri=catalog.uri, token="not-a-token")
+    with pytest.raises(CatalogAccessError, match="401.*log in again") as err:
+        s.grants()
+    assert err.value.kind == "not authorized" and err.value.status == 401 and "not-a-token" not in str(err.value)
+
+    class Failing(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error": {"message": "maintenance", "type": "ServiceUnavailable", "code": 503}}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        failing = lakesession.connect(uri=f"http://127.0.0.1:{server.server_port}", token="t0ken-value")
+        with pytest.raises(CatalogAccessError, match="answered 503 .*: maintenance") as err:
+            failing.grants()
+        assert err.value.kind == "catalog failure"
+    finally:
+        server.shutdown()
+        server.server_close()
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        quiet = lakesession.connect(uri=f"http://127.0.0.1:{silent.getsockname()[1]}", token="t0ken-value")
+        with pytest.raises(LakesessionError, match="did not answer"):
+            quiet.reports.grants(timeout=0.5)
+
+
+def test_embedded_default_is_keyed_by_its_lifetimes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Asking for other token/credential lifetimes gives a catalog started with them, not the cached one."""
+    from lakesession import embedded
+
+    short = embedded.start_embedded(tmp_path, storage="file", access_token_ttl=600, credential_ttl=60)
+    try:
+        assert embedded.start_embedded(tmp_path, storage="file", access_token_ttl=600, credential_ttl=60) is short
+        longer = embedded.start_embedded(tmp_path, storage="file", access_token_ttl=1200, credential_ttl=60)
+        other_creds = embedded.start_embedded(tmp_path, storage="file", access_token_ttl=600, credential_ttl=120)
+        assert longer is not short and other_creds is not short and other_creds is not longer
+        assert short.handle.settings.access_token_ttl == 600 and longer.handle.settings.access_token_ttl == 1200
+    finally:
+        with embedded._lock:
+            for key, emb in list(embedded._running.items()):
+                if key.startswith(str(tmp_path.resolve())):
+                    emb.handle.stop()
+                    del embedded._running[key]
+
+
+def test_server_start_keeps_an_explicit_credential_ttl_of_3600(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``credential_ttl=3600`` is a value, not "not given": it overrides the S3 settings' own lifetime."""
+    from lakesession.reference import start
+    from lakesession.reference.vending import S3Settings
+
+    s3 = S3Settings(role_arn="arn:aws:iam::123456789012:role/vend", credential_ttl=900)
+    explicit = start("s3://bucket/wh", data_dir=tmp_path / "a", s3=s3, credential_ttl=3600)
+    default = start("s3://bucket/wh", data_dir=tmp_path / "b", s3=s3)
+    try:
+        assert explicit.settings.s3 is not None and explicit.settings.s3.credential_ttl == 3600
+        assert default.settings.s3 is not None and default.settings.s3.credential_ttl == 900
+    finally:
+        explicit.stop()
+        default.stop()
+
+
+# -- one identity per Spark catalog ---------------------------------------------------------------------------------
+@pytest.fixture
+def only_alice(catalog):  # type: ignore[no-untyped-def]
+    """A table alice may read (namespace sales) and bob may not, holding one row "only-for-alice"."""
+    import time
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType
+
+    from .conftest import rest_catalog
+
+    etl = rest_catalog(catalog, "etl")
+    if ("sales",) not in etl.list_namespaces():
+        etl.create_namespace("sales")
+    name = f"sales.only_alice_{time.monotonic_ns()}"
+    etl.create_table(name, Schema(NestedField(1, "x", StringType(), required=False))).append(
+        pa.table({"x": pa.array(["only-for-alice"], pa.string())})
+    )
+    return name
+
+
+@pytest.fixture
+def no_current_session():  # type: ignore[no-untyped-def]
+    """``lakesession.spark()``'s current session starts empty and is closed and forgotten after the test."""
+    from lakesession import _connect as session_mod
+    from lakesession.notebook import _views
+
+    saved = session_mod._current
+    session_mod._current = None
+    yield
+    if session_mod._current is not None:
+        session_mod._current.close()
+    session_mod._current = saved
+    _views.use(None)
+
+
+def as_user(catalog, who: str, **options):  # type: ignore[no-untyped-def]
+    return dict(
+        uri=catalog.uri,
+        credential=f"{who}:{SECRETS[who]}",
+        token_url=f"{catalog.issuer_uri}/token",
+        warehouse="lakesession",
+        **options,
+    )
+
+
+def loads_of(catalog, principal: str, table: str, since: float) -> list[str]:  # type: ignore[no-untyped-def]
+    """The catalog's audited decisions on ``table`` for ``principal`` since ``since``."""
+    return [r.decision for r in catalog.admin.audit(principal=principal, securable=f"table {table}", since=since)]
+
+
+def assert_bob_cannot_read(spark, catalog, table: str, since: float) -> None:  # type: ignore[no-untyped-def]
+    """bob's query returns no rows of alice's table; the catalog saw bob (denied) and not alice."""
+    with pytest.raises(Exception) as err:
+        spark.sql(f"SELECT x FROM lake.{table}").collect()
+    assert "only-for-alice" not in str(err.value)
+    assert "deny" in loads_of(catalog, "bob", table, since)
+    assert loads_of(catalog, "alice", table, since) == []
+
+
+@pytest.mark.slow  # the shared Spark JVM
+def test_alice_then_bob_in_one_process_never_reads_as_alice(catalog, lake, only_alice) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from lakesession.errors import SessionClosedError
+
+    shared = lake.spark()
+    default = shared.conf.get("spark.sql.defaultCatalog")
+    alice = lakesession.connect(**as_user(catalog, "alice"))  # catalog "lake": the name the shared session uses too
+    sa = alice.spark()
+    assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [("only-for-alice",)]
+    bob = lakesession.connect(**as_user(catalog, "bob"))
+    try:
+        sb = bob.spark()
+        assert sb is not sa and sb is not shared
+        # touched first outside spark.sql: Spark loads a catalog with the *active* session's conf
+        assert sb.catalog.currentCatalog() == "lake"
+        since = time.time()
+        assert_bob_cannot_read(sb, catalog, only_alice, since)
+        assert bob.audit()["decision"].tolist()[-1] == "deny"  # bob's own audit shows bob's denial
+        # alice still reads as alice; the shared SparkSession's catalogs and default are untouched
+        assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [("only-for-alice",)]
+        assert shared.conf.get("spark.sql.defaultCatalog") == default
+        assert shared.sql("SHOW NAMESPACES IN lake").count() >= 0
+        alice.close()
+        started = time.monotonic()
+        with pytest.raises(Exception) as err:  # closed: her SparkSession no longer reaches the catalog
+            sa.sql(f"SELECT x FROM lake.{only_alice}").collect()
+        assert time.monotonic() - started < 30 and "only-for-alice" not in str(err.value)
+        with pytest.raises(SessionClosedError, match="connect"):
+            alice.spark()
+        assert sb.sql("SELECT 1").collect()[0][0] == 1  # closing alice stopped nothing of bob's
+        assert set(loads_of(catalog, "alice", only_alice, since)) <= {"allow", "issued"}  # her read before closing
+    finally:
+        alice.close()
+        bob.close()
+    assert shared.sql("SELECT 1").collect()[0][0] == 1
+
+
+@pytest.mark.slow  # the shared Spark JVM
+def test_spark_with_other_options_replaces_the_current_session(catalog, lake, only_alice, no_current_session) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    sa = lakesession.spark(**as_user(catalog, "alice"))
+    alice = lakesession.current_session()
+    assert alice is not None and lakesession.spark(**as_user(catalog, "alice")) is sa  # same options: reused
+    assert lakesession.spark() is sa
+    assert [tuple(r) for r in sa.sql(f"SELECT x FROM lake.{only_alice}").collect()] == [("only-for-alice",)]
+    since = time.time()
+    sb = lakesession.spark(**as_user(catalog, "bob"))  # other options: an explicit replacement
+    bob = lakesession.current_session()
+    assert bob is not alice and alice.closed and not bob.closed
+    assert_bob_cannot_read(sb, catalog, only_alice, since)
+    with pytest.raises(Exception):
+        sa.sql(f"SELECT x FROM lake.{only_alice}").collect()
+    assert loads_of(catalog, "alice", only_alice, since) == []

@@ -135,7 +135,7 @@ def test_revoked_grant_is_a_clean_spark_error(catalog, lake, spark) -> None:  # 
     )
     try:
         s = alice.spark()
-        assert s is spark  # one SparkSession, a second catalog registered at runtime
+        assert s is not spark and s.sparkContext is spark.sparkContext  # her own SparkSession on the shared JVM
         assert rows(s.sql("SELECT x FROM lake_alice.vault.secrets")) == [(42,)]
         catalog.admin.revoke("vault_readers", "TABLE_READ_DATA", "table vault.secrets")
         started = time.monotonic()
@@ -166,7 +166,7 @@ def test_read_loop_outlives_three_ttls_with_coalesced_refreshes(spark, tmp_path)
     s = lakesession.connect(data_dir=tmp_path, credential_ttl=ttl, catalog_name="lake_ttl", spark_conf=SPARK_TEST_CONF)
     try:
         sp = s.spark()
-        assert sp is spark
+        assert sp is not spark and sp.sparkContext is spark.sparkContext  # its own SparkSession, shared JVM
         sp.sql("CREATE NAMESPACE IF NOT EXISTS lake_ttl.loop")
         sp.sql("CREATE TABLE lake_ttl.loop.events (id BIGINT, kind STRING) USING iceberg")
         sp.sql("INSERT INTO lake_ttl.loop.events SELECT id, CAST(id % 7 AS STRING) FROM range(0, 5000)")

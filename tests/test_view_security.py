@@ -23,24 +23,14 @@ from lakesession.reference.viewsecurity import (
     is_trusted,
     parse_referenced_by,
 )
+from tests.support import OWNER, SCHEMA, policy, seed_chain_grants
+from tests.support import view_body as support_view_body
 
 P = "/v1/lakesession"
-OWNER = "trino.run-as-owner"
-
-POLICY = """
-principals:
-  - {name: alice, type: user}
-  - {name: bob, type: user}
-  - {name: carol, type: user}
-  - {name: dave, type: user}
-  - {name: spark-engine, type: service}
-roles:
-  - {name: r_alice, members: [alice]}
-  - {name: r_bob, members: [bob]}
-  - {name: r_carol, members: [carol]}
-  - {name: r_dave, members: [dave]}
-  - {name: engine, members: [spark-engine]}
-grants:
+POLICY = policy(
+    users=["alice", "bob", "carol", "dave"],
+    services={"spark-engine": "engine"},
+    grants="""\
   - {role: engine, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
   # example 1: INVOKER view inv over t_inv
   - {role: r_alice, privilege: VIEW_READ, on: view db.inv}
@@ -49,34 +39,23 @@ grants:
   # example 2: DEFINER view def_bob (owner bob) over t_def
   - {role: r_alice, privilege: VIEW_READ, on: view db.def_bob}
   - {role: r_bob, privilege: TABLE_READ_DATA, on: table db.t_def}
-  # example 3: alice -> v1 (DEFINER bob) -> v2 (INVOKER) -> v3 (DEFINER carol) -> t_chain
-  - {role: r_alice, privilege: VIEW_READ, on: view db.v1}
-  - {role: r_bob, privilege: VIEW_READ, on: view db.v2}
-  - {role: r_bob, privilege: VIEW_READ, on: view db.v3}
-  - {role: r_carol, privilege: TABLE_READ_DATA, on: table db.t_chain}
+"""
+    + seed_chain_grants("db")
+    + """\
   # a DEFINER view whose owner is nobody
   - {role: r_alice, privilege: VIEW_READ, on: view db.ghost}
   # strict catalog: alice may create and alter views, and read t_inv
   - {role: r_dave, privilege: VIEW_CREATE, on: namespace db}
   - {role: r_dave, privilege: VIEW_WRITE_PROPERTIES, on: namespace db}
-"""
-
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+""",
+)
 
 
 def view_body(
     name: str, owner: str | None = None, sql: str = "SELECT * FROM somewhere", **props: str
 ) -> dict[str, Any]:
-    properties = {**({OWNER: owner} if owner else {}), **props}
-    version = {
-        "version-id": 1,
-        "timestamp-ms": int(time.time() * 1000),
-        "schema-id": 0,
-        "summary": {"engine-name": "trino"},
-        "representations": [{"type": "sql", "sql": sql, "dialect": "trino"}],
-        "default-namespace": ["db"],
-    }
-    return {"name": name, "schema": SCHEMA, "view-version": version, "properties": properties}
+    """A trino view in ``db`` (the server parses its SQL for referenced-by links): ``tests.support.view_body``."""
+    return support_view_body(name, sql, owner=owner, namespace="db", dialect="trino", properties=props)
 
 
 class Api:

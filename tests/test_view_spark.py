@@ -19,28 +19,16 @@ import lakesession
 from lakesession._spark.errors import CatalogAccessError
 from lakesession.catalog._chains import ViewChainError
 from lakesession.reference import bootstrap, start
-from tests.test_chains import view_body
+from tests.support import create_view, policy, seed_chain_grants, view_body
 
 pytestmark = pytest.mark.slow
 
-POLICY = """
-principals:
-  - {name: alice, type: user}
-  - {name: bob, type: user}
-  - {name: carol, type: user}
-  - {name: admin, type: service}
-roles:
-  - {name: r_alice, members: [alice]}
-  - {name: r_bob, members: [bob]}
-  - {name: r_carol, members: [carol]}
-  - {name: r_admin, members: [admin]}
-grants:
+POLICY = policy(
+    users=["alice", "bob", "carol"],
+    services={"admin": "r_admin"},
+    grants=seed_chain_grants("sales")
+    + """\
   - {role: r_admin, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  # the seed's mixed chain: alice -> v1 (DEFINER bob) -> v2 (INVOKER) -> v3 (DEFINER carol) -> t_chain
-  - {role: r_alice, privilege: VIEW_READ, on: view sales.v1}
-  - {role: r_bob, privilege: VIEW_READ, on: view sales.v2}
-  - {role: r_bob, privilege: VIEW_READ, on: view sales.v3}
-  - {role: r_carol, privilege: TABLE_READ_DATA, on: table sales.t_chain}
   # DEFINER owned by bob over orders; alice may read the view only
   - {role: r_alice, privilege: VIEW_READ, on: view sales.v_orders}
   - {role: r_bob, privilege: TABLE_READ_DATA, on: table sales.orders}
@@ -51,7 +39,8 @@ grants:
   - {role: r_alice, privilege: TABLE_READ_DATA, on: table sales.public}
   - {role: r_alice, privilege: VIEW_READ, on: namespace loops}
   - {role: r_alice, privilege: VIEW_READ, on: namespace deep}
-"""
+""",
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +64,6 @@ def views(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     for name, ids in (("t_chain", [1, 2, 3]), ("orders", [10, 20, 30, 40]), ("public", [7])):
         cat.create_table(f"sales.{name}", schema)
         admin.table(f"sales.{name}").append(pa.table({"id": pa.array(ids, pa.int64())}))
-    headers = {"Authorization": f"Bearer {handle.admin.token_for('admin')}"}
     bodies = [
         ("sales", view_body("v1", "SELECT * FROM v2", "bob")),
         ("sales", view_body("v2", "SELECT id FROM sales.v3 WHERE id > 1")),
@@ -90,8 +78,7 @@ def views(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         nxt = f"d{i + 1}" if i < 10 else "sales.t_chain"
         bodies.append(("deep", view_body(f"d{i}", f"SELECT * FROM {nxt}", namespace="deep")))
     for ns, body in bodies:
-        r = httpx.post(f"{handle.uri}/v1/lakesession/namespaces/{ns}/views", json=body, headers=headers, timeout=30)
-        assert r.status_code == 200, r.text
+        create_view(handle, ns, body)
     admin.close()
     yield handle
     handle.stop()

@@ -14,6 +14,8 @@ from typing import Any
 
 from pyspark.errors.exceptions import captured
 
+from ..errors import CatalogAccessError as _CatalogAccessError
+
 ICEBERG_REST_EXCEPTIONS = {
     "org.apache.iceberg.exceptions.ForbiddenException": "forbidden",
     "org.apache.iceberg.exceptions.NotAuthorizedException": "not authorized",
@@ -25,13 +27,18 @@ ICEBERG_REST_EXCEPTIONS = {
 _original = captured.convert_exception
 
 
-class CatalogAccessError(captured.CapturedException):
-    """The catalog refused or failed a request Spark made; ``str()`` is the catalog's message."""
+class CatalogAccessError(_CatalogAccessError, captured.CapturedException):
+    """The catalog refused or failed a request Spark made; ``str()`` is the catalog's message.
+
+    Both a ``lakesession.errors.CatalogAccessError`` (so ``except LakesessionError`` catches it) and
+    pyspark's ``CapturedException`` (so pyspark's own handlers still recognise it).
+    """
 
     def __init__(self, message: str, kind: str, java_class: str):
-        super().__init__(desc=message, stackTrace="")
+        captured.CapturedException.__init__(self, desc=message, stackTrace="")
         self.kind = kind
         self.java_class = java_class
+        self.status = None
 
     def __str__(self) -> str:
         return self.desc or self.kind
@@ -61,4 +68,4 @@ def convert_exception(e: Any) -> captured.CapturedException:
 def install_error_conversion() -> None:
     """Idempotently route pyspark's exception conversion through ``convert_exception``."""
     if captured.convert_exception is not convert_exception:
-        captured.convert_exception = convert_exception  # type: ignore[assignment]
+        captured.convert_exception = convert_exception

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakesession.errors import LakesessionError
+from lakesession.errors import JarResolutionError, JavaNotFoundError
 
 __all__ = [
     "MODES",
@@ -60,14 +60,6 @@ JAVA_FIX = (
     "install Java 17 (e.g. apt-get install -y openjdk-17-jre-headless), or set JAVA_HOME to a Java 11+ installation"
 )
 _EXPLICIT_HELP = f"set {JARS_ENV}=<comma-separated jar paths> to use jars you provide"
-
-
-class JarResolutionError(LakesessionError, RuntimeError):
-    """The Spark jar set could not be resolved; the message says how to fix it."""
-
-
-class JavaNotFoundError(JarResolutionError):
-    """No usable Java (11+) was found."""
 
 
 @dataclass(frozen=True)

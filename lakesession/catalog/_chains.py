@@ -1,6 +1,6 @@
 """Client-side view chain resolution: which user the catalog checks at every step of a view's lineage.
 
-``resolve(catalog, "db.v1", ...)`` loads the view, parses its SQL with sqlglot (in the view's
+``chain_tree(catalog, "db.v1", ...)`` loads the view, parses its SQL with sqlglot (in the view's
 dialect), finds the tables and views it reads, and follows them — sending the chain walked so
 far in the ``referenced-by`` query parameter (outermost view first), exactly as a query engine
 does. The catalog (when it trusts this client as an engine) then evaluates DEFINER/INVOKER
@@ -36,22 +36,18 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 
-from ..errors import LakesessionError
+from ..errors import ViewChainError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.rest import RestCatalog
 
-__all__ = ["ChainNode", "ViewChainError", "encode_referenced_by", "resolve"]
+__all__ = ["ChainNode", "ViewChainError", "chain_tree", "encode_referenced_by"]
 
 OWNER_PROPERTY = "trino.run-as-owner"
 DEFAULT_SEPARATOR = "%1F"
 MAX_DEPTH = 10
 
 ViewId = tuple[tuple[str, ...], str]
-
-
-class ViewChainError(LakesessionError):
-    """A view chain that cannot be resolved (cycle, too deep, unparsable SQL, unexpected answer)."""
 
 
 # ---------------------------------------------------------------- referenced-by
@@ -193,7 +189,7 @@ def _pick_sql(version: dict[str, Any]) -> tuple[str, str]:
     raise AssertionError("unreachable")
 
 
-def table_refs(tree: exp.Expression) -> list[exp.Table]:
+def table_refs(tree: exp.Expr) -> list[exp.Table]:
     """The table/view references in a parsed statement: CTE names, table functions and UNNEST excluded."""
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     return [
@@ -285,7 +281,7 @@ def _message(body: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- resolution
-def resolve(
+def chain_tree(
     catalog: RestCatalog,
     name: str,
     *,

@@ -89,7 +89,7 @@ class _Expander:
             return self.current_namespace, parts[0]
         return None
 
-    def query(self, tree: exp.Expression) -> None:
+    def query(self, tree: exp.Expr) -> None:
         for table in _table_refs(tree):
             ident = self.top_level(table)
             if ident is None:
@@ -102,7 +102,7 @@ class _Expander:
             self.changed = True
 
     # -- views ---------------------------------------------------------------------------------
-    def view(self, ident: ViewId, body: Any, chain: list[ViewId]) -> exp.Expression:
+    def view(self, ident: ViewId, body: Any, chain: list[ViewId]) -> exp.Expr:
         """The view's SQL as a tree (in Spark's dialect once rendered), its references rewritten."""
         path = [*chain, ident]
         if len(path) > self.max_depth:
@@ -145,7 +145,7 @@ class _Expander:
         return pinned
 
     @staticmethod
-    def _subquery(tree: exp.Expression, table: exp.Table) -> exp.Expression:
+    def _subquery(tree: exp.Expr, table: exp.Table) -> exp.Expr:
         return exp.Subquery(this=tree, alias=exp.TableAlias(this=exp.to_identifier(_alias(table))))
 
 

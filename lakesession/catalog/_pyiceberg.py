@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.rest.auth import AuthManager
+from typing_extensions import override
 
 
 class _Source(Protocol):
@@ -22,6 +23,7 @@ class TokenSourceAuthManager(AuthManager):
     def __init__(self, source: _Source):
         self._source = source
 
+    @override
     def auth_header(self) -> str:
         return f"Bearer {self._source.token()}"
 

@@ -34,6 +34,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.typedef import Identifier
 from requests import HTTPError
+from typing_extensions import override
 
 from ..credentials import (
     CredentialsError,
@@ -43,6 +44,7 @@ from ..credentials import (
     resolve_endpoint,
 )
 from ..credentials._store import REFRESH_ENDPOINT
+from ..errors import ConfigError
 from ._pyiceberg import TokenSourceAuthManager
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ class SessionTable(Table):
 
     _reload: Callable[[], Table]
 
+    @override
     def refresh(self) -> Table:
         fresh = self._reload()
         self._check_uuid(self.metadata, fresh.metadata)
@@ -132,7 +135,7 @@ def load_table(
         mode: ``read``/``write`` when the caller knows the privilege (shown in snapshots), else unknown.
     """
     if access not in ACCESS_MODES:
-        raise ValueError(f"access must be one of {ACCESS_MODES}, not {access!r}")
+        raise ConfigError(f"access must be one of {ACCESS_MODES}, not {access!r}")
     ident = catalog.identifier_to_tuple(identifier)
     response = _load_response(catalog, ident, access)
     name = table_name(ident)
@@ -153,11 +156,11 @@ def load_table(
             **props,
             AUTH_MANAGER: TokenSourceAuthManager(_CallableSource(token)),
         }
-        from ..credentials import SigningFileIO
+        from ..credentials._fileio import SigningFileIO
 
         io = SigningFileIO(io_props)
     elif response.storage_credentials or any(is_secret_key(k) for k in config):
-        from ..credentials import VendedFileIO
+        from ..credentials._fileio import VendedFileIO
 
         store.register(
             name,

@@ -16,7 +16,7 @@ Secrets (keys, session tokens, the user's token) appear in no repr, snapshot or 
 
 from ._errors import CredentialsError, CredentialsRefreshError, CredentialsRevokedError
 from ._refresh import Refresher, resolve_endpoint
-from ._store import (
+from ._states import (
     EXPIRED,
     FAILED,
     READ,
@@ -26,14 +26,11 @@ from ._store import (
     UNKNOWN,
     VALID,
     WRITE,
-    CredentialStore,
     StorageCredential,
     TableCredentials,
-    covers,
-    is_secret_key,
-    public_config,
     refresh_margin,
 )
+from ._store import CredentialStore, covers, is_secret_key, public_config
 
 __all__ = [
     "EXPIRED",

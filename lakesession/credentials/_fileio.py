@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING
 from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.io.pyarrow import ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
+from typing_extensions import override
 
+from ..errors import ConfigError
 from ._signing import AsyncRestSigner, SigningFileIO, signing_s3
 from ._store import public_config
 
@@ -69,7 +71,7 @@ class VendedFileIO(PyArrowFileIO):
         """FileIO properties with a fresh credential for ``location`` (default: the table's location)."""
         where = location or self._location
         if where is None:
-            raise ValueError("no location: pass one")
+            raise ConfigError("no location: pass current_properties(location=...)")
         cred = self._store.credential_for(self._table, where)
         return {**self.properties, **cred.config}
 
@@ -93,12 +95,15 @@ class VendedFileIO(PyArrowFileIO):
             fs=fs, location=location, path=path, buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE))
         )
 
+    @override
     def new_input(self, location: str) -> PyArrowFile:
         return self._file(location)
 
+    @override
     def new_output(self, location: str) -> PyArrowFile:
         return self._file(location)
 
+    @override
     def delete(self, location: str | InputFile | OutputFile) -> None:
         str_location = location.location if isinstance(location, (InputFile, OutputFile)) else location
         fs, path = self._fs_for(str_location)

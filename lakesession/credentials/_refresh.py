@@ -23,17 +23,15 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import httpx
 
 from ..errors import LakesessionError
 from ._errors import CredentialsError, CredentialsRefreshError, CredentialsRevokedError
-from ._store import FAILED, REFRESHING, REVOKED, VALID, TableCredentials
-
-if TYPE_CHECKING:
-    from ._store import CredentialStore
+from ._states import FAILED, REFRESHING, REVOKED, VALID, TableCredentials
 
 log = logging.getLogger("lakesession.credentials")
 
@@ -59,6 +57,20 @@ def _error_detail(response: httpx.Response) -> str:
     return f"{detail} {text[:300]}".strip() if text else detail
 
 
+class StoreView(Protocol):
+    """What the refresher needs of its store (``CredentialStore`` is one): entries, the clock, and state changes."""
+
+    @property
+    def _lock(self) -> AbstractContextManager[Any]: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def entry(self, table: str) -> TableCredentials: ...
+    def tables(self) -> list[str]: ...
+    def _set_state(self, entry: TableCredentials, state: str, error: str | None = None) -> None: ...
+    def _replace(self, entry: TableCredentials, storage_credentials: Iterable[Any]) -> None: ...
+
+
 def _scrub(text: str, secrets: list[str]) -> str:
     for s in secrets:
         if s and len(s) >= 6:
@@ -71,7 +83,7 @@ class Refresher:
 
     def __init__(
         self,
-        store: CredentialStore,
+        store: StoreView,
         *,
         transport: Any = None,
         timeout: float = 10.0,

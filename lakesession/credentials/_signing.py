@@ -41,6 +41,7 @@ from pyiceberg.io import (
 )
 from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.typedef import Properties
+from typing_extensions import override
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 SIGNED_BLOCK_SIZE = 32 * 1024 * 1024
@@ -82,7 +83,8 @@ def _http_session_cls() -> type:
     """
     from aiobotocore.httpsession import AIOHTTPSession
 
-    class SharedTLSSession(AIOHTTPSession):  # type: ignore[misc]
+    class SharedTLSSession(AIOHTTPSession):  # type: ignore[misc,unused-ignore]  # untyped without aiobotocore stubs
+        @override
         def _build_ssl_contexts(self, proxy_url: str | None) -> Any:
             if proxy_url or getattr(self, "_cert_file", None):
                 return super()._build_ssl_contexts(proxy_url)
@@ -158,7 +160,7 @@ class AsyncRestSigner:
         self.properties = properties
 
     def _url(self) -> str:
-        base = self.properties.get(S3_SIGNER_URI, self.properties.get("uri", "")).rstrip("/")
+        base = str(self.properties.get(S3_SIGNER_URI) or self.properties.get("uri") or "").rstrip("/")
         endpoint = self.properties.get("s3.signer.endpoint", "v1/aws/s3/sign").strip()
         return f"{base}/{endpoint}"
 
@@ -214,6 +216,7 @@ class SigningFileIO(FsspecFileIO):
         self._shared_lock = threading.Lock()
         self._shared_s3: Any = None
 
+    @override
     def get_fs(self, scheme: str, hostname: str | None = None) -> Any:
         if scheme not in S3_SCHEMES:
             return super().get_fs(scheme, hostname)
@@ -225,12 +228,14 @@ class SigningFileIO(FsspecFileIO):
                 fs = self._shared_s3
         return fs
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state.pop("_shared_lock", None)
         state["_shared_s3"] = None  # a filesystem (event loop, sockets) does not travel: rebuilt on first use
         return state
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._shared_lock = threading.Lock()

@@ -41,6 +41,8 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from traitlets import Float, Unicode, default
 
+from ..errors import ConfigError
+
 DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 STATE_COOKIE = "lakesession-device-login"
 PENDING_LIMIT = 1000
@@ -58,7 +60,7 @@ class DeviceLoginHandler(BaseHandler):
     """Start a device login: get a code from the issuer and show where to approve it."""
 
     async def get(self) -> None:
-        auth: DeviceCodeAuthenticator = self.authenticator  # type: ignore[assignment]
+        auth: DeviceCodeAuthenticator = self.authenticator
         try:
             state, pending = await auth.start_device_login()
         except (_Rejected, httpx.HTTPError) as exc:
@@ -94,7 +96,7 @@ class DeviceCallbackHandler(BaseHandler):
     """Redeem the pending device code and log the user in (or show that approval is still pending)."""
 
     async def get(self) -> None:
-        auth: DeviceCodeAuthenticator = self.authenticator  # type: ignore[assignment]
+        auth: DeviceCodeAuthenticator = self.authenticator
         raw = self.get_signed_cookie(STATE_COOKIE, max_age_days=1)
         state = raw.decode() if raw else None
         try:
@@ -245,7 +247,7 @@ class DeviceCodeAuthenticator(Authenticator):
         if resp.status_code != 200 or "device_code" not in payload:
             raise _Rejected(str(payload.get("error") or f"HTTP {resp.status_code}"))
         now = time.time()
-        pending = {
+        pending: dict[str, Any] = {
             k: payload[k]
             for k in ("device_code", "user_code", "verification_uri", "verification_uri_complete")
             if k in payload
@@ -285,7 +287,7 @@ class DeviceCodeAuthenticator(Authenticator):
     async def metadata(self) -> dict[str, Any]:
         if self._metadata is None:
             if not self.issuer:
-                raise ValueError("DeviceCodeAuthenticator.issuer is not set")
+                raise ConfigError("DeviceCodeAuthenticator.issuer is not set: set c.DeviceCodeAuthenticator.issuer")
             url = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
             async with httpx.AsyncClient(timeout=self.http_timeout) as client:
                 resp = await client.get(url)
@@ -293,7 +295,7 @@ class DeviceCodeAuthenticator(Authenticator):
             meta = _json(resp)
             missing = [k for k in ("token_endpoint", "device_authorization_endpoint", "jwks_uri") if k not in meta]
             if missing:
-                raise ValueError(f"{url} lacks {', '.join(missing)}: the issuer must support the device grant")
+                raise ConfigError(f"{url} lacks {', '.join(missing)}: the issuer must support the device grant")
             self._metadata = meta
         return self._metadata
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import httpx
 
+from ..errors import ConfigError
 from ._base import TokenSource
 from ._device import DeviceCode
 from ._errors import IdentityError, TokenRefreshError
@@ -80,7 +81,7 @@ def from_issuer(
     """A ``TokenSource`` for ``issuer_url`` (discovered): ``auto`` picks client credentials with a secret,
     else the device flow. ``kw`` go to the source (``scope``, ``audience``, ``on_prompt``, ``cache``, …)."""
     if flow not in ("auto", "device", "client_credentials"):
-        raise ValueError(f"flow must be 'auto', 'device' or 'client_credentials', not {flow!r}")
+        raise ConfigError(f"flow must be 'auto', 'device' or 'client_credentials', not {flow!r}")
     meta = discover(issuer_url, http)
     issuer = str(meta["issuer"]).rstrip("/")
     chosen = flow if flow != "auto" else ("client_credentials" if client_secret else "device")

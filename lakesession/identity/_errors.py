@@ -1,29 +1,17 @@
-"""The identity layer's exceptions (see ``lakesession.errors`` for the whole hierarchy).
+"""The identity layer's exceptions, defined in ``lakesession.errors`` (the whole tree is drawn there).
+
+The two private ones below never leave the package: the flows turn them into ``IdentityError``s.
 
 Messages never contain a secret; each one says how to fix the problem.
 """
 
 from __future__ import annotations
 
-from ..errors import LakesessionError
+from ..errors import DeviceFlowError, IdentityError, LoginRequiredError, TokenRefreshError
+
+__all__ = ["LOGIN_HINT", "DeviceFlowError", "IdentityError", "LoginRequiredError", "TokenRefreshError"]
 
 LOGIN_HINT = "run `lakesession login` (or `%lakesession login` in a notebook), or call session.login()"
-
-
-class IdentityError(LakesessionError):
-    """The user's token could not be obtained or used."""
-
-
-class LoginRequiredError(IdentityError):
-    """There is no usable login (none yet, or the refresh token is dead): the user must log in again."""
-
-
-class TokenRefreshError(IdentityError):
-    """The issuer could not be reached or failed (transient): later calls try again and recover."""
-
-
-class DeviceFlowError(IdentityError):
-    """The device-code login (RFC 8628) did not complete: denied, expired or timed out."""
 
 
 class _Transient(Exception):

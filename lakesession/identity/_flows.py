@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -227,7 +228,8 @@ class TokenExchange(_OAuthSource):
             try:
                 response = call(
                     url,
-                    lambda url=url, subject_token=subject_token: self._client.fetch_token(
+                    functools.partial(
+                        self._client.fetch_token,
                         url,
                         grant_type=TOKEN_EXCHANGE_GRANT,
                         subject_token=subject_token,

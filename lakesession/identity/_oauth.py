@@ -22,7 +22,7 @@ with warnings.catch_warnings():  # authlib >= 1.7 warns when it falls back from 
     from authlib.integrations.httpx_client import OAuth2Client
 
 try:  # the module authlib's client is built on (httpx2 when installed, else httpx)
-    import httpx2 as _client_httpx  # type: ignore[import-not-found]
+    import httpx2 as _client_httpx  # type: ignore[import-not-found,unused-ignore]  # present or not by environment
 except ImportError:  # pragma: no cover - depends on the environment
     _client_httpx = httpx
 STATUS_ERRORS = (httpx.HTTPStatusError, _client_httpx.HTTPStatusError)

@@ -13,7 +13,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from ..errors import LakesessionError
+from ..errors import LakesessionError, MagicError
 from . import _views
 
 USAGE = """%lakesession login [CATALOG] [--device | --client-credentials] [--uri URI] [--issuer URL] [--client-id ID]
@@ -23,15 +23,8 @@ USAGE = """%lakesession login [CATALOG] [--device | --client-credentials] [--uri
 %%lakesql [--limit 20] [--out NAME]   Spark SQL through the session"""
 
 
-class MagicError(LakesessionError):
-    """A failed magic: IPython shows just this one line, not a traceback."""
-
-    def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[31mlakesession: {self}\x1b[0m"]
-
-
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         raise MagicError(f"{message}. Usage:\n{USAGE}")
 
 
@@ -97,6 +90,11 @@ class LakesessionMagics(Magics):
         except Exception as exc:
             raise MagicError(explain(exc)) from None
 
+    def _user_ns(self) -> dict[str, Any]:
+        """The notebook's variables (a registered magic always has its shell)."""
+        assert self.shell is not None
+        return self.shell.user_ns
+
     def _dispatch(self, argv: list[str]) -> Any:
         if not argv or argv[0] in ("help", "-h", "--help"):
             print(USAGE)
@@ -123,11 +121,12 @@ class LakesessionMagics(Magics):
         if cmd == "use":
             p.add_argument("variable")
             a = p.parse_args(rest)
-            if a.variable not in self.shell.user_ns:
+            user_ns = self._user_ns()
+            if a.variable not in user_ns:
                 raise MagicError(
                     f"no variable {a.variable!r} in the notebook. Fix: session = lakesession.connect(...) first."
                 )
-            _views.use(self.shell.user_ns[a.variable])
+            _views.use(user_ns[a.variable])
             return _views.status()
         if cmd in ("status", "grants"):
             p.parse_args(rest)
@@ -159,7 +158,7 @@ class LakesessionMagics(Magics):
         except Exception as exc:
             raise MagicError(explain(exc)) from None
         if a.out:
-            self.shell.user_ns[a.out] = df
+            self._user_ns()[a.out] = df
 
 
 def load(shell: Any) -> None:

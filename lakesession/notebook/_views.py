@@ -9,17 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import LakesessionError
+from ..errors import NoSessionError
 from . import _html
 
 _active: Any = None
 
 DEVICE_CLIENT_ID = "lakesession-cli"
-
-
-class NoSessionError(LakesessionError):
-    def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[31mlakesession: {self}\x1b[0m"]
 
 
 def use(session: Any) -> Any:
@@ -30,7 +25,7 @@ def use(session: Any) -> Any:
 
 
 def active_session() -> Any:
-    from ..session import current_session
+    from .._connect import current_session
 
     session = _active or current_session()
     if session is None:
@@ -65,7 +60,7 @@ def status(session: Any = None, *, widget: bool | None = None) -> Any:
         from ._widgets import StatusWidget
 
         return StatusWidget(s)
-    st = s.status()
+    st = s.reports.status()
     ident = st.get("identity") or {}
     text = (
         f"{ident.get('principal')} ({ident.get('kind')} via {ident.get('issuer')}) — token expires in "
@@ -81,7 +76,7 @@ def grants(session: Any = None, *, widget: bool | None = None) -> Any:
         from ._widgets import GrantsTable
 
         return GrantsTable(s)
-    df = s.grants()
+    df = s.reports.grants()
     return _html.HTML(_html.grants_html(df.to_dict("records")), df.to_string(index=False))
 
 
@@ -94,7 +89,7 @@ def credentials(session: Any = None, *, widget: bool | None = None, auto_refresh
         return CredentialsPanel(s, auto_refresh=auto_refresh)
     if auto_refresh:
         s.credential_store.refresh_all()
-    df = s.credentials()
+    df = s.reports.credentials()
     cols = ["engine", "table", "mode", "state", "seconds_left", "refreshes", "last_error"]
     return _html.HTML(_html.credentials_html(df.to_dict("records")), df[cols].to_string(index=False))
 
@@ -112,7 +107,7 @@ def audit(
 
     from ._widgets import parse_since
 
-    df = s.audit()
+    df = s.reports.audit()
     bound = parse_since(since)
     if bound is not None:
         df = df[df["time"] >= pd.Timestamp(bound, unit="s", tz="UTC")]
@@ -126,7 +121,7 @@ def audit(
 def chain(name: str, session: Any = None, *, widget: bool | None = None) -> Any:
     """The view chain behind ``ns.view``: object, security model, user in effect, decision."""
     s = session or active_session()
-    node = s.resolve(name)
+    node = s.chain(name)
     if _want(widget):
         from ._widgets import ChainTree
 
@@ -144,9 +139,7 @@ def login(
     client_id: str | None = None,
 ) -> Any:
     """Connect (configured catalog, or the embedded default), log in now, bind the magics, show status."""
-    import lakesession
-    from lakesession import session as session_mod
-
+    from .._connect import connect, replace_current
     from ._progress import DeviceLoginProgress
 
     opts: dict[str, Any] = {k: v for k, v in {"uri": uri, "issuer": issuer}.items() if v}
@@ -165,7 +158,7 @@ def login(
         opts["client_id"] = client_id
     ok = False
     try:
-        s = lakesession.connect(catalog, **opts)
+        s = connect(catalog, **opts)
         kind = getattr(s.identity, "kind", None)  # waits for an embedded catalog to start
         if client_credentials and kind != "client_credentials":
             raise NoSessionError(
@@ -178,8 +171,9 @@ def login(
         if progress is not None:
             progress.finish(ok)
     use(s)
-    if session_mod.current_session() is None:
-        session_mod._current = s  # lakesession.spark() now reuses this session
+    # one identity at a time: lakesession.spark() now returns this session's Spark, and the session
+    # this login replaces is closed (its SparkSession no longer reaches the catalog)
+    replace_current(s)
     return status(s)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ..errors import ConfigError
 from . import _html
 
 log = logging.getLogger("lakesession.notebook")
@@ -139,7 +140,7 @@ class StatusWidget(_Panel):
         self.children = (self.header, self.error)
 
     def _update(self) -> None:
-        self.last_status = self.session.status()
+        self.last_status = self.session.reports.status()
         self.header.value = _html.status_html(self.last_status)
 
     @property
@@ -148,7 +149,7 @@ class StatusWidget(_Panel):
         return None if exp is None else exp - time.time()
 
     def fallback_html(self) -> str:
-        return self.header.value or _html.status_html(self.session.status())
+        return self.header.value or _html.status_html(self.session.reports.status())
 
 
 class GrantsTable(_Panel):
@@ -160,7 +161,7 @@ class GrantsTable(_Panel):
         self.children = (widgets.HTML("<b>Your grants</b>"), self.table, self.error)
 
     def _update(self) -> None:
-        self.table.value = _html.grants_html(self.session.grants().to_dict("records"))
+        self.table.value = _html.grants_html(self.session.reports.grants().to_dict("records"))
 
     def fallback_html(self) -> str:
         return self.table.value
@@ -240,7 +241,7 @@ class CredentialsPanel(_Panel):
 
     def _update(self) -> None:
         now = time.time()
-        records = self.session.credentials().to_dict("records")
+        records = self.session.reports.credentials().to_dict("records")
         for r in records:
             key = (str(r["engine"]), str(r["table"]))
             row = self.rows.get(key)
@@ -292,7 +293,7 @@ def parse_since(value: str | float | None, now: float | None = None) -> float | 
     try:
         ts = pd.Timestamp(text)
     except ValueError:
-        raise ValueError(
+        raise ConfigError(
             f"--since {text!r}: use e.g. 10m, 2h, 1d, an ISO time (2026-01-31T12:00) or epoch seconds"
         ) from None
     if ts.tzinfo is None:
@@ -341,7 +342,7 @@ class AuditPanel(_Panel):
             self.show_error(exc)
 
     def _update(self) -> None:
-        self._frame = self.session.audit()
+        self._frame = self.session.reports.audit()
         actions = [self.ALL, *sorted(set(self._frame["action"]))]
         if self._wanted_action and self._wanted_action not in actions:
             actions.append(self._wanted_action)

@@ -16,8 +16,8 @@ from .audit import AuditLog
 from .authz import Privilege, Securable
 from .directory import Directory, Principal
 from .errors import Forbidden, NotAuthorized
+from .refby import refuse_chained_write
 from .settings import ServerSettings
-from .viewsecurity import refuse_chained_write
 
 logger = logging.getLogger(__name__)
 

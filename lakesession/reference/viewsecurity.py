@@ -48,7 +48,6 @@ Decisions made here:
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -58,6 +57,7 @@ from fastapi import Request
 
 from .authz import Privilege, Securable
 from .errors import BadRequest, Forbidden
+from .refby import raw_param
 from .settings import ServerSettings
 from .viewsql import reads_at
 from .viewstore import ViewStore
@@ -70,10 +70,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_CHAIN = 10
-PARAM = "referenced-by"
 TOO_MANY = "TooManyViewsInChainException"
 PROTECTED = "ProtectedPropertyModification"
-_SIGN_ROUTE = re.compile(r"^/v1/[^/]+/namespaces/[^/]+/tables/[^/]+/sign$")  # not a commit to a table named "sign"
 
 ViewId = tuple[tuple[str, ...], str]
 # What a view chain may grant: reading. Anything else through referenced-by is refused (403).
@@ -134,14 +132,6 @@ def parse_referenced_by(raw: str, separator: str = "%1F") -> list[ViewId]:
             raise BadRequest(f"Malformed referenced-by: view {i} has an invalid view name")
         out.append((ns, name))
     return out
-
-
-def raw_param(request: Request, name: str = PARAM) -> str | None:
-    """The raw (undecoded) value of a query parameter: ``%2C`` must survive until after splitting."""
-    values = [v for k, _, v in (p.partition("=") for p in request.url.query.split("&") if p) if unquote_plus(k) == name]
-    if len(values) > 1:
-        raise BadRequest(f"Malformed request: {name} given more than once")
-    return values[0] if values else None
 
 
 # ---------------------------------------------------------------- trust
@@ -376,17 +366,4 @@ def check_owner_value(ctx: RequestContext, properties: dict[str, str]) -> None:
         raise BadRequest(
             f"View owner property {settings.view_owner_property!r} must name a principal of this catalog; "
             f"{owner!r} is none. Use an existing principal's name."
-        )
-
-
-def refuse_chained_write(request: Request) -> None:
-    """A view chain only ever grants reads: a write request (commit, create, drop…) carrying
-    ``referenced-by`` is refused outright (403). The signer (POST) checks its own operations."""
-    if request.method in ("GET", "HEAD") or _SIGN_ROUTE.match(request.url.path):
-        return
-    raw = raw_param(request)
-    if raw is not None and raw.strip():
-        raise Forbidden(
-            "Access through a view chain is read-only: send this request without referenced-by "
-            "(as a principal that holds the privilege itself)"
         )

@@ -11,8 +11,9 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Forbidden
+from ..refby import raw_param
 from ..signing import S3Target, parse_target, sign
-from ..viewsecurity import authorize_target, caller_trusted, parse_referenced_by, raw_param
+from ..viewsecurity import authorize_target, caller_trusted, parse_referenced_by
 from .common import Namespace, check_name, check_prefix, decode_namespace, parse_body
 from .namespaces import raw_body
 

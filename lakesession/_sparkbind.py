@@ -1,0 +1,135 @@
+"""Which SparkSession a ``Session`` gets: one identity per Spark catalog.
+
+Spark caches catalog plugins by name in each SparkSession's ``CatalogManager``; ``spark.conf.set``
+does not rebind a catalog already loaded. Re-pointing a shared SparkSession's ``lake`` catalog at
+a second user's gateway therefore does nothing, and that user reads as the first. So:
+
+* the first Session of a process with no Spark running creates it (jars, master, static conf);
+* every later Session (another identity, or the same one again) gets its own ``newSession()`` of
+  the running SparkContext: a fresh ``CatalogManager`` whose catalog is bound to *its* gateway
+  (loaded at once, while that session is active: Spark reads a catalog's settings from the active
+  session's conf when it first loads it);
+  Other SparkSessions — the one user code already holds, another Session's — are never
+  re-pointed: their catalogs and their ``spark.sql.defaultCatalog`` stay as they were;
+* with Spark Connect the second binding of a server gets a new server-side session (``create()``);
+* closing a Session stops its gateway, so its SparkSession's catalog fails fast from then on
+  (connection refused) and can never act for anyone else; the SparkContext lakesession started
+  stops with the last Session using it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_lock = threading.Lock()
+_holders: set[int] = set()  # ids of the Sessions holding a SparkSession on the running local SparkContext
+_created: Any = None  # the SparkSession lakesession created (its SparkContext is lakesession's to stop)
+_remote_bound: dict[str, set[int]] = {}  # Spark Connect URL -> Sessions bound to it
+
+
+def bind(
+    holder: object,
+    catalog_name: str,
+    catalog_conf: Mapping[str, str],
+    *,
+    jars: Any,
+    spark_conf: Mapping[str, str],
+    master: str | None,
+    remote: str | None,
+) -> SparkSession:
+    """A SparkSession of its own for ``holder`` whose ``catalog_name`` catalog is ``catalog_conf``."""
+    global _created
+    from pyspark import SparkContext
+
+    from ._spark.session import base_conf, build_spark
+
+    with _lock:
+        if remote is not None:
+            bound = _remote_bound.setdefault(remote, set())
+            if (
+                bound
+            ):  # the process's Connect session already acts for another Session: a server-side session of its own
+                spark = _connect_session(remote, catalog_name, catalog_conf, spark_conf)
+            else:
+                spark, _ = build_spark({**base_conf(catalog_name, None), **catalog_conf, **spark_conf}, remote=remote)
+            bound.add(id(holder))
+            return spark
+        if SparkContext._active_spark_context is not None:
+            spark = _child(catalog_name, catalog_conf, spark_conf)
+        else:
+            from ._spark.jars import resolve_jars
+
+            conf = {**base_conf(catalog_name, resolve_jars(jars)), **catalog_conf, **spark_conf}
+            spark, created = build_spark(conf, master=master)
+            if created:
+                _created = spark
+        _holders.add(id(holder))
+        return spark
+
+
+def release(holder: object) -> None:
+    """``holder`` no longer uses Spark; stop the SparkContext lakesession started if nobody else does."""
+    global _created
+    with _lock:
+        for bound in _remote_bound.values():
+            bound.discard(id(holder))
+        if id(holder) not in _holders:
+            return
+        _holders.discard(id(holder))
+        if not _holders and _created is not None:
+            created, _created = _created, None
+            created.stop()
+
+
+def _apply(
+    spark: SparkSession, catalog_name: str, catalog_conf: Mapping[str, str], spark_conf: Mapping[str, str]
+) -> None:
+    """Bind ``catalog_name`` on ``spark`` alone (runtime SQL conf) and make it that session's default."""
+    prefix = f"spark.sql.catalog.{catalog_name}"
+    for key, value in {**catalog_conf, "spark.sql.defaultCatalog": catalog_name}.items():
+        spark.conf.set(key, value)
+    for key, value in spark_conf.items():  # static keys are fixed by the running context
+        if key.startswith("spark.sql.catalog.") or spark.conf.isModifiable(key):
+            spark.conf.set(key, value)
+    # the SparkContext's conf may carry another Session's catalog of the same name: drop what we did not set
+    inherited = [k for k, _ in spark.sparkContext.getConf().getAll() if k.startswith(prefix + ".")]
+    for key in inherited:
+        if key not in catalog_conf and key not in spark_conf:
+            spark.conf.unset(key)
+
+
+def _child(catalog_name: str, catalog_conf: Mapping[str, str], spark_conf: Mapping[str, str]) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    from ._spark.errors import install_error_conversion
+
+    base = SparkSession._instantiatedSession
+    if base is None or base._sc._jsc is None:
+        base = SparkSession.builder.getOrCreate()  # no options: nothing of the running session changes
+    spark = base.newSession()
+    _apply(spark, catalog_name, catalog_conf, spark_conf)
+    install_error_conversion()
+    # Spark loads a catalog plugin with the conf of the thread's *active* session (SQLConf.get), which is
+    # not this one: a first touch outside spark.sql (spark.catalog.currentCatalog(), …) would bind the
+    # catalog to the default session's settings. Load it now, inside spark.sql, where this session is active.
+    spark.sql("SHOW CURRENT NAMESPACE").collect()
+    return spark
+
+
+def _connect_session(
+    remote: str, catalog_name: str, catalog_conf: Mapping[str, str], spark_conf: Mapping[str, str]
+) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(remote).create()
+    for key, value in {**catalog_conf, "spark.sql.defaultCatalog": catalog_name}.items():
+        spark.conf.set(key, value)
+    for key, value in spark_conf.items():
+        if key.startswith("spark.sql.catalog."):
+            spark.conf.set(key, value)
+    return spark

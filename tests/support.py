@@ -1,0 +1,90 @@
+"""Shared test support: the seed's view-chain policy, Iceberg view bodies, and catalog helpers.
+
+One copy for every test module that builds a reference catalog with views (``test_chains``,
+``test_view_spark``, ``test_view_security``, …), so the seed's chain reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+OWNER = "trino.run-as-owner"  # the view property naming a DEFINER view's owner
+PREFIX = "/v1/lakesession"  # the reference catalog's Iceberg REST prefix
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+
+def seed_chain_grants(namespace: str) -> str:
+    """The seed's mixed chain, as bootstrap grant items (users ``alice``, ``bob``, ``carol``).
+
+    alice -> v1 (DEFINER bob) -> v2 (INVOKER) -> v3 (DEFINER carol) -> t_chain
+    """
+    return f"""\
+  # the seed's mixed chain: alice -> v1 (DEFINER bob) -> v2 (INVOKER) -> v3 (DEFINER carol) -> t_chain
+  - {{role: r_alice, privilege: VIEW_READ, on: view {namespace}.v1}}
+  - {{role: r_bob, privilege: VIEW_READ, on: view {namespace}.v2}}
+  - {{role: r_bob, privilege: VIEW_READ, on: view {namespace}.v3}}
+  - {{role: r_carol, privilege: TABLE_READ_DATA, on: table {namespace}.t_chain}}
+"""
+
+
+def policy(*, users: Iterable[str], services: Mapping[str, str], grants: str) -> str:
+    """Bootstrap YAML: each user in its own role ``r_<user>``, each service in the role given, then ``grants``.
+
+    ``grants`` holds YAML list items (``  - {role: ..., privilege: ..., on: ...}``), e.g. ``seed_chain_grants(ns)``.
+    """
+    users = list(users)
+    principals = [f"  - {{name: {u}, type: user}}" for u in users]
+    principals += [f"  - {{name: {s}, type: service}}" for s in services]
+    roles = [f"  - {{name: r_{u}, members: [{u}]}}" for u in users]
+    roles += [f"  - {{name: {role}, members: [{s}]}}" for s, role in services.items()]
+    return "principals:\n" + "\n".join(principals) + "\nroles:\n" + "\n".join(roles) + "\ngrants:\n" + grants
+
+
+def view_body(
+    name: str,
+    sql: str = "SELECT * FROM somewhere",
+    owner: str | None = None,
+    *,
+    namespace: str = "sales",
+    dialect: str = "spark",
+    default_catalog: str | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A CreateViewRequest body: one SQL representation; ``owner`` makes it a DEFINER view."""
+    version: dict[str, Any] = {
+        "version-id": 1,
+        "timestamp-ms": int(time.time() * 1000),
+        "schema-id": 0,
+        "summary": {"engine-name": "trino" if dialect == "trino" else "spark"},
+        "representations": [{"type": "sql", "sql": sql, "dialect": dialect}],
+        "default-namespace": [namespace],
+    }
+    if default_catalog:
+        version["default-catalog"] = default_catalog
+    props = {**({OWNER: owner} if owner else {}), **(properties or {})}
+    return {"name": name, "schema": SCHEMA, "view-version": version, "properties": props}
+
+
+def bearer(handle: Any, who: str) -> dict[str, str]:
+    """An Authorization header acting as ``who`` (a token the reference catalog's issuer minted directly)."""
+    return {"Authorization": f"Bearer {handle.admin.token_for(who)}"}
+
+
+def create_view(handle: Any, namespace: str, body: dict[str, Any], who: str = "admin") -> None:
+    """Create a view over real HTTP (pyiceberg 0.12 cannot create views)."""
+    r = httpx.post(
+        f"{handle.uri}{PREFIX}/namespaces/{namespace}/views", json=body, headers=bearer(handle, who), timeout=30
+    )
+    assert r.status_code == 200, r.text
+
+
+def catalog_as(handle: Any, who: str, name: str = "lake") -> Any:
+    """lakesession's pyiceberg RestCatalog acting as ``who`` with a static token."""
+    from lakesession.catalog import rest_catalog
+    from lakesession.identity import StaticToken
+
+    return rest_catalog(name, handle.uri, StaticToken(handle.admin.token_for(who)), warehouse=handle.warehouse)
