@@ -51,6 +51,20 @@ def test_pyiceberg_round_trip_with_seaweedfs_vended_credentials(session: lakeses
     assert row["state"] == "valid"  # vended by SeaweedFS's STS, tracked by lakesession
 
 
+def test_refresh_by_reload_where_the_catalog_has_no_credentials_endpoint(session: lakesession.Session) -> None:
+    """SeaweedFS lists no ``/credentials`` in ``/v1/config``: lakesession refreshes by reloading the table
+    (SeaweedFS's 900 s minimum lifetime is too long to wait for here, so the refresh is forced)."""
+    store = session.credential_store
+    entry = store.entry("py.orders")
+    assert entry.refresh_url is not None and entry.refresh_url.endswith("/namespaces/py/tables/orders")
+    before = {c.config["s3.access-key-id"] for c in entry.credentials}
+    assert store.refresh("py.orders") == "valid", entry.last_error
+    after = {c.config["s3.access-key-id"] for c in store.entry("py.orders").credentials}
+    assert after and after != before  # new STS credentials, from the reload
+    assert store.entry("py.orders").refreshes == 1
+    assert sorted(session.table("py.orders").scan().to_arrow().column("id").to_pylist()) == [1, 2]
+
+
 def test_spark_crud_and_metadata_tables_through_the_gateway(session: lakesession.Session) -> None:
     spark = session.spark()
     spark.sql("CREATE NAMESPACE IF NOT EXISTS seaweed.sp")

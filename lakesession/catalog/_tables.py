@@ -106,11 +106,16 @@ def _load_response(catalog: RestCatalog, ident: Identifier, access: str) -> Tabl
 
 
 def _refresh_url(catalog: RestCatalog, ident: Identifier, response: TableResponse, catalog_uri: str) -> str:
+    """Where the table's credentials come from again: the endpoint the catalog named for it, else the
+    spec's loadCredentials route when the catalog's ``/v1/config`` lists it, else the table itself
+    (catalogs without ``/credentials``, e.g. SeaweedFS: a reload vends fresh credentials)."""
     endpoint = response.config.get(REFRESH_ENDPOINT) or next(
         (c.config[REFRESH_ENDPOINT] for c in response.storage_credentials if c.config.get(REFRESH_ENDPOINT)), None
     )
-    if endpoint is None:  # the spec's loadCredentials route
-        endpoint = catalog.url(Endpoints.load_credentials, prefixed=True, **catalog._split_identifier_for_path(ident))
+    if endpoint is None:
+        path = catalog._split_identifier_for_path(ident)
+        offered = Capability.V1_LOAD_CREDENTIALS in getattr(catalog, "_supported_endpoints", ())
+        endpoint = catalog.url(Endpoints.load_credentials if offered else Endpoints.load_table, prefixed=True, **path)
     return resolve_endpoint(catalog_uri, endpoint)
 
 

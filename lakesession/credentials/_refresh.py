@@ -256,7 +256,8 @@ class Refresher:
             return TRANSIENT, f"catalog unreachable ({type(exc).__name__})"
         if r.status_code == 200:
             try:
-                creds = r.json()["storage-credentials"]
+                doc = r.json()
+                creds = _reloaded(doc) if "metadata" in doc else doc["storage-credentials"]
                 if not isinstance(creds, list) or not all(
                     isinstance(c, dict) and isinstance(c.get("prefix"), str) and isinstance(c.get("config"), dict)
                     for c in creds
@@ -274,5 +275,17 @@ class Refresher:
             return TRANSIENT, detail
         return PERMANENT, detail
 
+
+def _reloaded(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Credentials from a LoadTableResult: what a reload vends on catalogs without ``/credentials``
+    (``storage-credentials``, else the table config's keys for the table's location)."""
+    creds = doc.get("storage-credentials") or []
+    config = {k: v for k, v in (doc.get("config") or {}).items() if isinstance(v, str)}
+    if not creds and any(k.endswith(_CREDENTIAL_KEYS) for k in config):
+        creds = [{"prefix": doc["metadata"]["location"], "config": config}]
+    return list(creds)
+
+
+_CREDENTIAL_KEYS = ("access-key-id", "secret-access-key", "session-token", "sas-token")
 
 __all__ = ["Refresher", "resolve_endpoint"]
