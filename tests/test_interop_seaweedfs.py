@@ -82,3 +82,35 @@ def test_spark_crud_and_metadata_tables_through_the_gateway(session: lakesession
     assert sorted(session.table("sp.orders").scan().to_arrow().column("id").to_pylist()) == [1, 3]
     spark.sql("DROP TABLE seaweed.sp.orders")
     assert "orders" not in {r.tableName for r in spark.sql("SHOW TABLES IN seaweed.sp").collect()}
+
+
+def test_jvm_refreshes_through_the_gateway_by_reload(
+    session: lakesession.Session, store: tuple[SeaweedFS, str]
+) -> None:
+    """The JVM gets a refresh endpoint even though SeaweedFS names none: the gateway's own, served by a reload."""
+    import httpx
+
+    spark = session.spark()
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS seaweed.jr")
+    spark.sql("CREATE TABLE IF NOT EXISTS seaweed.jr.t (id BIGINT) USING iceberg")
+    spark.sql("INSERT INTO seaweed.jr.t VALUES (1)")
+    gw = session.gateway
+    auth = {"Authorization": f"Bearer {gw.secret}", "X-Iceberg-Access-Delegation": "vended-credentials"}
+    prefix = httpx.get(f"{gw.uri}/v1/config", params={"warehouse": store[1]}, headers=auth).json()["overrides"][
+        "prefix"
+    ]
+    loaded = httpx.get(f"{gw.uri}/v1/{prefix}/namespaces/jr/tables/t", headers=auth)
+    assert loaded.status_code == 200, loaded.text
+    endpoint = loaded.json()["config"]["client.refresh-credentials-endpoint"]
+    assert endpoint == f"{gw.uri}/v1/{prefix}/namespaces/jr/tables/t/credentials"  # the gateway's, not SeaweedFS's
+    refreshed = httpx.get(endpoint, headers=auth)
+    assert refreshed.status_code == 200, refreshed.text
+    creds = refreshed.json()["storage-credentials"]
+    assert creds and creds[0]["config"]["s3.access-key-id"] and creds[0]["prefix"].startswith(store[1])
+    # the same refresh straight at SeaweedFS does not exist
+    direct = httpx.get(
+        f"{store[0].iceberg_uri}/v1/{prefix}/namespaces/jr/tables/t/credentials",
+        headers={"Authorization": f"Bearer {session.identity.token()}"},
+    )
+    assert direct.status_code in (404, 405, 501)
+    assert [tuple(r) for r in spark.sql("SELECT id FROM seaweed.jr.t").collect()] == [(1,)]

@@ -45,6 +45,8 @@ FORWARD_REQUEST_HEADERS = (
     "accept-encoding",
 )
 METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
+REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
+CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
@@ -53,15 +55,22 @@ def default_region() -> str:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
 
-def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str, region: str | None = None) -> bytes:
+def rewrite_table_config(
+    body: bytes, upstream_base: str, gateway_base: str, region: str | None = None, refresh_endpoint: str | None = None
+) -> bytes:
     """Point every absolute catalog URL in a table's configs (credential refresh endpoint, remote
     signer URI) at the gateway, so the JVM never needs the user's token (relative paths already do).
 
     A table result without ``client.region`` gets one (the catalog's ``s3.region``, else ``region``):
     Iceberg Java's S3 client cannot start without a region, and catalogs for S3-compatible stores
-    (SeaweedFS, MinIO) often advertise none."""
+    (SeaweedFS, MinIO) often advertise none.
+
+    ``refresh_endpoint`` (the gateway's own ``…/credentials`` for this table) is set as the table's
+    ``client.refresh-credentials-endpoint`` when vended credentials come without one, so the JVM
+    refreshes through the gateway even where the catalog has no ``/credentials`` route."""
     urls = upstream_base.encode() in body
-    if not urls and (region is None or b'"client.region"' in body):
+    inject = refresh_endpoint is not None and b"refresh-credentials-endpoint" not in body and b"access-key-id" in body
+    if not urls and not inject and (region is None or b'"client.region"' in body):
         return body
     try:
         doc = json.loads(body)
@@ -80,7 +89,21 @@ def rewrite_table_config(body: bytes, upstream_base: str, gateway_base: str, reg
         named = next((h["s3.region"] for h in holders if isinstance(h.get("s3.region"), str)), None)
         doc["config"] = {**(doc.get("config") or {}), "client.region": named or region}
         changed = True
+    if inject and "metadata" in doc:
+        doc["config"] = {**(doc.get("config") or {}), REFRESH_ENDPOINT: refresh_endpoint}
+        changed = True
     return json.dumps(doc).encode() if changed else body
+
+
+def credentials_from_table(body: bytes) -> bytes:
+    """A LoadCredentialsResponse made from a LoadTableResult (a reload vends fresh credentials on
+    catalogs without ``/credentials``): its ``storage-credentials``, else the config's keys for the table."""
+    doc = json.loads(body)
+    creds = doc.get("storage-credentials") or []
+    config = {k: v for k, v in (doc.get("config") or {}).items() if isinstance(v, str) and k != REFRESH_ENDPOINT}
+    if not creds and any(k.endswith(("access-key-id", "secret-access-key", "session-token")) for k in config):
+        creds = [{"prefix": doc["metadata"]["location"], "config": config}]
+    return json.dumps({"storage-credentials": creds}).encode()
 
 
 def refuse_path(raw_path: str) -> str | None:
@@ -113,6 +136,7 @@ class GatewayApp:
     ):
         self.upstream = upstream
         self.region = region if region is not None else default_region()
+        self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
         self._expected = f"Bearer {secret}".encode()
         self.access_log = access_log
         self._gateway_base = gateway_base
@@ -121,6 +145,11 @@ class GatewayApp:
         self._flights: SingleFlight[Reply] = SingleFlight()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+
+    def _note_endpoints(self, config_body: bytes) -> None:
+        offered = _offers_credentials(config_body)
+        if offered is not None:
+            self.offers_credentials = offered
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -230,7 +259,12 @@ class GatewayApp:
             else:
 
                 def fetch() -> Reply:
-                    reply = self.upstream.forward(method, path, query, headers, body)
+                    if self.offers_credentials is False:  # no /credentials upstream: reload the table
+                        reply = self.upstream.forward(method, path[: -len("/credentials")], query, headers, body)
+                        if reply[0] == 200:
+                            reply = (200, credentials_from_table(reply[1]), reply[2])
+                    else:
+                        reply = self.upstream.forward(method, path, query, headers, body)
                     self.credentials.store(key, reply)
                     return reply
 
@@ -238,8 +272,11 @@ class GatewayApp:
                 via = "shared" if shared else "upstream"
         else:
             status, content, out_headers = self.upstream.forward(method, path, query, headers, body)
+        if status == 200 and path.rstrip("/").endswith("/v1/config"):
+            self._note_endpoints(content)
         if status == 200 and "/tables" in path:
-            content = rewrite_table_config(content, self.upstream.base_url, base, self.region)
+            own = f"{base}{path}/credentials" if what and what[0] in ("load_table", "create_table") else None
+            content = rewrite_table_config(content, self.upstream.base_url, base, self.region, own)
         if what:
             self.access_log.add(
                 AccessRecord(
@@ -266,6 +303,16 @@ def create_gateway_app(
     chains: ChainRoutes | None = None,
 ) -> GatewayApp:
     return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains)
+
+
+def _offers_credentials(config_body: bytes) -> bool | None:
+    """Whether a ``/v1/config`` answer lists the loadCredentials endpoint (None: it lists no endpoints,
+    which per the spec means only the defaults, among which ``/credentials`` is not)."""
+    try:
+        endpoints = json.loads(config_body).get("endpoints")
+    except (ValueError, AttributeError):
+        return None
+    return CREDENTIALS_ENDPOINT in endpoints if isinstance(endpoints, list) else False
 
 
 async def _send(send: Any, method: str, reply: Reply) -> None:
