@@ -228,7 +228,7 @@ class TableStore:
             _delete_quietly(io, path)
 
         manifest_lists = {s.manifest_list for s in metadata.snapshots}
-        manifests = {}
+        manifests: dict[str, Any] = {}
         for snapshot in metadata.snapshots:
             if not inside(snapshot.manifest_list):
                 continue  # never follow a list the table does not own

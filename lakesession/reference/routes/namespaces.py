@@ -7,13 +7,13 @@ SqlCatalog sees exactly what this API manages.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 from pyiceberg.catalog.sql import IcebergNamespaceProperties as NsProps
 from pyiceberg.catalog.sql import IcebergTables
-from sqlalchemy import and_, delete, insert, or_, select
+from sqlalchemy import Table, and_, delete, insert, or_, select
 
 from .. import store
 from ..authz import Privilege as P
@@ -33,6 +33,9 @@ from .common import (
     paginate,
     parse_body,
 )
+
+# pyiceberg's declarative model, as the Core table SQLAlchemy's insert()/delete() are typed for
+_NS_PROPS = cast(Table, NsProps.__table__)
 
 router = APIRouter()
 
@@ -69,7 +72,7 @@ class NamespaceStore:
         self.engine = services.catalog.engine
 
     def properties(self, ns: Namespace) -> dict[str, str] | None:
-        t = NsProps.__table__
+        t = _NS_PROPS
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(t.c.property_key, t.c.property_value).where(
@@ -84,7 +87,7 @@ class NamespaceStore:
         return props
 
     def all_names(self) -> list[Namespace]:
-        t = NsProps.__table__
+        t = _NS_PROPS
         with self.engine.connect() as conn:
             rows = conn.execute(select(t.c.namespace).where(t.c.catalog_name == self.catalog_name).distinct()).all()
         return sorted(tuple(r[0].split(".")) for r in rows)
@@ -93,7 +96,7 @@ class NamespaceStore:
         rows = props or {MARKER: "true"}
         with self.engine.begin() as conn:
             conn.execute(
-                insert(NsProps.__table__),
+                insert(_NS_PROPS),
                 [
                     {"catalog_name": self.catalog_name, "namespace": ns_str(ns), "property_key": k, "property_value": v}
                     for k, v in rows.items()
@@ -101,7 +104,7 @@ class NamespaceStore:
             )
 
     def update(self, ns: Namespace, removals: list[str], updates: dict[str, str]) -> dict[str, list[str]]:
-        t = NsProps.__table__
+        t = _NS_PROPS
         current = self.properties(ns)
         if current is None:
             raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
@@ -129,7 +132,7 @@ class NamespaceStore:
 
     def is_empty(self, ns: Namespace) -> bool:
         tables = IcebergTables.__table__
-        nsp = NsProps.__table__
+        nsp = _NS_PROPS
         with self.engine.connect() as conn:
             if conn.execute(
                 select(tables.c.table_name)
@@ -166,7 +169,7 @@ class NamespaceStore:
             )
 
     def drop(self, ns: Namespace) -> None:
-        t = NsProps.__table__
+        t = _NS_PROPS
         with self.engine.begin() as conn:
             conn.execute(delete(t).where(and_(t.c.catalog_name == self.catalog_name, t.c.namespace == ns_str(ns))))
 
