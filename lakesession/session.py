@@ -123,20 +123,38 @@ class Session:
 
     # -- Spark ----------------------------------------------------------------
     def spark(self) -> SparkSession:
-        """The SparkSession acting as this session's user (created once, then reused)."""
+        """The SparkSession acting as this session's user (created once, then reused).
+
+        The JVM (or the Connect channel) starts first, in a thread; the gateway starts meanwhile and
+        the catalog pointing at it is then registered as runtime SQL conf. An embedded catalog keeps
+        starting in the background: the first catalog query waits for it, not this call.
+        """
         with self._lock:
             if self._spark is None:
+                from concurrent.futures import ThreadPoolExecutor
+
                 from ._spark.jars import resolve_jars
                 from ._spark.session import base_conf, build_spark, catalog_conf
 
                 jars = None if self._remote else resolve_jars(self._jars)
-                gw = self.gateway
-                conf = {
-                    **base_conf(self.catalog_name, jars),
+                catalog_keys = {k: v for k, v in self._spark_conf.items() if k.startswith("spark.sql.catalog.")}
+                launch = {**base_conf(self.catalog_name, jars), **self._spark_conf}
+                with ThreadPoolExecutor(1, thread_name_prefix="lakesession-jvm") as pool:
+                    started = pool.submit(build_spark, launch, master=self._master, remote=self._remote)
+                    try:
+                        gw = self.gateway
+                    except BaseException:
+                        spark, owns = started.result()
+                        if owns:
+                            spark.stop()
+                        raise
+                    spark, owns = started.result()
+                for key, value in {
                     **catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse),
-                    **self._spark_conf,
-                }
-                self._spark, self._owns_spark = build_spark(conf, master=self._master, remote=self._remote)
+                    **catalog_keys,
+                }.items():
+                    spark.conf.set(key, value)
+                self._spark, self._owns_spark = spark, owns
             return self._spark
 
     # -- Python-side access (pyiceberg) ----------------------------------------

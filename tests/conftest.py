@@ -124,3 +124,10 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     session.spark()
     yield session
     session.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the shared SparkSession belongs to the Spark group (``-m spark``: .ci/spark-matrix)."""
+    for item in items:
+        if "lake" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
