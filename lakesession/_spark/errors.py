@@ -43,11 +43,14 @@ class CatalogAccessError(captured.CapturedException):
 
 
 def _iceberg_cause(e: Any) -> tuple[Any, str] | None:
-    gw = captured.SparkContext._gateway
+    from py4j.java_gateway import is_instance_of
+    from pyspark import SparkContext
+
+    gw = SparkContext._gateway
     seen = 0
     while e is not None and seen < 20:
         for cls in ICEBERG_REST_EXCEPTIONS:
-            if captured.is_instance_of(gw, e, cls):
+            if is_instance_of(gw, e, cls):
                 return e, cls
         e = e.getCause()
         seen += 1
