@@ -15,6 +15,7 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
+from tests._matrix import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (the Spark support matrix)
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 
