@@ -110,22 +110,25 @@ class Session:
     def gateway(self) -> Gateway:
         with self._lock:
             if self._gateway is None:
-                # upstream and token resolve lazily: an embedded catalog may still be starting
-                self._gateway = Gateway(
-                    lambda: self.uri,
-                    self._token,
-                    invalidate=self._invalidate,
-                    host=self._gateway_host,
-                    access_log=self.access_log,
-                    **self._gateway_options,
-                ).start()
+                self._gateway = self._new_gateway()
             return self._gateway
+
+    def _new_gateway(self) -> Gateway:
+        # upstream and token resolve lazily: an embedded catalog may still be starting
+        return Gateway(
+            lambda: self.uri,
+            self._token,
+            invalidate=self._invalidate,
+            host=self._gateway_host,
+            access_log=self.access_log,
+            **self._gateway_options,
+        ).start()
 
     # -- Spark ----------------------------------------------------------------
     def spark(self) -> SparkSession:
         """The SparkSession acting as this session's user (created once, then reused).
 
-        The JVM (or the Connect channel) starts first, in a thread; the gateway starts meanwhile and
+        The JVM (or the Connect channel) starts first; the gateway starts meanwhile in a thread and
         the catalog pointing at it is then registered as runtime SQL conf. An embedded catalog keeps
         starting in the background: the first catalog query waits for it, not this call.
         """
@@ -139,16 +142,15 @@ class Session:
                 jars = None if self._remote else resolve_jars(self._jars)
                 catalog_keys = {k: v for k, v in self._spark_conf.items() if k.startswith("spark.sql.catalog.")}
                 launch = {**base_conf(self.catalog_name, jars), **self._spark_conf}
-                with ThreadPoolExecutor(1, thread_name_prefix="lakesession-jvm") as pool:
-                    started = pool.submit(build_spark, launch, master=self._master, remote=self._remote)
+                # the JVM starts in this thread (Spark's active session is per thread); the gateway meanwhile
+                with ThreadPoolExecutor(1, thread_name_prefix="lakesession-gateway") as pool:
+                    pending = pool.submit(self._new_gateway) if self._gateway is None else None
                     try:
-                        gw = self.gateway
-                    except BaseException:
-                        spark, owns = started.result()
-                        if owns:
-                            spark.stop()
-                        raise
-                    spark, owns = started.result()
+                        spark, owns = build_spark(launch, master=self._master, remote=self._remote)
+                    finally:
+                        if pending is not None:
+                            self._gateway = pending.result()
+                    gw = self.gateway
                 for key, value in {
                     **catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse),
                     **catalog_keys,
