@@ -77,6 +77,17 @@ def base_conf(catalog_name: str, jars: JarSet | None) -> dict[str, str]:
     return conf
 
 
+def quiet_query_error_logs() -> None:
+    """pyspark 4 also logs every failing query's error, JVM trace included, to stderr: the raised
+    exception already says it, in one line (see ``errors``); keep notebooks readable."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # pyspark 3.5: no such logging
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def build_spark(
     conf: Mapping[str, str],
     *,
@@ -119,6 +130,7 @@ def build_spark(
         for k, v in conf.items():
             if k.startswith("spark.sql.catalog.") or k == "spark.sql.defaultCatalog":
                 spark.conf.set(k, v)
+    quiet_query_error_logs()
     if remote:
         install_connect_error_conversion()
     else:
