@@ -640,9 +640,10 @@ def test_spark_session_with_assembled_jars(built, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_session_with_maven_jars(tmp_path):
+def test_spark_session_with_maven_jars(tmp_path, monkeypatch):
     """Spark's own resolver (spark.jars.packages) with the Ivy cache under lakesession's cache:
     the jars it fetched then count as a verified cache (Maven Central's sha1) for mode "auto"."""
+    monkeypatch.setenv(J.CACHE_ENV, str(REAL_CACHE))  # the real Ivy cache: Maven is fetched once per machine
     js = J.resolve_jars("maven")
     assert js.ivy == REAL_CACHE / "ivy"
     run_smoke(js.spark_conf(), tmp_path)
