@@ -647,8 +647,8 @@ def test_spark_session_with_maven_jars(tmp_path, monkeypatch):
     js = J.resolve_jars("maven")
     assert js.ivy == REAL_CACHE / "ivy"
     run_smoke(js.spark_conf(), tmp_path)
-    cached = J.resolve_jars("cache")
-    assert cached.source == "cache"
+    cached = J._ivy_cached(SPARK)  # (under Spark 3.5 "cache" mode may prefer an offline set)
+    assert cached is not None and cached.source == "cache"
     assert [p.name for p in cached.jars] == [
         f"org.apache.iceberg_{a}-{v}.jar" for a, v in versions.maven_artifacts(SPARK.minor, SPARK.scala)
     ]
