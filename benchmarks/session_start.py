@@ -97,7 +97,7 @@ def pythons(explicit: list[str]) -> list[tuple[str, str]]:
 
 
 def measure(python: str, version: str, runs: int) -> float:
-    run(python, "from lakesession._spark.jars import resolve_jars; resolve_jars()")  # jars cached before timing
+    run(python, "from lakesession._spark.jars import resolve_jars; resolve_jars(); print('{}')")  # jars cached first
     plain, lake = [], []
     with tempfile.TemporaryDirectory() as data:
         run(python, LAKESESSION, data)  # first run creates the embedded state; not timed
