@@ -74,8 +74,11 @@ def render(directory: Path) -> str:
         rows: dict[str, dict[str, str]] = {}
         for key, c in doc["cells"].items():
             mode, deployment = key.split("|")
-            ok = "✅" if c["failed"] == 0 and c["passed"] else ("❌" if c["failed"] else "skipped")
-            rows.setdefault(mode, {})[deployment] = f"{ok} {c['passed']}/{c['passed'] + c['failed']}"
+            if not c["passed"] and not c["failed"]:
+                rows.setdefault(mode, {})[deployment] = "skipped"
+                continue
+            ok = "❌" if c["failed"] else "✅"
+            rows.setdefault(mode, {})[deployment] = f"{ok} {c['passed']}/{c['passed'] + c['failed']} tests"
         for mode, d in sorted(rows.items()):
             cols = [d.get(x, "—") for x in ("local", "cluster", "Connect")]
             lines.append(f"| {doc['spark']} | {mode} | " + " | ".join(cols) + " |")
