@@ -11,7 +11,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -54,16 +53,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         auto = js.source if js.source != "cache" else ("cache (ivy)" if "ivy" in str(js.jars[0]) else "cache (offline)")
     except Exception as exc:  # the matrix must not fail the run
         auto = f"auto ({type(exc).__name__})"
-    cells: dict[str, dict[str, Any]] = {}
+    target = Path(out) / f"spark-{pyspark.__version__}.json"
+    try:  # a later run of some tests (same Spark) updates their rows and keeps the others
+        tests = json.loads(target.read_text())["tests"]
+    except (OSError, ValueError, KeyError):
+        tests = {}
     for nodeid, outcome in _passed.items():
         mode, deployment = _where(nodeid) or ("auto", "local")
-        key = f"{auto if mode == 'auto' else mode}|{deployment}"
-        cell = cells.setdefault(key, {"passed": 0, "failed": 0, "skipped": 0})
-        cell[outcome] = cell.get(outcome, 0) + 1
+        tests[nodeid] = [auto if mode == "auto" else mode, deployment, outcome]
     Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / f"spark-{pyspark.__version__}.json").write_text(
-        json.dumps({"spark": pyspark.__version__, "cells": cells}, indent=1)
-    )
+    target.write_text(json.dumps({"spark": pyspark.__version__, "tests": tests}, indent=1))
 
 
 def render(directory: Path) -> str:
@@ -71,9 +70,12 @@ def render(directory: Path) -> str:
     lines = ["| Spark | jar mode | local | cluster | Connect |", "|---|---|---|---|---|"]
     for path in sorted(directory.glob("spark-*.json"), reverse=True):
         doc = json.loads(path.read_text())
+        cells: dict[tuple[str, str], dict[str, int]] = {}
+        for mode, deployment, outcome in doc["tests"].values():
+            cell = cells.setdefault((mode, deployment), {"passed": 0, "failed": 0, "skipped": 0})
+            cell[outcome] = cell.get(outcome, 0) + 1
         rows: dict[str, dict[str, str]] = {}
-        for key, c in doc["cells"].items():
-            mode, deployment = key.split("|")
+        for (mode, deployment), c in cells.items():
             if not c["passed"] and not c["failed"]:
                 rows.setdefault(mode, {})[deployment] = "skipped"
                 continue

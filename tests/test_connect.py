@@ -52,7 +52,7 @@ CLIENT = textwrap.dedent("""
     for i in range(8):
         spark.sql(f"INSERT INTO lake.cx.files SELECT id FROM range({i * 1000}, {(i + 1) * 1000})")
     # one long query: its later tasks open files after the credentials the scan started with expired
-    spark.udf.register("sleepy", lambda x: (time.sleep(1.5) if x % 1000 == 0 else None) or True, "boolean")
+    spark.udf.register("sleepy", lambda x: (time.sleep(3) if x % 1000 == 0 else None) or True, "boolean")
     t0 = time.time()
     out["slow"] = spark.sql("SELECT count(*) FROM lake.cx.files WHERE sleepy(id)").collect()[0][0]
     t1 = time.time()
