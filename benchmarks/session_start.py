@@ -2,15 +2,20 @@
 
 Each measurement runs in a fresh Python process (a cold JVM), alternating the
 two variants so machine noise hits both alike. Prints each run, the medians
-and the ratio lakesession / plain (target <= 1.15).
+and the ratio lakesession / plain (target <= 1.10), per installed Spark major:
+one Python per Spark line (``--python``, repeatable; default this interpreter and
+any of /work/venvs/*/bin/python or ``$LAKESESSION_BENCH_PYTHONS`` (os.pathsep-separated)
+whose pyspark is another major).
 
-    python benchmarks/session_start.py [--runs 3]
+    python benchmarks/session_start.py [--runs 3] [--python /path/to/venv/bin/python ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -50,36 +55,79 @@ LAKESESSION = COMMON + textwrap.dedent("""
 """)
 
 
-def run(code: str, *args: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = 1.10
+
+
+def env() -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, e.get("PYTHONPATH", "")) if p)
+    return e
+
+
+def run(python: str, code: str, *args: str) -> dict[str, float]:
+    out = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=600, env=env())
     if out.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    from lakesession._spark.jars import resolve_jars
+def spark_version(python: str) -> str | None:
+    out = subprocess.run(
+        [python, "-c", "import pyspark; print(pyspark.__version__)"], capture_output=True, text=True, env=env()
+    )
+    return out.stdout.strip() if out.returncode == 0 else None
 
-    resolve_jars()  # make sure the jar cache exists before timing anything
+
+def pythons(explicit: list[str]) -> list[tuple[str, str]]:
+    """(python, pyspark version) pairs: the explicit ones, else this one plus one per other Spark major found."""
+    found: list[tuple[str, str]] = []
+    candidates = explicit or [
+        sys.executable,
+        *filter(None, os.environ.get("LAKESESSION_BENCH_PYTHONS", "").split(os.pathsep)),
+        *sorted(glob.glob("/work/venvs/*/bin/python")),
+    ]
+    majors: set[str] = set()
+    for py in candidates:
+        version = spark_version(py)
+        if version and (explicit or version.split(".")[0] not in majors):
+            majors.add(version.split(".")[0])
+            found.append((py, version))
+    return found
+
+
+def measure(python: str, version: str, runs: int) -> float:
+    run(python, "from lakesession._spark.jars import resolve_jars; resolve_jars(); print('{}')")  # jars cached first
     plain, lake = [], []
     with tempfile.TemporaryDirectory() as data:
-        run(LAKESESSION, data)  # first run creates the embedded state; not timed
-        for i in range(args.runs):
-            p = run(PLAIN)
-            lk = run(LAKESESSION, data)
+        run(python, LAKESESSION, data)  # first run creates the embedded state; not timed
+        for i in range(runs):
+            p = run(python, PLAIN)
+            lk = run(python, LAKESESSION, data)
             plain.append(p)
             lake.append(lk)
             print(
-                f"run {i + 1}: plain {p['first_query']:.2f}s  lakesession {lk['first_query']:.2f}s  "
-                f"(first catalog query: plain {p['catalog_query']:.2f}s, lakesession {lk['catalog_query']:.2f}s)"
+                f"Spark {version} run {i + 1}: plain {p['first_query']:.2f}s  lakesession {lk['first_query']:.2f}s  "
+                f"(first catalog query: plain {p['catalog_query']:.2f}s, lakesession {lk['catalog_query']:.2f}s)",
+                flush=True,
             )
     mp = statistics.median(r["first_query"] for r in plain)
     ml = statistics.median(r["first_query"] for r in lake)
-    print(f"median cold start to first query: plain SparkSession.builder {mp:.2f}s, lakesession.spark() {ml:.2f}s")
-    print(f"ratio lakesession/plain = {ml / mp:.3f} (target <= 1.15)")
+    print(
+        f"Spark {version}: median cold start to first query: plain SparkSession.builder {mp:.2f}s, "
+        f"lakesession.spark() {ml:.2f}s"
+    )
+    return ml / mp
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--python", action="append", default=[], help="a Python whose pyspark to measure")
+    args = parser.parse_args()
+    ratios = [(version, measure(py, version, args.runs)) for py, version in pythons(args.python)]
+    for version, ratio in ratios:
+        print(f"Spark {version}: ratio lakesession/plain = {ratio:.3f} (target <= {TARGET:.2f})")
 
 
 if __name__ == "__main__":

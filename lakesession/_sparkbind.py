@@ -20,7 +20,7 @@ a second user's gateway therefore does nothing, and that user reads as the first
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,14 +35,17 @@ _remote_bound: dict[str, set[int]] = {}  # Spark Connect URL -> Sessions bound t
 def bind(
     holder: object,
     catalog_name: str,
-    catalog_conf: Mapping[str, str],
+    catalog_conf: Callable[[], Mapping[str, str]],
     *,
     jars: Any,
     spark_conf: Mapping[str, str],
     master: str | None,
     remote: str | None,
 ) -> SparkSession:
-    """A SparkSession of its own for ``holder`` whose ``catalog_name`` catalog is ``catalog_conf``."""
+    """A SparkSession of its own for ``holder`` whose ``catalog_name`` catalog is ``catalog_conf()``.
+
+    ``catalog_conf`` is called once Spark is up (the JVM starts first; the gateway it names may still
+    be starting meanwhile), and registered as runtime SQL conf of that session alone."""
     global _created
     from pyspark import SparkContext
 
@@ -51,25 +54,39 @@ def bind(
     with _lock:
         if remote is not None:
             bound = _remote_bound.setdefault(remote, set())
-            if (
-                bound
-            ):  # the process's Connect session already acts for another Session: a server-side session of its own
-                spark = _connect_session(remote, catalog_name, catalog_conf, spark_conf)
+            if bound:  # the process's Connect session already acts for another Session: a server-side one of its own
+                spark = _connect_session(remote, catalog_name, catalog_conf(), spark_conf)
             else:
-                spark, _ = build_spark({**base_conf(catalog_name, None), **catalog_conf, **spark_conf}, remote=remote)
+                spark, _ = build_spark({**base_conf(catalog_name, None), **_static(spark_conf)}, remote=remote)
+                _register(spark, catalog_name, catalog_conf(), spark_conf)
             bound.add(id(holder))
             return spark
         if SparkContext._active_spark_context is not None:
-            spark = _child(catalog_name, catalog_conf, spark_conf)
+            spark = _child(catalog_name, catalog_conf(), spark_conf)
         else:
             from ._spark.jars import resolve_jars
 
-            conf = {**base_conf(catalog_name, resolve_jars(jars)), **catalog_conf, **spark_conf}
-            spark, created = build_spark(conf, master=master)
+            spark, created = build_spark(
+                {**base_conf(catalog_name, resolve_jars(jars)), **_static(spark_conf)}, master=master
+            )
+            _register(spark, catalog_name, catalog_conf(), spark_conf)
             if created:
                 _created = spark
         _holders.add(id(holder))
         return spark
+
+
+def _static(spark_conf: Mapping[str, str]) -> dict[str, str]:
+    """The launch conf: the user's settings but their catalog keys, which follow the catalog at runtime."""
+    return {k: v for k, v in spark_conf.items() if not k.startswith("spark.sql.catalog.")}
+
+
+def _register(
+    spark: SparkSession, catalog_name: str, catalog_conf: Mapping[str, str], spark_conf: Mapping[str, str]
+) -> None:
+    """The catalog as runtime SQL conf (catalogs load lazily, at first use), then the user's catalog keys."""
+    for key, value in {**catalog_conf, **{k: v for k, v in spark_conf.items() if k not in _static(spark_conf)}}.items():
+        spark.conf.set(key, value)
 
 
 def release(holder: object) -> None:

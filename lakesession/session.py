@@ -148,16 +148,19 @@ class Session:
         with self._lock:
             self._check_open()
             if self._gateway is None:
-                # upstream and token are looked up per request: an embedded catalog may still be starting
-                self._gateway = Gateway(
-                    lambda: self.uri,
-                    self._token,
-                    invalidate=self._invalidate,
-                    host=self._gateway_host,
-                    access_log=self.access_log,
-                    **self._gateway_options,
-                ).start()
+                self._gateway = self._new_gateway()
             return self._gateway
+
+    def _new_gateway(self) -> Gateway:
+        # upstream and token resolve lazily: an embedded catalog may still be starting
+        return Gateway(
+            lambda: self.uri,
+            self._token,
+            invalidate=self._invalidate,
+            host=self._gateway_host,
+            access_log=self.access_log,
+            **self._gateway_options,
+        ).start()
 
     # -- Spark ----------------------------------------------------------------
     def spark(self) -> SparkSession:
@@ -165,24 +168,41 @@ class Session:
 
         The first Session of a process starts Spark; later ones get their own SparkSession on the
         running SparkContext (one identity per Spark catalog), so no other SparkSession's catalogs
-        or default catalog change.
+        or default catalog change. The JVM (or the Connect channel) starts first, in this thread; the
+        gateway starts meanwhile in another, and the catalog pointing at it is registered once both
+        are up. An embedded catalog keeps starting in the background: the first catalog query waits
+        for it, not this call.
         """
         with self._lock:
             self._check_open()
             if self._spark is None:
+                from concurrent.futures import ThreadPoolExecutor
+
                 from . import _sparkbind
                 from ._spark.session import catalog_conf
 
-                gw = self.gateway
-                self._spark = _sparkbind.bind(
-                    self,
-                    self.catalog_name,
-                    catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse),
-                    jars=self._jars,
-                    spark_conf=self._spark_conf,
-                    master=self._master,
-                    remote=self._remote,
-                )
+                with ThreadPoolExecutor(1, thread_name_prefix="lakesession-gateway") as pool:
+                    pending = pool.submit(self._new_gateway) if self._gateway is None else None
+
+                    def conf() -> dict[str, str]:
+                        if pending is not None and self._gateway is None:
+                            self._gateway = pending.result()
+                        assert self._gateway is not None
+                        return catalog_conf(self.catalog_name, self._gateway.uri, self._gateway.secret, self.warehouse)
+
+                    try:
+                        self._spark = _sparkbind.bind(
+                            self,
+                            self.catalog_name,
+                            conf,
+                            jars=self._jars,
+                            spark_conf=self._spark_conf,
+                            master=self._master,
+                            remote=self._remote,
+                        )
+                    finally:
+                        if pending is not None and self._gateway is None:
+                            self._gateway = pending.result()
             return self._spark
 
     # -- Python-side access (pyiceberg) ----------------------------------------

@@ -15,6 +15,7 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
+from tests._matrix import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (the Spark support matrix)
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 
@@ -123,3 +124,10 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     session.spark()
     yield session
     session.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the shared SparkSession belongs to the Spark group (``-m spark``: .ci/spark-matrix)."""
+    for item in items:
+        if "lake" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)

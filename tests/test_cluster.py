@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 SPARK_CLASS = Path(__import__("pyspark").__file__).parent / "bin" / "spark-class"
 

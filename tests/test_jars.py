@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from lakesession._spark import _assemble, _classscan
+from lakesession._spark import _assemble, _classscan, versions
 from lakesession._spark import jars as J
 
 REAL_CACHE = J.cache_dir()
+SPARK = J.detect_spark()
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +56,11 @@ class Built:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    # the offline assembly exists for Spark 3.5 only (PyPI serves no Iceberg runtime for Spark 4):
+    # its tests run in the pyspark 3.5 CI environment (.ci/spark-matrix); under Spark 4 the
+    # offline mode's refusal is tested instead (test_offline_mode_on_spark4_says_why_and_what_to_use)
+    if SPARK.minor not in versions.OFFLINE_SPARK:
+        pytest.skip(f"offline assembly needs Spark 3.5, not {SPARK.version}")
     J.check_java()  # CI installs Java 17: a missing JVM is a failure, not a skip
     root = tmp_path_factory.mktemp("lakesession-cache")
     downloads = REAL_CACHE / "downloads"
@@ -82,33 +88,75 @@ def use_built(built, monkeypatch):
 
 
 def test_detect_spark_reads_installed_pyspark():
+    import pyspark
+
     info = J.detect_spark()
-    assert info.minor == "3.5"
-    assert info.scala == "2.12"
-    assert (info.jars_dir / f"spark-core_2.12-{info.version}.jar").is_file()
+    assert info.version == pyspark.__version__
+    assert info.minor in versions.SUPPORTED_SPARK
+    assert info.scala == ("2.12" if info.minor == "3.5" else "2.13")
+    assert (info.jars_dir / f"spark-core_{info.scala}-{info.version}.jar").is_file()
 
 
-def test_maven_packages_match_spark_and_scala():
-    info = J.SparkInfo("3.5.9", "2.13", Path("/x"))
-    assert J.maven_packages(info) == (
-        f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.13:{J.ICEBERG_VERSION}",
-        f"org.apache.iceberg:iceberg-aws-bundle:{J.ICEBERG_VERSION}",
+@pytest.mark.parametrize(
+    "version,scala,iceberg",
+    [
+        ("3.5.9", "2.12", "1.12.0"),
+        ("3.5.9", "2.13", "1.11.0"),
+        ("4.0.5", "2.13", "1.11.0"),
+        ("4.1.4", "2.13", "1.12.0"),
+    ],
+)
+def test_maven_packages_match_spark_and_scala(version, scala, iceberg):
+    minor = version.rsplit(".", 1)[0]
+    assert J.maven_packages(J.SparkInfo(version, scala, Path("/x"))) == (
+        f"org.apache.iceberg:iceberg-spark-runtime-{minor}_{scala}:{iceberg}",
+        f"org.apache.iceberg:iceberg-aws-bundle:{iceberg}",
+    )
+    # every pair in the table has Maven Central's sha1 pinned (the verified-cache check needs it)
+    for artifact, v in versions.maven_artifacts(minor, scala):
+        assert len(versions.MAVEN_SHA1[(artifact, v)]) == 40
+
+
+def test_default_spark_is_the_newest_supported_and_matches_pyproject():
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert f'"{versions.PYSPARK_RANGE}"' in pyproject
+    assert versions.DEFAULT_SPARK == max(versions.SUPPORTED_SPARK, key=lambda m: tuple(map(int, m.split("."))))
+    assert versions.PYSPARK_RANGE.endswith(
+        f"<{versions.DEFAULT_SPARK.split('.')[0]}.{int(versions.DEFAULT_SPARK.split('.')[1]) + 1}"
     )
 
 
-@pytest.mark.parametrize("version,scala", [("4.0.1", "2.13"), ("3.4.3", "2.12"), ("3.5.9", "2.11")])
+@pytest.mark.parametrize(
+    "version,scala", [("4.2.1", "2.13"), ("4.3.0", "2.13"), ("3.4.3", "2.12"), ("3.5.9", "2.11"), ("4.1.4", "2.12")]
+)
 def test_unsupported_spark_is_a_clear_error(version, scala):
-    with pytest.raises(J.JarResolutionError, match=r"unsupported Spark .*pyspark>=3.5,<3.6"):
+    with pytest.raises(
+        J.JarResolutionError, match=r"unsupported Spark .*Spark 3\.5\.x .*Spark 4\.1\.x .*pyspark>=3\.5,<4\.2"
+    ):
         J.maven_packages(J.SparkInfo(version, scala, Path("/x")))
+    assert issubclass(J.JarResolutionError, __import__("lakesession").errors.LakesessionError)
+
+
+def fake_spark_home(root: Path, version: str, scala: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    (root / "jars").mkdir()
+    (root / "jars" / f"scala-library-{scala}.14.jar").write_bytes(b"")
+    (root / "jars" / f"spark-core_{scala}-{version}.jar").write_bytes(b"")
+    monkeypatch.setenv("SPARK_HOME", str(root))
 
 
 def test_unsupported_installation_fails_resolve(tmp_path, monkeypatch):
-    (tmp_path / "jars").mkdir()
-    (tmp_path / "jars" / "scala-library-2.13.14.jar").write_bytes(b"")
-    (tmp_path / "jars" / "spark-core_2.13-4.0.1.jar").write_bytes(b"")
-    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
-    with pytest.raises(J.JarResolutionError, match="unsupported Spark 4.0.1 \\(Scala 2.13\\)"):
+    fake_spark_home(tmp_path, "4.3.0", "2.13", monkeypatch)
+    with pytest.raises(J.JarResolutionError, match="unsupported Spark 4.3.0 in .* \\(Scala 2.13\\)"):
         J.resolve_jars("maven")
+
+
+def test_offline_mode_on_spark4_says_why_and_what_to_use(tmp_path, monkeypatch, empty_cache):
+    fake_spark_home(tmp_path, "4.1.4", "2.13", monkeypatch)
+    with pytest.raises(J.JarResolutionError, match="offline assembly supports Spark 3.5 only.*jars='maven'"):
+        J.resolve_jars("offline")
+    monkeypatch.setattr(J, "_maven_reachable", lambda *a: False)
+    with pytest.raises(J.JarResolutionError, match="Maven Central .* not reachable and no Spark 4.1 jars are cached"):
+        J.resolve_jars("auto")
 
 
 # --- modes ----------------------------------------------------------------------
@@ -161,7 +209,49 @@ def test_maven_mode_gives_packages(empty_cache):
     js = J.resolve_jars("maven")
     assert js.source == "maven" and js.jars == ()
     conf = js.spark_conf()
-    assert conf == {"spark.jars.packages": ",".join(J.maven_packages(J.detect_spark()))}
+    assert conf == {
+        "spark.jars.packages": ",".join(J.maven_packages(J.detect_spark())),
+        "spark.jars.ivy": str(empty_cache / "ivy"),
+    }
+
+
+def _fake_ivy_jars(cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Small stand-ins for the Maven jars in the Ivy cache, with their sha1 pinned in the table."""
+    import hashlib
+
+    jars_dir = cache / "ivy" / "jars"
+    jars_dir.mkdir(parents=True)
+    paths = []
+    sha1 = dict(versions.MAVEN_SHA1)
+    for artifact, version in versions.maven_artifacts(SPARK.minor, SPARK.scala):
+        p = jars_dir / f"org.apache.iceberg_{artifact}-{version}.jar"
+        p.write_bytes(f"jar {artifact}".encode())
+        sha1[(artifact, version)] = hashlib.sha1(p.read_bytes()).hexdigest()
+        paths.append(p)
+    monkeypatch.setattr(J, "MAVEN_SHA1", sha1)
+    return paths
+
+
+def test_auto_prefers_verified_ivy_jars_without_network(empty_cache, monkeypatch):
+    paths = _fake_ivy_jars(empty_cache, monkeypatch)
+    monkeypatch.setattr(J, "_maven_reachable", lambda *a: pytest.fail("a verified cache must not probe Maven"))
+    for mode in ("auto", "cache"):
+        js = J.resolve_jars(mode)
+        assert (js.source, js.jars, js.packages) == ("cache", tuple(paths), ())
+    # the stamp spares re-hashing unchanged jars
+    monkeypatch.setattr(J, "_sha1", lambda p: pytest.fail("unchanged jars are not hashed again"))
+    assert J.resolve_jars("auto").jars == tuple(paths)
+
+
+def test_tampered_ivy_jar_is_not_trusted(empty_cache, monkeypatch):
+    paths = _fake_ivy_jars(empty_cache, monkeypatch)
+    assert J.resolve_jars("cache").source == "cache"
+    paths[0].write_bytes(b"evil jar of another size")
+    monkeypatch.setattr(J, "_maven_reachable", lambda *a: True)
+    js = J.resolve_jars("auto")
+    assert js.source == "maven" and js.packages and not js.jars
+    with pytest.raises(J.JarResolutionError, match="no verified cached jar set"):
+        J.resolve_jars("cache")
 
 
 def test_auto_uses_maven_when_reachable_and_no_cache(empty_cache, monkeypatch):
@@ -170,7 +260,7 @@ def test_auto_uses_maven_when_reachable_and_no_cache(empty_cache, monkeypatch):
 
 
 def test_cache_mode_without_cache_names_the_fix(empty_cache):
-    with pytest.raises(J.JarResolutionError, match="lakesession jars --mode offline"):
+    with pytest.raises(J.JarResolutionError, match="lakesession jars --mode maven"):
         J.resolve_jars("cache")
 
 
@@ -432,7 +522,7 @@ def test_jars_main_cli(use_built, capsys):
 
 def test_jars_main_errors(empty_cache, capsys):
     assert J.jars_main(["--mode", "cache"]) == 1
-    assert "error: no valid cached jar set" in capsys.readouterr().err
+    assert "error: no verified cached jar set" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         J.jars_main(["--mode", "bogus"])
 
@@ -443,7 +533,7 @@ SMOKE = textwrap.dedent("""
     import json, sys, threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    jars, warehouse = sys.argv[1], sys.argv[2]
+    conf, warehouse = json.loads(sys.argv[1]), sys.argv[2]
     seen = []
 
     class Stub(BaseHTTPRequestHandler):  # the two REST endpoints the client touches
@@ -471,8 +561,10 @@ SMOKE = textwrap.dedent("""
     uri = f"http://127.0.0.1:{srv.server_address[1]}"
 
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master("local[1]").appName("lakesession-jars-smoke")
-             .config("spark.jars", jars)
+    builder = SparkSession.builder
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = (builder.master("local[1]").appName("lakesession-jars-smoke")
              .config("spark.sql.extensions",
                      "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
              .config("spark.sql.catalog.local", "org.apache.iceberg.spark.SparkCatalog")
@@ -513,19 +605,17 @@ SMOKE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-def test_spark_session_with_assembled_jars(built, tmp_path):
+def run_smoke(conf: dict[str, str], tmp_path: Path) -> dict:
     """CREATE/INSERT/SELECT through Iceberg, plus the REST client and S3FileIO classes via py4j."""
     script = tmp_path / "smoke.py"
     script.write_text(SMOKE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    jars = built.jar_set.spark_conf()["spark.jars"]
     proc = subprocess.run(
-        [sys.executable, str(script), jars, str(tmp_path / "warehouse")],
+        [sys.executable, str(script), json.dumps(conf), str(tmp_path / "warehouse")],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         env=env,
         cwd=tmp_path,
         check=False,
@@ -539,3 +629,26 @@ def test_spark_session_with_assembled_jars(built, tmp_path):
     assert result["s3client"]
     assert result["tls"].endswith("TlsSocketStrategy")
     assert (tmp_path / "warehouse" / "db" / "t" / "metadata").is_dir()
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_session_with_assembled_jars(built, tmp_path):
+    run_smoke(built.jar_set.spark_conf(), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_session_with_maven_jars(tmp_path, monkeypatch):
+    """Spark's own resolver (spark.jars.packages) with the Ivy cache under lakesession's cache:
+    the jars it fetched then count as a verified cache (Maven Central's sha1) for mode "auto"."""
+    monkeypatch.setenv(J.CACHE_ENV, str(REAL_CACHE))  # the real Ivy cache: Maven is fetched once per machine
+    js = J.resolve_jars("maven")
+    assert js.ivy == REAL_CACHE / "ivy"
+    run_smoke(js.spark_conf(), tmp_path)
+    cached = J._ivy_cached(SPARK)  # (under Spark 3.5 "cache" mode may prefer an offline set)
+    assert cached is not None and cached.source == "cache"
+    assert [p.name for p in cached.jars] == [
+        f"org.apache.iceberg_{a}-{v}.jar" for a, v in versions.maven_artifacts(SPARK.minor, SPARK.scala)
+    ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,9 @@ def test_jvm_never_receives_the_user_token(lake, spark) -> None:  # type: ignore
     token = lake.identity.token()
     conf = dict(spark.sparkContext.getConf().getAll())
     conf.update({k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {})
+    # the catalog is registered as runtime SQL conf once the gateway is up: every SQL conf set, and the two keys
+    conf.update({r[0]: r[1] for r in spark.sql("SET").collect()})
+    conf.update({k: spark.conf.get(k) for k in ("spark.sql.catalog.lake.uri", "spark.sql.catalog.lake.token")})
     assert not [k for k, v in conf.items() if token in str(v)]
     jvm = spark.sparkContext._jvm
     props = jvm.java.lang.System.getProperties().toString()

@@ -21,7 +21,7 @@ from lakesession.catalog._chains import ViewChainError
 from lakesession.reference import bootstrap, start
 from tests.support import create_view, policy, seed_chain_grants, view_body
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 POLICY = policy(
     users=["alice", "bob", "carol"],

@@ -33,7 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lakesession._spark import _classscan
-from lakesession._spark.jars import ICEBERG_VERSION, JarResolutionError
+from lakesession._spark.versions import OFFLINE_ICEBERG as ICEBERG_VERSION
+from lakesession._spark.versions import JarResolutionError
 
 try:
     import fcntl

