@@ -24,8 +24,13 @@ INTERNAL_EXCEPTIONS = {
 }
 
 
+# scripts Alembic executes itself (env.py reads the running migration's context), not importable modules
+ALEMBIC_SCRIPTS = ("lakesession.reference.migrations.env", "lakesession.reference.migrations.versions")
+
+
 def submodules(*, client_only: bool) -> list[str]:
     names = [m.name for m in pkgutil.walk_packages(lakesession.__path__, "lakesession.")]
+    names = [n for n in names if not n.startswith(ALEMBIC_SCRIPTS)]
     return [n for n in names if not (client_only and n.startswith("lakesession.reference"))]
 
 
