@@ -25,7 +25,7 @@ def test_demo_runs_end_to_end(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert "commit_table" in text and "table demo.orders" in text
     # the JVM's own notice for Spark 4's vector module (printed by the java launcher, not Spark's logging)
     stderr = "\n".join(
-        l for l in out.stderr.splitlines() if l != "WARNING: Using incubator modules: jdk.incubator.vector"
+        x for x in out.stderr.splitlines() if x != "WARNING: Using incubator modules: jdk.incubator.vector"
     )
     assert "Traceback" not in stderr and "WARN" not in stderr, stderr[-3000:]
     for leak in ("Bearer ", "s3.secret-access-key", "s3.session-token", "eyJ"):  # eyJ: the start of any JWT
