@@ -379,6 +379,7 @@ def test_merge_jars_excludes_metadata(tmp_path):
 # --- pinned downloads -------------------------------------------------------------
 
 
+@pytest.mark.spark  # the offline assembly (Spark 3.5): runs in the pyspark 3.5 matrix environment
 def test_sha256_mismatch_is_rejected(built, tmp_path, monkeypatch):
     pin = _assemble.JARJAR_DEB
     good = REAL_CACHE / "downloads" / pin.kind / pin.filename
@@ -416,6 +417,7 @@ def test_sha256_mismatch_is_rejected(built, tmp_path, monkeypatch):
 # --- the assembled set ------------------------------------------------------------
 
 
+@pytest.mark.spark  # the offline assembly (Spark 3.5): runs in the pyspark 3.5 matrix environment
 def test_offline_assembly_manifest(built):
     assert built.jar_set.source in ("offline", "cache")
     assert built.jar_set.packages == ()
@@ -442,6 +444,7 @@ def test_offline_assembly_manifest(built):
     assert _assemble.load_cache(built.dir, m["key"], verify_hashes=True)
 
 
+@pytest.mark.spark  # the offline assembly (Spark 3.5): runs in the pyspark 3.5 matrix environment
 def test_shaded_jar_has_no_unrelocated_classes(built):
     scan = _classscan.scan_jar(built.dir / _assemble.SHADED_JAR, _assemble.UNRELOCATED_PREFIXES)
     assert scan.class_count > 2000
@@ -451,6 +454,7 @@ def test_shaded_jar_has_no_unrelocated_classes(built):
     assert "org/apache/iceberg/shaded/com/fasterxml/jackson/databind/ObjectMapper" in scan.defined
 
 
+@pytest.mark.spark  # the offline assembly (Spark 3.5): runs in the pyspark 3.5 matrix environment
 def test_classscan_finds_no_missing_relocated_class(built):
     prefix = (_assemble.SHADED_PREFIX,)
     runtime = _classscan.scan_jar(built.jar_set.jars[0], prefix)
@@ -462,6 +466,7 @@ def test_classscan_finds_no_missing_relocated_class(built):
     assert _classscan.missing_references([runtime, shaded], [runtime, shaded]) == {}
 
 
+@pytest.mark.spark  # the offline assembly (Spark 3.5): runs in the pyspark 3.5 matrix environment
 def test_second_resolve_is_a_fast_cache_hit(use_built, monkeypatch):
     monkeypatch.setattr(J, "_maven_reachable", lambda *a: pytest.fail("must not probe Maven"))
     for mode in ("offline", "cache", "auto"):
@@ -474,6 +479,7 @@ def test_second_resolve_is_a_fast_cache_hit(use_built, monkeypatch):
     assert js.spark_conf()["spark.jars"].split(",") == [str(p) for p in js.jars]
 
 
+@pytest.mark.spark  # the offline assembly (Spark 3.5): runs in the pyspark 3.5 matrix environment
 def test_damaged_cache_is_not_a_hit(use_built, tmp_path):
     key = use_built.dir.name
     copy = tmp_path / key
@@ -509,6 +515,7 @@ def test_file_lock_serializes(tmp_path):
     assert order == ["first", "other"]
 
 
+@pytest.mark.spark  # the offline assembly (Spark 3.5): runs in the pyspark 3.5 matrix environment
 def test_jars_main_cli(use_built, capsys):
     assert J.jars_main(["--mode", "cache"]) == 0
     out = capsys.readouterr()
