@@ -36,6 +36,7 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     """
     from .config import merged_settings
 
+    begin_embedded = not options.pop("_defer_embedded", False)  # lakesession.spark(): begun once the JVM is up
     session_opts = {k: options.pop(k) for k in list(options) if k in SESSION_OPTIONS}
     embedded_opts = {k: options.pop(k) for k in list(options) if k in EMBEDDED_OPTIONS}
     settings = merged_settings(catalog, options)
@@ -53,7 +54,7 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
         return Session(
             None,
             None,
-            pending=start_embedded_async(embedded_opts.pop("data_dir", None), **embedded_opts),
+            pending=start_embedded_async(embedded_opts.pop("data_dir", None), begin=begin_embedded, **embedded_opts),
             **session_opts,
         )
     uri = str(settings.pop("uri")).rstrip("/")
@@ -130,7 +131,9 @@ def spark(**options: Any) -> SparkSession:
         current = _current
         if current is not None and not current.closed and (not options or options == _current_options):
             return current.spark()
-        session = connect(**options)  # starts nothing yet: a mistake in the options leaves the current one be
+        # starts nothing yet (an embedded catalog begins once the JVM is launched): a mistake in the options
+        # leaves the current one be
+        session = connect(_defer_embedded=True, **options)
         if current is not None:
             current.close()  # first: if lakesession's Spark has no other user it stops, and restarts with the options
         replace_current(session)

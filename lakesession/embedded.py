@@ -13,6 +13,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,12 +130,44 @@ def demo_identity(emb: EmbeddedCatalog) -> Any:
     return ClientCredentials(emb.token_endpoint, DEMO_USER, emb.demo_secret, scope="catalog")
 
 
-def start_embedded_async(data_dir: str | Path | None = None, **options: Any) -> Future[tuple[EmbeddedCatalog, Any]]:
-    """Start the embedded catalog and log the demo user in on a background thread.
+class EmbeddedStart:
+    """The embedded catalog starting (and the demo user logging in) on a background thread.
 
-    ``lakesession.spark()`` launches the JVM meanwhile, so the catalog's start costs
-    almost nothing on the way to the first query.
+    ``begin()`` starts it (idempotent); ``result()`` begins if nobody has, then waits. ``lakesession.spark()``
+    begins only once the JVM is launched: on two cores the catalog's start (FastAPI, SQLite, the issuer)
+    would otherwise compete with the JVM's, and only the first catalog query needs it.
     """
+
+    def __init__(self, run: Callable[[], tuple[EmbeddedCatalog, Any]]):
+        self._run = run
+        self._future: Future[tuple[EmbeddedCatalog, Any]] = Future()
+        self._lock = threading.Lock()
+        self._begun = False
+
+    def begin(self) -> None:
+        with self._lock:
+            if self._begun:
+                return
+            self._begun = True
+        threading.Thread(target=self._target, name="lakesession-embedded-start", daemon=True).start()
+
+    def _target(self) -> None:
+        try:
+            self._future.set_result(self._run())
+        except BaseException as e:  # surfaced to whoever waits on the session
+            self._future.set_exception(e)
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self, timeout: float | None = None) -> tuple[EmbeddedCatalog, Any]:
+        self.begin()
+        return self._future.result(timeout)
+
+
+def start_embedded_async(data_dir: str | Path | None = None, *, begin: bool = True, **options: Any) -> EmbeddedStart:
+    """Start the embedded catalog and log the demo user in on a background thread (now, or at
+    ``begin()`` / the first ``result()`` when ``begin=False``)."""
 
     def run() -> tuple[EmbeddedCatalog, Any]:
         emb = start_embedded(data_dir, **options)
@@ -142,16 +175,10 @@ def start_embedded_async(data_dir: str | Path | None = None, **options: Any) -> 
         identity.token()  # log in now: the first catalog call then finds a token ready
         return emb, identity
 
-    future: Future[tuple[EmbeddedCatalog, Any]] = Future()
-
-    def target() -> None:
-        try:
-            future.set_result(run())
-        except BaseException as e:  # surfaced to whoever waits on the session
-            future.set_exception(e)
-
-    threading.Thread(target=target, name="lakesession-embedded-start", daemon=True).start()
-    return future
+    start = EmbeddedStart(run)
+    if begin:
+        start.begin()
+    return start
 
 
 def stop_all() -> None:

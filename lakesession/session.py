@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ._reports import Reports
@@ -18,6 +17,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
+    from .embedded import EmbeddedStart
     from .identity import TokenSource
 
 
@@ -56,7 +56,7 @@ class Session:
         gateway_host: str | None = None,
         spark_conf: dict[str, str] | None = None,
         embedded: Any = None,
-        pending: Future[tuple[Any, TokenSource]] | None = None,
+        pending: EmbeddedStart | None = None,
         gateway_options: dict[str, Any] | None = None,
     ):
         self._uri = uri.rstrip("/") if uri else None
@@ -203,6 +203,8 @@ class Session:
                     finally:
                         if pending is not None and self._gateway is None:
                             self._gateway = pending.result()
+                if self._pending is not None:
+                    self._pending.begin()  # the JVM is up: an embedded catalog may start now (first query waits)
             return self._spark
 
     # -- Python-side access (pyiceberg) ----------------------------------------
