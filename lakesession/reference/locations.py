@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,6 +198,16 @@ class LocationIndex:
             for prefix, other in self._overlapping(conn, normalize(path.rsplit("/", 1)[0])):
                 if other != owner and other.kind in (TABLE, VIEW) and path.startswith(prefix):
                     raise BadRequest(f"Invalid {what} {path!r}: it lies inside storage owned by another {other.kind}")
+
+    @contextmanager
+    def claiming(self, owner: Owner, items: Iterable[tuple[str, str]]) -> Iterator[list[str]]:
+        """``claim`` for the duration of an operation that makes the object: released again if it fails."""
+        added = self.claim(owner, items)
+        try:
+            yield added
+        except BaseException:
+            self.release(owner, added)
+            raise
 
     def claim(self, owner: Owner, items: Iterable[tuple[str, str]]) -> list[str]:
         """Check and record ``owner``'s prefixes; returns those newly added (to ``release`` on failure)."""

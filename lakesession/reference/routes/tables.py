@@ -149,16 +149,13 @@ def create_table(
         raw = staged.metadata.model_dump_json().encode()
         ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
         return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials")
-    added = index.claim(owner, items)
     try:
-        created = ts.catalog.create_table((*ns, name), **args)
-    except BaseException as e:
-        index.release(owner, added)
-        if isinstance(e, TableAlreadyExistsError):
-            raise Conflict(str(e)) from None
-        if isinstance(e, (ValueError, NotImplementedError)):
-            raise BadRequest(f"Invalid table definition: {e}") from None
-        raise
+        with index.claiming(owner, items):
+            created = ts.catalog.create_table((*ns, name), **args)
+    except TableAlreadyExistsError as e:
+        raise Conflict(str(e)) from None
+    except (ValueError, NotImplementedError) as e:
+        raise BadRequest(f"Invalid table definition: {e}") from None
     loc, raw = ts.load_raw(ns, name)
     ts.remember_location(loc, created.metadata.location)
     ctx.audit("create_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
@@ -202,16 +199,13 @@ def register_table(
         path = entry.get("metadata-file") if isinstance(entry, dict) else None
         if not isinstance(path, str) or not path.startswith(own):
             raise BadRequest(f"Invalid table metadata: its metadata-log names {path!r}, outside the table's storage")
-    added = index.claim(owner, items)
     try:
-        ts.catalog.register_table((*ns, name), req.metadata_location)
-    except BaseException as e:
-        index.release(owner, added)
-        if isinstance(e, TableAlreadyExistsError):
-            raise Conflict(str(e)) from None
-        if isinstance(e, (ValueError, OSError)):
-            raise BadRequest(f"Cannot register table: {e}") from None
-        raise
+        with index.claiming(owner, items):
+            ts.catalog.register_table((*ns, name), req.metadata_location)
+    except TableAlreadyExistsError as e:
+        raise Conflict(str(e)) from None
+    except (ValueError, OSError) as e:
+        raise BadRequest(f"Cannot register table: {e}") from None
     loc, raw = ts.load_raw(ns, name)
     ctx.audit("register_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
     return table_result(ctx, ns, name, loc, raw, ts.location_of(loc), "vend_credentials")
