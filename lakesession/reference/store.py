@@ -17,6 +17,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -111,6 +112,22 @@ audit = Table(
     Column("detail", Text, nullable=True),
     Index("ix_ls_audit_ts", "ts"),
     Index("ix_ls_audit_principal", "principal"),
+)
+
+
+# Outcomes of requests carrying an ``Idempotency-Key`` (``idempotency.py``), per principal: a success row
+# is written in the mutation's own transaction; ``body`` NULL means "rebuild the answer from current state".
+idempotency = Table(
+    "ls_idempotency",
+    metadata,
+    Column("principal", String(255), primary_key=True),
+    Column("key", String(36), primary_key=True),
+    Column("request_hash", String(64), nullable=False),  # sha256 of method, path, query and body
+    Column("status", Integer, nullable=False),
+    Column("body", LargeBinary, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_ls_idempotency_expires", "expires_at"),
 )
 
 

@@ -93,26 +93,36 @@ class ViewStore:
         return True
 
     def swap(self, ns: Namespace, name: str, expected: str, location: str, text: str) -> bool:
-        """Compare-and-swap on the metadata location."""
-        with self.engine.begin() as conn:
-            res = conn.execute(
-                update(store.views)
-                .where(and_(self._where(ns, name), store.views.c.metadata_location == expected))
-                .values(metadata_location=location, metadata_json=text)
-            )
-        return res.rowcount == 1
+        """Compare-and-swap on the metadata location (a lost race commits nothing)."""
+        return self._changed(
+            update(store.views)
+            .where(and_(self._where(ns, name), store.views.c.metadata_location == expected))
+            .values(metadata_location=location, metadata_json=text)
+        )
 
     def delete(self, ns: Namespace, name: str) -> bool:
-        with self.engine.begin() as conn:
-            return conn.execute(delete(store.views).where(self._where(ns, name))).rowcount > 0
+        return self._changed(delete(store.views).where(self._where(ns, name)))
 
     def rename(self, src: tuple[Namespace, str], dst: tuple[Namespace, str]) -> bool | None:
         """True if renamed, False if the source vanished, None if the destination is taken."""
         try:
-            with self.engine.begin() as conn:
-                res = conn.execute(
-                    update(store.views).where(self._where(*src)).values(namespace=_ns_str(dst[0]), name=dst[1])
-                )
+            return self._changed(
+                update(store.views).where(self._where(*src)).values(namespace=_ns_str(dst[0]), name=dst[1])
+            )
         except IntegrityError:
             return None
-        return res.rowcount == 1
+
+    def _changed(self, stmt: Any) -> bool:
+        """Run ``stmt``; commit only if it changed exactly one row, so a transaction that changed nothing
+        never commits (an ``Idempotency-Key`` outcome stored with the commit must mean a change)."""
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(stmt).rowcount != 1:
+                    raise _NoChange
+        except _NoChange:
+            return False
+        return True
+
+
+class _NoChange(Exception):
+    """Rolls back a write that matched no row."""

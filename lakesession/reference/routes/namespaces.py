@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from pyiceberg.catalog.sql import IcebergNamespaceProperties as NsProps
 from pyiceberg.catalog.sql import IcebergTables
@@ -20,6 +21,8 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
 from ..errors import BadRequest, CatalogError, Conflict, NamespaceNotEmpty, NoSuchNamespace, NotFound
+from ..idempotency import LIFETIME as IDEMPOTENCY_LIFETIME
+from ..idempotency import Idempotency, idempotency
 from ..locations import Owner
 from .common import (
     Namespace,
@@ -191,6 +194,7 @@ def get_config(
         "defaults": {"namespace-separator": settings.namespace_separator, **settings.extra_config},
         "overrides": {"prefix": settings.catalog_name, "warehouse": settings.catalog_name},
         "endpoints": endpoints,
+        "idempotency-key-lifetime": IDEMPOTENCY_LIFETIME,
     }
 
 
@@ -219,9 +223,14 @@ def list_namespaces(
 
 @router.post("/v1/{prefix}/namespaces")
 def create_namespace(
-    prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
-) -> dict[str, Any]:
+    prefix: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
+) -> Any:
     check_prefix(ctx.services, prefix)
+    if (replayed := idem.replay(ctx)) is not None:
+        return replayed
     req = parse_body(CreateNamespaceRequest, body)
     if not req.namespace:
         raise BadRequest("Malformed request: namespace must have at least one level")
@@ -235,12 +244,14 @@ def create_namespace(
         raise Conflict(f"Namespace already exists: {ns_str(ns)}")
     owner, index = Owner.namespace_(ns), locations_of(ctx.services)
     added = index.claim(owner, [(_checked_home(ctx.services, ns, req.properties), "namespace location")])
+    result = {"namespace": list(ns), "properties": req.properties}
     try:
-        nss.create(ns, req.properties)
+        with idem.applying("create_namespace", 200, bytes(JSONResponse(result).body)):
+            nss.create(ns, req.properties)
     except BaseException:
         index.release(owner, added)
         raise
-    return {"namespace": list(ns), "properties": req.properties}
+    return result
 
 
 def _checked_home(services: Services, ns: Namespace, properties: dict[str, str]) -> str:
@@ -280,12 +291,18 @@ def namespace_exists(
 
 @router.delete("/v1/{prefix}/namespaces/{namespace}", status_code=204)
 def drop_namespace(
-    prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")
+    prefix: str,
+    namespace: str,
+    ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Response:
+    if (replayed := idem.replay(ctx)) is not None:
+        return replayed
     ns, nss, _ = _load(ctx, prefix, namespace, "drop_namespace", P.NAMESPACE_DROP)
     if not nss.is_empty(ns):
         raise NamespaceNotEmpty(f"Namespace {ns_str(ns)} is not empty: drop its tables, views and namespaces first")
-    nss.drop(ns)
+    with idem.applying("drop_namespace", 204):
+        nss.drop(ns)
     locations_of(ctx.services).release(Owner.namespace_(ns))
     return Response(status_code=204)
 
@@ -296,22 +313,27 @@ def update_namespace_properties(
     namespace: str,
     body: bytes = Depends(raw_body),
     ctx: RequestContext = Depends(get_context, scope="function"),
-) -> dict[str, Any]:
+    idem: Idempotency = Depends(idempotency, scope="function"),
+) -> Any:
+    if (replayed := idem.replay(ctx)) is not None:
+        return replayed
     ns, nss, current = _load(ctx, prefix, namespace, "update_namespace_properties", P.NAMESPACE_WRITE_PROPERTIES)
     req = parse_body(UpdateNamespacePropertiesRequest, body)
     overlap = set(req.removals) & set(req.updates)
     if overlap:
         raise UnprocessableEntity(f"Keys both updated and removed: {', '.join(sorted(overlap))}")
     if "location" not in req.updates and "location" not in req.removals:
-        return nss.update(ns, req.removals, req.updates)
+        with idem.applying("update_namespace_properties", 200):
+            return idem.done_json(nss.update(ns, req.removals, req.updates))
     after = {k: v for k, v in current.items() if k not in req.removals} | req.updates
     home = _checked_home(ctx.services, ns, after)
     owner, index = Owner.namespace_(ns), locations_of(ctx.services)
     added = index.claim(owner, [(home, "namespace location")])  # tables already inside stay theirs
     try:
-        result = nss.update(ns, req.removals, req.updates)
+        with idem.applying("update_namespace_properties", 200):
+            result = nss.update(ns, req.removals, req.updates)
     except BaseException:
         index.release(owner, added)
         raise
     index.sync(owner, [home])
-    return result
+    return idem.done_json(result)

@@ -21,6 +21,7 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
 from ..errors import BadRequest, Conflict, NoSuchNamespace, NoSuchTable
+from ..idempotency import Idempotency, idempotency
 from ..locations import Owner, normalize, path_locations
 from ..tablestore import DATA_ACTIONS, filter_refs
 from ..viewsecurity import authorize_target
@@ -115,9 +116,12 @@ def create_table(
     namespace: str,
     body: bytes = Depends(raw_body),
     ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Response:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
+    if (replayed := idem.replay(ctx, lambda: _replay_load(ctx, ns, body, "create_table"))) is not None:
+        return replayed
     ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
     req = parse_body(CreateTableBody, body)
     name = check_name("table", req.name)
@@ -150,7 +154,7 @@ def create_table(
         ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
         return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials")
     try:
-        with index.claiming(owner, items):
+        with index.claiming(owner, items), idem.applying("create_table", 200):
             created = ts.catalog.create_table((*ns, name), **args)
     except TableAlreadyExistsError as e:
         raise Conflict(str(e)) from None
@@ -159,6 +163,7 @@ def create_table(
     loc, raw = ts.load_raw(ns, name)
     ts.remember_location(loc, created.metadata.location)
     ctx.audit("create_table", Securable.table(ns, name), "issued", {"metadata-location": loc})
+    # answers with credentials are never stored: a replay answers from the table as it is then
     return table_result(ctx, ns, name, loc, raw, created.metadata.location, "vend_credentials")
 
 
@@ -168,9 +173,12 @@ def register_table(
     namespace: str,
     body: bytes = Depends(raw_body),
     ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Response:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
+    if (replayed := idem.replay(ctx, lambda: _replay_load(ctx, ns, body, "register_table"))) is not None:
+        return replayed
     ctx.authorize("register_table", P.TABLE_CREATE, Securable.namespace(ns))
     req = parse_body(RegisterTableBody, body)
     name = check_name("table", req.name)
@@ -200,7 +208,7 @@ def register_table(
         if not isinstance(path, str) or not path.startswith(own):
             raise BadRequest(f"Invalid table metadata: its metadata-log names {path!r}, outside the table's storage")
     try:
-        with index.claiming(owner, items):
+        with index.claiming(owner, items), idem.applying("register_table", 200):
             ts.catalog.register_table((*ns, name), req.metadata_location)
     except TableAlreadyExistsError as e:
         raise Conflict(str(e)) from None
@@ -251,8 +259,11 @@ def commit_table(
     table: str,
     body: bytes = Depends(raw_body),
     ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
+    if (replayed := idem.replay(ctx, lambda: _replay_commit(ctx, ns, name, sec))) is not None:
+        return replayed
     req = parse_body(CommitTableBody, body)
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
         raise BadRequest("Commit identifier does not match the table in the path")
@@ -280,7 +291,8 @@ def commit_table(
         raise BadRequest("A create commit must set the table location (set-location)")
     added = index.claim(owner, items) if items else []  # before the commit: no moment of shared storage
     try:
-        loc, raw = ts.commit(ns, name, req.requirements, req.updates)
+        with idem.applying("commit_table", 200):
+            loc, raw = ts.commit(ns, name, req.requirements, req.updates)
     except BaseException:
         index.release(owner, added)
         raise
@@ -288,7 +300,7 @@ def commit_table(
         doc = json.loads(raw)
         index.sync(owner, [doc["location"], *path_locations(doc.get("properties"))])
     ctx.audit("commit_table", sec, "issued", {"metadata-location": loc, "updates": [u.action for u in req.updates]})
-    return json_bytes(b'{"metadata-location":' + json.dumps(loc).encode() + b',"metadata":' + raw + b"}")
+    return idem.done(_commit_response(loc, raw))
 
 
 @router.delete(T + "/{table}", status_code=204)
@@ -298,18 +310,22 @@ def drop_table(
     table: str,
     purge_requested: bool = Query(False, alias="purgeRequested"),
     ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
+    if (replayed := idem.replay(ctx)) is not None:
+        return replayed
     ctx.authorize("drop_table", P.TABLE_DROP, sec, detail={"purge": purge_requested})
     ts = tables_of(ctx)
     if ts.metadata_location(ns, name) is None:
         raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
     owner, index = Owner.table(ns, name), locations_of(ctx.services)
     try:
-        if purge_requested:
-            ts.purge(ns, name, index.owned(owner))
-        else:
-            ts.catalog.drop_table((*ns, name))
+        with idem.applying("drop_table", 204):
+            if purge_requested:
+                ts.purge(ns, name, index.owned(owner))
+            else:
+                ts.catalog.drop_table((*ns, name))
     except NoSuchTableError as e:
         raise NoSuchTable(str(e)) from None
     index.release(owner)  # its storage may be claimed again
@@ -318,9 +334,14 @@ def drop_table(
 
 @router.post("/v1/{prefix}/tables/rename", status_code=204)
 def rename_table(
-    prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+    prefix: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Response:
     check_prefix(ctx.services, prefix)
+    if (replayed := idem.replay(ctx)) is not None:
+        return replayed
     req = parse_body(RenameBody, body)
     src_ns = tuple(req.source.namespace)
     dst_ns = tuple(req.destination.namespace)
@@ -337,7 +358,8 @@ def rename_table(
     require_namespace(ctx.services, dst_ns)
     ts.require_free(dst_ns, dst)
     try:
-        ts.catalog.rename_table((*src_ns, src), (*dst_ns, dst))
+        with idem.applying("rename_table", 204):
+            ts.catalog.rename_table((*src_ns, src), (*dst_ns, dst))
     except TableAlreadyExistsError as e:
         raise Conflict(str(e)) from None
     except NoSuchTableError as e:
@@ -362,3 +384,23 @@ def report_metrics(
     if tables_of(ctx).metadata_location(ns, name) is None:
         raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
     return Response(status_code=204)
+
+
+def _commit_response(loc: str, raw: bytes) -> Response:
+    return json_bytes(b'{"metadata-location":' + json.dumps(loc).encode() + b',"metadata":' + raw + b"}")
+
+
+def _replay_commit(ctx: RequestContext, ns: Namespace, name: str, sec: Securable) -> Response:
+    """A committed request whose answer was lost: the table as it is now (the spec allows a newer state)."""
+    ctx.authorize("commit_table", P.TABLE_READ_PROPERTIES, sec)
+    return _commit_response(*tables_of(ctx).load_raw(ns, name))
+
+
+def _replay_load(ctx: RequestContext, ns: Namespace, body: bytes, action: str) -> Response:
+    """A created or registered table, answered afresh (its credentials are never stored)."""
+    name = check_name("table", parse_json_object(body).get("name") or "")
+    sec = Securable.table(ns, name)
+    ctx.authorize(action, P.TABLE_READ_PROPERTIES, sec)
+    ts = tables_of(ctx)
+    loc, raw = ts.load_raw(ns, name)
+    return table_result(ctx, ns, name, loc, raw, ts.location_of(loc), "vend_credentials")

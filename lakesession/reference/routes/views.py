@@ -26,6 +26,7 @@ from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
 from ..errors import BadRequest, CommitFailed, Conflict, NoSuchView
+from ..idempotency import Idempotency, idempotency
 from ..locations import Owner
 from ..viewmeta import (
     WRITE_METADATA_LOCATION,
@@ -53,6 +54,7 @@ from .common import (
     locations_of,
     ns_str,
     parse_body,
+    parse_json_object,
     require_namespace,
 )
 from .namespaces import raw_body
@@ -166,10 +168,13 @@ def create_view(
     namespace: str,
     body: bytes = Depends(raw_body),
     ctx: RequestContext = Depends(get_context, scope="function"),
-) -> dict[str, Any]:
+    idem: Idempotency = Depends(idempotency, scope="function"),
+) -> Any:
     check_prefix(ctx.services, prefix)
     services = ctx.services
     ns = decode_namespace(services, namespace)
+    if (replayed := idem.replay(ctx, lambda: _replay_view(ctx, ns, parse_json_object(body).get("name")))) is not None:
+        return replayed
     ctx.authorize("create_view", P.VIEW_CREATE, Securable.namespace(ns))
     req: CreateViewRequest = _parse(CreateViewRequest, body)
     name = check_name("view", req.name)
@@ -193,13 +198,15 @@ def create_view(
         path = _metadata_file(services, metadata, 0)
         text = metadata_json(metadata)
         _write(services, path, text)
-        if not vs.insert(ns, name, path, text):
+        with idem.applying("create_view", 200):
+            inserted = vs.insert(ns, name, path, text)
+        if not inserted:
             _discard(services, path)
             raise Conflict(f"View already exists: {ns_str(ns)}.{name}")
     except BaseException:
         index.release(owner, added)
         raise
-    return _issue(ctx, "create_view", ns, name, path, metadata)
+    return idem.done_json(_issue(ctx, "create_view", ns, name, path, metadata))
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/views/{view}")
@@ -234,8 +241,11 @@ def replace_view(
     view: str,
     body: bytes = Depends(raw_body),
     ctx: RequestContext = Depends(get_context, scope="function"),
-) -> dict[str, Any]:
+    idem: Idempotency = Depends(idempotency, scope="function"),
+) -> Any:
     ns, name = _view_path(ctx, prefix, namespace, view)
+    if (replayed := idem.replay(ctx, lambda: _replay_view(ctx, ns, name))) is not None:
+        return replayed
     services = ctx.services
     ctx.authorize("replace_view", P.VIEW_WRITE_PROPERTIES, Securable.view(ns, name))
     req: CommitViewRequest = _parse(CommitViewRequest, body)
@@ -261,14 +271,15 @@ def replace_view(
         text = metadata_json(metadata)
         try:
             _write(services, path, text)
-            swapped = vs.swap(ns, name, base_location, path, text)
+            with idem.applying("replace_view", 200):
+                swapped = vs.swap(ns, name, base_location, path, text)
         except BaseException:
             index.release(owner, added)
             raise
         if swapped:
             if added:
                 index.sync(owner, [metadata.location])
-            return _issue(ctx, "replace_view", ns, name, path, metadata, actions)
+            return idem.done_json(_issue(ctx, "replace_view", ns, name, path, metadata, actions))
         index.release(owner, added)
         _discard(services, path)  # a concurrent commit won: retry against its metadata
     raise CommitFailed(f"Commit failed: view {ns_str(ns)}.{name} was concurrently modified; retry")
@@ -276,11 +287,19 @@ def replace_view(
 
 @router.delete("/v1/{prefix}/namespaces/{namespace}/views/{view}", status_code=204)
 def drop_view(
-    prefix: str, namespace: str, view: str, ctx: RequestContext = Depends(get_context, scope="function")
+    prefix: str,
+    namespace: str,
+    view: str,
+    ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Response:
     ns, name = _view_path(ctx, prefix, namespace, view)
+    if (replayed := idem.replay(ctx)) is not None:
+        return replayed
     ctx.authorize("drop_view", P.VIEW_DROP, Securable.view(ns, name))
-    if not ViewStore(ctx.services).delete(ns, name):
+    with idem.applying("drop_view", 204):
+        deleted = ViewStore(ctx.services).delete(ns, name)
+    if not deleted:
         raise NoSuchView(f"View does not exist: {ns_str(ns)}.{name}")
     locations_of(ctx.services).release(Owner.view(ns, name))  # its storage may be claimed again
     return Response(status_code=204)
@@ -288,9 +307,14 @@ def drop_view(
 
 @router.post("/v1/{prefix}/views/rename", status_code=204)
 def rename_view(
-    prefix: str, body: bytes = Depends(raw_body), ctx: RequestContext = Depends(get_context, scope="function")
+    prefix: str,
+    body: bytes = Depends(raw_body),
+    ctx: RequestContext = Depends(get_context, scope="function"),
+    idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Response:
     check_prefix(ctx.services, prefix)
+    if (replayed := idem.replay(ctx)) is not None:
+        return replayed
     req: RenameViewRequest = _parse(RenameViewRequest, body)
     src, dst = _identifier(req.source), _identifier(req.destination)
     ctx.authorize(
@@ -306,7 +330,8 @@ def rename_view(
         raise Conflict(
             f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a table with that name exists"
         )
-    renamed = vs.rename(src, dst) if src != dst else None
+    with idem.applying("rename_view", 204):
+        renamed = vs.rename(src, dst) if src != dst else None
     if renamed is None:
         raise Conflict(
             f"Cannot rename {ns_str(src[0])}.{src[1]} to {ns_str(dst[0])}.{dst[1]}: a view with that name exists"
@@ -315,3 +340,10 @@ def rename_view(
         raise NoSuchView(f"View does not exist: {ns_str(src[0])}.{src[1]}")
     locations_of(ctx.services).move(Owner.view(*src), Owner.view(*dst))
     return Response(status_code=204)
+
+
+def _replay_view(ctx: RequestContext, ns: Namespace, name: object) -> dict[str, Any]:
+    """A created or replaced view whose answer was lost: the view as it is now."""
+    name = check_name("view", name if isinstance(name, str) else "")
+    ctx.authorize("load_view", P.VIEW_READ, Securable.view(ns, name))
+    return _issue(ctx, "load_view", ns, name, *_load(ViewStore(ctx.services), ns, name))
