@@ -139,7 +139,10 @@ def test_forbidden_is_not_final(http: httpx.Client, catalog: ReferenceCatalog) -
     ns = _ns(http, catalog)
     k = key()
     body = {"namespace": [ns, "child"]}
-    assert http.post(f"{P}/namespaces", json=body, headers={**bearer(catalog, "bob"), "Idempotency-Key": k}).status_code == 403
+    assert (
+        http.post(f"{P}/namespaces", json=body, headers={**bearer(catalog, "bob"), "Idempotency-Key": k}).status_code
+        == 403
+    )
     assert catalog.services is not None
     with catalog.services.catalog.engine.connect() as conn:
         assert conn.execute(select(store.idempotency.c.key).where(store.idempotency.c.key == k)).first() is None
@@ -164,7 +167,11 @@ def test_mutations_of_every_kind_replay(http: httpx.Client, catalog: ReferenceCa
     twice("POST", f"{P}/namespaces", json={"namespace": [ns], "properties": {"x": "1"}})
     twice("POST", f"{P}/namespaces/{ns}/properties", json={"updates": {"y": "2"}, "removals": ["x"]})
     twice("POST", f"{P}/namespaces/{ns}/tables", json={"name": "t", "schema": SCHEMA})
-    twice("POST", f"{P}/tables/rename", json={"source": {"namespace": [ns], "name": "t"}, "destination": {"namespace": [ns], "name": "u"}})
+    twice(
+        "POST",
+        f"{P}/tables/rename",
+        json={"source": {"namespace": [ns], "name": "t"}, "destination": {"namespace": [ns], "name": "u"}},
+    )
     twice("DELETE", f"{P}/namespaces/{ns}/tables/u")
     view = {
         "name": "v",
@@ -181,14 +188,20 @@ def test_mutations_of_every_kind_replay(http: httpx.Client, catalog: ReferenceCa
     }
     twice("POST", f"{P}/namespaces/{ns}/views", json=view)
     twice("POST", f"{P}/namespaces/{ns}/views/v", json=_set("p", "1"))
-    twice("POST", f"{P}/views/rename", json={"source": {"namespace": [ns], "name": "v"}, "destination": {"namespace": [ns], "name": "w"}})
+    twice(
+        "POST",
+        f"{P}/views/rename",
+        json={"source": {"namespace": [ns], "name": "v"}, "destination": {"namespace": [ns], "name": "w"}},
+    )
     twice("DELETE", f"{P}/namespaces/{ns}/views/w")
     twice("DELETE", f"{P}/namespaces/{ns}")
     assert http.get(f"{P}/namespaces/{ns}", headers=etl).status_code == 404
 
 
 def test_a_malformed_key_is_a_clear_400(http: httpx.Client, catalog: ReferenceCatalog) -> None:
-    r = http.post(f"{P}/namespaces", json={"namespace": ["x"]}, headers={**bearer(catalog, "etl"), "Idempotency-Key": "abc"})
+    r = http.post(
+        f"{P}/namespaces", json={"namespace": ["x"]}, headers={**bearer(catalog, "etl"), "Idempotency-Key": "abc"}
+    )
     assert r.status_code == 400 and "UUID" in r.json()["error"]["message"]
 
 
@@ -236,7 +249,10 @@ def test_the_outcome_row_commits_with_the_mutation(http: httpx.Client, catalog: 
     """A mutation that fails after its key's row would have been written leaves neither behind."""
     _, path = _table(http, catalog)
     k = key()
-    stale = {"requirements": [{"type": "assert-table-uuid", "uuid": str(uuid.uuid4())}], "updates": _set("a", "1")["updates"]}
+    stale = {
+        "requirements": [{"type": "assert-table-uuid", "uuid": str(uuid.uuid4())}],
+        "updates": _set("a", "1")["updates"],
+    }
     r = http.post(path, json=stale, headers={**bearer(catalog, "etl"), "Idempotency-Key": k})
     assert r.status_code == 409
     t = store.idempotency

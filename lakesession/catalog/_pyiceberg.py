@@ -10,7 +10,10 @@ from typing import Any, Protocol
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.rest.auth import AuthManager
+from requests import Session
 from typing_extensions import override
+
+from ._retry import IdempotentAdapter, KeySupport
 
 
 class _Source(Protocol):
@@ -31,9 +34,26 @@ class TokenSourceAuthManager(AuthManager):
         return "TokenSourceAuthManager(***)"
 
 
+class IdempotentRestCatalog(RestCatalog):
+    """pyiceberg's RestCatalog whose mutations carry an ``Idempotency-Key`` and are retried with it
+    after a dropped connection (``_retry``): a commit the catalog saved is never applied twice."""
+
+    def __init__(self, name: str, **properties: Any):
+        self.key_support = KeySupport()  # before super().__init__: it fetches /v1/config through our session
+        super().__init__(name, **properties)
+
+    @override
+    def _create_session(self) -> Session:
+        session = super()._create_session()
+        adapter = IdempotentAdapter(self.key_support)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        return session
+
+
 def rest_catalog(
     name: str, uri: str, source: _Source, *, warehouse: str | None = None, **properties: Any
-) -> RestCatalog:
+) -> IdempotentRestCatalog:
     props: dict[str, Any] = {
         "uri": uri,
         "auth": {
@@ -45,4 +65,4 @@ def rest_catalog(
     }
     if warehouse:
         props["warehouse"] = warehouse
-    return RestCatalog(name, **props)
+    return IdempotentRestCatalog(name, **props)

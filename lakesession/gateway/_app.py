@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote, unquote
 
+from .._idempotency import RETRY_STATUSES, advertises_keys, backoff, is_mutation, new_key
 from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
@@ -47,6 +48,7 @@ FORWARD_REQUEST_HEADERS = (
 METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"
+KEYED_RETRY_WINDOW = 30.0  # seconds the gateway retries a keyed mutation (the JVM's request stays open meanwhile)
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
@@ -137,6 +139,8 @@ class GatewayApp:
         self.upstream = upstream
         self.region = region if region is not None else default_region()
         self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
+        self.keys_supported = False  # the catalog advertises idempotency-key-lifetime (its /v1/config, once seen)
+        self.keyed_retry_window = KEYED_RETRY_WINDOW
         self._expected = f"Bearer {secret}".encode()
         self.access_log = access_log
         self._gateway_base = gateway_base
@@ -150,6 +154,7 @@ class GatewayApp:
         offered = _offers_credentials(config_body)
         if offered is not None:
             self.offers_credentials = offered
+        self.keys_supported = advertises_keys(config_body)
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -271,7 +276,7 @@ class GatewayApp:
                 (status, content, out_headers), shared = self._flights.do(key, fetch)
                 via = "shared" if shared else "upstream"
         else:
-            status, content, out_headers = self.upstream.forward(method, path, query, headers, body)
+            status, content, out_headers = self._forward(method, path, query, headers, body)
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
         if status == 200 and "/tables" in path:
@@ -292,6 +297,28 @@ class GatewayApp:
                 )
             )
         return status, content, out_headers
+
+    def _forward(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
+        """Forward upstream; a mutation carries an ``Idempotency-Key`` — the JVM's own when it sent one
+        (Iceberg from 1.11 does; 1.10 never does), else one made here — and, when the catalog honours
+        keys, is retried with that same key while the catalog is unreachable or answers 502/503/504:
+        a commit the catalog saved before dying is then answered from its stored outcome, once."""
+        if not is_mutation(method, path):
+            return self.upstream.forward(method, path, query, headers, body)
+        if "idempotency-key" not in headers:
+            headers = {**headers, "idempotency-key": new_key()}
+        reply = self.upstream.forward(method, path, query, headers, body)
+        if not self.keys_supported:
+            return reply
+        deadline = time.monotonic() + self.keyed_retry_window
+        attempt = 0
+        while reply[0] in RETRY_STATUSES and time.monotonic() < deadline:
+            attempt += 1
+            delay = min(backoff(attempt, reply[2].get("retry-after")), max(0.0, deadline - time.monotonic()))
+            logger.info("%s %s: %d; retrying with the same Idempotency-Key in %.1f s", method, path, reply[0], delay)
+            time.sleep(delay)
+            reply = self.upstream.forward(method, path, query, headers, body)
+        return reply
 
 
 def create_gateway_app(

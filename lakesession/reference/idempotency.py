@@ -62,6 +62,7 @@ FAULT_ENV = "LAKESESSION_FAULT_KILL_AFTER_COMMIT"
 FINAL_ERRORS = frozenset({400, 404, 406, 409, 422})
 REPLAYED_HEADER = "Idempotent-Replayed"
 _PURGE_EVERY = 60.0
+IN_FLIGHT = "Another request with this Idempotency-Key was being processed at the same time; retry (same key) shortly"
 
 
 def _faults_from_env() -> frozenset[str]:
@@ -79,6 +80,10 @@ class KeyInFlight(ServiceUnavailable):
     """Another request with the same key holds it: this one's mutation was rolled back."""
 
 
+class KeyReused(BadRequest):
+    """The key's stored outcome belongs to a different request (never itself stored)."""
+
+
 @dataclass
 class _Pending:
     engine: Engine
@@ -89,9 +94,12 @@ class _Pending:
 _armed: ContextVar[_Pending | None] = ContextVar("lakesession_idempotency_armed", default=None)
 
 
-def _insert_ignore(dialect: str) -> Any:
-    mod = postgresql if dialect == "postgresql" else sqlite
-    return mod.insert(store.idempotency).on_conflict_do_nothing()
+def _claim(conn: Connection, row: dict[str, Any]) -> bool:
+    """Insert ``row`` unless the key is taken; whether it was inserted (RETURNING: psycopg reports no
+    rowcount for ``ON CONFLICT DO NOTHING`` inside a commit hook)."""
+    mod = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = mod.insert(store.idempotency).values(**row).on_conflict_do_nothing().returning(store.idempotency.c.key)
+    return conn.execute(stmt).first() is not None
 
 
 def _on_commit(conn: Connection) -> None:
@@ -100,12 +108,10 @@ def _on_commit(conn: Connection) -> None:
     if pending is None or pending.written or conn.engine is not pending.engine:
         return
     pending.written = True
-    if conn.execute(_insert_ignore(conn.dialect.name).values(**pending.row)).rowcount != 1:
+    if not _claim(conn, pending.row):
         # the key is taken by a concurrent request: nothing of this one may land
         conn.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
-        raise KeyInFlight(
-            "A request with this Idempotency-Key is in progress; retry shortly", headers={"Retry-After": "1"}
-        )
+        raise KeyInFlight(IN_FLIGHT, headers={"Retry-After": "1"})
 
 
 _installed: set[int] = set()
@@ -207,7 +213,7 @@ class Idempotency:
                 conn.execute(delete(t).where(where & (t.c.expires_at < time.time())))
             return None
         if row.request_hash != self.hash:
-            raise BadRequest(
+            raise KeyReused(
                 "This Idempotency-Key was already used for a different request (method, path or body differ); "
                 "a retry must repeat the request exactly, and a new operation needs a new key"
             )
@@ -273,12 +279,15 @@ class Idempotency:
         self.done(JSONResponse(value))
         return value
 
-    def record_error(self, exc: CatalogError) -> None:
-        """Store a deterministic client error as this key's final outcome (when nothing was committed)."""
+    def record_error(self, exc: CatalogError) -> CatalogError | None:
+        """Store a deterministic client error as this key's final outcome (when nothing was committed).
+
+        Returns the error to answer instead: when a concurrent request with this key finalized it
+        first, this request's error is not the key's outcome (a 503; the retry replays the outcome)."""
         if self.key is None or self.ctx is None or self.committed or exc.status not in FINAL_ERRORS:
-            return
-        if isinstance(exc, KeyInFlight):
-            return
+            return None
+        if isinstance(exc, (KeyInFlight, KeyReused)):
+            return None
         now = time.time()
         row = {
             "principal": self.ctx.principal.name,
@@ -291,9 +300,11 @@ class Idempotency:
         }
         try:
             with self.engine.begin() as conn:
-                conn.execute(_insert_ignore(conn.dialect.name).values(**row))
+                if not _claim(conn, row):
+                    return KeyInFlight(IN_FLIGHT, headers={"Retry-After": "1"})
         except Exception as e:  # the error answer goes out regardless; the retry then runs again
             logger.warning("could not store the outcome of an idempotent request (%s)", type(e).__name__)
+        return None
 
 
 async def idempotency(request: Request) -> AsyncIterator[Idempotency]:
@@ -307,5 +318,7 @@ async def idempotency(request: Request) -> AsyncIterator[Idempotency]:
         yield idem
     except CatalogError as exc:
         if idem.key is not None:
-            await run_in_threadpool(idem.record_error, exc)
+            instead = await run_in_threadpool(idem.record_error, exc)
+            if instead is not None:
+                raise instead from None
         raise
