@@ -107,7 +107,7 @@ def test_a_key_reused_for_another_request_is_refused(http: httpx.Client, catalog
 
 def test_another_principal_cannot_replay_or_read_an_outcome(http: httpx.Client, catalog: ReferenceCatalog) -> None:
     """Attack: alice (read-only on nothing here) replays etl's key and body to get its stored answer."""
-    ns, path = _table(http, catalog)
+    _, path = _table(http, catalog)
     k = key()
     owner = http.post(path, json=_set("secret", "s3://x"), headers={**bearer(catalog, "etl"), "Idempotency-Key": k})
     assert owner.status_code == 200
