@@ -9,8 +9,12 @@ without keys sees a dropped connection; its naive retry appends the batch twice)
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from lakesession.catalog import rest_catalog
 from lakesession.gateway import Gateway
 from lakesession.reference.idempotency import FAULT_ENV
 
-from ._serve import Served
+from ._serve import ROOT, Served
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +97,7 @@ def _state(tmp_path_factory: pytest.TempPathFactory) -> Any:
         token = served.admin_token()
         setup = rest_catalog("setup", served.uri, _Static(token))
         setup.create_namespace("f")
-        for name in ("naive", "keyed", "gw"):
+        for name in ("naive", "keyed", "gw", "spark"):
             setup.create_table(f"f.{name}", SCHEMA)
     finally:
         cat.stop()
@@ -160,3 +164,39 @@ def test_gateway_retry_with_its_own_key_commits_once(lake: Any) -> None:
         assert after["metadata"]["properties"]["k"] == "v"
         assert len(after["metadata"]["metadata-log"]) == len(before.get("metadata-log") or []) + 1  # once
         assert r.json()["metadata-location"] == after["metadata-location"]
+
+
+SPARK_CHILD = """
+import json, sys
+import lakesession
+uri, token, warehouse = sys.argv[1:4]
+s = lakesession.connect(uri=uri, token=token, warehouse=warehouse, catalog_name="lake", master="local[1]",
+                        spark_conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"})
+spark = s.spark()
+spark.sql("INSERT INTO lake.f.spark VALUES (1), (2), (3)")
+print(json.dumps({"rows": spark.sql("SELECT count(*) AS n FROM lake.f.spark").collect()[0]["n"]}))
+s.close()
+"""
+
+
+def test_spark_commit_through_the_gateway_lands_once(lake: Any) -> None:
+    """The JVM path: Iceberg 1.10 commits without a key; the catalog dies after saving it; the gateway's
+    retry (its own key) reaches the restarted catalog, which answers the stored outcome: one commit."""
+    cat, token, uri = lake
+    faulty = cat.start(fault="commit_table")
+    cat.restart_when_killed()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(PYTHONPATH=str(ROOT), LAKESESSION_CONFIG="/nonexistent")
+    out = subprocess.run(
+        [sys.executable, "-c", SPARK_CHILD, uri, token, faulty.lines["warehouse"]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert faulty.proc.returncode == -signal.SIGKILL  # the commit really did kill the catalog
+    cat.wait_restarted()
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"rows": 3}
+    table = rest_catalog("check", uri, _Static(token)).load_table("f.spark")
+    assert len(table.metadata.snapshots) == 1 and table.scan().to_arrow().num_rows == 3

@@ -315,7 +315,7 @@ def update_namespace_properties(
     ctx: RequestContext = Depends(get_context, scope="function"),
     idem: Idempotency = Depends(idempotency, scope="function"),
 ) -> Any:
-    if (replayed := idem.replay(ctx)) is not None:
+    if (replayed := idem.replay(ctx, lambda: _replay_update(body))) is not None:
         return replayed
     ns, nss, current = _load(ctx, prefix, namespace, "update_namespace_properties", P.NAMESPACE_WRITE_PROPERTIES)
     req = parse_body(UpdateNamespacePropertiesRequest, body)
@@ -337,3 +337,9 @@ def update_namespace_properties(
         raise
     index.sync(owner, [home])
     return idem.done_json(result)
+
+
+def _replay_update(body: bytes) -> dict[str, Any]:
+    """An update whose answer was lost (the server died after committing it): what it asked for, applied."""
+    req = parse_body(UpdateNamespacePropertiesRequest, body)
+    return {"updated": sorted(req.updates), "removed": sorted(req.removals), "missing": []}
