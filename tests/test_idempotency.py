@@ -11,6 +11,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -28,7 +29,9 @@ SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
-def catalog(request: pytest.FixtureRequest, catalog: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def catalog(
+    request: pytest.FixtureRequest, catalog: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ReferenceCatalog]:
     if request.param == "sqlite":
         yield catalog
         return
@@ -43,7 +46,7 @@ def catalog(request: pytest.FixtureRequest, catalog: ReferenceCatalog, tmp_path_
 
 
 @pytest.fixture(scope="module")
-def http(catalog: ReferenceCatalog):  # type: ignore[no-untyped-def]
+def http(catalog: ReferenceCatalog) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=catalog.uri, timeout=30) as client:
         yield client
 

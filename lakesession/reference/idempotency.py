@@ -36,6 +36,7 @@ import signal
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -114,18 +115,15 @@ def _on_commit(conn: Connection) -> None:
         raise KeyInFlight(IN_FLIGHT, headers={"Retry-After": "1"})
 
 
-_installed: set[int] = set()
 _install_lock = threading.Lock()
-_last_purge: dict[int, float] = {}
+_last_purge: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
 
 
 def install(engine: Engine) -> None:
     """Listen for commits on ``engine`` (once per engine)."""
     with _install_lock:
-        if id(engine) in _installed:
-            return
-        event.listen(engine, "commit", _on_commit)
-        _installed.add(id(engine))
+        if not event.contains(engine, "commit", _on_commit):
+            event.listen(engine, "commit", _on_commit)
 
 
 def purge(engine: Engine, now: float | None = None) -> int:
@@ -137,9 +135,9 @@ def purge(engine: Engine, now: float | None = None) -> int:
 
 def _maybe_purge(engine: Engine) -> None:
     now = time.time()
-    if now - _last_purge.get(id(engine), 0.0) < _PURGE_EVERY:
+    if now - _last_purge.get(engine, 0.0) < _PURGE_EVERY:
         return
-    _last_purge[id(engine)] = now
+    _last_purge[engine] = now
     try:
         n = purge(engine, now)
     except Exception as exc:  # purging is housekeeping: never fail a request for it
