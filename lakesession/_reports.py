@@ -45,8 +45,9 @@ ACCESS_COLUMNS = [
     "chain",
     "count",
 ]
-# answers meaning "this catalog has no grants endpoint" (it is not part of the Iceberg spec)
-NO_GRANTS_ENDPOINT = (404, 405, 501)
+# answers meaning "this catalog has no grants endpoint" (it is not part of the Iceberg spec). 400 too: the request
+# is a bare GET, so a "bad request" can only be about the path (Apache's REST fixture: "No route for request")
+NO_GRANTS_ENDPOINT = (400, 404, 405, 501)
 
 
 class ReportSource(Protocol):
@@ -78,7 +79,7 @@ class Reports:
     def grants(self, *, timeout: float = 30.0) -> pd.DataFrame:
         """The user's effective privileges per securable, from the catalog's grants endpoint.
 
-        A catalog without one (404/405/501: the endpoint is not part of the Iceberg spec) gives a single
+        A catalog without one (400/404/405/501: the endpoint is not part of the Iceberg spec) gives a single
         row saying "unknown" — never invented grants. Any other failure is raised, not hidden:
         ``CatalogAccessError`` for 401/403/5xx and timeouts (an expired or revoked login shows here).
         """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 
@@ -41,6 +42,33 @@ def test_grants_unknown_without_a_grants_endpoint(catalog) -> None:  # type: ign
     assert s.grants().to_dict("records") == [
         {"securable": "unknown", "privileges": "unknown", "granted": "unknown", "roles": "unknown"}
     ]
+
+
+def test_grants_unknown_when_the_catalog_knows_no_such_route() -> None:
+    """Apache's REST fixture answers 400 "No route for request" (not 404) to paths outside the spec."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NoRoute(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            message = f"No route for request: GET {self.path.lstrip('/')}"
+            self.wfile.write(json.dumps({"error": {"message": message, "type": "BadRequestException", "code": 400}}).encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NoRoute)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        s = lakesession.connect(uri=f"http://127.0.0.1:{server.server_port}", token="t0ken-value")
+        assert s.grants().to_dict("records") == [
+            {"securable": "unknown", "privileges": "unknown", "granted": "unknown", "roles": "unknown"}
+        ]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_named_catalog_from_config_file_and_pyiceberg_yaml(catalog, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
