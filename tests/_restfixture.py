@@ -69,18 +69,26 @@ def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     out = subprocess.run(
         [
-            mvn, "-B", "-q", "-f", str(POM),
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(POM),
             f"-Dmaven.repo.local={cache_dir() / 'm2'}",
             f"-Diceberg.version={version}",
-            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
-        ],  # fmt: skip
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
+        ],
         capture_output=True,
         text=True,
         timeout=timeout,
     )
     jar = staging / f"iceberg-open-api-{version}-test-fixtures.jar"
     if out.returncode != 0 or not jar.exists():
-        raise RuntimeError(f"mvn could not resolve the REST fixture's classpath:\n{out.stdout[-3000:]}{out.stderr[-2000:]}")
+        raise RuntimeError(
+            f"mvn could not resolve the REST fixture's classpath:\n{out.stdout[-3000:]}{out.stderr[-2000:]}"
+        )
     (staging / ".complete").write_text(version)
     shutil.rmtree(lib, ignore_errors=True)
     staging.rename(lib)  # atomic: a concurrent or interrupted run never leaves a half-filled lib/
@@ -94,7 +102,9 @@ def _tail(log: Path, n: int = 3000) -> str:
 @contextmanager
 def restfixture(workdir: Path, *, timeout: float = 90.0, env: dict[str, str] | None = None) -> Iterator[RestFixture]:
     """Start the fixture with its state under ``workdir``; stop it on exit. Fails loudly, with the log tail."""
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if "JAVA_HOME" in os.environ else None
+    java = (
+        shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if "JAVA_HOME" in os.environ else None
+    )
     java = java or shutil.which("java")
     if java is None:
         raise RuntimeError("no `java` on PATH (Java 17+ is needed to run Apache's REST fixture)")
@@ -150,5 +160,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> str
             except httpx.TransportError:
                 pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the Iceberg REST fixture did not answer GET /v1/config within {timeout} s:\n{_tail(log)}")
+            raise RuntimeError(
+                f"the Iceberg REST fixture did not answer GET /v1/config within {timeout} s:\n{_tail(log)}"
+            )
         time.sleep(0.2)

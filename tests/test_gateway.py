@@ -269,7 +269,10 @@ def test_namespace_levels_reach_the_catalog_joined_by_its_own_separator() -> Non
             elif self.path == "/v1/namespaces/sales%2Eeu":
                 status, body = 200, json.dumps({"namespace": ["sales", "eu"], "properties": {}}).encode()
             else:
-                status, body = 404, json.dumps({"error": {"message": "no", "type": "NoSuchNamespaceException", "code": 404}}).encode()
+                status, body = (
+                    404,
+                    json.dumps({"error": {"message": "no", "type": "NoSuchNamespaceException", "code": 404}}).encode(),
+                )
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -58,9 +58,7 @@ def test_the_fixture_offers_no_credentials_endpoint_and_no_grants(fixture: RestF
     assert "prefix" not in config["overrides"]
 
 
-def test_pyiceberg_round_trip_without_storage_credentials(
-    session: lakesession.Session, fixture: RestFixture
-) -> None:
+def test_pyiceberg_round_trip_without_storage_credentials(session: lakesession.Session, fixture: RestFixture) -> None:
     session.catalog.create_namespace("py")
     session.catalog.create_table(("py", "orders"), schema=pa.schema([("id", pa.int64()), ("item", pa.string())]))
     table = session.table("py.orders")
@@ -74,6 +72,19 @@ def test_pyiceberg_round_trip_without_storage_credentials(
     assert credential_calls(fixture) == []
 
 
+def test_a_session_without_any_login_reads_the_same_tables(session: lakesession.Session, fixture: RestFixture) -> None:
+    """The fixture checks no token, so ``identity="none"`` (no ``Authorization`` header at all) is enough."""
+    anonymous = lakesession.connect(uri=fixture.uri, identity="none", catalog_name="open")
+    try:
+        assert anonymous.identity.describe()["kind"] == "none" and anonymous.identity.principal is None
+        table = anonymous.table("py.orders")  # written by the other session's pyiceberg test
+        assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2]
+        table.append(pa.table({"id": pa.array([9], pa.int64()), "item": ["plum"]}))
+        assert sorted(session.table("py.orders").scan().to_arrow().column("id").to_pylist()) == [1, 2, 9]
+    finally:
+        anonymous.close()
+
+
 def test_grants_are_unknown_without_a_grants_endpoint(session: lakesession.Session) -> None:
     """The fixture answers 400 "No route for request" to anything outside the spec (not 404)."""
     assert session.grants().to_dict("records") == [
@@ -82,9 +93,7 @@ def test_grants_are_unknown_without_a_grants_endpoint(session: lakesession.Sessi
 
 
 @pytest.mark.spark
-def test_spark_crud_and_metadata_tables_through_the_gateway(
-    session: lakesession.Session, fixture: RestFixture
-) -> None:
+def test_spark_crud_and_metadata_tables_through_the_gateway(session: lakesession.Session, fixture: RestFixture) -> None:
     spark = session.spark()
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.sp")
     spark.sql(f"CREATE TABLE {CATALOG}.sp.orders (id BIGINT, item STRING) USING iceberg")
@@ -106,7 +115,11 @@ def test_spark_crud_and_metadata_tables_through_the_gateway(
     actions = {r.action for r in session.access_log.records()}
     assert {"create_table", "load_table", "commit_table"} <= actions, actions
     assert "refresh_credentials" not in actions
-    assert session.credentials().empty
+    creds = session.credentials()
+    assert set(creds["engine"]) == {"spark"}  # pyiceberg's reads left nothing in the credential store
+    assert set(creds["table"]) == {"sp.orders"}  # not the `sp.orders.snapshots`/`.files` probes (404)
+    assert set(creds["state"]) == {"unknown"} and creds["expires_at"].isna().all()  # no expiry seen: none vended
+    assert (creds["refreshes"] == 0).all()
     assert credential_calls(fixture) == []
     spark.sql(f"DROP TABLE {CATALOG}.sp.orders")
     assert "orders" not in {r.tableName for r in spark.sql(f"SHOW TABLES IN {CATALOG}.sp").collect()}
@@ -128,6 +141,31 @@ def test_gateway_offers_the_jvm_no_refresh_endpoint_when_nothing_was_vended(
     assert "client.refresh-credentials-endpoint" not in body.get("config", {})
     assert not body.get("storage-credentials")
     assert credential_calls(fixture) == []
+
+
+@pytest.mark.spark
+def test_widgets_and_status_without_credentials(session: lakesession.Session, fixture: RestFixture) -> None:
+    """No credential to count down, refresh or revoke: the panel and the status render, nothing refreshes."""
+    from lakesession.notebook._widgets import CredentialsPanel, GrantsTable, StatusWidget
+
+    session.spark().sql(f"SELECT * FROM {CATALOG}.jr.t").collect()
+    panel = CredentialsPanel(session, interval=None, auto_refresh=True)
+    try:
+        panel.tick()  # auto refresh: refresh_all() over an empty store
+        assert panel.error.value == ""
+        assert {(r["table"], r["state"]) for r in panel.model_rows()} >= {("jr.t", "unknown")}
+        assert "jr.t" in panel._repr_mimebundle_()["text/html"]
+    finally:
+        panel.close()
+    grants = GrantsTable(session)
+    assert grants.error.value == "" and "unknown" in grants.fallback_html()
+    grants.close()
+    status = StatusWidget(session, interval=None)
+    assert status.error.value == "" and status.seconds_left is None  # the fixture's token has no expiry
+    assert "apache" in status.fallback_html()
+    status.close()
+    assert session.status()["state"] == "ready"
+    assert session.credential_store.snapshot() == [] and credential_calls(fixture) == []
 
 
 @pytest.mark.spark
