@@ -15,6 +15,7 @@ one minor behind the Iceberg 1.12.0 runtime lakesession gives Spark 3.5 and 4.1.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -95,6 +96,28 @@ def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
     return lib
 
 
+def _compiled_launcher(java: str, lib: Path) -> Path:
+    """``LoopbackRestFixture.class``, compiled once per source version (source-file mode recompiles each start)."""
+    source = LAUNCHER.read_bytes()
+    out = lib.parent / f"launcher-{hashlib.sha256(source).hexdigest()[:12]}"
+    if (out / "LoopbackRestFixture.class").exists():
+        return out
+    javac = Path(java).resolve().with_name("javac")  # the JDK's own, beside the java that runs the fixture
+    if not javac.exists():
+        raise RuntimeError(
+            f"no javac beside {java}: a JDK (not only a JRE) 17+ is needed to build the fixture's launcher"
+        )
+    staging = out.with_name(f"{out.name}.{os.getpid()}")
+    done = subprocess.run(
+        [str(javac), "-d", str(staging), "-cp", f"{lib}/*", str(LAUNCHER)], capture_output=True, text=True, timeout=300
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"javac could not compile {LAUNCHER.name}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out
+
+
 def _tail(log: Path, n: int = 3000) -> str:
     return log.read_text(errors="replace")[-n:] if log.exists() else "(no log)"
 
@@ -125,7 +148,9 @@ def restfixture(workdir: Path, *, timeout: float = 90.0, env: dict[str, str] | N
             **(env or {}),
         }
     )
-    cmd = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*", str(LAUNCHER), str(requests)]
+    launcher = _compiled_launcher(java, lib)
+    cmd = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*{os.pathsep}{launcher}", "LoopbackRestFixture"]
+    cmd.append(str(requests))
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=fixture_env, cwd=workdir

@@ -126,6 +126,27 @@ def test_spark_crud_and_metadata_tables_through_the_gateway(session: lakesession
 
 
 @pytest.mark.spark
+def test_spark_multi_level_namespace_reaches_the_fixture_with_its_separator(
+    session: lakesession.Session, fixture: RestFixture
+) -> None:
+    """The fixture asks for ``%2E`` between namespace levels and its Jetty 12 refuses Iceberg Java's ``%1F``
+    (400 "Suspicious Path Character"): the gateway re-joins the levels, so ``lvl.two`` works from Spark."""
+    spark = session.spark()
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.lvl")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.lvl.two")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {CATALOG}.lvl.two.t (id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {CATALOG}.lvl.two.t VALUES (7)")
+    assert [r.id for r in spark.sql(f"SELECT id FROM {CATALOG}.lvl.two.t").collect()] == [7]
+    assert [r.operation for r in spark.sql(f"SELECT operation FROM {CATALOG}.lvl.two.t.snapshots").collect()] == [
+        "append"
+    ]
+    lines = fixture.request_lines()
+    assert any("/v1/namespaces/lvl%2Etwo/tables/t HTTP" in line for line in lines)
+    assert not [line for line in lines if "%1F" in line.upper() and '" 400 ' in line]  # none refused by Jetty
+    assert sorted(session.table("lvl.two.t").scan().to_arrow().column("id").to_pylist()) == [7]  # pyiceberg too
+
+
+@pytest.mark.spark
 def test_gateway_offers_the_jvm_no_refresh_endpoint_when_nothing_was_vended(
     session: lakesession.Session, fixture: RestFixture
 ) -> None:
