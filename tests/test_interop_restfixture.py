@@ -190,7 +190,7 @@ def test_widgets_and_status_without_credentials(session: lakesession.Session, fi
 
 
 @pytest.mark.spark
-def test_a_spark_view_read_through_session_sql(session: lakesession.Session) -> None:
+def test_a_spark_view_read_through_session_sql(session: lakesession.Session, fixture: RestFixture) -> None:
     spark = session.spark()
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.vw")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {CATALOG}.vw.sales (id BIGINT, amount BIGINT) USING iceberg")
@@ -199,3 +199,7 @@ def test_a_spark_view_read_through_session_sql(session: lakesession.Session) -> 
     assert httpx.get(f"{session.uri}/v1/namespaces/vw/views/big").status_code == 200  # stored by the fixture
     rows = session.sql(f"SELECT id FROM {CATALOG}.vw.big ORDER BY id").collect()
     assert [r.id for r in rows] == [2, 3]
+    # the table under the view was loaded through a chain catalog, with `referenced-by` (which the fixture ignores)
+    # (levels joined by the fixture's separator, %2E: "vw.big")
+    chained = [line for line in fixture.request_lines() if "GET /v1/namespaces/vw/tables/sales?" in line]
+    assert [line for line in chained if "referenced-by=vw.big" in line and '" 200 ' in line]
