@@ -91,6 +91,9 @@ def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
             f"mvn could not resolve the REST fixture's classpath:\n{out.stdout[-3000:]}{out.stderr[-2000:]}"
         )
     (staging / ".complete").write_text(version)
+    if (lib / ".complete").exists():  # another run finished first: keep its copy (it may be in use)
+        shutil.rmtree(staging, ignore_errors=True)
+        return lib
     shutil.rmtree(lib, ignore_errors=True)
     staging.rename(lib)  # atomic: a concurrent or interrupted run never leaves a half-filled lib/
     return lib
@@ -113,6 +116,9 @@ def _compiled_launcher(java: str, lib: Path) -> Path:
     )
     if done.returncode != 0:
         raise RuntimeError(f"javac could not compile {LAUNCHER.name}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    if (out / "LoopbackRestFixture.class").exists():  # another run finished first
+        shutil.rmtree(staging, ignore_errors=True)
+        return out
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return out
