@@ -391,3 +391,13 @@ def test_identity_none_sends_no_authorization_anywhere() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_identity_none_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from lakesession.identity import Anonymous
+
+    monkeypatch.setenv("LAKESESSION_IDENTITY", "none")
+    s = lakesession.connect(uri="http://127.0.0.1:9")  # nothing is contacted yet
+    assert isinstance(s.identity, Anonymous) and s.identity.token() == ""
+    assert s.identity.describe()["kind"] == "none"
+    s.close()
