@@ -31,7 +31,7 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     pyiceberg's ``~/.pyiceberg.yaml`` (see ``lakesession.config``). Identity options:
     ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
     or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, with
-    ``on_prompt`` to show the code). Spark options: ``catalog_name``, ``jars``, ``master``,
+    ``on_prompt`` to show the code); ``identity='none'`` for a catalog without authentication. Spark options: ``catalog_name``, ``jars``, ``master``,
     ``remote``, ``gateway_host``, ``spark_conf``.
     """
     from .config import merged_settings
@@ -69,7 +69,7 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
 
 def _identity(uri: str, settings: dict[str, Any]) -> TokenSource:
     """The token source the settings describe (consumes the identity keys from ``settings``)."""
-    from .identity import ClientCredentials, DeviceCode, StaticToken, from_issuer
+    from .identity import Anonymous, ClientCredentials, DeviceCode, StaticToken, from_issuer
 
     token = settings.pop("token", None)
     credential = settings.pop("credential", None)
@@ -80,6 +80,11 @@ def _identity(uri: str, settings: dict[str, Any]) -> TokenSource:
     scope = settings.pop("scope", None)
     on_prompt = settings.pop("on_prompt", None)
     kind = settings.pop("identity", None)
+    if str(kind or "").strip().lower() == "none":  # a catalog without authentication: said explicitly
+        given = [k for k, v in (("token", token), ("credential", credential), ("issuer", issuer)) if v]
+        if given:
+            raise ConfigError(f"identity='none' sends no login, but {', '.join(given)} was given too: drop one of them")
+        return Anonymous()
     if token:
         return StaticToken(token)
     if not credential and not client_secret:  # a hub-spawned server: LAKESESSION_IDENTITY=jupyterhub
@@ -109,7 +114,8 @@ def _identity(uri: str, settings: dict[str, Any]) -> TokenSource:
         )
     raise ConfigError(
         "no identity: pass token=..., credential='client_id:secret' (with token_url=...), "
-        "or issuer=... with client_id=... (device login)"
+        "or issuer=... with client_id=... (device login); for a catalog without authentication "
+        "(local development), identity='none'"
     )
 
 

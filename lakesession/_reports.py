@@ -45,8 +45,9 @@ ACCESS_COLUMNS = [
     "chain",
     "count",
 ]
-# answers meaning "this catalog has no grants endpoint" (it is not part of the Iceberg spec)
-NO_GRANTS_ENDPOINT = (404, 405, 501)
+# answers meaning "this catalog has no grants endpoint" (it is not part of the Iceberg spec). 400 too: the request
+# is a bare GET, so a "bad request" can only be about the path (Apache's REST fixture: "No route for request")
+NO_GRANTS_ENDPOINT = (400, 404, 405, 501)
 
 
 class ReportSource(Protocol):
@@ -78,7 +79,7 @@ class Reports:
     def grants(self, *, timeout: float = 30.0) -> pd.DataFrame:
         """The user's effective privileges per securable, from the catalog's grants endpoint.
 
-        A catalog without one (404/405/501: the endpoint is not part of the Iceberg spec) gives a single
+        A catalog without one (400/404/405/501: the endpoint is not part of the Iceberg spec) gives a single
         row saying "unknown" — never invented grants. Any other failure is raised, not hidden:
         ``CatalogAccessError`` for 401/403/5xx and timeouts (an expired or revoked login shows here).
         """
@@ -88,7 +89,8 @@ class Reports:
         s = self._session
         url = f"{s.uri}/management/v1/me/grants"
         try:
-            r = httpx.get(url, headers={"Authorization": f"Bearer {s._token()}"}, timeout=timeout)
+            token = s._token()
+            r = httpx.get(url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=timeout)
         except httpx.HTTPError as exc:
             raise CatalogAccessError(
                 f"The catalog's grants endpoint did not answer ({type(exc).__name__}). "
@@ -158,6 +160,8 @@ class Reports:
             if not r.object.startswith("table "):
                 continue
             table = r.object[6:]
+            if r.status == 404 and table not in spark:
+                continue  # nothing was loaded: Iceberg Java probes `ns.t` as a namespace before each metadata table
             row = spark.setdefault(
                 table,
                 {**dict.fromkeys(CREDENTIAL_COLUMNS), "engine": "spark", "table": table, "state": "unknown"},

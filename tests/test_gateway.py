@@ -249,3 +249,58 @@ def test_table_results_get_a_client_region_when_the_catalog_names_none() -> None
     assert rewrite_table_config(given, up, gw, "eu-west-3") == given  # the catalog's own choice stays
     listing = _json.dumps({"identifiers": []}).encode()
     assert rewrite_table_config(listing, up, gw, "eu-west-3") == listing  # only table results
+
+
+def test_namespace_levels_reach_the_catalog_joined_by_its_own_separator() -> None:
+    """Iceberg Java < 1.11 joins namespace levels with %1F whatever /v1/config says; Apache's REST fixture
+    (Jetty 12) refuses %1F in a path with 400 "Suspicious Path Character" and asks for %2E instead."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+    config = {"defaults": {}, "overrides": {"namespace-separator": "%2E"}}
+
+    class JettyLike(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)  # raw, still percent-encoded
+            if "%1f" in self.path.lower():
+                status, body = 400, b"Suspicious Path Character"
+            elif self.path == "/v1/config":
+                status, body = 200, json.dumps(config).encode()
+            elif self.path == "/v1/namespaces/sales%2Eeu":
+                status, body = 200, json.dumps({"namespace": ["sales", "eu"], "properties": {}}).encode()
+            else:
+                status, body = (
+                    404,
+                    json.dumps({"error": {"message": "no", "type": "NoSuchNamespaceException", "code": 404}}).encode(),
+                )
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), JettyLike)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with Gateway(f"http://127.0.0.1:{server.server_port}", lambda: "user-token") as g:
+            with httpx.Client(base_url=g.uri, headers={"Authorization": f"Bearer {g.secret}"}) as c:
+                assert c.get("/v1/config").status_code == 200
+                assert c.get("/v1/namespaces/sales%1Feu").json()["namespace"] == ["sales", "eu"]
+                assert c.get("/v1/namespaces/sales%1Feu/tables/orders").status_code == 404  # a metadata-table probe
+                assert c.get("/v1/namespaces/a%251Fb").status_code == 404  # a literal "%1F" in one level stays
+                config["overrides"] = {"namespace-separator": "/"}  # never a path or query character
+                assert c.get("/v1/config").status_code == 200
+                assert c.get("/v1/namespaces/sales%1Feu").status_code == 400
+        assert seen[1:5] == [
+            "/v1/namespaces/sales%2Eeu",
+            "/v1/namespaces/sales%2Eeu/tables/orders",
+            "/v1/namespaces/a%251Fb",
+            "/v1/config",
+        ]
+        assert seen[5] == "/v1/namespaces/sales%1Feu"
+    finally:
+        server.shutdown()
+        server.server_close()

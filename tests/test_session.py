@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 
@@ -41,6 +42,35 @@ def test_grants_unknown_without_a_grants_endpoint(catalog) -> None:  # type: ign
     assert s.grants().to_dict("records") == [
         {"securable": "unknown", "privileges": "unknown", "granted": "unknown", "roles": "unknown"}
     ]
+
+
+def test_grants_unknown_when_the_catalog_knows_no_such_route() -> None:
+    """Apache's REST fixture answers 400 "No route for request" (not 404) to paths outside the spec."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NoRoute(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            message = f"No route for request: GET {self.path.lstrip('/')}"
+            self.wfile.write(
+                json.dumps({"error": {"message": message, "type": "BadRequestException", "code": 400}}).encode()
+            )
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NoRoute)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        s = lakesession.connect(uri=f"http://127.0.0.1:{server.server_port}", token="t0ken-value")
+        assert s.grants().to_dict("records") == [
+            {"securable": "unknown", "privileges": "unknown", "granted": "unknown", "roles": "unknown"}
+        ]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_named_catalog_from_config_file_and_pyiceberg_yaml(catalog, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -285,3 +315,89 @@ def test_spark_with_other_options_replaces_the_current_session(catalog, lake, on
     with pytest.raises(Exception):
         sa.sql(f"SELECT x FROM lake.{only_alice}").collect()
     assert loads_of(catalog, "alice", only_alice, since) == []
+
+
+def test_spark_credential_rows_skip_loads_that_found_nothing() -> None:
+    """Iceberg Java probes ``ns.t`` as a namespace before each metadata table (``ns.t.files`` answers 404):
+    no row for a table that was never loaded; a catalog that vends nothing shows "unknown", no expiry."""
+    import time as _time
+    from types import SimpleNamespace
+
+    from lakesession._reports import Reports
+    from lakesession.credentials import CredentialStore
+    from lakesession.gateway import AccessLog, AccessRecord
+
+    log = AccessLog()
+    now = _time.time()
+    log.add(AccessRecord(time=now, action="load_table", object="table sp.orders", status=200, duration_ms=1.0))
+    log.add(AccessRecord(time=now, action="load_table", object="table sp.orders.files", status=404, duration_ms=1.0))
+    source = SimpleNamespace(access_log=log, credential_store=CredentialStore())
+    rows = Reports(source).credential_rows()  # type: ignore[arg-type]
+    assert [(r["engine"], r["table"], r["state"], r["expires_at"], r["refreshes"]) for r in rows] == [
+        ("spark", "sp.orders", "unknown", None, 0)
+    ]
+
+
+def test_identity_none_sends_no_authorization_anywhere() -> None:
+    """A catalog without authentication (local development): asked for explicitly, nothing invented —
+    pyiceberg, the grants report and the gateway's forwarding all go without an ``Authorization`` header."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import httpx
+
+    from lakesession.identity import Anonymous
+
+    seen: list[tuple[str, str | None]] = []
+
+    class Open(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.path.startswith("/v1/config"):
+                status, body = 200, {"defaults": {}, "overrides": {}}
+            elif self.path.startswith("/v1/namespaces"):
+                status, body = 200, {"namespaces": [["open"]]}
+            else:
+                status, body = 404, {"error": {"message": "no route", "type": "NotFoundException", "code": 404}}
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Open)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with pytest.raises(ConfigError, match="identity='none'"):  # no identity at all: the hint names the option
+            lakesession.connect(uri=uri)
+        with pytest.raises(ConfigError, match="token was given too"):
+            lakesession.connect(uri=uri, identity="none", token="t0ken-value")
+        s = lakesession.connect(uri=uri, identity="none")
+        try:
+            assert isinstance(s.identity, Anonymous) and s.identity.describe()["kind"] == "none"
+            assert s.catalog.list_namespaces() == [("open",)]
+            assert s.grants()["securable"].tolist() == ["unknown"]
+            gw = s.gateway
+            r = httpx.get(f"{gw.uri}/v1/namespaces", headers={"Authorization": f"Bearer {gw.secret}"})
+            assert r.status_code == 200 and r.json()["namespaces"] == [["open"]]
+        finally:
+            s.close()
+        assert {p.split("?")[0] for p, _ in seen} >= {"/v1/config", "/v1/namespaces", "/management/v1/me/grants"}
+        assert [auth for _, auth in seen] == [None] * len(seen)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_identity_none_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from lakesession.identity import Anonymous
+
+    monkeypatch.setenv("LAKESESSION_IDENTITY", "none")
+    s = lakesession.connect(uri="http://127.0.0.1:9")  # nothing is contacted yet
+    assert isinstance(s.identity, Anonymous) and s.identity.token() == ""
+    assert s.identity.describe()["kind"] == "none"
+    s.close()

@@ -27,8 +27,9 @@ class TokenSourceAuthManager(AuthManager):
         self._source = source
 
     @override
-    def auth_header(self) -> str:
-        return f"Bearer {self._source.token()}"
+    def auth_header(self) -> str | None:
+        token = self._source.token()
+        return f"Bearer {token}" if token else None  # no identity (identity='none'): no header
 
     def __repr__(self) -> str:
         return "TokenSourceAuthManager(***)"

@@ -244,7 +244,7 @@ class Refresher:
             return TRANSIENT, f"could not get the user's token ({type(exc).__name__})"
         secrets = [token] + [v for c in e.credentials for v in c.config.values()]
         headers = {
-            "Authorization": f"Bearer {token}",
+            **({"Authorization": f"Bearer {token}"} if token else {}),  # '': no identity (identity='none')
             "X-Iceberg-Access-Delegation": "vended-credentials",
             "Accept": "application/json",
         }

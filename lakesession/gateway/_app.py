@@ -17,6 +17,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import threading
 import time
 import traceback
@@ -49,6 +50,9 @@ METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"
 KEYED_RETRY_WINDOW = 30.0  # seconds the gateway retries a keyed mutation (the JVM's request stays open meanwhile)
+JVM_SEPARATOR = "%1F"  # how Iceberg Java (< 1.11) joins namespace levels in a path, always
+_SEPARATOR_RE = re.compile("%1F", re.IGNORECASE)
+_SAFE_SEPARATOR = re.compile(r"(?:%[0-9A-Fa-f]{2}|[A-Za-z0-9._~-])+")  # never "/", "?" or "%" alone in a path
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
@@ -141,6 +145,7 @@ class GatewayApp:
         self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
         self.keys_supported = False  # the catalog advertises idempotency-key-lifetime (its /v1/config, once seen)
         self.keyed_retry_window = KEYED_RETRY_WINDOW
+        self.namespace_separator = JVM_SEPARATOR  # the catalog's, from its /v1/config (Apache's fixture: %2E)
         self._expected = f"Bearer {secret}".encode()
         self.access_log = access_log
         self._gateway_base = gateway_base
@@ -155,6 +160,7 @@ class GatewayApp:
         if offered is not None:
             self.offers_credentials = offered
         self.keys_supported = advertises_keys(config_body)
+        self.namespace_separator = _namespace_separator(config_body)
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -250,6 +256,7 @@ class GatewayApp:
         self, method: str, path: str, query: str, req_headers: dict[str, str], body: bytes, base: str, chain: str | None
     ) -> Reply:
         headers = {k: v for k, v in req_headers.items() if k in FORWARD_REQUEST_HEADERS}
+        path = with_separator(path, self.namespace_separator)
         started = time.monotonic()
         what = classify(method, path)
         logger.debug("%s %s -> %s", method, path, what)
@@ -330,6 +337,34 @@ def create_gateway_app(
     chains: ChainRoutes | None = None,
 ) -> GatewayApp:
     return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains)
+
+
+def _namespace_separator(config_body: bytes) -> str:
+    """The namespace separator a ``/v1/config`` answer asks for (overrides, then defaults; else ``%1F``)."""
+    try:
+        config = json.loads(config_body)
+        for part in ("overrides", "defaults"):
+            value = (config.get(part) or {}).get("namespace-separator")
+            if isinstance(value, str) and _SAFE_SEPARATOR.fullmatch(value):
+                return value
+    except (ValueError, AttributeError):
+        pass
+    return JVM_SEPARATOR
+
+
+def with_separator(path: str, separator: str) -> str:
+    """``path`` with the namespace levels joined by the catalog's separator instead of ``%1F``.
+
+    Iceberg Java before 1.11 always joins levels with ``%1F``, whatever the catalog's ``/v1/config``
+    asks for; Jetty 12 (Apache's REST fixture) refuses ``%1F`` in a path ("Suspicious Path Character",
+    400), which breaks multi-level namespaces and the probe before every metadata table. Only the
+    namespace segment changes; an encoded ``%`` inside a level (``%25``) never matches.
+    """
+    if separator.upper() == JVM_SEPARATOR or "/namespaces/" not in path:
+        return path
+    head, marker, rest = path.partition("/namespaces/")
+    namespace, slash, tail = rest.partition("/")
+    return head + marker + _SEPARATOR_RE.sub(separator, namespace) + slash + tail
 
 
 def _offers_credentials(config_body: bytes) -> bool | None:

@@ -150,7 +150,7 @@ class Upstream:
             token, failure = self._bearer()
             if failure is not None:
                 return failure
-            h = {**headers, "Authorization": f"Bearer {token}"}
+            h = {**headers, **({"Authorization": f"Bearer {token}"} if token else {})}  # '': no identity
             try:
                 r = self.client.request(method, url, headers=h, content=body or None)
             except httpx.HTTPError as exc:

@@ -4,7 +4,8 @@
 * ``ClientCredentials`` — a service principal's own token;
 * ``TokenExchange`` — act for another source's subject (RFC 8693, ``act`` claim);
 * ``JupyterHubToken`` — the hub user's SSO token from their ``auth_state``;
-* ``StaticToken`` — a token handed over as is.
+* ``StaticToken`` — a token handed over as is;
+* ``Anonymous`` — no identity at all, for a catalog without authentication.
 
 ``from_issuer`` picks a flow from the issuer's OIDC discovery document.
 Every source refreshes ahead of expiry with a single request in flight, keeps
@@ -19,10 +20,11 @@ from ._cache import TokenCache, default_cache_path
 from ._device import DeviceCode, DevicePrompt
 from ._discovery import discover, from_issuer
 from ._errors import DeviceFlowError, IdentityError, LoginRequiredError, TokenRefreshError
-from ._flows import ClientCredentials, StaticToken, TokenExchange
+from ._flows import Anonymous, ClientCredentials, StaticToken, TokenExchange
 from ._jupyterhub import JupyterHubToken
 
 __all__ = [
+    "Anonymous",
     "ClientCredentials",
     "DeviceCode",
     "DeviceFlowError",

@@ -97,6 +97,23 @@ class _OAuthSource(TokenSource):
         self._client.close()
 
 
+class Anonymous(TokenSource):
+    """No identity, for a catalog without authentication (local development, Apache's REST fixture).
+
+    ``token()`` is empty and every caller then sends no ``Authorization`` header: nothing is invented,
+    and a catalog that does want a login answers 401 (``NotAuthorizedException``) as it would to anyone.
+    Chosen explicitly (``connect(identity="none")``), never as a fallback.
+    """
+
+    kind = "none"
+
+    def token(self) -> str:
+        return ""
+
+    def _obtain(self, current: Token | None) -> Token:  # never called: token() is overridden
+        raise IdentityError("no identity (identity='none') has no token to obtain")
+
+
 class StaticToken(TokenSource):
     """A token handed over as is (``expires_at`` epoch seconds, else the JWT's ``exp``); never refreshed."""
 
