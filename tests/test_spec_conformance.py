@@ -450,7 +450,7 @@ MALFORMED: list[tuple[str, str, Any]] = [
     ("POST", f"{P}/namespaces", b"[]"),
     ("POST", f"{P}/namespaces", {"namespace": "not-a-list"}),
     ("POST", f"{P}/namespaces", {"namespace": []}),
-    ("POST", f"{P}/namespaces", {"namespace": ["a.b"]}),
+    ("POST", f"{P}/namespaces", {"namespace": ["a/b"]}),
     ("POST", f"{P}/namespaces", {"namespace": ["ok"], "properties": {"k": 1}}),
     ("POST", f"{P}/namespaces", b""),
     ("POST", f"{P}/namespaces/conf/properties", {"updates": {"a": "1"}, "removals": ["a"]}),
