@@ -142,8 +142,8 @@ def test_dotted_levels_over_http(catalog: ReferenceCatalog, http: httpx.Client) 
     assert http.delete(f"{P}/namespaces/{path('dl.x')}", headers=h).status_code == 409
     assert http.delete(f"{P}/namespaces/{path('dl.x')}/tables/t", headers=h).status_code == 204
     assert http.delete(f"{P}/namespaces/{path('dl.x')}", headers=h).status_code == 409  # children left
-    for ns in (("dl.x", "c.d"), ("dl.x", "e")):
-        assert http.delete(f"{P}/namespaces/{path(*ns)}", headers=h).status_code == 204
+    for child in (("dl.x", "c.d"), ("dl.x", "e")):
+        assert http.delete(f"{P}/namespaces/{path(*child)}", headers=h).status_code == 204
     assert http.delete(f"{P}/namespaces/{path('dl.x')}", headers=h).status_code == 204
     assert http.delete(f"{P}/namespaces/{path('dl')}", headers=h).status_code == 409  # "dl.x" never counted
     assert http.delete(f"{P}/namespaces/{path('dl', 'x')}/tables/t", headers=h).status_code == 204
