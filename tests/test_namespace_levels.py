@@ -8,6 +8,7 @@ on the other's S3 keys by the emulator), and a grant on ``a`` does not reach ``a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -332,3 +333,35 @@ def test_vended_credentials_work_in_a_dotted_namespace(s3cat: ReferenceCatalog) 
     t.append(ROWS)
     assert cat.load_table(("a.b", "written")).scan().to_arrow().num_rows == 3
     assert t.metadata.location == f"{WH}/a%2Eb/written"
+
+
+# ---------------------------------------------------------------- the client: a tuple is the way in
+def test_session_table_takes_a_tuple_for_dotted_levels(catalog: ReferenceCatalog) -> None:
+    import lakesession
+    from lakesession.catalog._tables import table_name
+    from tests.conftest import SECRETS
+
+    etl = rest_catalog(catalog, "etl", "dotted-client-setup")
+    for ns in (("cl.a",), ("cl",), ("cl", "a")):
+        etl.create_namespace(ns)
+    etl.create_table(("cl.a", "t"), SCHEMA).append(ROWS)  # 3 rows
+    etl.create_table(("cl", "a", "t"), SCHEMA).append(ROWS.slice(0, 1))  # 1 row: its dot-split twin
+    s = lakesession.connect(
+        uri=catalog.uri,
+        credential=f"etl:{SECRETS['etl']}",
+        token_url=f"{catalog.issuer_uri}/token",
+        warehouse="lakesession",
+    )
+    try:
+        since = time.time() - 1
+        dotted = s.table(("cl.a", "t"))
+        assert dotted.scan().to_arrow().num_rows == 3
+        assert s.table(["cl.a", "t"]).scan().to_arrow().num_rows == 3
+        assert s.table("cl.a.t").scan().to_arrow().num_rows == 1  # the string form splits on every dot, as before
+        assert dotted.refresh().scan().to_arrow().num_rows == 3  # reloads the same (tuple) identifier
+        audited = catalog.admin.audit(principal="etl", since=since, action="load_table")
+        assert {a.securable for a in audited} >= {'table ["cl.a", "t"]', "table cl.a.t"}
+    finally:
+        s.close()
+    assert table_name(("cl.a", "t")) != table_name(("cl", "a", "t"))
+    assert table_name(("sales", "orders")) == "sales.orders"
