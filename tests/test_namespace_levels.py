@@ -21,6 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog, bootstrap, nskeys, start
@@ -354,10 +355,11 @@ def test_session_table_takes_a_tuple_for_dotted_levels(catalog: ReferenceCatalog
     )
     try:
         since = time.time() - 1
-        dotted = s.table(("cl.a", "t"))
+        dotted, as_list, as_text = s.table(("cl.a", "t")), s.table(["cl.a", "t"]), s.table("cl.a.t")
+        assert isinstance(dotted, Table) and isinstance(as_list, Table) and isinstance(as_text, Table)
         assert dotted.scan().to_arrow().num_rows == 3
-        assert s.table(["cl.a", "t"]).scan().to_arrow().num_rows == 3
-        assert s.table("cl.a.t").scan().to_arrow().num_rows == 1  # the string form splits on every dot, as before
+        assert as_list.scan().to_arrow().num_rows == 3
+        assert as_text.scan().to_arrow().num_rows == 1  # the string form splits on every dot, as before
         assert dotted.refresh().scan().to_arrow().num_rows == 3  # reloads the same (tuple) identifier
         audited = catalog.admin.audit(principal="etl", since=since, action="load_table")
         assert {a.securable for a in audited} >= {'table ["cl.a", "t"]', "table cl.a.t"}
