@@ -367,3 +367,45 @@ def test_session_table_takes_a_tuple_for_dotted_levels(catalog: ReferenceCatalog
         s.close()
     assert table_name(("cl.a", "t")) != table_name(("cl", "a", "t"))
     assert table_name(("sales", "orders")) == "sales.orders"
+
+
+def test_views_in_a_dotted_namespace(catalog: ReferenceCatalog, http: httpx.Client) -> None:
+    from pyiceberg.view.metadata import SQLViewRepresentation, ViewMetadata, ViewRepresentation, ViewVersion
+
+    from lakesession.reference.viewsql import reads
+
+    cat = rest_catalog(catalog, "etl", "dotted-views")
+    cat.create_namespace(("vw.a",))
+    cat.create_namespace(("vw",))
+    cat.create_namespace(("vw", "a"))
+    cat.create_table(("vw.a", "t"), SCHEMA)
+    version = ViewVersion(
+        version_id=1,
+        schema_id=0,
+        timestamp_ms=int(time.time() * 1000),
+        summary={},
+        default_namespace=("vw.a",),
+        representations=[
+            ViewRepresentation(
+                SQLViewRepresentation(type="sql", sql="SELECT * FROM t JOIN `vw.a`.t AS u USING (id)", dialect="spark")
+            )
+        ],
+    )
+    for ns in (("vw.a",), ("vw", "a")):
+        cat.create_view((*ns, "v"), SCHEMA, version)
+    h = bearer(catalog, "etl")
+    dotted = http.get(f"{P}/namespaces/{path('vw.a')}/views/v", headers=h).json()
+    twin = http.get(f"{P}/namespaces/{path('vw', 'a')}/views/v", headers=h).json()
+    assert dotted["metadata"]["location"] != twin["metadata"]["location"]
+    assert dotted["metadata"]["location"].endswith("/vw%2Ea/v") and twin["metadata"]["location"].endswith("/vw.a/v")
+    assert http.get(f"{P}/namespaces/{path('vw.a')}/views", headers=h).json()["identifiers"] == [
+        {"namespace": ["vw.a"], "name": "v"}
+    ]
+    # what the view reads, as view security resolves it: both names are the dotted namespace's table
+    assert reads(ViewMetadata.model_validate(dotted["metadata"]), "lakesession") == {(("vw.a",), "t")}
+    assert cat.list_views(("vw.a",)) == [("vw.a", "v")]
+    for ns in (("vw.a",), ("vw", "a")):
+        cat.drop_view((*ns, "v"))
+    cat.drop_table(("vw.a", "t"))
+    for ns in (("vw.a",), ("vw", "a"), ("vw",)):
+        cat.drop_namespace(ns)
