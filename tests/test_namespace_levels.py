@@ -370,7 +370,7 @@ def test_session_table_takes_a_tuple_for_dotted_levels(catalog: ReferenceCatalog
 
 
 def test_views_in_a_dotted_namespace(catalog: ReferenceCatalog, http: httpx.Client) -> None:
-    from pyiceberg.view.metadata import SQLViewRepresentation, ViewMetadata, ViewRepresentation, ViewVersion
+    from pyiceberg.view.metadata import ViewMetadata, ViewVersion
 
     from lakesession.reference.viewsql import reads
 
@@ -379,17 +379,16 @@ def test_views_in_a_dotted_namespace(catalog: ReferenceCatalog, http: httpx.Clie
     cat.create_namespace(("vw",))
     cat.create_namespace(("vw", "a"))
     cat.create_table(("vw.a", "t"), SCHEMA)
-    version = ViewVersion(
-        version_id=1,
-        schema_id=0,
-        timestamp_ms=int(time.time() * 1000),
-        summary={},
-        default_namespace=("vw.a",),
-        representations=[
-            ViewRepresentation(
-                SQLViewRepresentation(type="sql", sql="SELECT * FROM t JOIN `vw.a`.t AS u USING (id)", dialect="spark")
-            )
-        ],
+    sql = "SELECT * FROM t JOIN `vw.a`.t AS u USING (id)"
+    version = ViewVersion.model_validate(
+        {
+            "version-id": 1,
+            "schema-id": 0,
+            "timestamp-ms": int(time.time() * 1000),
+            "summary": {},
+            "default-namespace": ["vw.a"],
+            "representations": [{"type": "sql", "sql": sql, "dialect": "spark"}],
+        }
     )
     for ns in (("vw.a",), ("vw", "a")):
         cat.create_view((*ns, "v"), SCHEMA, version)
