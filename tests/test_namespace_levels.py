@@ -408,3 +408,24 @@ def test_views_in_a_dotted_namespace(catalog: ReferenceCatalog, http: httpx.Clie
     cat.drop_table(("vw.a", "t"))
     for ns in (("vw.a",), ("vw", "a"), ("vw",)):
         cat.drop_namespace(ns)
+
+
+# ---------------------------------------------------------------- Spark through the gateway (the shared JVM)
+@pytest.mark.slow
+def test_spark_sql_with_a_dotted_namespace(lake) -> None:  # type: ignore[no-untyped-def]
+    """Iceberg Java sends the level ``sp.a`` as is (levels joined with %1F); the gateway forwards it raw."""
+    spark = lake.spark()
+    for ns in ("`sp.a`", "sp", "sp.a"):
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{ns}")
+    spark.sql("CREATE TABLE lake.`sp.a`.t (id BIGINT) USING iceberg")
+    spark.sql("CREATE TABLE lake.sp.a.t (id BIGINT) USING iceberg")
+    spark.sql("INSERT INTO lake.`sp.a`.t VALUES (1), (2)")
+    spark.sql("INSERT INTO lake.sp.a.t VALUES (9)")
+    assert [r.id for r in spark.sql("SELECT id FROM lake.`sp.a`.t ORDER BY id").collect()] == [1, 2]
+    assert [r.id for r in spark.sql("SELECT id FROM lake.sp.a.t").collect()] == [9]
+    assert len(spark.sql("SELECT * FROM lake.`sp.a`.t.snapshots").collect()) == 1
+    assert [r.tableName for r in spark.sql("SHOW TABLES IN lake.`sp.a`").collect()] == ["t"]
+    table = lake.table(("sp.a", "t"))
+    assert isinstance(table, Table) and table.scan().to_arrow().num_rows == 2
+    table.append(pa.table({"id": pa.array([3], pa.int64())}))
+    assert [r.id for r in spark.sql("SELECT id FROM lake.`sp.a`.t ORDER BY id").collect()] == [1, 2, 3]
