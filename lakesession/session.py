@@ -276,11 +276,11 @@ class Session:
         return str((getattr(self.catalog, "properties", {}) or {}).get(key, default))
 
     def _expand(self, query: str, client: Any, spark: SparkSession) -> Any:
-        from .catalog._expand import expand
+        from .catalog._expand import expand, unquoted
 
         current = None
         if spark.catalog.currentCatalog() == self.catalog_name:
-            current = tuple(spark.catalog.currentDatabase().split("."))
+            current = unquoted(spark.catalog.currentDatabase())  # `a.b` for a level containing '.'
         return expand(
             query,
             client=client,

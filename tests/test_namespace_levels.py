@@ -337,6 +337,23 @@ def test_vended_credentials_work_in_a_dotted_namespace(s3cat: ReferenceCatalog) 
 
 
 # ---------------------------------------------------------------- the client: a tuple is the way in
+@pytest.mark.parametrize(
+    "text,parts",
+    [
+        ("a", ("a",)),
+        ("a.b", ("a", "b")),
+        ("`a.b`", ("a.b",)),
+        ("x.`a.b`.c", ("x", "a.b", "c")),
+        ("`w``x.y`", ("w`x.y",)),
+    ],
+)
+def test_spark_names_unquote(text: str, parts: tuple[str, ...]) -> None:
+    from lakesession.catalog._expand import quoted, unquoted
+
+    assert unquoted(text) == parts
+    assert unquoted(quoted(parts)) == parts
+
+
 def test_session_table_takes_a_tuple_for_dotted_levels(catalog: ReferenceCatalog) -> None:
     import lakesession
     from lakesession.catalog._tables import table_name
@@ -429,3 +446,15 @@ def test_spark_sql_with_a_dotted_namespace(lake) -> None:  # type: ignore[no-unt
     assert isinstance(table, Table) and table.scan().to_arrow().num_rows == 2
     table.append(pa.table({"id": pa.array([3], pa.int64())}))
     assert [r.id for r in spark.sql("SELECT id FROM lake.`sp.a`.t ORDER BY id").collect()] == [1, 2, 3]
+    # Spark prints the current namespace backquoted; session.sql() resolves one-part names in it
+    from lakesession.catalog._expand import unquoted
+
+    before = (spark.catalog.currentCatalog(), spark.catalog.currentDatabase())
+    spark.sql("USE lake.`sp.a`")
+    try:
+        assert unquoted(spark.catalog.currentDatabase()) == ("sp.a",)
+        assert [r.id for r in lake.sql("SELECT id FROM t ORDER BY id").collect()] == [1, 2, 3]
+    finally:
+        spark.catalog.setCurrentCatalog(before[0])
+        if before[1]:  # the Iceberg REST catalog starts in no namespace at all
+            spark.catalog.setCurrentDatabase(before[1])
