@@ -15,7 +15,7 @@ index (``ls_locations``) with two indexed queries:
 Path-boundary safe by construction: ``…/orders/`` never contains ``…/orders_archive/``.
 
 Rules (``_allowed``): nothing shares or nests with another table's or view's prefix; a
-namespace's home (its ``location`` property, else ``{warehouse}/{ns}``) is never anyone
+namespace's home (its ``location`` property, else ``{warehouse}/{nskeys.path_segment(ns)}``) is never anyone
 else's exact prefix; a table or view may lie inside the home of its own namespace or an
 ancestor's only; a namespace home may contain only its own descendants' objects.
 """
