@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -91,6 +92,30 @@ def test_referenced_by_accepts_dotted_levels() -> None:
     assert parse_referenced_by("a.b%1Fv,x%1Fy.z%1Fw") == [(("a.b",), "v"), (("x", "y.z"), "w")]
     with pytest.raises(BadRequest):
         parse_referenced_by("..%1Fv")
+
+
+def test_children_of_a_namespace_are_an_index_range(tmp_path: Path) -> None:
+    """``parent=`` listing and the emptiness check scan the primary key's range, not the table."""
+    from pyiceberg.catalog.sql import IcebergNamespaceProperties as NsProps
+    from sqlalchemy import select, text
+    from sqlalchemy.dialects import postgresql
+
+    from lakesession.reference import store
+
+    t = NsProps.__table__
+    engine = store.make_engine(store.sqlite_url(tmp_path / "c.db"))
+    try:
+        q = select(t.c.namespace).where(
+            t.c.catalog_name == "lakesession", nskeys.children_range(t.c.namespace, ("a.b",), "sqlite")
+        )
+        sql = str(q.compile(engine, compile_kwargs={"literal_binds": True}))
+        with engine.connect() as conn:
+            plan = " ".join(str(r[-1]) for r in conn.execute(text("EXPLAIN QUERY PLAN " + sql)))
+        assert plan.startswith("SEARCH") and "INDEX" in plan and "namespace>" in plan, plan
+    finally:
+        engine.dispose()
+    pg = select(t.c.namespace).where(nskeys.children_range(t.c.namespace, ("a",), "postgresql"))
+    assert 'COLLATE "C"' in str(pg.compile(dialect=postgresql.dialect()))  # byte order whatever the database's
 
 
 # ---------------------------------------------------------------- HTTP (shared catalog)
@@ -429,7 +454,7 @@ def test_views_in_a_dotted_namespace(catalog: ReferenceCatalog, http: httpx.Clie
 
 # ---------------------------------------------------------------- Spark through the gateway (the shared JVM)
 @pytest.mark.slow
-def test_spark_sql_with_a_dotted_namespace(lake) -> None:  # type: ignore[no-untyped-def]
+def test_spark_sql_with_a_dotted_namespace(lake: Any) -> None:
     """Iceberg Java sends the level ``sp.a`` as is (levels joined with %1F); the gateway forwards it raw."""
     spark = lake.spark()
     for ns in ("`sp.a`", "sp", "sp.a"):
