@@ -88,6 +88,14 @@ def test_securable_text_keeps_the_dotted_form_for_dot_free_names() -> None:
         Securable.parse('table ["a.b"')
 
 
+def test_messages_never_show_a_stored_key() -> None:
+    from lakesession.reference.errors import CommitFailed
+
+    # pyiceberg words its conflicts with the namespace as stored ("a\x1fb"): shown as "a.b"
+    e = CommitFailed("Table has been updated by another process: " + nskeys.key(("a", "b")) + ".t")
+    assert e.message.endswith("process: a.b.t") and "\x1f" not in str(e)
+
+
 def test_referenced_by_accepts_dotted_levels() -> None:
     assert parse_referenced_by("a.b%1Fv,x%1Fy.z%1Fw") == [(("a.b",), "v"), (("x", "y.z"), "w")]
     with pytest.raises(BadRequest):
