@@ -12,6 +12,8 @@ from .errors import SessionClosedError
 from .gateway import AccessLog, Gateway
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pandas as pd
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.table import Table
@@ -218,8 +220,13 @@ class Session:
                 self._catalog = rest_catalog(self.catalog_name, self.uri, self.identity, warehouse=self.warehouse)
             return self._catalog
 
-    def table(self, name: str, *, access: str = "vended-credentials", mode: str | None = None) -> Table | DataFrame:
+    def table(
+        self, name: str | Sequence[str], *, access: str = "vended-credentials", mode: str | None = None
+    ) -> Table | DataFrame:
         """Load ``ns.table`` with pyiceberg, its storage credentials refreshed ahead of expiry.
+
+        ``name`` may also be a tuple or list of levels, e.g. ``("a.b", "c", "t")``: the way to name a
+        namespace level that contains '.' (the string form splits on every dot).
 
         ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request.
         A view (pyiceberg cannot read views) gives a Spark DataFrame over it instead, with its chain
@@ -234,10 +241,11 @@ class Session:
                 self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode
             )
         except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
-            if isinstance(name, str) and self.catalog.view_exists(name):
+            ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
+            if self.catalog.view_exists(ident):
                 from .catalog._expand import quoted
 
-                return self.sql(f"SELECT * FROM {quoted((self.catalog_name, *name.split('.')))}")
+                return self.sql(f"SELECT * FROM {quoted((self.catalog_name, *ident))}")
             raise
 
     def sql(self, query: str, **kwargs: Any) -> DataFrame:
@@ -268,11 +276,11 @@ class Session:
         return str((getattr(self.catalog, "properties", {}) or {}).get(key, default))
 
     def _expand(self, query: str, client: Any, spark: SparkSession) -> Any:
-        from .catalog._expand import expand
+        from .catalog._expand import expand, unquoted
 
         current = None
         if spark.catalog.currentCatalog() == self.catalog_name:
-            current = tuple(spark.catalog.currentDatabase().split("."))
+            current = unquoted(spark.catalog.currentDatabase())  # `a.b` for a level containing '.'
         return expand(
             query,
             client=client,
@@ -299,13 +307,14 @@ class Session:
                 self._chain_catalogs.add(name)
         return name
 
-    def chain(self, name: str) -> Any:
-        """The view chain behind ``ns.view`` as a tree: object, security model, user in effect, decision."""
+    def chain(self, name: str | Sequence[str]) -> Any:
+        """The view chain behind ``ns.view`` (or a tuple of levels and name) as a tree: object, security
+        model, user in effect, decision."""
         from .catalog._chains import chain_tree
 
         return chain_tree(self.catalog, name, token=self._token, uri=self.uri, catalog_names=(self.catalog_name,))
 
-    def resolve(self, name: str) -> Any:
+    def resolve(self, name: str | Sequence[str]) -> Any:
         """The same as ``chain(name)`` (its first name, kept for compatibility)."""
         return self.chain(name)
 

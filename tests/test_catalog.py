@@ -191,7 +191,7 @@ def test_namespaces_nested_pagination_properties_and_drop(catalog, http) -> None
         ("POST", "/namespaces", b"{not json"),
         ("POST", "/namespaces", b"[]"),
         ("POST", "/namespaces", b'{"namespace": "flat"}'),
-        ("POST", "/namespaces", b'{"namespace": ["a.b"]}'),
+        ("POST", "/namespaces", b'{"namespace": ["a/b"]}'),
         ("POST", "/namespaces/sales/tables", b'{"name": "t"}'),
         ("POST", "/namespaces/sales/tables", b'{"name": "t", "schema": {"type": "struct", "fields": [{"id": 1}]}}'),
         ("POST", "/namespaces/sales/tables/x", b'{"updates": [{"action": "no-such-update"}]}'),

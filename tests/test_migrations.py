@@ -147,3 +147,112 @@ def test_a_database_from_a_newer_version_is_refused_clearly(tmp_path: Path) -> N
     with pytest.raises(migrations.MigrationError, match="newer lakesession"):
         migrations.upgrade(engine)
     engine.dispose()
+
+
+def test_revision_0004_turns_dot_joined_namespaces_into_levels(db_url: str, tmp_path: Path) -> None:
+    """A database at 0003 written the old way (pyiceberg's SqlCatalog joins levels with '.') keeps
+    its namespaces, tables, storage owners and grants after 0004; a dotted level then fits beside them."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    wh = f"file://{tmp_path / 'wh'}"
+    old = create_engine(db_url)
+    migrations.upgrade(old, "0003")
+    sql = SqlCatalog("lakesession", uri=db_url, warehouse=wh)
+    sql.create_namespace(("legacy",))
+    sql.create_namespace(("legacy", "sub"), {"owner": "from-0003"})
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    t = sql.create_table(("legacy", "sub", "t"), schema)
+    sql.engine.dispose()
+    now = time.time()
+    with old.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO ls_locations (catalog_name, prefix, owner_kind, owner_namespace, owner_name) VALUES "
+                "('lakesession', :p, 'table', 'legacy.sub', 't'), ('lakesession', :h, 'namespace', 'legacy.sub', '')"
+            ),
+            {"p": t.metadata.location + "/", "h": f"{wh}/legacy.sub/"},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO ls_views (catalog_name, namespace, name, metadata_location, metadata_json) "
+                "VALUES ('lakesession', 'legacy.sub', 'v', 'file:///x/v.metadata.json', '{}')"
+            )
+        )
+        conn.execute(
+            text("INSERT INTO ls_principals (name, type, created_at) VALUES ('alice', 'user', :t)"), {"t": now}
+        )
+        conn.execute(text("INSERT INTO ls_roles (name, created_at) VALUES ('readers', :t)"), {"t": now})
+        conn.execute(text("INSERT INTO ls_role_members (role, principal) VALUES ('readers', 'alice')"))
+        conn.execute(
+            text(
+                "INSERT INTO ls_grants (role, privilege, securable, created_at) "
+                "VALUES ('readers', 'TABLE_READ_DATA', 'namespace legacy.sub', :t)"
+            ),
+            {"t": now},
+        )
+    with start(wh, data_dir=tmp_path / "d", db=db_url) as cat:
+        assert migrations.current(cat.services.catalog.engine) == migrations.head()
+        with old.connect() as conn:
+            for table, column in (
+                ("iceberg_tables", "table_namespace"),
+                ("iceberg_namespace_properties", "namespace"),
+                ("ls_views", "namespace"),
+                ("ls_locations", "owner_namespace"),
+            ):
+                values = set(conn.execute(text(f"SELECT {column} FROM {table}")).scalars())
+                assert "legacy\x1fsub" in values and not any("." in v for v in values), (table, values)
+        admin = {"Authorization": f"Bearer {cat.admin.token_for('admin')}"}
+        alice = {"Authorization": f"Bearer {cat.admin.token_for('alice')}"}
+        base = f"{cat.uri}/v1/lakesession/namespaces"
+        assert httpx.get(base, params={"parent": "legacy"}, headers=admin).json()["namespaces"] == [["legacy", "sub"]]
+        r = httpx.get(f"{base}/legacy%1Fsub", headers=admin)
+        assert r.json() == {"namespace": ["legacy", "sub"], "properties": {"owner": "from-0003"}}, r.text
+        r = httpx.get(f"{base}/legacy%1Fsub/tables/t", headers=alice)  # the old grant still applies
+        assert r.status_code == 200 and r.json()["metadata"]["location"] == t.metadata.location, r.text
+        assert httpx.get(f"{base}/legacy%1Fsub/views", headers=admin).json()["identifiers"] == [
+            {"namespace": ["legacy", "sub"], "name": "v"}
+        ]
+        # the storage index still knows who owns what: t's prefix is t's, and is freed when t is dropped
+        body = {"name": "t2", "schema": {"type": "struct", "fields": []}, "location": t.metadata.location}
+        r = httpx.post(f"{base}/legacy%1Fsub/tables", json=body, headers=admin)
+        assert r.status_code == 400 and "owned by another table" in r.text, r.text
+        assert httpx.delete(f"{base}/legacy%1Fsub/tables/t", headers=admin).status_code == 204
+        assert httpx.post(f"{base}/legacy%1Fsub/tables", json=body, headers=admin).status_code == 200
+        # and a level containing '.' now fits beside the old ones
+        r = httpx.post(base, json={"namespace": ["legacy.sub"]}, headers=admin)
+        assert r.status_code == 200, r.text
+        assert httpx.get(base, params={"parent": "legacy"}, headers=admin).json()["namespaces"] == [["legacy", "sub"]]
+    old.dispose()
+
+
+def test_revision_0004_downgrade_refuses_to_lose_a_dotted_level(tmp_path: Path) -> None:
+    from alembic import command
+
+    url = store.sqlite_url(tmp_path / "c.db")
+    engine = store.make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO iceberg_namespace_properties (catalog_name, namespace, property_key, property_value) "
+                "VALUES ('lakesession', :ns, 'exists', 'true')"
+            ),
+            {"ns": "a\x1fb"},
+        )
+    with engine.begin() as conn:
+        command.downgrade(migrations.config(conn), "0003")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT namespace FROM iceberg_namespace_properties")).scalar_one() == "a.b"
+    migrations.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO iceberg_namespace_properties (catalog_name, namespace, property_key, property_value) "
+                "VALUES ('lakesession', 'v1.2', 'exists', 'true')"
+            )
+        )
+    with pytest.raises(RuntimeError, match="cannot downgrade below 0004"), engine.begin() as conn:
+        command.downgrade(migrations.config(conn), "0003")
+    assert migrations.current(engine) == migrations.head()
+    engine.dispose()

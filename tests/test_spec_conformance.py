@@ -450,7 +450,7 @@ MALFORMED: list[tuple[str, str, Any]] = [
     ("POST", f"{P}/namespaces", b"[]"),
     ("POST", f"{P}/namespaces", {"namespace": "not-a-list"}),
     ("POST", f"{P}/namespaces", {"namespace": []}),
-    ("POST", f"{P}/namespaces", {"namespace": ["a.b"]}),
+    ("POST", f"{P}/namespaces", {"namespace": ["a/b"]}),
     ("POST", f"{P}/namespaces", {"namespace": ["ok"], "properties": {"k": 1}}),
     ("POST", f"{P}/namespaces", b""),
     ("POST", f"{P}/namespaces/conf/properties", {"updates": {"a": "1"}, "removals": ["a"]}),
@@ -469,7 +469,7 @@ MALFORMED: list[tuple[str, str, Any]] = [
     ("GET", f"{P}/namespaces?pageSize=abc", None),
     ("GET", f"{P}/namespaces?pageToken=%%%", None),
     ("GET", f"{P}/namespaces/conf/tables?pageSize=-1", None),
-    ("GET", f"{P}/namespaces/a.b", None),
+    ("GET", f"{P}/namespaces/%2E%2E", None),
     ("GET", f"{P}/namespaces/conf{SEP}{SEP}x/tables", None),
 ]
 

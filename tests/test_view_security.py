@@ -156,11 +156,12 @@ def test_parse_referenced_by() -> None:
     assert parse_referenced_by("db\x1fv", "\x1f") == [(("db",), "v")]
     assert parse_referenced_by("a:b:v", ":") == [(("a", "b"), "v")]
     assert parse_referenced_by("") == []
+    assert parse_referenced_by("a.b%1Fv") == [(("a.b",), "v")]  # a level may contain "."
     assert len(parse_referenced_by(",".join(["db%1Fv"] * MAX_CHAIN))) == MAX_CHAIN
     with pytest.raises(BadRequest) as e:
         parse_referenced_by(",".join(["db%1Fv"] * (MAX_CHAIN + 1)))
     assert e.value.type == "TooManyViewsInChainException"
-    for bad in ("v", "db%1F", "%1Fv", "db%1Fv,", "db%1Fv,,db%1Fw", "a.b%1Fv", "db%1Fv%2Fx"):
+    for bad in ("v", "db%1F", "%1Fv", "db%1Fv,", "db%1Fv,,db%1Fw", "..%1Fv", "db%1Fv%2Fx"):
         with pytest.raises(BadRequest) as e:
             parse_referenced_by(bad)
         assert e.value.type == "BadRequestException", bad

@@ -736,7 +736,7 @@ def test_malformed_create(api: Api, raw: bytes) -> None:
         ),
         (
             f"{P}/views/rename",
-            b'{"source": {"namespace": ["ns"], "name": "v"}, "destination": {"namespace": ["a.b"], "name": "w"}}',
+            b'{"source": {"namespace": ["ns"], "name": "v"}, "destination": {"namespace": ["a/b"], "name": "w"}}',
         ),
     ],
 )

@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import html
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -166,7 +166,9 @@ def principal_of(token: str) -> str:
 
 
 def _dotted(ident: ViewId) -> str:
-    return ".".join((*ident[0], ident[1]))
+    """For messages: ``ns.view``, or the JSON list when a part contains '.' (``["a.b", "v"]``)."""
+    parts = (*ident[0], ident[1])
+    return json.dumps(list(parts), ensure_ascii=False) if any("." in p for p in parts) else ".".join(parts)
 
 
 def _dialect(name: str | None) -> str:
@@ -283,7 +285,7 @@ def _message(body: Any) -> str | None:
 # ---------------------------------------------------------------- resolution
 def chain_tree(
     catalog: RestCatalog,
-    name: str,
+    name: str | Sequence[str],
     *,
     token: Callable[[], str],
     uri: str,
@@ -297,7 +299,8 @@ def chain_tree(
 
     Args:
         catalog: The session's RestCatalog (acting as the user); its HTTP session does the loads.
-        name: ``namespace.view`` (dotted; multi-level namespaces allowed).
+        name: ``namespace.view`` (dotted; multi-level namespaces allowed), or a tuple/list of levels
+            and the name (``("a.b", "v")``) when a level contains '.'.
         token: Returns the user's current access token (its ``sub`` is the first user in effect).
         uri: The catalog's base URI.
         prefix: The catalog's path prefix (``/v1/config`` override ``prefix``); default: the
@@ -319,11 +322,12 @@ def chain_tree(
         separator = props.get("namespace-separator", DEFAULT_SEPARATOR)
     client = _Client(catalog, uri, prefix or "", separator)
     local = {n.lower() for n in catalog_names}
-    levels = tuple(name.split("."))
+    levels = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
     if len(levels) < 2:
         raise ViewChainError(f"{name!r} is not qualified: pass it as namespace.view (e.g. 'db.{name}').")
     ident: ViewId = (levels[:-1], levels[-1])
-    return _node(client, ident, name, [], principal_of(token()), max_depth, owner_property, local)
+    display = name if isinstance(name, str) else _dotted(ident)
+    return _node(client, ident, display, [], principal_of(token()), max_depth, owner_property, local)
 
 
 def _node(

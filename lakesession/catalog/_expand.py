@@ -47,6 +47,28 @@ def quoted(parts: list[str] | tuple[str, ...]) -> str:
     return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
 
 
+def unquoted(name: str) -> tuple[str, ...]:
+    """The parts of a Spark multi-part name, backquoted or not (``a.`b.c` `` → ``("a", "b.c")``): the
+    inverse of ``quoted``, for what Spark prints, e.g. ``currentDatabase()`` of a level containing '.'."""
+    parts: list[str] = []
+    cur, i, inside = "", 0, False
+    while i < len(name):
+        c = name[i]
+        if inside and c == "`" and name[i + 1 : i + 2] == "`":
+            cur, i = cur + "`", i + 2
+            continue
+        if c == "`":
+            inside = not inside
+        elif c == "." and not inside:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    parts.append(cur)
+    return tuple(parts)
+
+
 def _alias(table: exp.Table) -> str:
     return table.alias or table.parts[-1].name
 

@@ -19,7 +19,8 @@ manager), ``url``/``_split_identifier_for_path``/``_check_endpoint``/``_load_fil
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog.rest import (
@@ -84,8 +85,19 @@ class SessionTable(Table):
 
 
 def table_name(identifier: Identifier) -> str:
-    """The store's key for a table: its identifier joined with dots (``ns.table``)."""
+    """The store's key for a table: its identifier joined with dots (``ns.table``), or as a JSON list
+    (``["a.b", "t"]``) when a part contains '.', so ``("a.b", "t")`` and ``("a", "b", "t")`` never share one."""
+    if any("." in p or p.startswith("[") for p in identifier):
+        return json.dumps(list(identifier), ensure_ascii=False)
     return ".".join(identifier)
+
+
+def as_identifier(catalog: RestCatalog, identifier: str | Sequence[str]) -> Identifier:
+    """``"ns.table"`` split on dots (pyiceberg's rule), or a tuple/list of levels as given: the way in
+    for a namespace level that contains '.' (``("a.b", "c", "t")``)."""
+    if isinstance(identifier, str):
+        return catalog.identifier_to_tuple(identifier)
+    return tuple(identifier)
 
 
 def _load_response(catalog: RestCatalog, ident: Identifier, access: str) -> TableResponse:
@@ -121,7 +133,7 @@ def _refresh_url(catalog: RestCatalog, ident: Identifier, response: TableRespons
 
 def load_table(
     catalog: RestCatalog,
-    identifier: str | Identifier,
+    identifier: str | Sequence[str],
     store: CredentialStore,
     token: Callable[[], str],
     catalog_uri: str,
@@ -141,7 +153,7 @@ def load_table(
     """
     if access not in ACCESS_MODES:
         raise ConfigError(f"access must be one of {ACCESS_MODES}, not {access!r}")
-    ident = catalog.identifier_to_tuple(identifier)
+    ident = as_identifier(catalog, identifier)
     response = _load_response(catalog, ident, access)
     name = table_name(ident)
     metadata = response.metadata
@@ -193,7 +205,7 @@ def load_table(
 
 def create_table(
     catalog: RestCatalog,
-    identifier: str | Identifier,
+    identifier: str | Sequence[str],
     schema: Schema | Any,
     store: CredentialStore,
     token: Callable[[], str],
@@ -204,5 +216,5 @@ def create_table(
     **kwargs: Any,
 ) -> Table:
     """Create ``identifier`` (``kwargs`` as pyiceberg's ``create_table``), then ``load_table`` it."""
-    catalog.create_table(identifier, schema, **kwargs)
+    catalog.create_table(as_identifier(catalog, identifier), schema, **kwargs)
     return load_table(catalog, identifier, store, token, catalog_uri, access=access, mode=mode)

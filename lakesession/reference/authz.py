@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import BadRequest
+from .nskeys import parse_path_text, path_text
 
 
 class Privilege(enum.StrEnum):
@@ -98,7 +99,8 @@ SECURABLE_KINDS = ("catalog", "namespace", "table", "view")
 
 @dataclass(frozen=True, order=True)
 class Securable:
-    """``catalog`` | ``namespace a.b`` | ``table a.b.t`` | ``view a.b.v`` (path includes the object name)."""
+    """``catalog`` | ``namespace a.b`` | ``table a.b.t`` | ``view a.b.v`` (path includes the object name);
+    ``table ["a.b", "t"]`` when a part contains '.' (``nskeys.path_text``)."""
 
     kind: str
     path: tuple[str, ...] = ()
@@ -121,7 +123,8 @@ class Securable:
 
     @classmethod
     def parse(cls, text: str) -> Securable:
-        """Parse ``"table sales.orders"``; namespace levels never contain dots in this catalog."""
+        """Parse ``"table sales.orders"``, or the list form ``'table ["a.b", "orders"]'`` that names
+        levels containing '.' (what ``str()`` gives for them: the two forms never collide)."""
         kind, _, name = text.strip().partition(" ")
         kind, name = kind.lower(), name.strip()
         if kind not in SECURABLE_KINDS:
@@ -132,17 +135,18 @@ class Securable:
             if name:
                 raise BadRequest(f"Securable 'catalog' takes no name, got {text!r}")
             return cls.catalog()
-        parts = tuple(name.split(".")) if name else ()
+        parts = parse_path_text(name)
         if not parts or any(not p for p in parts):
             raise BadRequest(
                 f"Securable {text!r} needs a dotted name, e.g. '{kind} sales{'' if kind == 'namespace' else '.orders'}'"
+                f" (or a JSON list when a level contains '.', e.g. '{kind} [\"a.b\", \"orders\"]')"
             )
         if kind in ("table", "view") and len(parts) < 2:
             raise BadRequest(f"Securable {text!r} needs a namespace and a name, e.g. '{kind} sales.orders'")
         return cls(kind, parts)
 
     def __str__(self) -> str:
-        return self.kind if self.kind == "catalog" else f"{self.kind} {'.'.join(self.path)}"
+        return self.kind if self.kind == "catalog" else f"{self.kind} {path_text(self.path)}"
 
     def ancestors(self) -> list[Securable]:
         """The catalog, every enclosing namespace, then this securable itself."""

@@ -40,6 +40,7 @@ class CatalogError(Exception):
     type: str = "InternalServerError"
 
     def __init__(self, message: str, *, type: str | None = None, headers: dict[str, str] | None = None):
+        message = message.replace("\x1f", ".")  # pyiceberg's own messages name a namespace by its stored key
         super().__init__(message)
         self.message = message
         if type is not None:

@@ -15,7 +15,7 @@ index (``ls_locations``) with two indexed queries:
 Path-boundary safe by construction: ``…/orders/`` never contains ``…/orders_archive/``.
 
 Rules (``_allowed``): nothing shares or nests with another table's or view's prefix; a
-namespace's home (its ``location`` property, else ``{warehouse}/{ns}``) is never anyone
+namespace's home (its ``location`` property, else ``{warehouse}/{nskeys.path_segment(ns)}``) is never anyone
 else's exact prefix; a table or view may lie inside the home of its own namespace or an
 ancestor's only; a namespace home may contain only its own descendants' objects.
 """
@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, delete, func, insert, select, union_all, update
 from sqlalchemy.exc import IntegrityError
 
-from . import store
+from . import nskeys, store
 from .errors import BadRequest
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class Owner:
 
     @property
     def ns_key(self) -> str:
-        return ".".join(self.namespace)  # levels never contain '.', as in pyiceberg's tables
+        return nskeys.key(self.namespace)  # as in pyiceberg's tables here
 
 
 def normalize(location: str) -> str:
@@ -151,7 +151,7 @@ class LocationIndex:
         up = select(*cols).where(c.catalog_name == self.catalog_name, c.prefix.in_(ancestors(cand)))
         down = select(*cols).where(c.catalog_name == self.catalog_name, c.prefix > cand, c.prefix < cand[:-1] + "0")
         rows = conn.execute(union_all(up, down)).all()
-        return [(r[0], Owner(r[1], tuple(r[2].split(".")) if r[2] else (), r[3])) for r in rows]
+        return [(r[0], Owner(r[1], nskeys.from_key(r[2]), r[3])) for r in rows]
 
     def _conflict(self, conn: Any, owner: Owner | None, cand: str) -> tuple[str | None, bool]:
         """(why ``cand`` may not be ``owner``'s or None, whether ``owner`` already owns exactly it)."""

@@ -94,7 +94,7 @@ locations = Table(
     Column("catalog_name", String(255), primary_key=True),
     Column("prefix", _PREFIX, primary_key=True),
     Column("owner_kind", String(16), nullable=False),  # "table" | "view" | "namespace"
-    Column("owner_namespace", String(1000), nullable=False),  # levels joined with '.', as pyiceberg stores them
+    Column("owner_namespace", String(1000), nullable=False),  # nskeys.key: levels joined with 0x1F
     Column("owner_name", String(255), nullable=False),  # "" for a namespace
     Index("ix_ls_locations_owner", "catalog_name", "owner_kind", "owner_namespace", "owner_name"),
 )

@@ -23,7 +23,7 @@ from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
-from . import store
+from . import nskeys, store
 from .errors import BadRequest, CommitFailed, Conflict, NoSuchTable
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class TableStore:
         """The table's base location, without reading its metadata file (after the first time ever)."""
         meta = self.metadata_location(ns, name)
         if meta is None:
-            raise NoSuchTable(f"Table does not exist: {'.'.join((*ns, name))}")
+            raise NoSuchTable(f"Table does not exist: {nskeys.path_text((*ns, name))}")
         return self.location_of(meta)
 
     def location_of(self, meta: str) -> str:
@@ -137,7 +137,7 @@ class TableStore:
         t = self._t
         return and_(
             t.c.catalog_name == self.catalog.name,
-            t.c.table_namespace == ".".join(ns),
+            t.c.table_namespace == nskeys.key(ns),
             or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
         )
 
@@ -150,7 +150,7 @@ class TableStore:
             .where(t.c.catalog_name == self.catalog.name)
         )
         with self.catalog.engine.connect() as conn:
-            return [(tuple(r[0].split(".")), r[1], r[2]) for r in conn.execute(q).all()]
+            return [(nskeys.from_key(r[0]), r[1], r[2]) for r in conn.execute(q).all()]
 
     def names(self, ns: Namespace) -> list[str]:
         with self.catalog.engine.connect() as conn:
@@ -163,7 +163,7 @@ class TableStore:
             return (
                 conn.execute(
                     select(v.c.name).where(
-                        and_(v.c.catalog_name == self.catalog.name, v.c.namespace == ".".join(ns), v.c.name == name)
+                        and_(v.c.catalog_name == self.catalog.name, v.c.namespace == nskeys.key(ns), v.c.name == name)
                     )
                 ).first()
                 is not None
@@ -171,14 +171,14 @@ class TableStore:
 
     def require_free(self, ns: Namespace, name: str) -> None:
         if self.metadata_location(ns, name) is not None:
-            raise Conflict(f"Table already exists: {'.'.join((*ns, name))}")
+            raise Conflict(f"Table already exists: {nskeys.path_text((*ns, name))}")
         if self.view_exists(ns, name):
-            raise Conflict(f"View with same name already exists: {'.'.join((*ns, name))}")
+            raise Conflict(f"View with same name already exists: {nskeys.path_text((*ns, name))}")
 
     def load_raw(self, ns: Namespace, name: str) -> tuple[str, bytes]:
         loc = self.metadata_location(ns, name)
         if loc is None:
-            raise NoSuchTable(f"Table does not exist: {'.'.join((*ns, name))}")
+            raise NoSuchTable(f"Table does not exist: {nskeys.path_text((*ns, name))}")
         return loc, self.cache.get(loc, self.catalog.properties)
 
     def commit(
@@ -188,11 +188,11 @@ class TableStore:
         exists = self.metadata_location(ns, name) is not None
         creating = any(isinstance(r, AssertCreate) for r in requirements)
         if not exists and not creating:
-            raise NoSuchTable(f"Table does not exist: {'.'.join(ident)}")
+            raise NoSuchTable(f"Table does not exist: {nskeys.path_text(ident)}")
         if not exists and self.view_exists(ns, name):
-            raise Conflict(f"View with same name already exists: {'.'.join(ident)}")
+            raise Conflict(f"View with same name already exists: {nskeys.path_text(ident)}")
         try:
-            resp = self.catalog.commit_table(_Ident(ident), requirements, updates)  # type: ignore[arg-type]
+            resp = self.catalog.commit_table(_Ident(nskeys.sql_ident(ns, name)), requirements, updates)  # type: ignore[arg-type]
             self.remember_location(resp.metadata_location, resp.metadata.location)
         except CommitFailedException as e:
             raise CommitFailed(str(e)) from None
@@ -211,8 +211,8 @@ class TableStore:
         name any file (a forged manifest listing another table's data): with the catalog's own
         keys that would delete another table's data. Returns how many files were left alone."""
         ident = (*ns, name)
-        table = self.catalog.load_table(ident)
-        self.catalog.drop_table(ident)
+        table = self.catalog.load_table(nskeys.sql_ident(ns, name))
+        self.catalog.drop_table(nskeys.sql_ident(ns, name))
         io = load_file_io(self.catalog.properties, table.metadata_location)
         metadata = table.metadata
         skipped = 0
@@ -242,7 +242,9 @@ class TableStore:
             delete(path)
         delete(table.metadata_location)
         if skipped:
-            logger.warning("purge of %s kept %d file(s) outside the table's own storage", ".".join(ident), skipped)
+            logger.warning(
+                "purge of %s kept %d file(s) outside the table's own storage", nskeys.path_text(ident), skipped
+            )
         return skipped
 
 

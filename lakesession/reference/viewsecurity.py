@@ -57,6 +57,7 @@ from fastapi import Request
 
 from .authz import Privilege, Securable
 from .errors import BadRequest, Forbidden
+from .nskeys import check_level, path_text
 from .refby import raw_param
 from .settings import ServerSettings
 from .viewsql import reads_at
@@ -100,7 +101,11 @@ def _separator(separator: str) -> str:
 
 
 def _bad_level(level: str) -> bool:
-    return not level or not level.strip() or not level.isprintable() or "." in level or len(level) > 255
+    try:
+        check_level(level)  # '.' inside a level is fine: the separator, not dots, splits levels
+    except BadRequest:
+        return True
+    return False
 
 
 def parse_referenced_by(raw: str, separator: str = "%1F") -> list[ViewId]:
@@ -217,7 +222,7 @@ def caller_trusted(ctx: RequestContext) -> bool:
 
 # ---------------------------------------------------------------- chain evaluation
 def _view_name(view: ViewId) -> str:
-    return ".".join((*view[0], view[1]))
+    return path_text((*view[0], view[1]))
 
 
 def _view(ctx: RequestContext, view: ViewId) -> tuple[str, ViewMetadata] | None:

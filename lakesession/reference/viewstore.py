@@ -13,7 +13,7 @@ from pyiceberg.view.metadata import ViewMetadata
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from . import store
+from . import nskeys, store
 
 if TYPE_CHECKING:
     from .context import Services
@@ -22,8 +22,8 @@ Namespace = tuple[str, ...]
 
 
 def _ns_str(ns: Namespace) -> str:
-    """Namespaces as stored (pyiceberg's convention): levels joined with dots."""
-    return ".".join(ns)
+    """Namespaces as stored: ``nskeys.key`` (levels joined with 0x1F, as in pyiceberg's tables here)."""
+    return nskeys.key(ns)
 
 
 class ViewStore:

@@ -13,9 +13,11 @@ from typing import Any, TypeVar
 from fastapi import Request, Response
 from pydantic import BaseModel, ValidationError
 
+from .. import nskeys
 from ..context import RequestContext, Services
 from ..errors import BadRequest, NoSuchNamespace, NotFound
 from ..locations import PATH_PROPERTIES, LocationIndex, Owner, path_locations
+from ..nskeys import check_level
 from ..tablestore import TableStore
 
 logger = logging.getLogger(__name__)
@@ -33,16 +35,6 @@ def services_of(request: Request) -> Services:
 def check_prefix(services: Services, prefix: str) -> None:
     if prefix != services.settings.catalog_name:
         raise NotFound(f"Unknown warehouse prefix {prefix!r}; GET /v1/config tells the prefix to use")
-
-
-def check_level(level: str) -> str:
-    """A namespace level is a path segment of default locations: no '.', '/', blanks or control characters."""
-    if not level or not level.strip() or not level.isprintable() or "." in level or "/" in level or len(level) > 255:
-        raise BadRequest(
-            f"Invalid namespace level {level!r}: levels must be printable, not blank, at most 255 characters, "
-            "without '.' or '/'"
-        )
-    return level
 
 
 def check_name(kind: str, name: str) -> str:
@@ -66,18 +58,24 @@ def decode_namespace(services: Services, raw: str) -> Namespace:
 
 
 def ns_str(ns: Namespace) -> str:
-    """Namespaces as stored by pyiceberg's SqlCatalog: levels joined with dots."""
-    return ".".join(ns)
+    """A namespace in messages (``a.b``, or ``["a.b", "c"]`` when a level contains '.'); stored as ``nskeys.key``."""
+    return nskeys.path_text(ns)
 
 
 def require_namespace(services: Services, ns: Namespace) -> None:
-    from pyiceberg.exceptions import NoSuchNamespaceError
+    """The namespace itself exists (pyiceberg's ``namespace_exists`` would also accept a prefix of a
+    dotted level: ``a`` "exists" beside ``a.b``)."""
+    from pyiceberg.catalog.sql import IcebergNamespaceProperties as NsProps
+    from sqlalchemy import select
 
-    try:
-        exists = services.catalog.namespace_exists(ns_str(ns))
-    except NoSuchNamespaceError:
-        exists = False
-    if not exists:
+    t = NsProps.__table__
+    with services.catalog.engine.connect() as conn:
+        row = conn.execute(
+            select(t.c.namespace)
+            .where(t.c.catalog_name == services.catalog.name, t.c.namespace == nskeys.key(ns))
+            .limit(1)
+        ).first()
+    if row is None:
         raise NoSuchNamespace(f"Namespace does not exist: {ns_str(ns)}")
 
 
@@ -223,8 +221,9 @@ def locations_of(services: Services) -> LocationIndex:
 
 
 def default_namespace_location(services: Services, ns: Namespace) -> str:
-    """Where pyiceberg's SqlCatalog puts a namespace's tables when it has no ``location``."""
-    return f"{services.settings.warehouse.rstrip('/')}/{ns_str(ns)}"
+    """Where a namespace's tables go when it has no ``location``: pyiceberg's ``{warehouse}/a.b``, with a
+    dot inside a level escaped (``nskeys.path_segment``) so ``["a.b"]`` never lands on ``["a", "b"]``."""
+    return f"{services.settings.warehouse.rstrip('/')}/{nskeys.path_segment(ns)}"
 
 
 def namespace_home(services: Services, ns: Namespace, properties: dict[str, str]) -> str:
@@ -258,14 +257,14 @@ def _existing_objects(services: Services, ts: TableStore) -> Iterator[tuple[Owne
         try:
             doc = json.loads(ts.cache.get(meta, ts.catalog.properties))
         except (OSError, ValueError):
-            logger.warning("backfill: cannot read the metadata of %s.%s", ns_key, table)
+            logger.warning("backfill: cannot read the metadata of %s.%s", ns_str(nskeys.from_key(ns_key)), table)
             continue
-        yield Owner.table(tuple(ns_key.split(".")), table), [doc["location"], *path_locations(doc.get("properties"))]
+        yield Owner.table(nskeys.from_key(ns_key), table), [doc["location"], *path_locations(doc.get("properties"))]
     for ns_key, view, text in views:
-        yield Owner.view(tuple(ns_key.split(".")), view), [json.loads(text)["location"]]
+        yield Owner.view(nskeys.from_key(ns_key), view), [json.loads(text)["location"]]
     homes: dict[str, dict[str, str]] = {}
     for ns_key, key, value in ns_rows:
         homes.setdefault(ns_key, {})[key] = value
     for ns_key, props in homes.items():
-        ns = tuple(ns_key.split("."))
+        ns = nskeys.from_key(ns_key)
         yield Owner.namespace_(ns), [namespace_home(services, ns, props)]

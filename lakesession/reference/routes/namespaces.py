@@ -16,7 +16,7 @@ from pyiceberg.catalog.sql import IcebergNamespaceProperties as NsProps
 from pyiceberg.catalog.sql import IcebergTables
 from sqlalchemy import Table, and_, delete, insert, or_, select
 
-from .. import store
+from .. import nskeys, store
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
@@ -63,23 +63,20 @@ class UpdateNamespacePropertiesRequest(BaseModel):
     updates: dict[str, str] = Field(default_factory=dict)
 
 
-def _like_children(ns: Namespace) -> str:
-    return ns_str(ns).replace("!", "!!").replace("_", "!_").replace("%", "!%") + ".%"
-
-
 class NamespaceStore:
-    """Namespace rows in pyiceberg's SqlCatalog tables."""
+    """Namespace rows in pyiceberg's SqlCatalog tables, keyed by ``nskeys.key`` (levels joined with 0x1F)."""
 
     def __init__(self, services: Services):
         self.catalog_name = services.catalog.name
         self.engine = services.catalog.engine
+        self.dialect = self.engine.dialect.name
 
     def properties(self, ns: Namespace) -> dict[str, str] | None:
         t = _NS_PROPS
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(t.c.property_key, t.c.property_value).where(
-                    and_(t.c.catalog_name == self.catalog_name, t.c.namespace == ns_str(ns))
+                    and_(t.c.catalog_name == self.catalog_name, t.c.namespace == nskeys.key(ns))
                 )
             ).all()
         if not rows:
@@ -89,11 +86,20 @@ class NamespaceStore:
             return {}
         return props
 
-    def all_names(self) -> list[Namespace]:
+    def children(self, parent: Namespace) -> list[Namespace]:
+        """The namespaces one level below ``parent`` (``()``: the top level), in key order (a range scan
+        on the primary key for a parent; deeper descendants in the range are dropped here)."""
         t = _NS_PROPS
         with self.engine.connect() as conn:
-            rows = conn.execute(select(t.c.namespace).where(t.c.catalog_name == self.catalog_name).distinct()).all()
-        return sorted(tuple(r[0].split(".")) for r in rows)
+            rows = conn.execute(
+                select(t.c.namespace)
+                .where(
+                    t.c.catalog_name == self.catalog_name, nskeys.children_range(t.c.namespace, parent, self.dialect)
+                )
+                .distinct()
+            ).all()
+        found = (nskeys.from_key(r[0]) for r in rows)
+        return sorted((n for n in found if len(n) == len(parent) + 1), key=nskeys.key)
 
     def create(self, ns: Namespace, props: dict[str, str]) -> None:
         rows = props or {MARKER: "true"}
@@ -101,7 +107,12 @@ class NamespaceStore:
             conn.execute(
                 insert(_NS_PROPS),
                 [
-                    {"catalog_name": self.catalog_name, "namespace": ns_str(ns), "property_key": k, "property_value": v}
+                    {
+                        "catalog_name": self.catalog_name,
+                        "namespace": nskeys.key(ns),
+                        "property_key": k,
+                        "property_value": v,
+                    }
                     for k, v in rows.items()
                 ],
             )
@@ -114,7 +125,7 @@ class NamespaceStore:
         removed = [k for k in removals if k in current]
         missing = [k for k in removals if k not in current]
         with self.engine.begin() as conn:
-            where = and_(t.c.catalog_name == self.catalog_name, t.c.namespace == ns_str(ns))
+            where = and_(t.c.catalog_name == self.catalog_name, t.c.namespace == nskeys.key(ns))
             conn.execute(delete(t).where(and_(where, t.c.property_key.in_(removed + list(updates) + [MARKER]))))
             remaining = {k: v for k, v in current.items() if k not in removed and k not in updates}
             rows = {**updates} if (updates or remaining) else {MARKER: "true"}
@@ -124,7 +135,7 @@ class NamespaceStore:
                     [
                         {
                             "catalog_name": self.catalog_name,
-                            "namespace": ns_str(ns),
+                            "namespace": nskeys.key(ns),
                             "property_key": k,
                             "property_value": v,
                         }
@@ -143,8 +154,8 @@ class NamespaceStore:
                     and_(
                         tables.c.catalog_name == self.catalog_name,
                         or_(
-                            tables.c.table_namespace == ns_str(ns),
-                            tables.c.table_namespace.like(_like_children(ns), escape="!"),
+                            tables.c.table_namespace == nskeys.key(ns),
+                            nskeys.children_range(tables.c.table_namespace, ns, self.dialect),
                         ),
                     )
                 )
@@ -153,7 +164,7 @@ class NamespaceStore:
                 return False
             if conn.execute(
                 select(store.views.c.name)
-                .where(and_(store.views.c.catalog_name == self.catalog_name, store.views.c.namespace == ns_str(ns)))
+                .where(and_(store.views.c.catalog_name == self.catalog_name, store.views.c.namespace == nskeys.key(ns)))
                 .limit(1)
             ).first():
                 return False
@@ -163,7 +174,7 @@ class NamespaceStore:
                     .where(
                         and_(
                             nsp.c.catalog_name == self.catalog_name,
-                            nsp.c.namespace.like(_like_children(ns), escape="!"),
+                            nskeys.children_range(nsp.c.namespace, ns, self.dialect),
                         )
                     )
                     .limit(1)
@@ -174,7 +185,7 @@ class NamespaceStore:
     def drop(self, ns: Namespace) -> None:
         t = _NS_PROPS
         with self.engine.begin() as conn:
-            conn.execute(delete(t).where(and_(t.c.catalog_name == self.catalog_name, t.c.namespace == ns_str(ns))))
+            conn.execute(delete(t).where(and_(t.c.catalog_name == self.catalog_name, t.c.namespace == nskeys.key(ns))))
 
 
 def _parent_securable(parent: Namespace) -> Securable:
@@ -210,11 +221,9 @@ def list_namespaces(
     parent_ns: Namespace = decode_namespace(ctx.services, parent) if parent else ()
     ctx.authorize("list_namespaces", P.NAMESPACE_LIST, _parent_securable(parent_ns))
     nss = NamespaceStore(ctx.services)
-    all_ns = nss.all_names()
-    if parent_ns and parent_ns not in all_ns:
+    if parent_ns and nss.properties(parent_ns) is None:
         raise NoSuchNamespace(f"Namespace does not exist: {ns_str(parent_ns)}")
-    children = [n for n in all_ns if len(n) == len(parent_ns) + 1 and n[: len(parent_ns)] == parent_ns]
-    page, token = paginate(children, page_token, page_size, key=ns_str)
+    page, token = paginate(nss.children(parent_ns), page_token, page_size, key=nskeys.key)
     out: dict[str, Any] = {"namespaces": [list(n) for n in page]}
     if token:
         out["next-page-token"] = token

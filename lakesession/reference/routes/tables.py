@@ -23,6 +23,7 @@ from ..context import RequestContext, get_context
 from ..errors import BadRequest, Conflict, NoSuchNamespace, NoSuchTable
 from ..idempotency import Idempotency, idempotency
 from ..locations import Owner, normalize, path_locations
+from ..nskeys import sql_ident
 from ..tablestore import DATA_ACTIONS, filter_refs
 from ..viewsecurity import authorize_target
 from .common import (
@@ -147,7 +148,7 @@ def create_table(
     if req.stage_create:  # nothing is owned until the create commit, which claims the storage
         index.check(owner, items)
         try:
-            staged = ts.catalog._create_staged_table((*ns, name), **args)
+            staged = ts.catalog._create_staged_table(sql_ident(ns, name), **args)
         except (ValueError, NotImplementedError) as e:
             raise BadRequest(f"Invalid table definition: {e}") from None
         raw = staged.metadata.model_dump_json().encode()
@@ -155,7 +156,7 @@ def create_table(
         return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials")
     try:
         with index.claiming(owner, items), idem.applying("create_table", 200):
-            created = ts.catalog.create_table((*ns, name), **args)
+            created = ts.catalog.create_table(sql_ident(ns, name), **args)
     except TableAlreadyExistsError as e:
         raise Conflict(str(e)) from None
     except (ValueError, NotImplementedError) as e:
@@ -209,7 +210,7 @@ def register_table(
             raise BadRequest(f"Invalid table metadata: its metadata-log names {path!r}, outside the table's storage")
     try:
         with index.claiming(owner, items), idem.applying("register_table", 200):
-            ts.catalog.register_table((*ns, name), req.metadata_location)
+            ts.catalog.register_table(sql_ident(ns, name), req.metadata_location)
     except TableAlreadyExistsError as e:
         raise Conflict(str(e)) from None
     except (ValueError, OSError) as e:
@@ -325,7 +326,7 @@ def drop_table(
             if purge_requested:
                 ts.purge(ns, name, index.owned(owner))
             else:
-                ts.catalog.drop_table((*ns, name))
+                ts.catalog.drop_table(sql_ident(ns, name))
     except NoSuchTableError as e:
         raise NoSuchTable(str(e)) from None
     index.release(owner)  # its storage may be claimed again
@@ -359,7 +360,7 @@ def rename_table(
     ts.require_free(dst_ns, dst)
     try:
         with idem.applying("rename_table", 204):
-            ts.catalog.rename_table((*src_ns, src), (*dst_ns, dst))
+            ts.catalog.rename_table(sql_ident(src_ns, src), sql_ident(dst_ns, dst))
     except TableAlreadyExistsError as e:
         raise Conflict(str(e)) from None
     except NoSuchTableError as e:

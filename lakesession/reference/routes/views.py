@@ -22,6 +22,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.view.metadata import ViewMetadata
 
+from .. import nskeys
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
@@ -82,7 +83,8 @@ def _check_location(services: Services, location: str, what: str = "location") -
 
 
 def _default_location(services: Services, ns: Namespace, name: str) -> str:
-    return f"{services.settings.warehouse.rstrip('/')}/{'/'.join(ns)}/{name}".rstrip("/")
+    # levels as in a table's default (``nskeys.path_segment``): '/'-joined, ["a", "b"] would land inside table a.b
+    return f"{services.settings.warehouse.rstrip('/')}/{nskeys.path_segment(ns)}/{name}".rstrip("/")
 
 
 def _file_io(services: Services, location: str) -> FileIO:

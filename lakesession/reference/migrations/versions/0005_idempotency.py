@@ -1,7 +1,7 @@
 """ls_idempotency: the stored outcome of each request that carried an ``Idempotency-Key``.
 
 Revision ID: 0005
-Revises: 0003 (re-pointed to 0004 at merge: 0004 is written concurrently)
+Revises: 0004
 Create Date: 2026-11-26
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
