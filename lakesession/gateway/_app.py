@@ -59,17 +59,25 @@ def rewrite_table_config(
     body: bytes, upstream_base: str, gateway_base: str, region: str | None = None, refresh_endpoint: str | None = None
 ) -> bytes:
     """Point every absolute catalog URL in a table's configs (credential refresh endpoint, remote
-    signer URI) at the gateway, so the JVM never needs the user's token (relative paths already do).
+    signer URI) or a config answer's defaults and overrides (``uri``) at the gateway, so the JVM never
+    needs the user's token (relative paths already do).
 
     A table result without ``client.region`` gets one (the catalog's ``s3.region``, else ``region``):
     Iceberg Java's S3 client cannot start without a region, and catalogs for S3-compatible stores
     (SeaweedFS, MinIO) often advertise none.
 
     ``refresh_endpoint`` (the gateway's own ``…/credentials`` for this table) is set as the table's
-    ``client.refresh-credentials-endpoint`` when vended credentials come without one, so the JVM
-    refreshes through the gateway even where the catalog has no ``/credentials`` route."""
+    ``client.refresh-credentials-endpoint`` when vended credentials with an expiry come without one, so
+    the JVM refreshes through the gateway even where the catalog has no ``/credentials`` route."""
     urls = upstream_base.encode() in body
-    inject = refresh_endpoint is not None and b"refresh-credentials-endpoint" not in body and b"access-key-id" in body
+    # only for credentials that state their expiry: Iceberg Java's refresh needs one (Nessie 0.99 states none;
+    # the JVM then keeps the load's keys, and every query's reload brings fresh ones)
+    inject = (
+        refresh_endpoint is not None
+        and b"refresh-credentials-endpoint" not in body
+        and b"access-key-id" in body
+        and b"expires-at-ms" in body
+    )
     if not urls and not inject and (region is None or b'"client.region"' in body):
         return body
     try:
@@ -79,6 +87,8 @@ def rewrite_table_config(
     if not isinstance(doc, dict):
         return body
     holders = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
+    # a /v1/config answer may name the catalog's own URI (Nessie: overrides.uri): the JVM would leave the gateway
+    holders += [h for h in (doc.get("defaults"), doc.get("overrides")) if isinstance(h, dict)]
     changed = False
     for holder in holders if urls else []:
         for key, value in holder.items():
@@ -274,6 +284,7 @@ class GatewayApp:
             status, content, out_headers = self.upstream.forward(method, path, query, headers, body)
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
+            content = rewrite_table_config(content, self.upstream.base_url, base)
         if status == 200 and "/tables" in path:
             own = f"{base}{path}/credentials" if what and what[0] in ("load_table", "create_table") else None
             content = rewrite_table_config(content, self.upstream.base_url, base, self.region, own)
