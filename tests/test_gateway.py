@@ -249,3 +249,34 @@ def test_table_results_get_a_client_region_when_the_catalog_names_none() -> None
     assert rewrite_table_config(given, up, gw, "eu-west-3") == given  # the catalog's own choice stays
     listing = _json.dumps({"identifiers": []}).encode()
     assert rewrite_table_config(listing, up, gw, "eu-west-3") == listing  # only table results
+
+
+def test_config_answers_naming_the_catalogs_own_uri_keep_the_jvm_on_the_gateway() -> None:
+    """Nessie's /v1/config overrides ``uri`` with its own address: unrewritten, Iceberg Java would leave the gateway."""
+    up, gw = "http://nessie:19120/iceberg", "http://127.0.0.1:2"
+    body = json.dumps(
+        {
+            "defaults": {"prefix": "main%7Cwarehouse", "uri": up},
+            "overrides": {"uri": up + "/", "nessie.core-base-uri": "http://nessie:19120/api/"},
+        }
+    ).encode()
+    doc = json.loads(rewrite_table_config(body, up, gw))
+    assert doc["overrides"]["uri"] == gw + "/" and doc["defaults"]["uri"] == gw
+    assert doc["overrides"]["nessie.core-base-uri"] == "http://nessie:19120/api/"  # not the Iceberg REST root
+    assert doc["defaults"]["prefix"] == "main%7Cwarehouse"
+
+
+def test_refresh_endpoint_only_for_credentials_that_state_their_expiry() -> None:
+    """Iceberg Java's refresh fails without ``s3.session-token-expires-at-ms`` (Nessie 0.99 vends none): the JVM
+    then keeps the load's keys, and the next query's reload brings fresh ones."""
+    up, gw, own = "http://catalog:1", "http://127.0.0.1:2", "http://127.0.0.1:2/v1/p/namespaces/ns/tables/t/credentials"
+    keys = {"s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.session-token": "ST", "client.region": "r"}
+    bare = json.dumps({"metadata": {"location": "s3://b/t"}, "config": keys}).encode()
+    assert rewrite_table_config(bare, up, gw, "r", own) == bare
+    timed = json.dumps(
+        {"metadata": {"location": "s3://b/t"}, "config": {**keys, "s3.session-token-expires-at-ms": "1"}}
+    ).encode()
+    assert (
+        json.loads(rewrite_table_config(timed, up, gw, "r", own))["config"]["client.refresh-credentials-endpoint"]
+        == own
+    )

@@ -20,12 +20,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import httpx
 import pyarrow as pa
 import pytest
+from pyiceberg.table import Table
 
 import lakesession
 from lakesession.reference import ReferenceCatalog
@@ -84,6 +85,12 @@ def session(stack: Stack) -> Iterator[lakesession.Session]:
     s.close()
 
 
+def _table(session: lakesession.Session, name: str, **options: str) -> Table:
+    table = session.table(name, **options)
+    assert isinstance(table, Table)
+    return table
+
+
 def _config(stack: Stack, token: str | None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     return httpx.get(f"{stack.nessie.iceberg_uri}/v1/config", params={"warehouse": WAREHOUSE}, headers=headers)
@@ -127,7 +134,7 @@ def test_what_nessie_offers(stack: Stack) -> None:
 def test_pyiceberg_round_trip_with_nessie_vended_credentials(session: lakesession.Session, stack: Stack) -> None:
     session.catalog.create_namespace("py")
     session.catalog.create_table(("py", "orders"), schema=pa.schema([("id", pa.int64()), ("item", pa.string())]))
-    table = session.table("py.orders")
+    table = _table(session, "py.orders")
     table.append(pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]}))
     assert sorted(table.scan().to_arrow().column("item").to_pylist()) == ["apple", "pear"]
     entry = session.credential_store.entry("py.orders")
@@ -138,7 +145,7 @@ def test_pyiceberg_round_trip_with_nessie_vended_credentials(session: lakesessio
     assert not any(k.endswith("expires-at-ms") for k in vended.config)
     # Nessie's session policy scopes the keys to the table: another table's files are out of reach
     session.catalog.create_table(("py", "other"), schema=pa.schema([("id", pa.int64())]))
-    other = session.table("py.other")
+    other = _table(session, "py.other")
     other.append(pa.table({"id": pa.array([7], pa.int64())}))
     scoped = stack.store.client("s3", _keys(vended.config))
     other_file = next(iter(other.scan().plan_files())).file.file_path
@@ -150,8 +157,7 @@ def test_pyiceberg_round_trip_with_nessie_vended_credentials(session: lakesessio
     assert table.metadata_location.startswith(f"{stack.nessie.base}/catalog/v1/trees/main%40")
 
 
-def _keys(config: dict[str, str] | object) -> Credentials:
-    cfg = dict(config)  # type: ignore[call-overload]
+def _keys(cfg: Mapping[str, str]) -> Credentials:
     return Credentials(cfg["s3.access-key-id"], cfg["s3.secret-access-key"], cfg.get("s3.session-token"))
 
 
@@ -165,7 +171,7 @@ def _expire_all(store: S3Emulator) -> int:
 
 def test_pyiceberg_survives_expiry_by_reload(session: lakesession.Session, stack: Stack) -> None:
     """Nessie lists no ``/credentials``: lakesession refreshes by reloading the table, and Nessie vends new keys."""
-    table = session.table("py.orders")
+    table = _table(session, "py.orders")
     store = session.credential_store
     entry = store.entry("py.orders")
     assert entry.refresh_url is not None and entry.refresh_url.endswith("/namespaces/py/tables/orders")
@@ -182,12 +188,12 @@ def test_pyiceberg_survives_expiry_by_reload(session: lakesession.Session, stack
 
 def test_pyiceberg_remote_signing_by_nessie(session: lakesession.Session) -> None:
     """With ``access='remote-signing'`` Nessie signs every S3 request; the table holds no storage keys."""
-    table = session.table("py.orders", access="remote-signing")
+    table = _table(session, "py.orders", access="remote-signing")
     assert table.config.get("s3.remote-signing-enabled") == "true"
     assert not any(k.endswith(("access-key-id", "secret-access-key", "session-token")) for k in table.config)
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
     table.append(pa.table({"id": pa.array([4], pa.int64()), "item": ["kiwi"]}))
-    assert sorted(session.table("py.orders").scan().to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]
+    assert sorted(_table(session, "py.orders").scan().to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]
 
 
 @pytest.mark.spark
@@ -205,7 +211,7 @@ def test_spark_crud_and_metadata_tables_through_the_gateway(session: lakesession
     files = spark.sql("SELECT file_path FROM nessie.sp.orders.files").collect()
     assert files and all(r.file_path.startswith(f"s3://{BUCKET}/sp/orders") for r in files)
     # the same table from pyiceberg, as the same identity
-    assert sorted(session.table("sp.orders").scan().to_arrow().column("id").to_pylist()) == [1, 3]
+    assert sorted(_table(session, "sp.orders").scan().to_arrow().column("id").to_pylist()) == [1, 3]
     conf = dict(spark.sparkContext.getConf().getAll())
     assert not any("secret-access-key" in k or "session-token" in k for k in conf)  # no storage keys in the conf
     assert all(v != session.identity.token() for v in conf.values())  # nor the user's token
