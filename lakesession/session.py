@@ -41,6 +41,9 @@ class Session:
         jars: Jar mode for Spark (``auto``, ``offline``, ``maven``, ``cache``) or explicit paths.
         master: Spark master (``local[*]`` by default); ``remote`` for Spark Connect.
         gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
+        assumed_credential_ttl: Seconds to assume vended keys live when the catalog states no expiry
+            (Nessie 0.99): pyiceberg tables then refresh them (by reload) ahead of it. Set it at most
+            to the catalog's real credential lifetime; by default such keys are refreshed only on demand.
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class Session:
         embedded: Any = None,
         pending: EmbeddedStart | None = None,
         gateway_options: dict[str, Any] | None = None,
+        assumed_credential_ttl: float | None = None,
     ):
         self._uri = uri.rstrip("/") if uri else None
         self._identity = identity
@@ -71,7 +75,7 @@ class Session:
         self._spark_conf = dict(spark_conf or {})
         self._embedded = embedded
         self.access_log = AccessLog()
-        self.credential_store = CredentialStore()
+        self.credential_store = CredentialStore(assumed_ttl=assumed_credential_ttl)
         self.reports = Reports(self)
         self._gateway_options = dict(gateway_options or {})
         self._gateway: Gateway | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -184,6 +185,32 @@ def test_pyiceberg_survives_expiry_by_reload(session: lakesession.Session, stack
     assert after and after.isdisjoint(before)
     table.append(pa.table({"id": pa.array([3], pa.int64()), "item": ["fig"]}))  # the same handle, new keys
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
+
+
+def test_a_held_table_refreshes_ahead_of_an_assumed_lifetime(stack: Stack) -> None:
+    """``assumed_credential_ttl``: keys that state no expiry are reloaded ahead of the lifetime the user
+    assumes for them, so a table handle outlives its first keys without a forced refresh."""
+    s = lakesession.connect(
+        uri=stack.nessie.iceberg_uri,
+        warehouse=WAREHOUSE,
+        issuer=stack.issuer.issuer_uri,
+        credential=f"etl:{SECRETS['etl']}",
+        assumed_credential_ttl=3,
+    )
+    try:
+        table = _table(s, "py.orders")
+        entry = s.credential_store.entry("py.orders")
+        assert entry.expires_at is not None and entry.expires_at - time.time() <= 3
+        before = {c.config["s3.access-key-id"] for c in entry.credentials}
+        time.sleep(2.5)  # due: refresh margin 1 s of the assumed 3 s (never before half the lifetime)
+        assert _expire_all(stack.store) >= 1  # and the first keys really are dead now
+        assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
+        refreshed = s.credential_store.entry("py.orders")
+        assert refreshed.refreshes >= 1 and before.isdisjoint(
+            c.config["s3.access-key-id"] for c in refreshed.credentials
+        )
+    finally:
+        s.close()
 
 
 def test_pyiceberg_remote_signing_by_nessie(session: lakesession.Session) -> None:
