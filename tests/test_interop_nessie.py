@@ -130,6 +130,14 @@ def test_what_nessie_offers(stack: Stack) -> None:
     assert "endpoints" not in body or not body["endpoints"]  # nothing listed: no /credentials, no views for Java
     assert body["overrides"]["uri"].startswith(stack.nessie.base)  # its own address, which the gateway rewrites
     assert body["defaults"]["prefix"] == "main%7Cwarehouse"  # {ref}|{warehouse}, already percent-encoded
+    uri, auth = stack.nessie.iceberg_uri, {"Authorization": f"Bearer {stack.issuer.admin.token_for('etl')}"}
+    # no token endpoint of its own: clients get tokens from the issuer (lakesession: client credentials or device)
+    assert httpx.post(f"{uri}/v1/oauth/tokens", data={"grant_type": "client_credentials"}).status_code == 501
+    # views are served (though unlisted: Iceberg Java then assumes none without view-endpoints-supported=true)
+    created = httpx.post(f"{uri}/v1/main%7Cwarehouse/namespaces", json={"namespace": ["obs"]}, headers=auth)
+    assert created.status_code == 200, created.text
+    views = httpx.get(f"{uri}/v1/main%7Cwarehouse/namespaces/obs/views", headers=auth)
+    assert views.status_code == 200 and views.json()["identifiers"] == []
 
 
 def test_pyiceberg_round_trip_with_nessie_vended_credentials(session: lakesession.Session, stack: Stack) -> None:
@@ -177,6 +185,11 @@ def test_pyiceberg_survives_expiry_by_reload(session: lakesession.Session, stack
     entry = store.entry("py.orders")
     assert entry.refresh_url is not None and entry.refresh_url.endswith("/namespaces/py/tables/orders")
     before = {c.config["s3.access-key-id"] for c in entry.credentials}
+    direct = httpx.get(
+        f"{stack.nessie.iceberg_uri}/v1/main%7Cwarehouse/namespaces/py/tables/orders/credentials",
+        headers={"Authorization": f"Bearer {session.identity.token()}"},
+    )
+    assert direct.status_code in (404, 405, 501)  # no loadCredentials route in Nessie 0.99
     assert _expire_all(stack.store) >= 1
     with pytest.raises(OSError):  # the store really refuses them now
         table.scan().to_arrow()
