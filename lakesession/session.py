@@ -42,8 +42,9 @@ class Session:
         master: Spark master (``local[*]`` by default); ``remote`` for Spark Connect.
         gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
         assumed_credential_ttl: Seconds to assume vended keys live when the catalog states no expiry
-            (Nessie 0.99): pyiceberg tables then refresh them (by reload) ahead of it. Set it at most
-            to the catalog's real credential lifetime; by default such keys are refreshed only on demand.
+            (Nessie 0.99): pyiceberg tables and the JVM then refresh them (by reload) ahead of it. Set it at
+            most to the catalog's real lifetime; by default pyiceberg refreshes such keys only on demand
+            and the JVM keeps each load's keys (every query reloads its tables).
     """
 
     def __init__(
@@ -163,6 +164,7 @@ class Session:
             invalidate=self._invalidate,
             host=self._gateway_host,
             access_log=self.access_log,
+            assumed_credential_ttl=self.credential_store.assumed_ttl,
             **self._gateway_options,
         ).start()
 

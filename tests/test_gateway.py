@@ -280,3 +280,19 @@ def test_refresh_endpoint_only_for_credentials_that_state_their_expiry() -> None
         json.loads(rewrite_table_config(timed, up, gw, "r", own))["config"]["client.refresh-credentials-endpoint"]
         == own
     )
+
+
+def test_keys_without_a_stated_expiry_get_the_assumed_lifetime_only_when_one_is_set() -> None:
+    from lakesession.gateway._app import stamp_expiry
+
+    keys = {"s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.session-token": "ST"}
+    bare = json.dumps({"metadata": {"location": "s3://b/t"}, "config": keys}).encode()
+    assert stamp_expiry(bare, None) == bare
+    before = time.time()
+    stamped = json.loads(stamp_expiry(bare, 60))["config"]["s3.session-token-expires-at-ms"]
+    assert before + 59 <= int(stamped) / 1000 <= time.time() + 60
+    creds = json.dumps({"storage-credentials": [{"prefix": "s3://b/t", "config": keys}]}).encode()
+    assert "s3.session-token-expires-at-ms" in json.loads(stamp_expiry(creds, 5))["storage-credentials"][0]["config"]
+    stated = json.dumps({"config": {**keys, "s3.session-token-expires-at-ms": "1"}}).encode()
+    assert stamp_expiry(stated, 60) == stated  # the catalog's own expiry stays
+    assert stamp_expiry(b'{"config": {"s3.endpoint": "x"}}', 60) == b'{"config": {"s3.endpoint": "x"}}'

@@ -278,3 +278,39 @@ def test_spark_survives_expiry_by_reload(session: lakesession.Session, stack: St
     table_config = loaded.json()["config"]
     assert table_config["s3.access-key-id"] and "client.refresh-credentials-endpoint" not in table_config
     assert table_config["client.region"] == stack.store.region
+
+
+@pytest.mark.spark
+def test_spark_refreshes_through_the_gateway_with_an_assumed_lifetime(stack: Stack) -> None:
+    """With ``assumed_credential_ttl`` the gateway stamps an expiry on Nessie's keys: Iceberg Java then takes
+    the gateway's refresh endpoint (served by reloading the table at Nessie) instead of keeping the load's keys.
+    (Keys revoked out of band are not noticed before the assumed lifetime: the gateway caches refreshes.)"""
+    s = lakesession.connect(
+        uri=stack.nessie.iceberg_uri,
+        warehouse=WAREHOUSE,
+        issuer=stack.issuer.issuer_uri,
+        credential=f"etl:{SECRETS['etl']}",
+        catalog_name="nessie_assumed",
+        master="local[2]",
+        spark_conf=SPARK_TEST_CONF,
+        assumed_credential_ttl=60,  # under Iceberg Java's 5-minute prefetch: it refreshes before using the keys
+    )
+    try:
+        spark = s.spark()
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS nessie_assumed.lt")
+        spark.sql("CREATE TABLE IF NOT EXISTS nessie_assumed.lt.t (id BIGINT) USING iceberg")
+        spark.sql("INSERT INTO nessie_assumed.lt.t VALUES (1), (2)")
+        spark.sql("INSERT INTO nessie_assumed.lt.t VALUES (3)")
+        assert [r.id for r in spark.sql("SELECT id FROM nessie_assumed.lt.t ORDER BY id").collect()] == [1, 2, 3]
+        refreshes = [r for r in s.access_log.records() if r.action == "refresh_credentials"]
+        assert refreshes and all(r.status == 200 for r in refreshes)
+        assert any(r.via in ("upstream", "shared") for r in refreshes)  # reloads at Nessie: it has no /credentials
+        stamped = [(r.time, r.credentials_expire_at) for r in refreshes if r.credentials_expire_at is not None]
+        assert stamped and all(0 < at - t <= 61 for t, at in stamped)  # the assumed 60 s, stamped by the gateway
+        gw = s.gateway
+        auth = {"Authorization": f"Bearer {gw.secret}", "X-Iceberg-Access-Delegation": "vended-credentials"}
+        loaded = httpx.get(f"{gw.uri}/v1/main%7Cwarehouse/namespaces/lt/tables/t", headers=auth).json()["config"]
+        assert loaded["client.refresh-credentials-endpoint"].startswith(gw.uri)
+        assert int(loaded["s3.session-token-expires-at-ms"]) / 1000 - time.time() <= 60
+    finally:
+        s.close()

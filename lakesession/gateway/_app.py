@@ -116,6 +116,24 @@ def credentials_from_table(body: bytes) -> bytes:
     return json.dumps({"storage-credentials": creds}).encode()
 
 
+def stamp_expiry(body: bytes, ttl: float | None) -> bytes:
+    """Keys vended with no stated expiry (Nessie 0.99) get ``s3.session-token-expires-at-ms`` = now + ``ttl``,
+    the lifetime the session assumes for them: Iceberg Java then refreshes (by reload) ahead of it."""
+    if ttl is None or b"access-key-id" not in body or b"expires-at-ms" in body:
+        return body
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(doc, dict):
+        return body
+    at = str(int((time.time() + ttl) * 1000))
+    for holder in [doc.get("config")] + [c.get("config") for c in doc.get("storage-credentials") or []]:
+        if isinstance(holder, dict) and any(str(k).endswith("access-key-id") for k in holder):
+            holder["s3.session-token-expires-at-ms"] = at
+    return json.dumps(doc).encode()
+
+
 def refuse_path(raw_path: str) -> str | None:
     """Why ``raw_path`` may not be forwarded, or None. A segment decoding to ``.``/``..`` would be
     resolved by the HTTP client (reaching another path than the one checked); one decoding to ``?``
@@ -143,8 +161,10 @@ class GatewayApp:
         credentials: CredentialCache,
         chains: ChainRoutes | None = None,
         region: str | None = None,
+        assumed_ttl: float | None = None,
     ):
         self.upstream = upstream
+        self.assumed_ttl = assumed_ttl  # lifetime assumed for keys vended with no stated expiry
         self.region = region if region is not None else default_region()
         self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
         self._expected = f"Bearer {secret}".encode()
@@ -275,6 +295,8 @@ class GatewayApp:
                             reply = (200, credentials_from_table(reply[1]), reply[2])
                     else:
                         reply = self.upstream.forward(method, path, query, headers, body)
+                    if reply[0] == 200:
+                        reply = (200, stamp_expiry(reply[1], self.assumed_ttl), reply[2])
                     self.credentials.store(key, reply)
                     return reply
 
@@ -287,6 +309,8 @@ class GatewayApp:
             content = rewrite_table_config(content, self.upstream.base_url, base)
         if status == 200 and "/tables" in path:
             own = f"{base}{path}/credentials" if what and what[0] in ("load_table", "create_table") else None
+            if own is not None:
+                content = stamp_expiry(content, self.assumed_ttl)
             content = rewrite_table_config(content, self.upstream.base_url, base, self.region, own)
         if what:
             self.access_log.add(
@@ -312,8 +336,9 @@ def create_gateway_app(
     gateway_base: Callable[[], str],
     credentials: CredentialCache,
     chains: ChainRoutes | None = None,
+    assumed_ttl: float | None = None,
 ) -> GatewayApp:
-    return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains)
+    return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains, assumed_ttl=assumed_ttl)
 
 
 def _offers_credentials(config_body: bytes) -> bool | None:
