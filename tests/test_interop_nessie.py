@@ -9,8 +9,11 @@ session policies and expiry). What Nessie 0.99 does not do, and what lakesession
 - its ``/v1/config`` lists no ``endpoints`` (so no ``/credentials``): credentials are refreshed by
   reloading the table;
 - it vends credentials in the table ``config`` with no ``s3.session-token-expires-at-ms``: Iceberg
-  Java's refresh needs one, so the JVM keeps the keys of each load, and every query reloads the table
-  (Spark's catalog cache is off) and gets fresh keys;
+  Java's refresh needs one, so by default the JVM keeps the keys of each load, and every query reloads
+  the table (Spark's catalog cache is off) and gets fresh keys; pyiceberg tables count them as never
+  expiring until a forced refresh. With ``assumed_credential_ttl`` both refresh ahead of that assumed
+  lifetime (the gateway stamps it on the keys for the JVM);
+- its table metadata holds the current snapshot only, and lives at a Nessie URL, not in the store;
 - its ``/v1/config`` overrides ``uri`` with its own address: the gateway rewrites it, or the JVM would
   leave the gateway (and fail: it holds no user token).
 """
