@@ -20,7 +20,16 @@ if TYPE_CHECKING:
 __all__ = ["connect", "current_session", "replace_current", "spark"]
 
 
-SESSION_OPTIONS = ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf", "gateway_options")
+SESSION_OPTIONS = (
+    "catalog_name",
+    "jars",
+    "master",
+    "remote",
+    "gateway_host",
+    "spark_conf",
+    "gateway_options",
+    "assumed_credential_ttl",
+)
 EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl", "access_token_ttl")
 
 
@@ -31,8 +40,10 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     pyiceberg's ``~/.pyiceberg.yaml`` (see ``lakesession.config``). Identity options:
     ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
     or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, with
-    ``on_prompt`` to show the code); ``identity='none'`` for a catalog without authentication. Spark options: ``catalog_name``, ``jars``, ``master``,
-    ``remote``, ``gateway_host``, ``spark_conf``.
+    ``on_prompt`` to show the code); ``identity='none'`` for a catalog without authentication. Spark options:
+    ``catalog_name``, ``jars``, ``master``, ``remote``, ``gateway_host``, ``spark_conf``. ``assumed_credential_ttl``:
+    seconds to assume vended keys live when the catalog states no expiry (Nessie 0.99), so tables refresh them
+    ahead of it.
     """
     from .config import merged_settings
 

@@ -43,6 +43,10 @@ class Session:
         jars: Jar mode for Spark (``auto``, ``offline``, ``maven``, ``cache``) or explicit paths.
         master: Spark master (``local[*]`` by default); ``remote`` for Spark Connect.
         gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
+        assumed_credential_ttl: Seconds to assume vended keys live when the catalog states no expiry
+            (Nessie 0.99): pyiceberg tables and the JVM then refresh them (by reload) ahead of it. Set it at
+            most to the catalog's real lifetime; by default pyiceberg refreshes such keys only on demand
+            and the JVM keeps each load's keys (every query reloads its tables).
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class Session:
         embedded: Any = None,
         pending: EmbeddedStart | None = None,
         gateway_options: dict[str, Any] | None = None,
+        assumed_credential_ttl: float | None = None,
     ):
         self._uri = uri.rstrip("/") if uri else None
         self._identity = identity
@@ -73,7 +78,7 @@ class Session:
         self._spark_conf = dict(spark_conf or {})
         self._embedded = embedded
         self.access_log = AccessLog()
-        self.credential_store = CredentialStore()
+        self.credential_store = CredentialStore(assumed_ttl=assumed_credential_ttl)
         self.reports = Reports(self)
         self._gateway_options = dict(gateway_options or {})
         self._gateway: Gateway | None = None
@@ -161,6 +166,7 @@ class Session:
             invalidate=self._invalidate,
             host=self._gateway_host,
             access_log=self.access_log,
+            assumed_credential_ttl=self.credential_store.assumed_ttl,
             **self._gateway_options,
         ).start()
 

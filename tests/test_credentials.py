@@ -33,6 +33,7 @@ from lakesession.credentials import (
     covers,
     refresh_margin,
 )
+from lakesession.errors import ConfigError
 from lakesession.identity import ClientCredentials
 from lakesession.reference import bootstrap, start
 
@@ -453,3 +454,51 @@ def test_remote_signing_reads_through_the_sign_endpoint(lake: Lake) -> None:
     n = w.scan().to_arrow().num_rows
     w.append(ROWS)
     assert w.scan().to_arrow().num_rows == n + 2
+
+
+def test_keys_without_a_stated_expiry_are_refreshed_by_reload_ahead_of_an_assumed_lifetime() -> None:
+    """Nessie 0.99 vends STS keys in the table config with no expiry; with ``assumed_ttl`` the store reloads the
+    table ahead of it (without, the keys count as never expiring and only a forced refresh replaces them)."""
+    clock = [1_000_000.0]
+    loads: list[str] = []
+
+    def reload(request: httpx.Request) -> httpx.Response:
+        loads.append(request.url.path)
+        n = len(loads)
+        keys = {
+            "s3.access-key-id": f"ASIANESSIE{n:04d}",
+            "s3.secret-access-key": f"s-{n:04d}-zz",
+            "s3.session-token": "t",
+        }
+        return httpx.Response(200, json={"metadata": {"location": "s3://b/wh/t"}, "config": keys})
+
+    def store_with(assumed: float | None) -> CredentialStore:
+        store = CredentialStore(transport=httpx.MockTransport(reload), clock=lambda: clock[0], assumed_ttl=assumed)
+        first = {"s3.access-key-id": "ASIANESSIE0000", "s3.secret-access-key": "s-0000-zz", "s3.session-token": "t"}
+        store.register(
+            "ns.t",
+            (),
+            first,
+            location="s3://b/wh/t",
+            refresh_url="http://nessie.test/v1/p/namespaces/ns/tables/t",
+            token=lambda: "fake-user-token-1",
+        )
+        return store
+
+    never = store_with(None)
+    assert never.entry("ns.t").expires_at is None
+    clock[0] += 10**6
+    assert never.credential_for("ns.t", "s3://b/wh/t/x").config["s3.access-key-id"] == "ASIANESSIE0000" and not loads
+    never.close()
+
+    store = store_with(100.0)
+    assert store.entry("ns.t").expires_at == clock[0] + 100
+    clock[0] += 79  # the usual margin (20 % of 100 s): not yet due
+    assert store.credential_for("ns.t", "s3://b/wh/t/x").config["s3.access-key-id"] == "ASIANESSIE0000" and not loads
+    clock[0] += 2
+    fresh = store.credential_for("ns.t", "s3://b/wh/t/x")
+    assert fresh.config["s3.access-key-id"] == "ASIANESSIE0001" and loads == ["/v1/p/namespaces/ns/tables/t"]
+    assert fresh.expires_at == clock[0] + 100  # assumed again from the reload
+    store.close()
+    with pytest.raises(ConfigError, match="positive"):
+        CredentialStore(assumed_ttl=0)

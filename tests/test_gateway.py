@@ -304,3 +304,50 @@ def test_namespace_levels_reach_the_catalog_joined_by_its_own_separator() -> Non
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_config_answers_naming_the_catalogs_own_uri_keep_the_jvm_on_the_gateway() -> None:
+    """Nessie's /v1/config overrides ``uri`` with its own address: unrewritten, Iceberg Java would leave the gateway."""
+    up, gw = "http://nessie:19120/iceberg", "http://127.0.0.1:2"
+    body = json.dumps(
+        {
+            "defaults": {"prefix": "main%7Cwarehouse", "uri": up},
+            "overrides": {"uri": up + "/", "nessie.core-base-uri": "http://nessie:19120/api/"},
+        }
+    ).encode()
+    doc = json.loads(rewrite_table_config(body, up, gw))
+    assert doc["overrides"]["uri"] == gw + "/" and doc["defaults"]["uri"] == gw
+    assert doc["overrides"]["nessie.core-base-uri"] == "http://nessie:19120/api/"  # not the Iceberg REST root
+    assert doc["defaults"]["prefix"] == "main%7Cwarehouse"
+
+
+def test_refresh_endpoint_only_for_credentials_that_state_their_expiry() -> None:
+    """Iceberg Java's refresh fails without ``s3.session-token-expires-at-ms`` (Nessie 0.99 vends none): the JVM
+    then keeps the load's keys, and the next query's reload brings fresh ones."""
+    up, gw, own = "http://catalog:1", "http://127.0.0.1:2", "http://127.0.0.1:2/v1/p/namespaces/ns/tables/t/credentials"
+    keys = {"s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.session-token": "ST", "client.region": "r"}
+    bare = json.dumps({"metadata": {"location": "s3://b/t"}, "config": keys}).encode()
+    assert rewrite_table_config(bare, up, gw, "r", own) == bare
+    timed = json.dumps(
+        {"metadata": {"location": "s3://b/t"}, "config": {**keys, "s3.session-token-expires-at-ms": "1"}}
+    ).encode()
+    assert (
+        json.loads(rewrite_table_config(timed, up, gw, "r", own))["config"]["client.refresh-credentials-endpoint"]
+        == own
+    )
+
+
+def test_keys_without_a_stated_expiry_get_the_assumed_lifetime_only_when_one_is_set() -> None:
+    from lakesession.gateway._app import stamp_expiry
+
+    keys = {"s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.session-token": "ST"}
+    bare = json.dumps({"metadata": {"location": "s3://b/t"}, "config": keys}).encode()
+    assert stamp_expiry(bare, None) == bare
+    before = time.time()
+    stamped = json.loads(stamp_expiry(bare, 60))["config"]["s3.session-token-expires-at-ms"]
+    assert before + 59 <= int(stamped) / 1000 <= time.time() + 60
+    creds = json.dumps({"storage-credentials": [{"prefix": "s3://b/t", "config": keys}]}).encode()
+    assert "s3.session-token-expires-at-ms" in json.loads(stamp_expiry(creds, 5))["storage-credentials"][0]["config"]
+    stated = json.dumps({"config": {**keys, "s3.session-token-expires-at-ms": "1"}}).encode()
+    assert stamp_expiry(stated, 60) == stated  # the catalog's own expiry stays
+    assert stamp_expiry(b'{"config": {"s3.endpoint": "x"}}', 60) == b'{"config": {"s3.endpoint": "x"}}'

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ..errors import ConfigError
 from ._errors import CredentialsError
 from ._states import (
     REVOKED,
@@ -99,9 +100,19 @@ class CredentialStore:
         transport: An ``httpx`` transport for the refresh requests (tests inject failures here).
         clock: Epoch-seconds clock (``time.time``).
         timeout: Per-request timeout of a refresh, in seconds.
+        assumed_ttl: Lifetime, in seconds, to assume for vended keys that state no expiry (Nessie 0.99
+            vends STS keys without ``s3.session-token-expires-at-ms``): they are then refreshed ahead
+            of it like any other. ``None``: such keys are taken to never expire.
     """
 
-    def __init__(self, *, transport: Any = None, clock: Callable[[], float] = time.time, timeout: float = 10.0):
+    def __init__(
+        self,
+        *,
+        transport: Any = None,
+        clock: Callable[[], float] = time.time,
+        timeout: float = 10.0,
+        assumed_ttl: float | None = None,
+    ):
         from ._refresh import Refresher
 
         self._lock = threading.RLock()
@@ -109,6 +120,9 @@ class CredentialStore:
         self._listeners: list[Listener] = []
         self._generation = 0
         self.clock = clock
+        if assumed_ttl is not None and assumed_ttl <= 0:
+            raise ConfigError(f"assumed_credential_ttl must be a positive number of seconds, not {assumed_ttl!r}")
+        self.assumed_ttl = assumed_ttl
         self.refresher = Refresher(self, transport=transport, timeout=timeout)
 
     # -- registration ---------------------------------------------------------------
@@ -146,10 +160,17 @@ class CredentialStore:
         self._generation += 1
         return tuple(
             StorageCredential(
-                table, prefix.rstrip("/") or prefix, MappingProxyType(dict(cfg)), expiry_of(cfg), self._generation
+                table, prefix.rstrip("/") or prefix, MappingProxyType(dict(cfg)), self._expiry(cfg), self._generation
             )
             for prefix, cfg in pairs
         )
+
+    def _expiry(self, cfg: Mapping[str, str]) -> float | None:
+        """The stated expiry, else (keys with none, and an ``assumed_ttl``) the assumed one from now."""
+        stated = expiry_of(cfg)
+        if stated is None and self.assumed_ttl is not None and any(is_secret_key(k) for k in cfg):
+            return self.clock() + self.assumed_ttl
+        return stated
 
     def _replace(self, entry: TableCredentials, storage_credentials: Iterable[Any]) -> None:
         """A successful refresh: new credentials, state ``valid``."""

@@ -65,17 +65,25 @@ def rewrite_table_config(
     body: bytes, upstream_base: str, gateway_base: str, region: str | None = None, refresh_endpoint: str | None = None
 ) -> bytes:
     """Point every absolute catalog URL in a table's configs (credential refresh endpoint, remote
-    signer URI) at the gateway, so the JVM never needs the user's token (relative paths already do).
+    signer URI) or a config answer's defaults and overrides (``uri``) at the gateway, so the JVM never
+    needs the user's token (relative paths already do).
 
     A table result without ``client.region`` gets one (the catalog's ``s3.region``, else ``region``):
     Iceberg Java's S3 client cannot start without a region, and catalogs for S3-compatible stores
     (SeaweedFS, MinIO) often advertise none.
 
     ``refresh_endpoint`` (the gateway's own ``…/credentials`` for this table) is set as the table's
-    ``client.refresh-credentials-endpoint`` when vended credentials come without one, so the JVM
-    refreshes through the gateway even where the catalog has no ``/credentials`` route."""
+    ``client.refresh-credentials-endpoint`` when vended credentials with an expiry come without one, so
+    the JVM refreshes through the gateway even where the catalog has no ``/credentials`` route."""
     urls = upstream_base.encode() in body
-    inject = refresh_endpoint is not None and b"refresh-credentials-endpoint" not in body and b"access-key-id" in body
+    # only for credentials that state their expiry: Iceberg Java's refresh needs one (Nessie 0.99 states none;
+    # the JVM then keeps the load's keys, and every query's reload brings fresh ones)
+    inject = (
+        refresh_endpoint is not None
+        and b"refresh-credentials-endpoint" not in body
+        and b"access-key-id" in body
+        and b"expires-at-ms" in body
+    )
     if not urls and not inject and (region is None or b'"client.region"' in body):
         return body
     try:
@@ -85,6 +93,8 @@ def rewrite_table_config(
     if not isinstance(doc, dict):
         return body
     holders = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
+    # a /v1/config answer may name the catalog's own URI (Nessie: overrides.uri): the JVM would leave the gateway
+    holders += [h for h in (doc.get("defaults"), doc.get("overrides")) if isinstance(h, dict)]
     changed = False
     for holder in holders if urls else []:
         for key, value in holder.items():
@@ -110,6 +120,24 @@ def credentials_from_table(body: bytes) -> bytes:
     if not creds and any(k.endswith(("access-key-id", "secret-access-key", "session-token")) for k in config):
         creds = [{"prefix": doc["metadata"]["location"], "config": config}]
     return json.dumps({"storage-credentials": creds}).encode()
+
+
+def stamp_expiry(body: bytes, ttl: float | None) -> bytes:
+    """Keys vended with no stated expiry (Nessie 0.99) get ``s3.session-token-expires-at-ms`` = now + ``ttl``,
+    the lifetime the session assumes for them: Iceberg Java then refreshes (by reload) ahead of it."""
+    if ttl is None or b"access-key-id" not in body or b"expires-at-ms" in body:
+        return body
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(doc, dict):
+        return body
+    at = str(int((time.time() + ttl) * 1000))
+    for holder in [doc.get("config")] + [c.get("config") for c in doc.get("storage-credentials") or []]:
+        if isinstance(holder, dict) and any(str(k).endswith("access-key-id") for k in holder):
+            holder["s3.session-token-expires-at-ms"] = at
+    return json.dumps(doc).encode()
 
 
 def refuse_path(raw_path: str) -> str | None:
@@ -139,8 +167,10 @@ class GatewayApp:
         credentials: CredentialCache,
         chains: ChainRoutes | None = None,
         region: str | None = None,
+        assumed_ttl: float | None = None,
     ):
         self.upstream = upstream
+        self.assumed_ttl = assumed_ttl  # lifetime assumed for keys vended with no stated expiry
         self.region = region if region is not None else default_region()
         self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
         self.keys_supported = False  # the catalog advertises idempotency-key-lifetime (its /v1/config, once seen)
@@ -277,6 +307,8 @@ class GatewayApp:
                             reply = (200, credentials_from_table(reply[1]), reply[2])
                     else:
                         reply = self.upstream.forward(method, path, query, headers, body)
+                    if reply[0] == 200:
+                        reply = (200, stamp_expiry(reply[1], self.assumed_ttl), reply[2])
                     self.credentials.store(key, reply)
                     return reply
 
@@ -286,8 +318,11 @@ class GatewayApp:
             status, content, out_headers = self._forward(method, path, query, headers, body)
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
+            content = rewrite_table_config(content, self.upstream.base_url, base)
         if status == 200 and "/tables" in path:
             own = f"{base}{path}/credentials" if what and what[0] in ("load_table", "create_table") else None
+            if own is not None:
+                content = stamp_expiry(content, self.assumed_ttl)
             content = rewrite_table_config(content, self.upstream.base_url, base, self.region, own)
         if what:
             self.access_log.add(
@@ -335,8 +370,9 @@ def create_gateway_app(
     gateway_base: Callable[[], str],
     credentials: CredentialCache,
     chains: ChainRoutes | None = None,
+    assumed_ttl: float | None = None,
 ) -> GatewayApp:
-    return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains)
+    return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains, assumed_ttl=assumed_ttl)
 
 
 def _namespace_separator(config_body: bytes) -> str:

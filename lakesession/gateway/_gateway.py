@@ -23,6 +23,7 @@ class Gateway:
         host: Bind address; loopback by default, a routable one for cluster mode.
         port: 0 picks a free port.
         wrap_app: Wraps the ASGI app before it is served (a seam for recorders in tests).
+        assumed_credential_ttl: Lifetime (s) to stamp on keys vended with no stated expiry, so the JVM refreshes.
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class Gateway:
         access_log: AccessLog | None = None,
         timeout: float = 60.0,
         wrap_app: Callable[[Any], Any] | None = None,
+        assumed_credential_ttl: float | None = None,
     ):
         self._upstream = upstream
         self._secret = secrets.token_urlsafe(32)
@@ -54,6 +56,7 @@ class Gateway:
             lambda: self.uri,
             self.credential_cache,
             self.chains,
+            assumed_ttl=assumed_credential_ttl,
         )
         self._server = BackgroundServer(wrap_app(app) if wrap_app else app, self._sock, "lakesession-gateway")
         self._started = False
