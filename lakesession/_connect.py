@@ -20,7 +20,16 @@ if TYPE_CHECKING:
 __all__ = ["connect", "current_session", "replace_current", "spark"]
 
 
-SESSION_OPTIONS = ("catalog_name", "jars", "master", "remote", "gateway_host", "spark_conf", "gateway_options")
+SESSION_OPTIONS = (
+    "catalog_name",
+    "jars",
+    "master",
+    "remote",
+    "gateway_host",
+    "spark_conf",
+    "gateway_options",
+    "access",
+)
 EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl", "access_token_ttl")
 
 
@@ -32,7 +41,9 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
     or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, with
     ``on_prompt`` to show the code). Spark options: ``catalog_name``, ``jars``, ``master``,
-    ``remote``, ``gateway_host``, ``spark_conf``.
+    ``remote``, ``gateway_host``, ``spark_conf``; ``access="remote-signing"`` (default
+    ``vended-credentials``): Spark and ``table()`` hold no storage credentials, the catalog signs
+    each S3 request (Spark's signer calls go through the gateway, as the user).
     """
     from .config import merged_settings
 

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._reports import Reports
 from .credentials import CredentialStore
-from .errors import SessionClosedError
+from .errors import ConfigError, SessionClosedError
 from .gateway import AccessLog, Gateway
+
+ACCESS_MODES = ("vended-credentials", "remote-signing")
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +43,9 @@ class Session:
         jars: Jar mode for Spark (``auto``, ``offline``, ``maven``, ``cache``) or explicit paths.
         master: Spark master (``local[*]`` by default); ``remote`` for Spark Connect.
         gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
+        access: How Spark and ``table()`` reach storage: ``vended-credentials`` (per-table credentials
+            from the catalog) or ``remote-signing`` (no storage credentials at all: the catalog signs
+            each S3 request; Spark's signer calls go through the gateway, as the user).
     """
 
     def __init__(
@@ -58,7 +63,11 @@ class Session:
         embedded: Any = None,
         pending: EmbeddedStart | None = None,
         gateway_options: dict[str, Any] | None = None,
+        access: str = "vended-credentials",
     ):
+        if access not in ACCESS_MODES:
+            raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {access!r}")
+        self.access = access
         self._uri = uri.rstrip("/") if uri else None
         self._identity = identity
         self._pending = pending  # (embedded catalog, identity) still starting in the background
@@ -159,6 +168,7 @@ class Session:
             invalidate=self._invalidate,
             host=self._gateway_host,
             access_log=self.access_log,
+            access=self.access if self.access == "remote-signing" else None,
             **self._gateway_options,
         ).start()
 
@@ -188,7 +198,8 @@ class Session:
                         if pending is not None and self._gateway is None:
                             self._gateway = pending.result()
                         assert self._gateway is not None
-                        return catalog_conf(self.catalog_name, self._gateway.uri, self._gateway.secret, self.warehouse)
+                        gw = self._gateway
+                        return catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse, self.access)
 
                     try:
                         self._spark = _sparkbind.bind(
@@ -218,10 +229,11 @@ class Session:
                 self._catalog = rest_catalog(self.catalog_name, self.uri, self.identity, warehouse=self.warehouse)
             return self._catalog
 
-    def table(self, name: str, *, access: str = "vended-credentials", mode: str | None = None) -> Table | DataFrame:
+    def table(self, name: str, *, access: str | None = None, mode: str | None = None) -> Table | DataFrame:
         """Load ``ns.table`` with pyiceberg, its storage credentials refreshed ahead of expiry.
 
-        ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request.
+        ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request
+        (default: the session's ``access``).
         A view (pyiceberg cannot read views) gives a Spark DataFrame over it instead, with its chain
         evaluated by the catalog as in ``sql()``.
         """
@@ -231,7 +243,13 @@ class Session:
 
         try:
             return load_table(
-                self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode
+                self.catalog,
+                name,
+                self.credential_store,
+                self._token,
+                self.uri,
+                access=access or self.access,
+                mode=mode,
             )
         except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
             if isinstance(name, str) and self.catalog.view_exists(name):
@@ -294,7 +312,8 @@ class Session:
         with self._lock:
             if name not in self._chain_catalogs:
                 spark = self.spark()
-                for key, value in catalog_conf(name, f"{gw.uri}/chain/{route.id}", gw.secret, self.warehouse).items():
+                conf = catalog_conf(name, f"{gw.uri}/chain/{route.id}", gw.secret, self.warehouse, self.access)
+                for key, value in conf.items():
                     spark.conf.set(key, value)
                 self._chain_catalogs.add(name)
         return name

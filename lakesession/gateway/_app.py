@@ -25,10 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote, unquote
 
+import httpx
+
 from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
+from ._signer import SIGN_PREFIX, SignerRoutes, rewrite_signing
 from ._upstream import Reply, Upstream, error_reply
 
 __all__ = ["GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
@@ -47,6 +50,7 @@ FORWARD_REQUEST_HEADERS = (
 METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"
+SIGNING = "remote-signing"
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
@@ -133,8 +137,11 @@ class GatewayApp:
         credentials: CredentialCache,
         chains: ChainRoutes | None = None,
         region: str | None = None,
+        access: str | None = None,
     ):
         self.upstream = upstream
+        self.access = access  # "remote-signing": the JVM gets no storage credentials, only the signer route
+        self.signers = SignerRoutes()
         self.region = region if region is not None else default_region()
         self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
         self._expected = f"Bearer {secret}".encode()
@@ -221,6 +228,8 @@ class GatewayApp:
 
     # -- routing (blocking, in the pool) ---------------------------------------------------------------
     def handle(self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
+        if raw_path.startswith(SIGN_PREFIX):
+            return self._sign(method, raw_path[len(SIGN_PREFIX) :], query, headers, body)
         if not raw_path.startswith("/chain/"):
             # the main catalog keeps INVOKER semantics: view chains only through chain routes
             return self._handle(method, raw_path, strip_referenced_by(query), headers, body, self._gateway_base(), None)
@@ -238,11 +247,26 @@ class GatewayApp:
         if rest.rstrip("/") != "v1/config":
             query = with_referenced_by(query, route.referenced_by)
         return self._handle(
-            method, "/" + rest, query, headers, body, f"{self._gateway_base()}/chain/{route.id}", route.display
+            method,
+            "/" + rest,
+            query,
+            headers,
+            body,
+            f"{self._gateway_base()}/chain/{route.id}",
+            route.display,
+            route.id,
         )
 
     def _handle(
-        self, method: str, path: str, query: str, req_headers: dict[str, str], body: bytes, base: str, chain: str | None
+        self,
+        method: str,
+        path: str,
+        query: str,
+        req_headers: dict[str, str],
+        body: bytes,
+        base: str,
+        chain: str | None,
+        chain_id: str | None = None,
     ) -> Reply:
         headers = {k: v for k, v in req_headers.items() if k in FORWARD_REQUEST_HEADERS}
         started = time.monotonic()
@@ -251,7 +275,15 @@ class GatewayApp:
         if what is None and method == "POST" and path.endswith(("/tables", "/views")):
             what = _create_target(path, body)
         via = "upstream"
-        if what and what[0] == "refresh_credentials":
+        if self.access == SIGNING:  # whatever the engine asks: never vended credentials for this session
+            headers["x-iceberg-access-delegation"] = SIGNING
+        if self.access == SIGNING and what and what[0] == "refresh_credentials":
+            status, content, out_headers = error_reply(
+                403,
+                "ForbiddenException",
+                "This session uses remote signing: Spark gets no storage credentials (the catalog signs each request)",
+            )
+        elif what and what[0] == "refresh_credentials":
             key = f"{path}?{query}|{req_headers.get('x-iceberg-access-delegation', '')}"
             cached = self.credentials.get(key)
             if cached is not None:
@@ -275,7 +307,19 @@ class GatewayApp:
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
         if status == 200 and "/tables" in path:
-            own = f"{base}{path}/credentials" if what and what[0] in ("load_table", "create_table") else None
+            loaded = what is not None and what[0] in ("load_table", "create_table")
+            if loaded or self.access == SIGNING:
+                content = rewrite_signing(
+                    content,
+                    self.upstream.base_url,
+                    base,
+                    self._gateway_base(),
+                    self.signers,
+                    what[1] if what else "table",
+                    chain_id,
+                    strip_credentials=self.access == SIGNING,
+                )
+            own = f"{base}{path}/credentials" if loaded and self.access != SIGNING else None
             content = rewrite_table_config(content, self.upstream.base_url, base, self.region, own)
         if what:
             self.access_log.add(
@@ -293,6 +337,48 @@ class GatewayApp:
             )
         return status, content, out_headers
 
+    def _sign(self, method: str, rid: str, query: str, req_headers: dict[str, str], body: bytes) -> Reply:
+        """``POST /sign/{id}``: the catalog's signer endpoint for a table this session loaded, as the user."""
+        if method != "POST":
+            return error_reply(405, "BadRequestException", f"Method {method} is not allowed on a signer route (POST)")
+        route = self.signers.get(rid) if rid and "/" not in rid and not query else None
+        if route is None:
+            return error_reply(
+                403,
+                "ForbiddenException",
+                "Unknown signer route: signer routes are exactly the /sign/{id} the gateway returned in a table load",
+            )
+        if not self.upstream.same_origin(route.target):
+            return error_reply(
+                403,
+                "ForbiddenException",
+                f"The catalog named a signer for {route.object} off its own origin: "
+                "lakesession sends the user's token only to the catalog",
+            )
+        chain = self.routes.get(route.chain) if route.chain else None
+        if route.chain and chain is None:
+            return error_reply(403, "ForbiddenException", "Unknown view-chain catalog for this signer route")
+        url = httpx.URL(route.target)
+        q = url.query.decode("latin-1")
+        q = with_referenced_by(q, chain.referenced_by) if chain else strip_referenced_by(q)
+        url = url.copy_with(query=q.encode("latin-1") or None)
+        headers = {k: v for k, v in req_headers.items() if k in ("content-type", "accept", "x-request-id")}
+        started = time.monotonic()
+        status, content, out_headers = self.upstream.send("POST", url, url.path, headers, body)
+        self.access_log.add(
+            AccessRecord(
+                time=time.time(),
+                action="sign_request",
+                object=route.object,
+                status=status,
+                duration_ms=round((time.monotonic() - started) * 1000, 2),
+                request_id=out_headers.get("x-request-id"),
+                via="upstream",
+                chain=chain.display if chain else None,
+            )
+        )
+        return status, content, out_headers
+
 
 def create_gateway_app(
     upstream: Upstream,
@@ -301,8 +387,9 @@ def create_gateway_app(
     gateway_base: Callable[[], str],
     credentials: CredentialCache,
     chains: ChainRoutes | None = None,
+    access: str | None = None,
 ) -> GatewayApp:
-    return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains)
+    return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains, access=access)
 
 
 def _offers_credentials(config_body: bytes) -> bool | None:

@@ -23,6 +23,8 @@ class Gateway:
         host: Bind address; loopback by default, a routable one for cluster mode.
         port: 0 picks a free port.
         wrap_app: Wraps the ASGI app before it is served (a seam for recorders in tests).
+        access: ``remote-signing`` makes every forwarded call ask for remote signing and keeps storage
+            credentials out of what the JVM receives; None passes the engine's choice through.
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class Gateway:
         access_log: AccessLog | None = None,
         timeout: float = 60.0,
         wrap_app: Callable[[Any], Any] | None = None,
+        access: str | None = None,
     ):
         self._upstream = upstream
         self._secret = secrets.token_urlsafe(32)
@@ -54,6 +57,7 @@ class Gateway:
             lambda: self.uri,
             self.credential_cache,
             self.chains,
+            access,
         )
         self._server = BackgroundServer(wrap_app(app) if wrap_app else app, self._sock, "lakesession-gateway")
         self._started = False
