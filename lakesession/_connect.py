@@ -10,7 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError, UnknownOptionError
-from .session import Session
+from .session import ACCESS_MODES, Session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,6 +49,8 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
 
     begin_embedded = not options.pop("_defer_embedded", False)  # lakesession.spark(): begun once the JVM is up
     session_opts = {k: options.pop(k) for k in list(options) if k in SESSION_OPTIONS}
+    if session_opts.get("access", ACCESS_MODES[0]) not in ACCESS_MODES:  # before anything starts
+        raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {session_opts['access']!r}")
     embedded_opts = {k: options.pop(k) for k in list(options) if k in EMBEDDED_OPTIONS}
     settings = merged_settings(catalog, options)
     if settings.get("uri") is None:

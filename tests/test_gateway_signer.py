@@ -348,3 +348,60 @@ def test_rewrite_signing_resolves_targets_like_iceberg_and_keeps_the_chain_apart
         rewrite_signing(raw, "http://cat:1", "http://gw", "http://gw", routes, "t", None, strip_credentials=True)
     )
     assert stripped["config"] == {"s3.endpoint": "http://s3"}
+
+
+def test_signer_routes_carry_their_routes_chain_and_no_other() -> None:
+    """On the main route a signer call never carries ``referenced-by`` (INVOKER, whatever the catalog or the
+    engine put there); on a view-chain route it carries exactly that chain."""
+    queries: list[str] = []
+    catalog = FastAPI()
+
+    @catalog.get("/v1/p/namespaces/ns/tables/t")
+    def load_t() -> dict[str, Any]:
+        return {
+            "metadata-location": "s3://b/t/metadata/1.json",
+            "metadata": {"format-version": 2, "location": "s3://b/t"},
+            "config": {
+                "s3.remote-signing-enabled": "true",
+                "s3.signer.endpoint": "v1/p/namespaces/ns/tables/t/sign?referenced-by=ns%1Fdefiner&x=1",
+            },
+        }
+
+    @catalog.post("/v1/p/namespaces/ns/tables/t/sign")
+    async def sign(request: Request) -> dict[str, Any]:
+        queries.append(request.url.query)
+        return {"uri": "http://s3/b/t/x", "headers": {}}
+
+    server = BackgroundServer(catalog, bind("127.0.0.1", 0), "cat")
+    server.start()
+    try:
+        with Gateway(f"http://127.0.0.1:{server.port}", lambda: "tok", access="remote-signing") as g:
+            route = g.chains.register(((("ns",), "v"),), "ns%1Fv", {(("ns",), "t")})
+            body = {"region": "r", "uri": "http://s3/b/t/x", "method": "GET"}
+            for base in (g.uri, f"{g.uri}/chain/{route.id}"):
+                loaded = httpx.get(f"{base}/v1/p/namespaces/ns/tables/t", headers=auth(g), timeout=30).json()
+                assert loaded["config"]["s3.signer.uri"] == base
+                r = httpx.post(loaded["config"]["s3.signer.endpoint"], json=body, headers=auth(g), timeout=30)
+                assert r.status_code == 200, r.text
+    finally:
+        server.stop()
+    assert queries == ["x=1", "x=1&referenced-by=ns%1Fv"]
+
+
+def test_connect_access_option_reaches_spark_conf_and_gateway(lake: Lake) -> None:
+    import lakesession
+    from lakesession._spark.session import catalog_conf
+    from lakesession.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="remote-signing"):
+        lakesession.connect(access="remote_signing")  # refused before any catalog starts
+    token = lake.handle.admin.token_for("mallory")
+    with lakesession.connect(uri=lake.handle.uri, token=token, access="remote-signing") as s:
+        assert s.access == "remote-signing"
+        conf = catalog_conf("lake", s.gateway.uri, s.gateway.secret, None, s.access)
+        assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == "remote-signing"
+        loaded = load(s.gateway, "orders")  # the session's gateway asks for signing whatever the engine says
+        assert loaded.json()["config"]["s3.signer.endpoint"].startswith(f"{s.gateway.uri}/sign/")
+    with lakesession.connect(uri=lake.handle.uri, token=token) as s:
+        assert s.access == "vended-credentials"
+        assert "s3.access-key-id" in json.dumps(load(s.gateway, "orders").json())
