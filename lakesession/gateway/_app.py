@@ -365,6 +365,7 @@ class GatewayApp:
         headers = {k: v for k, v in req_headers.items() if k in ("content-type", "accept", "x-request-id")}
         started = time.monotonic()
         status, content, out_headers = self.upstream.send("POST", url, url.path, headers, body)
+        out_headers = {**out_headers, "cache-control": "no-store"}  # never reused: see _signer's docstring
         self.access_log.add(
             AccessRecord(
                 time=time.time(),

@@ -13,7 +13,11 @@ with the user's token. The route is deliberately narrow:
 * ``referenced-by`` is the one of the route the table was loaded through (none on the main route),
   as for every other call of that route;
 * the body passes unchanged: what may be signed is the catalog's decision (its allowlist, the
-  table's location, the user's privilege); its refusals pass through.
+  table's location, the user's privilege); its refusals pass through;
+* replies say ``Cache-Control: no-store``: Iceberg keeps signatures marked ``private`` for 30 s
+  in one cache for the whole JVM, keyed by method and URL only — another session's SparkSession
+  (another user) on the same JVM would reuse them, and a read with another ``Range`` would
+  reuse a signature covering the first one.
 
 In a remote-signing session the gateway also removes any storage credential a catalog vends anyway,
 so the JVM's table IO never holds one.
