@@ -403,6 +403,10 @@ def test_connect_access_option_reaches_spark_conf_and_gateway(lake: Lake) -> Non
         assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == "remote-signing"
         loaded = load(s.gateway, "orders")  # the session's gateway asks for signing whatever the engine says
         assert loaded.json()["config"]["s3.signer.endpoint"].startswith(f"{s.gateway.uri}/sign/")
+        status = s.status()
+        assert status["access"] == "remote-signing"
+        rows = [r for r in status["credentials"] if r["engine"] == "spark"]
+        assert [(r["table"], r["state"]) for r in rows] == [("ns.orders", "remote-signing")]
     with lakesession.connect(uri=lake.handle.uri, token=token) as s:
         assert s.access == "vended-credentials"
         assert "s3.access-key-id" in json.dumps(load(s.gateway, "orders").json())
