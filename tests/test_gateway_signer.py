@@ -410,3 +410,33 @@ def test_connect_access_option_reaches_spark_conf_and_gateway(lake: Lake) -> Non
     with lakesession.connect(uri=lake.handle.uri, token=token) as s:
         assert s.access == "vended-credentials"
         assert "s3.access-key-id" in json.dumps(load(s.gateway, "orders").json())
+
+
+def test_staged_creates_are_signed_for_creators_only_inside_their_location(lake: Lake) -> None:
+    """CTAS writes its files before the table exists (a staged create, committed at the end): the signer signs
+    inside the staged table's location for a principal who may create tables there, and nothing else."""
+    etl_token = lake.handle.admin.token_for("etl")
+    with Gateway(lake.handle.uri, lambda: etl_token, access="remote-signing") as g:
+        body = {"name": "staged", "schema": SCHEMA, "stage-create": True}
+        r = httpx.post(f"{g.uri}{P}/namespaces/ns/tables", json=body, headers=auth(g), timeout=30)
+        assert r.status_code == 200, r.text
+        location = r.json()["metadata"]["location"].split(f"s3://{BUCKET}/", 1)[1]
+        endpoint = r.json()["config"]["s3.signer.endpoint"]
+        uri = f"{lake.endpoint}/{BUCKET}/{location}/data/part-0.parquet"
+        signed = httpx.post(endpoint, json=sign_body(lake, "PUT", uri), headers=auth(g), timeout=30)
+        assert signed.status_code == 200, signed.text
+        assert replay("PUT", uri, signed, b"ctas rows").status_code == 200
+        outside = httpx.post(
+            endpoint, json=sign_body(lake, "PUT", lake.url("secret", "data/x.parquet")), headers=auth(g), timeout=30
+        )
+        assert outside.status_code == 403, outside.text
+    # mallory may not create tables in ns: no signature for a table that does not exist
+    mallory = lake.handle.admin.token_for("mallory")
+    uri = f"{lake.endpoint}/{BUCKET}/{location.rsplit('/', 1)[0]}/mine/data/x.parquet"
+    r = httpx.post(
+        f"{lake.handle.uri}{P}/namespaces/ns/tables/mine/sign",
+        json=sign_body(lake, "PUT", uri),
+        headers={"Authorization": f"Bearer {mallory}"},
+        timeout=30,
+    )
+    assert r.status_code == 403, r.text

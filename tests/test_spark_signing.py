@@ -64,6 +64,8 @@ def test_spark_creates_writes_and_reads_with_remote_signing_and_no_storage_crede
     rows = [tuple(r) for r in spark.sql("SELECT id, name FROM lake.signing.t ORDER BY id").collect()]
     assert rows == [(1, "a"), (3, "c")]
     assert spark.sql("SELECT count(*) FROM lake.signing.t.snapshots").collect()[0][0] == 2
+    spark.sql("CREATE TABLE lake.signing.ctas USING iceberg AS SELECT id * 10 AS id FROM lake.signing.t")  # staged
+    assert sorted(r[0] for r in spark.sql("SELECT id FROM lake.signing.ctas").collect()) == [10, 30]
 
     # nothing in the JVM could reach storage by itself: not in its conf, not in the table's IO
     admin = lake.embedded.handle.s3_emulator.admin_credentials
