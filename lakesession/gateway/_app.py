@@ -25,13 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote, unquote
 
-import httpx
-
 from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
-from ._signer import SIGN_PREFIX, SignerRoutes, rewrite_signing
+from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing
 from ._upstream import Reply, Upstream, error_reply
 
 __all__ = ["GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
@@ -339,46 +337,9 @@ class GatewayApp:
 
     def _sign(self, method: str, rid: str, query: str, req_headers: dict[str, str], body: bytes) -> Reply:
         """``POST /sign/{id}``: the catalog's signer endpoint for a table this session loaded, as the user."""
-        if method != "POST":
-            return error_reply(405, "BadRequestException", f"Method {method} is not allowed on a signer route (POST)")
-        route = self.signers.get(rid) if rid and "/" not in rid and not query else None
-        if route is None:
-            return error_reply(
-                403,
-                "ForbiddenException",
-                "Unknown signer route: signer routes are exactly the /sign/{id} the gateway returned in a table load",
-            )
-        if not self.upstream.same_origin(route.target):
-            return error_reply(
-                403,
-                "ForbiddenException",
-                f"The catalog named a signer for {route.object} off its own origin: "
-                "lakesession sends the user's token only to the catalog",
-            )
-        chain = self.routes.get(route.chain) if route.chain else None
-        if route.chain and chain is None:
-            return error_reply(403, "ForbiddenException", "Unknown view-chain catalog for this signer route")
-        url = httpx.URL(route.target)
-        q = url.query.decode("latin-1")
-        q = with_referenced_by(q, chain.referenced_by) if chain else strip_referenced_by(q)
-        url = url.copy_with(query=q.encode("latin-1") or None)
-        headers = {k: v for k, v in req_headers.items() if k in ("content-type", "accept", "x-request-id")}
-        started = time.monotonic()
-        status, content, out_headers = self.upstream.send("POST", url, url.path, headers, body)
-        out_headers = {**out_headers, "cache-control": "no-store"}  # never reused: see _signer's docstring
-        self.access_log.add(
-            AccessRecord(
-                time=time.time(),
-                action="sign_request",
-                object=route.object,
-                status=status,
-                duration_ms=round((time.monotonic() - started) * 1000, 2),
-                request_id=out_headers.get("x-request-id"),
-                via="upstream",
-                chain=chain.display if chain else None,
-            )
+        return forward_sign(
+            method, rid, query, req_headers, body, self.signers, self.routes, self.upstream, self.access_log
         )
-        return status, content, out_headers
 
 
 def create_gateway_app(

@@ -28,11 +28,17 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-__all__ = ["SIGN_PREFIX", "SignerRoute", "SignerRoutes", "rewrite_signing"]
+import httpx
+
+from ._accesslog import AccessLog, AccessRecord
+from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
+from ._upstream import Reply, Upstream, error_reply
+
+__all__ = ["SIGN_PREFIX", "SignerRoute", "SignerRoutes", "forward_sign", "rewrite_signing"]
 
 SIGN_PREFIX = "/sign/"
 ENABLED = "s3.remote-signing-enabled"
@@ -140,6 +146,56 @@ def is_credential_key(key: str) -> bool:
     return "credential" in k or any(m in k for m in _CREDENTIAL_MARKERS)
 
 
-def target_path(target: str) -> str:
-    """The path of a signer target (for messages and the path checks)."""
-    return urlsplit(target).path or "/"
+def forward_sign(
+    method: str,
+    rid: str,
+    query: str,
+    req_headers: dict[str, str],
+    body: bytes,
+    signers: SignerRoutes,
+    chains: ChainRoutes,
+    upstream: Upstream,
+    access_log: AccessLog,
+) -> Reply:
+    """One call on ``/sign/{rid}``: refused unless it is exactly a route of ``signers`` on the catalog's
+    origin, else forwarded there as the user (with the route's view chain, if any) and logged."""
+    if method != "POST":
+        return error_reply(405, "BadRequestException", f"Method {method} is not allowed on a signer route (POST)")
+    route = signers.get(rid) if rid and "/" not in rid and not query else None
+    if route is None:
+        return error_reply(
+            403,
+            "ForbiddenException",
+            "Unknown signer route: signer routes are exactly the /sign/{id} the gateway returned in a table load",
+        )
+    if not upstream.same_origin(route.target):
+        return error_reply(
+            403,
+            "ForbiddenException",
+            f"The catalog named a signer for {route.object} off its own origin: "
+            "lakesession sends the user's token only to the catalog",
+        )
+    chain = chains.get(route.chain) if route.chain else None
+    if route.chain and chain is None:
+        return error_reply(403, "ForbiddenException", "Unknown view-chain catalog for this signer route")
+    url = httpx.URL(route.target)
+    q = url.query.decode("latin-1")
+    q = with_referenced_by(q, chain.referenced_by) if chain else strip_referenced_by(q)
+    url = url.copy_with(query=q.encode("latin-1") or None)
+    headers = {k: v for k, v in req_headers.items() if k in ("content-type", "accept", "x-request-id")}
+    started = time.monotonic()
+    status, content, out_headers = upstream.send("POST", url, url.path, headers, body)
+    out_headers = {**out_headers, "cache-control": "no-store"}  # never reused (see the module docstring)
+    access_log.add(
+        AccessRecord(
+            time=time.time(),
+            action="sign_request",
+            object=route.object,
+            status=status,
+            duration_ms=round((time.monotonic() - started) * 1000, 2),
+            request_id=out_headers.get("x-request-id"),
+            via="upstream",
+            chain=chain.display if chain else None,
+        )
+    )
+    return status, content, out_headers
