@@ -10,7 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError, UnknownOptionError
-from .session import Session
+from .session import ACCESS_MODES, Session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,6 +29,7 @@ SESSION_OPTIONS = (
     "spark_conf",
     "gateway_options",
     "assumed_credential_ttl",
+    "access",
 )
 EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl", "access_token_ttl")
 
@@ -43,12 +44,15 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     ``on_prompt`` to show the code); ``identity='none'`` for a catalog without authentication. Spark options:
     ``catalog_name``, ``jars``, ``master``, ``remote``, ``gateway_host``, ``spark_conf``. ``assumed_credential_ttl``:
     seconds to assume vended keys live when the catalog states no expiry (Nessie 0.99), so tables refresh them
-    ahead of it.
+    ahead of it. ``access="remote-signing"`` (default ``vended-credentials``): Spark and ``table()`` hold no
+    storage credentials, the catalog signs each S3 request (Spark's signer calls go through the gateway, as the user).
     """
     from .config import merged_settings
 
     begin_embedded = not options.pop("_defer_embedded", False)  # lakesession.spark(): begun once the JVM is up
     session_opts = {k: options.pop(k) for k in list(options) if k in SESSION_OPTIONS}
+    if session_opts.get("access", ACCESS_MODES[0]) not in ACCESS_MODES:  # before anything starts
+        raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {session_opts['access']!r}")
     embedded_opts = {k: options.pop(k) for k in list(options) if k in EMBEDDED_OPTIONS}
     settings = merged_settings(catalog, options)
     if settings.get("uri") is None:

@@ -175,7 +175,10 @@ class Reports:
             elif r.status == 200 and r.credentials_expire_at:
                 row["expires_at"] = r.credentials_expire_at
                 row["state"], row["last_error"] = ("valid" if r.credentials_expire_at > now else "expired"), None
+        signing = getattr(s, "access", None) == "remote-signing"
         for row in spark.values():
+            if signing and row["state"] == "unknown":
+                row["state"] = "remote-signing"  # no credential to expire: the catalog signs each request
             if row["expires_at"]:
                 row["seconds_left"] = max(0.0, round(row["expires_at"] - now, 1))
                 if row["state"] == "valid" and row["expires_at"] <= now:
@@ -204,6 +207,7 @@ class Reports:
             "uri": s.uri,
             "identity": identity.describe() if identity is not None else None,
             "spark": s.spark_started,
+            "access": getattr(s, "access", "vended-credentials"),
             "credentials": self.credential_rows(),
             "time": time.time(),
         }

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._reports import Reports
 from .credentials import CredentialStore
-from .errors import SessionClosedError
+from .errors import ConfigError, SessionClosedError
 from .gateway import AccessLog, Gateway
+
+ACCESS_MODES = ("vended-credentials", "remote-signing")
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -47,6 +49,9 @@ class Session:
             (Nessie 0.99): pyiceberg tables and the JVM then refresh them (by reload) ahead of it. Set it at
             most to the catalog's real lifetime; by default pyiceberg refreshes such keys only on demand
             and the JVM keeps each load's keys (every query reloads its tables).
+        access: How Spark and ``table()`` reach storage: ``vended-credentials`` (per-table credentials
+            from the catalog) or ``remote-signing`` (no storage credentials at all: the catalog signs
+            each S3 request; Spark's signer calls go through the gateway, as the user).
     """
 
     def __init__(
@@ -65,7 +70,11 @@ class Session:
         pending: EmbeddedStart | None = None,
         gateway_options: dict[str, Any] | None = None,
         assumed_credential_ttl: float | None = None,
+        access: str = "vended-credentials",
     ):
+        if access not in ACCESS_MODES:
+            raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {access!r}")
+        self.access = access
         self._uri = uri.rstrip("/") if uri else None
         self._identity = identity
         self._pending = pending  # (embedded catalog, identity) still starting in the background
@@ -167,6 +176,7 @@ class Session:
             host=self._gateway_host,
             access_log=self.access_log,
             assumed_credential_ttl=self.credential_store.assumed_ttl,
+            access=self.access if self.access == "remote-signing" else None,
             **self._gateway_options,
         ).start()
 
@@ -196,7 +206,8 @@ class Session:
                         if pending is not None and self._gateway is None:
                             self._gateway = pending.result()
                         assert self._gateway is not None
-                        return catalog_conf(self.catalog_name, self._gateway.uri, self._gateway.secret, self.warehouse)
+                        gw = self._gateway
+                        return catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse, self.access)
 
                     try:
                         self._spark = _sparkbind.bind(
@@ -227,14 +238,15 @@ class Session:
             return self._catalog
 
     def table(
-        self, name: str | Sequence[str], *, access: str = "vended-credentials", mode: str | None = None
+        self, name: str | Sequence[str], *, access: str | None = None, mode: str | None = None
     ) -> Table | DataFrame:
         """Load ``ns.table`` with pyiceberg, its storage credentials refreshed ahead of expiry.
 
         ``name`` may also be a tuple or list of levels, e.g. ``("a.b", "c", "t")``: the way to name a
         namespace level that contains '.' (the string form splits on every dot).
 
-        ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request.
+        ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request
+        (default: the session's ``access``).
         A view (pyiceberg cannot read views) gives a Spark DataFrame over it instead, with its chain
         evaluated by the catalog as in ``sql()``.
         """
@@ -244,7 +256,13 @@ class Session:
 
         try:
             return load_table(
-                self.catalog, name, self.credential_store, self._token, self.uri, access=access, mode=mode
+                self.catalog,
+                name,
+                self.credential_store,
+                self._token,
+                self.uri,
+                access=access or self.access,
+                mode=mode,
             )
         except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
             ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
@@ -308,7 +326,8 @@ class Session:
         with self._lock:
             if name not in self._chain_catalogs:
                 spark = self.spark()
-                for key, value in catalog_conf(name, f"{gw.uri}/chain/{route.id}", gw.secret, self.warehouse).items():
+                conf = catalog_conf(name, f"{gw.uri}/chain/{route.id}", gw.secret, self.warehouse, self.access)
+                for key, value in conf.items():
                     spark.conf.set(key, value)
                 self._chain_catalogs.add(name)
         return name

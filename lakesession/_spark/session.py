@@ -36,12 +36,16 @@ SECRET_ENV = (
 )
 
 
-def catalog_conf(name: str, gateway_uri: str, session_secret: str, warehouse: str | None) -> dict[str, str]:
+def catalog_conf(
+    name: str, gateway_uri: str, session_secret: str, warehouse: str | None, access: str = "vended-credentials"
+) -> dict[str, str]:
     """Spark conf for one Iceberg REST catalog behind the gateway.
 
     The JVM gets the gateway URI and the per-session secret (sent as its bearer
     token) — never the user's token. Caching is off: another writer's commit
-    (pyiceberg, another engine) must be visible to the next query.
+    (pyiceberg, another engine) must be visible to the next query. ``access`` is the
+    access delegation asked of the catalog: ``vended-credentials`` or ``remote-signing``
+    (no storage credentials in the JVM: its signer calls go to the gateway too).
     """
     p = f"spark.sql.catalog.{name}"
     conf = {
@@ -50,7 +54,7 @@ def catalog_conf(name: str, gateway_uri: str, session_secret: str, warehouse: st
         f"{p}.uri": gateway_uri,
         f"{p}.token": session_secret,
         f"{p}.cache-enabled": "false",
-        f"{p}.header.X-Iceberg-Access-Delegation": "vended-credentials",
+        f"{p}.header.X-Iceberg-Access-Delegation": access,
     }
     if warehouse:
         conf[f"{p}.warehouse"] = warehouse

@@ -3,9 +3,10 @@
 Bounded (10,000 records by default). Iceberg's S3FileIO asks for credentials on nearly every
 request once a TTL is short (≈ 280/s from one Spark job), and the gateway answers those from its
 cache: one record each would push everything else out of the log within a minute. So cache-served
-credential requests are aggregated — one record per table, chain, status and minute, with
-``count`` requests between ``time`` and ``until`` — while loads, commits, creates, drops and every
-upstream refresh stay individual records. The log then keeps hours, not seconds.
+credential requests — and remote-signing calls (``sign_request``, one per S3 request) — are
+aggregated: one record per table, chain, status and minute, with ``count`` requests between
+``time`` and ``until``; loads, commits, creates, drops and every upstream refresh stay individual.
+The log then keeps hours, not seconds.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ AGGREGATE_SECONDS = 60
 
 
 def _aggregated(record: AccessRecord) -> bool:
-    return record.action == "refresh_credentials" and record.via == "cache"
+    # remote signing is one call per S3 request: aggregated like cache-served refreshes
+    return record.action == "sign_request" or (record.action == "refresh_credentials" and record.via == "cache")
 
 
 class _Bucket:

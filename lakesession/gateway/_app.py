@@ -16,8 +16,6 @@ import asyncio
 import hmac
 import json
 import logging
-import os
-import re
 import threading
 import time
 import traceback
@@ -31,6 +29,17 @@ from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
+from ._rewrite import (
+    JVM_SEPARATOR,
+    credentials_from_table,
+    default_region,
+    namespace_separator,
+    offers_credentials,
+    rewrite_table_config,
+    stamp_expiry,
+    with_separator,
+)
+from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing
 from ._upstream import Reply, Upstream, error_reply
 
 __all__ = ["GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
@@ -47,97 +56,9 @@ FORWARD_REQUEST_HEADERS = (
     "accept-encoding",
 )
 METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
-REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
-CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"
 KEYED_RETRY_WINDOW = 30.0  # seconds the gateway retries a keyed mutation (the JVM's request stays open meanwhile)
-JVM_SEPARATOR = "%1F"  # how Iceberg Java (< 1.11) joins namespace levels in a path, always
-_SEPARATOR_RE = re.compile("%1F", re.IGNORECASE)
-_SAFE_SEPARATOR = re.compile(r"(?:%[0-9A-Fa-f]{2}|[A-Za-z0-9._~-])+")  # never "/", "?" or "%" alone in a path
+SIGNING = "remote-signing"
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
-
-
-def default_region() -> str:
-    """The region the JVM gets when the catalog names none: the environment's, else us-east-1."""
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-
-
-def rewrite_table_config(
-    body: bytes, upstream_base: str, gateway_base: str, region: str | None = None, refresh_endpoint: str | None = None
-) -> bytes:
-    """Point every absolute catalog URL in a table's configs (credential refresh endpoint, remote
-    signer URI) or a config answer's defaults and overrides (``uri``) at the gateway, so the JVM never
-    needs the user's token (relative paths already do).
-
-    A table result without ``client.region`` gets one (the catalog's ``s3.region``, else ``region``):
-    Iceberg Java's S3 client cannot start without a region, and catalogs for S3-compatible stores
-    (SeaweedFS, MinIO) often advertise none.
-
-    ``refresh_endpoint`` (the gateway's own ``…/credentials`` for this table) is set as the table's
-    ``client.refresh-credentials-endpoint`` when vended credentials with an expiry come without one, so
-    the JVM refreshes through the gateway even where the catalog has no ``/credentials`` route."""
-    urls = upstream_base.encode() in body
-    # only for credentials that state their expiry: Iceberg Java's refresh needs one (Nessie 0.99 states none;
-    # the JVM then keeps the load's keys, and every query's reload brings fresh ones)
-    inject = (
-        refresh_endpoint is not None
-        and b"refresh-credentials-endpoint" not in body
-        and b"access-key-id" in body
-        and b"expires-at-ms" in body
-    )
-    if not urls and not inject and (region is None or b'"client.region"' in body):
-        return body
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return body
-    if not isinstance(doc, dict):
-        return body
-    holders = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
-    # a /v1/config answer may name the catalog's own URI (Nessie: overrides.uri): the JVM would leave the gateway
-    holders += [h for h in (doc.get("defaults"), doc.get("overrides")) if isinstance(h, dict)]
-    changed = False
-    for holder in holders if urls else []:
-        for key, value in holder.items():
-            if isinstance(value, str) and (value == upstream_base or value.startswith(upstream_base + "/")):
-                holder[key] = gateway_base + value[len(upstream_base) :]
-                changed = True
-    if region is not None and "metadata" in doc and not any("client.region" in h for h in holders):
-        named = next((h["s3.region"] for h in holders if isinstance(h.get("s3.region"), str)), None)
-        doc["config"] = {**(doc.get("config") or {}), "client.region": named or region}
-        changed = True
-    if inject and "metadata" in doc:
-        doc["config"] = {**(doc.get("config") or {}), REFRESH_ENDPOINT: refresh_endpoint}
-        changed = True
-    return json.dumps(doc).encode() if changed else body
-
-
-def credentials_from_table(body: bytes) -> bytes:
-    """A LoadCredentialsResponse made from a LoadTableResult (a reload vends fresh credentials on
-    catalogs without ``/credentials``): its ``storage-credentials``, else the config's keys for the table."""
-    doc = json.loads(body)
-    creds = doc.get("storage-credentials") or []
-    config = {k: v for k, v in (doc.get("config") or {}).items() if isinstance(v, str) and k != REFRESH_ENDPOINT}
-    if not creds and any(k.endswith(("access-key-id", "secret-access-key", "session-token")) for k in config):
-        creds = [{"prefix": doc["metadata"]["location"], "config": config}]
-    return json.dumps({"storage-credentials": creds}).encode()
-
-
-def stamp_expiry(body: bytes, ttl: float | None) -> bytes:
-    """Keys vended with no stated expiry (Nessie 0.99) get ``s3.session-token-expires-at-ms`` = now + ``ttl``,
-    the lifetime the session assumes for them: Iceberg Java then refreshes (by reload) ahead of it."""
-    if ttl is None or b"access-key-id" not in body or b"expires-at-ms" in body:
-        return body
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return body
-    if not isinstance(doc, dict):
-        return body
-    at = str(int((time.time() + ttl) * 1000))
-    for holder in [doc.get("config")] + [c.get("config") for c in doc.get("storage-credentials") or []]:
-        if isinstance(holder, dict) and any(str(k).endswith("access-key-id") for k in holder):
-            holder["s3.session-token-expires-at-ms"] = at
-    return json.dumps(doc).encode()
 
 
 def refuse_path(raw_path: str) -> str | None:
@@ -168,9 +89,12 @@ class GatewayApp:
         chains: ChainRoutes | None = None,
         region: str | None = None,
         assumed_ttl: float | None = None,
+        access: str | None = None,
     ):
         self.upstream = upstream
         self.assumed_ttl = assumed_ttl  # lifetime assumed for keys vended with no stated expiry
+        self.access = access  # "remote-signing": the JVM gets no storage credentials, only the signer route
+        self.signers = SignerRoutes()
         self.region = region if region is not None else default_region()
         self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
         self.keys_supported = False  # the catalog advertises idempotency-key-lifetime (its /v1/config, once seen)
@@ -186,11 +110,11 @@ class GatewayApp:
         self._pool_lock = threading.Lock()
 
     def _note_endpoints(self, config_body: bytes) -> None:
-        offered = _offers_credentials(config_body)
+        offered = offers_credentials(config_body)
         if offered is not None:
             self.offers_credentials = offered
         self.keys_supported = advertises_keys(config_body)
-        self.namespace_separator = _namespace_separator(config_body)
+        self.namespace_separator = namespace_separator(config_body)
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -262,6 +186,8 @@ class GatewayApp:
 
     # -- routing (blocking, in the pool) ---------------------------------------------------------------
     def handle(self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
+        if raw_path.startswith(SIGN_PREFIX):
+            return self._sign(method, raw_path[len(SIGN_PREFIX) :], query, headers, body)
         if not raw_path.startswith("/chain/"):
             # the main catalog keeps INVOKER semantics: view chains only through chain routes
             return self._handle(method, raw_path, strip_referenced_by(query), headers, body, self._gateway_base(), None)
@@ -279,11 +205,26 @@ class GatewayApp:
         if rest.rstrip("/") != "v1/config":
             query = with_referenced_by(query, route.referenced_by)
         return self._handle(
-            method, "/" + rest, query, headers, body, f"{self._gateway_base()}/chain/{route.id}", route.display
+            method,
+            "/" + rest,
+            query,
+            headers,
+            body,
+            f"{self._gateway_base()}/chain/{route.id}",
+            route.display,
+            route.id,
         )
 
     def _handle(
-        self, method: str, path: str, query: str, req_headers: dict[str, str], body: bytes, base: str, chain: str | None
+        self,
+        method: str,
+        path: str,
+        query: str,
+        req_headers: dict[str, str],
+        body: bytes,
+        base: str,
+        chain: str | None,
+        chain_id: str | None = None,
     ) -> Reply:
         headers = {k: v for k, v in req_headers.items() if k in FORWARD_REQUEST_HEADERS}
         path = with_separator(path, self.namespace_separator)
@@ -293,7 +234,15 @@ class GatewayApp:
         if what is None and method == "POST" and path.endswith(("/tables", "/views")):
             what = _create_target(path, body)
         via = "upstream"
-        if what and what[0] == "refresh_credentials":
+        if self.access == SIGNING:  # whatever the engine asks: never vended credentials for this session
+            headers["x-iceberg-access-delegation"] = SIGNING
+        if self.access == SIGNING and what and what[0] == "refresh_credentials":
+            status, content, out_headers = error_reply(
+                403,
+                "ForbiddenException",
+                "This session uses remote signing: Spark gets no storage credentials (the catalog signs each request)",
+            )
+        elif what and what[0] == "refresh_credentials":
             key = f"{path}?{query}|{req_headers.get('x-iceberg-access-delegation', '')}"
             cached = self.credentials.get(key)
             if cached is not None:
@@ -320,7 +269,19 @@ class GatewayApp:
             self._note_endpoints(content)
             content = rewrite_table_config(content, self.upstream.base_url, base)
         if status == 200 and "/tables" in path:
-            own = f"{base}{path}/credentials" if what and what[0] in ("load_table", "create_table") else None
+            loaded = what is not None and what[0] in ("load_table", "create_table")
+            if loaded or self.access == SIGNING:
+                content = rewrite_signing(
+                    content,
+                    self.upstream.base_url,
+                    base,
+                    self._gateway_base(),
+                    self.signers,
+                    what[1] if what else "table",
+                    chain_id,
+                    strip_credentials=self.access == SIGNING,
+                )
+            own = f"{base}{path}/credentials" if loaded and self.access != SIGNING else None
             if own is not None:
                 content = stamp_expiry(content, self.assumed_ttl)
             content = rewrite_table_config(content, self.upstream.base_url, base, self.region, own)
@@ -362,6 +323,12 @@ class GatewayApp:
             reply = self.upstream.forward(method, path, query, headers, body)
         return reply
 
+    def _sign(self, method: str, rid: str, query: str, req_headers: dict[str, str], body: bytes) -> Reply:
+        """``POST /sign/{id}``: the catalog's signer endpoint for a table this session loaded, as the user."""
+        return forward_sign(
+            method, rid, query, req_headers, body, self.signers, self.routes, self.upstream, self.access_log
+        )
+
 
 def create_gateway_app(
     upstream: Upstream,
@@ -371,46 +338,11 @@ def create_gateway_app(
     credentials: CredentialCache,
     chains: ChainRoutes | None = None,
     assumed_ttl: float | None = None,
+    access: str | None = None,
 ) -> GatewayApp:
-    return GatewayApp(upstream, secret, access_log, gateway_base, credentials, chains, assumed_ttl=assumed_ttl)
-
-
-def _namespace_separator(config_body: bytes) -> str:
-    """The namespace separator a ``/v1/config`` answer asks for (overrides, then defaults; else ``%1F``)."""
-    try:
-        config = json.loads(config_body)
-        for part in ("overrides", "defaults"):
-            value = (config.get(part) or {}).get("namespace-separator")
-            if isinstance(value, str) and _SAFE_SEPARATOR.fullmatch(value):
-                return value
-    except (ValueError, AttributeError):
-        pass
-    return JVM_SEPARATOR
-
-
-def with_separator(path: str, separator: str) -> str:
-    """``path`` with the namespace levels joined by the catalog's separator instead of ``%1F``.
-
-    Iceberg Java before 1.11 always joins levels with ``%1F``, whatever the catalog's ``/v1/config``
-    asks for; Jetty 12 (Apache's REST fixture) refuses ``%1F`` in a path ("Suspicious Path Character",
-    400), which breaks multi-level namespaces and the probe before every metadata table. Only the
-    namespace segment changes; an encoded ``%`` inside a level (``%25``) never matches.
-    """
-    if separator.upper() == JVM_SEPARATOR or "/namespaces/" not in path:
-        return path
-    head, marker, rest = path.partition("/namespaces/")
-    namespace, slash, tail = rest.partition("/")
-    return head + marker + _SEPARATOR_RE.sub(separator, namespace) + slash + tail
-
-
-def _offers_credentials(config_body: bytes) -> bool | None:
-    """Whether a ``/v1/config`` answer lists the loadCredentials endpoint (None: it lists no endpoints,
-    which per the spec means only the defaults, among which ``/credentials`` is not)."""
-    try:
-        endpoints = json.loads(config_body).get("endpoints")
-    except (ValueError, AttributeError):
-        return None
-    return CREDENTIALS_ENDPOINT in endpoints if isinstance(endpoints, list) else False
+    return GatewayApp(
+        upstream, secret, access_log, gateway_base, credentials, chains, assumed_ttl=assumed_ttl, access=access
+    )
 
 
 async def _send(send: Any, method: str, reply: Reply) -> None:

@@ -24,6 +24,8 @@ class Gateway:
         port: 0 picks a free port.
         wrap_app: Wraps the ASGI app before it is served (a seam for recorders in tests).
         assumed_credential_ttl: Lifetime (s) to stamp on keys vended with no stated expiry, so the JVM refreshes.
+        access: ``remote-signing`` makes every forwarded call ask for remote signing and keeps storage
+            credentials out of what the JVM receives; None passes the engine's choice through.
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class Gateway:
         timeout: float = 60.0,
         wrap_app: Callable[[Any], Any] | None = None,
         assumed_credential_ttl: float | None = None,
+        access: str | None = None,
     ):
         self._upstream = upstream
         self._secret = secrets.token_urlsafe(32)
@@ -57,6 +60,7 @@ class Gateway:
             self.credential_cache,
             self.chains,
             assumed_ttl=assumed_credential_ttl,
+            access=access,
         )
         self._server = BackgroundServer(wrap_app(app) if wrap_app else app, self._sock, "lakesession-gateway")
         self._started = False

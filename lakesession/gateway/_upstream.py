@@ -146,6 +146,19 @@ class Upstream:
             base.raw_path.rstrip(b"/") + path.encode("latin-1") + (b"?" + query.encode("latin-1") if query else b"")
         )
         url = base.copy_with(raw_path=target)  # byte for byte: no decode/re-encode round trip
+        return self.send(method, url, path, headers, body)
+
+    def same_origin(self, url: str) -> bool:
+        """Whether ``url`` is on the catalog's own origin (scheme, host, port): the only place the
+        user's token may be sent."""
+        try:
+            there, here = httpx.URL(url), httpx.URL(self.base_url)
+        except (httpx.InvalidURL, TypeError):
+            return False
+        return (there.scheme, there.host, there.port) == (here.scheme, here.host, here.port) and not there.userinfo
+
+    def send(self, method: str, url: httpx.URL, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        """Send to ``url`` as the user (callers keep it on the catalog's origin); ``path`` names the call in errors."""
         for attempt in (1, 2):
             token, failure = self._bearer()
             if failure is not None:

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context
-from ..errors import BadRequest, Forbidden
+from ..errors import BadRequest, Forbidden, NoSuchTable
+from ..locations import Owner
 from ..refby import raw_param
 from ..signing import S3Target, parse_target, sign
 from ..viewsecurity import authorize_target, caller_trusted, parse_referenced_by
@@ -70,6 +71,22 @@ def _target(ctx: RequestContext, req: SignRequest, what: Securable | str) -> S3T
         raise
 
 
+def _staged_location(ctx: RequestContext, ns: Namespace, name: str) -> str:
+    """Where a staged create of ``ns.name`` writes (CTAS, REPLACE … AS SELECT: the table exists only at
+    its create commit): its default location, signable for whoever may create tables in ``ns`` — what
+    the staged create itself would vend — unless another object owns any of it."""
+    from .common import locations_of, namespace_home, storage_items
+    from .namespaces import NamespaceStore
+
+    ctx.authorize("sign_request", P.TABLE_CREATE, Securable.namespace(ns))
+    props = NamespaceStore(ctx.services).properties(ns)
+    if props is None:
+        raise NoSuchTable(f"Table does not exist: {'.'.join((*ns, name))}")
+    location = f"{namespace_home(ctx.services, ns, props).rstrip('/')}/{name}"
+    locations_of(ctx.services).check(Owner.table(ns, name), storage_items(location, None))
+    return location
+
+
 def _require_signing(ctx: RequestContext) -> None:
     if ctx.services.vendor is None:
         raise BadRequest("Remote signing needs an S3 warehouse; this catalog's warehouse is not on S3")
@@ -102,7 +119,14 @@ def sign_table_request(
     target = _target(ctx, req, sec)
     if chained:  # a trusted engine reading through a view chain: the user in effect decides (audited per step)
         authorize_target(ctx, request, "sign_request", P.TABLE_WRITE_DATA if target.write else P.TABLE_READ_DATA, sec)
-    return _signed(ctx, req, target, ns, name, tables_of(ctx).table_location(ns, name), authorized=chained)
+    try:
+        location = tables_of(ctx).table_location(ns, name)
+    except NoSuchTable:
+        if chained:
+            raise
+        location = _staged_location(ctx, ns, name)  # authorized there (TABLE_CREATE on the namespace)
+        return _signed(ctx, req, target, ns, name, location, authorized=True)
+    return _signed(ctx, req, target, ns, name, location, authorized=chained)
 
 
 @router.post("/v1/aws/s3/sign")

@@ -1,0 +1,137 @@
+"""What the gateway changes in catalog answers: URLs back to itself, the JVM's region, refresh endpoint and
+assumed key expiry in table configs, and the catalog's namespace separator in paths (pure functions of bytes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
+CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"
+JVM_SEPARATOR = "%1F"  # how Iceberg Java (< 1.11) joins namespace levels in a path, always
+_SEPARATOR_RE = re.compile("%1F", re.IGNORECASE)
+_SAFE_SEPARATOR = re.compile(r"(?:%[0-9A-Fa-f]{2}|[A-Za-z0-9._~-])+")  # never "/", "?" or "%" alone in a path
+
+
+def default_region() -> str:
+    """The region the JVM gets when the catalog names none: the environment's, else us-east-1."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def rewrite_table_config(
+    body: bytes, upstream_base: str, gateway_base: str, region: str | None = None, refresh_endpoint: str | None = None
+) -> bytes:
+    """Point every absolute catalog URL in a table's configs (credential refresh endpoint, remote
+    signer URI) or a config answer's defaults and overrides (``uri``) at the gateway, so the JVM never
+    needs the user's token (relative paths already do).
+
+    A table result without ``client.region`` gets one (the catalog's ``s3.region``, else ``region``):
+    Iceberg Java's S3 client cannot start without a region, and catalogs for S3-compatible stores
+    (SeaweedFS, MinIO) often advertise none.
+
+    ``refresh_endpoint`` (the gateway's own ``…/credentials`` for this table) is set as the table's
+    ``client.refresh-credentials-endpoint`` when vended credentials with an expiry come without one, so
+    the JVM refreshes through the gateway even where the catalog has no ``/credentials`` route."""
+    urls = upstream_base.encode() in body
+    # only for credentials that state their expiry: Iceberg Java's refresh needs one (Nessie 0.99 states none;
+    # the JVM then keeps the load's keys, and every query's reload brings fresh ones)
+    inject = (
+        refresh_endpoint is not None
+        and b"refresh-credentials-endpoint" not in body
+        and b"access-key-id" in body
+        and b"expires-at-ms" in body
+    )
+    if not urls and not inject and (region is None or b'"client.region"' in body):
+        return body
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(doc, dict):
+        return body
+    holders = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
+    # a /v1/config answer may name the catalog's own URI (Nessie: overrides.uri): the JVM would leave the gateway
+    holders += [h for h in (doc.get("defaults"), doc.get("overrides")) if isinstance(h, dict)]
+    changed = False
+    for holder in holders if urls else []:
+        for key, value in holder.items():
+            if isinstance(value, str) and (value == upstream_base or value.startswith(upstream_base + "/")):
+                holder[key] = gateway_base + value[len(upstream_base) :]
+                changed = True
+    if region is not None and "metadata" in doc and not any("client.region" in h for h in holders):
+        named = next((h["s3.region"] for h in holders if isinstance(h.get("s3.region"), str)), None)
+        doc["config"] = {**(doc.get("config") or {}), "client.region": named or region}
+        changed = True
+    if inject and "metadata" in doc:
+        doc["config"] = {**(doc.get("config") or {}), REFRESH_ENDPOINT: refresh_endpoint}
+        changed = True
+    return json.dumps(doc).encode() if changed else body
+
+
+def credentials_from_table(body: bytes) -> bytes:
+    """A LoadCredentialsResponse made from a LoadTableResult (a reload vends fresh credentials on
+    catalogs without ``/credentials``): its ``storage-credentials``, else the config's keys for the table."""
+    doc = json.loads(body)
+    creds = doc.get("storage-credentials") or []
+    config = {k: v for k, v in (doc.get("config") or {}).items() if isinstance(v, str) and k != REFRESH_ENDPOINT}
+    if not creds and any(k.endswith(("access-key-id", "secret-access-key", "session-token")) for k in config):
+        creds = [{"prefix": doc["metadata"]["location"], "config": config}]
+    return json.dumps({"storage-credentials": creds}).encode()
+
+
+def stamp_expiry(body: bytes, ttl: float | None) -> bytes:
+    """Keys vended with no stated expiry (Nessie 0.99) get ``s3.session-token-expires-at-ms`` = now + ``ttl``,
+    the lifetime the session assumes for them: Iceberg Java then refreshes (by reload) ahead of it."""
+    if ttl is None or b"access-key-id" not in body or b"expires-at-ms" in body:
+        return body
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(doc, dict):
+        return body
+    at = str(int((time.time() + ttl) * 1000))
+    for holder in [doc.get("config")] + [c.get("config") for c in doc.get("storage-credentials") or []]:
+        if isinstance(holder, dict) and any(str(k).endswith("access-key-id") for k in holder):
+            holder["s3.session-token-expires-at-ms"] = at
+    return json.dumps(doc).encode()
+
+
+def namespace_separator(config_body: bytes) -> str:
+    """The namespace separator a ``/v1/config`` answer asks for (overrides, then defaults; else ``%1F``)."""
+    try:
+        config = json.loads(config_body)
+        for part in ("overrides", "defaults"):
+            value = (config.get(part) or {}).get("namespace-separator")
+            if isinstance(value, str) and _SAFE_SEPARATOR.fullmatch(value):
+                return value
+    except (ValueError, AttributeError):
+        pass
+    return JVM_SEPARATOR
+
+
+def with_separator(path: str, separator: str) -> str:
+    """``path`` with the namespace levels joined by the catalog's separator instead of ``%1F``.
+
+    Iceberg Java before 1.11 always joins levels with ``%1F``, whatever the catalog's ``/v1/config``
+    asks for; Jetty 12 (Apache's REST fixture) refuses ``%1F`` in a path ("Suspicious Path Character",
+    400), which breaks multi-level namespaces and the probe before every metadata table. Only the
+    namespace segment changes; an encoded ``%`` inside a level (``%25``) never matches.
+    """
+    if separator.upper() == JVM_SEPARATOR or "/namespaces/" not in path:
+        return path
+    head, marker, rest = path.partition("/namespaces/")
+    namespace, slash, tail = rest.partition("/")
+    return head + marker + _SEPARATOR_RE.sub(separator, namespace) + slash + tail
+
+
+def offers_credentials(config_body: bytes) -> bool | None:
+    """Whether a ``/v1/config`` answer lists the loadCredentials endpoint (None: it lists no endpoints,
+    which per the spec means only the defaults, among which ``/credentials`` is not)."""
+    try:
+        endpoints = json.loads(config_body).get("endpoints")
+    except (ValueError, AttributeError):
+        return None
+    return CREDENTIALS_ENDPOINT in endpoints if isinstance(endpoints, list) else False

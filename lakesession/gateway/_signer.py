@@ -1,0 +1,201 @@
+"""Remote signing through the gateway: the JVM's S3 signer calls reach the catalog as the user.
+
+With ``s3.remote-signing-enabled``, Iceberg's ``S3V4RestSignerClient`` posts every S3 request to
+``s3.signer.endpoint`` (resolved against ``s3.signer.uri``) with the catalog's bearer token — in
+the JVM, the per-session secret. So the gateway rewrites a table's signer settings to a route of
+its own, ``/sign/{id}``, one per signer target the catalog named, and forwards each call there
+with the user's token. The route is deliberately narrow:
+
+* only ``POST`` to exactly ``/sign/{id}``; ``{id}`` names a signer target the catalog returned in
+  a table load of this session — the engine cannot choose the path, so the route reaches no other
+  catalog endpoint (extra segments, unknown ids, other methods are refused before any upstream call);
+* the target must be on the catalog's own origin: the user's token is never sent anywhere else;
+* ``referenced-by`` is the one of the route the table was loaded through (none on the main route),
+  as for every other call of that route;
+* the body passes unchanged: what may be signed is the catalog's decision (its allowlist, the
+  table's location, the user's privilege); its refusals pass through;
+* replies say ``Cache-Control: no-store``: Iceberg keeps signatures marked ``private`` for 30 s
+  in one cache for the whole JVM, keyed by method and URL only — another session's SparkSession
+  (another user) on the same JVM would reuse them, and a read with another ``Range`` would
+  reuse a signature covering the first one.
+
+In a remote-signing session the gateway also removes any storage credential a catalog vends anyway,
+so the JVM's table IO never holds one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import httpx
+
+from ._accesslog import AccessLog, AccessRecord
+from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
+from ._upstream import Reply, Upstream, error_reply
+
+__all__ = ["SIGN_PREFIX", "SignerRoute", "SignerRoutes", "forward_sign", "rewrite_signing"]
+
+SIGN_PREFIX = "/sign/"
+ENABLED = "s3.remote-signing-enabled"
+SIGNER_URI = "s3.signer.uri"
+SIGNER_ENDPOINT = "s3.signer.endpoint"
+DEFAULT_ENDPOINT = "v1/aws/s3/sign"  # Iceberg's S3V4RestSignerClient default
+# parts of config keys that carry storage credentials or say where to get them (any FileIO)
+_CREDENTIAL_MARKERS = ("access-key", "secret", "session-token", "sas-token", "password", "account-key", "oauth2.token")
+MAX_ROUTES = 65_536
+
+
+@dataclass(frozen=True)
+class SignerRoute:
+    """One signer target of the catalog, as a table load of this session named it."""
+
+    id: str
+    target: str  # absolute URL of the catalog's signer endpoint (query included)
+    object: str  # "table ns.t": for the access log
+    chain: str | None  # the chain route the table was loaded through (its id), or None
+
+
+class SignerRoutes:
+    """The signer targets the catalog named so far; ids are stable per (target, chain)."""
+
+    def __init__(self, maximum: int = MAX_ROUTES):
+        self._routes: OrderedDict[str, SignerRoute] = OrderedDict()
+        self._lock = threading.Lock()
+        self._maximum = maximum
+
+    def register(self, target: str, obj: str, chain: str | None) -> SignerRoute:
+        rid = hashlib.sha256(f"{chain or ''}\n{target}".encode()).hexdigest()[:24]
+        with self._lock:
+            route = self._routes.get(rid)
+            if route is None:
+                route = self._routes[rid] = SignerRoute(rid, target, obj, chain)
+                while len(self._routes) > self._maximum:
+                    self._routes.popitem(last=False)
+            else:
+                self._routes.move_to_end(rid)
+            return route
+
+    def get(self, rid: str) -> SignerRoute | None:
+        with self._lock:
+            return self._routes.get(rid)
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+
+def resolve(base: str, endpoint: str) -> str:
+    """``endpoint`` against ``base`` as Iceberg's ``RESTUtil.resolveEndpoint`` does (absolute wins)."""
+    if endpoint.startswith(("http://", "https://")):
+        return endpoint
+    return base.rstrip("/") + ("" if endpoint.startswith("/") else "/") + endpoint
+
+
+def rewrite_signing(
+    body: bytes,
+    upstream_base: str,
+    route_base: str,
+    gateway_root: str,
+    register: SignerRoutes,
+    obj: str,
+    chain: str | None,
+    *,
+    strip_credentials: bool = False,
+) -> bytes:
+    """A table result whose signer settings point at the gateway's ``/sign/{id}`` routes; with
+    ``strip_credentials`` (a remote-signing session) without any storage credential either."""
+    signing = b"remote-signing-enabled" in body
+    if not signing and not (strip_credentials and (b"access-key-id" in body or b"storage-credentials" in body)):
+        return body
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(doc, dict) or "metadata" not in doc:
+        return body
+    config = doc.get("config")
+    config = config if isinstance(config, dict) else {}
+    holders = [config] + [c.get("config") or {} for c in doc.get("storage-credentials") or [] if isinstance(c, dict)]
+    for holder in holders:
+        if str(holder.get(ENABLED, "")).lower() != "true":
+            continue
+        uri = holder.get(SIGNER_URI) or config.get(SIGNER_URI) or upstream_base
+        endpoint = holder.get(SIGNER_ENDPOINT) or config.get(SIGNER_ENDPOINT) or DEFAULT_ENDPOINT
+        target = resolve(str(uri), str(endpoint))
+        route = register.register(target, obj, chain)
+        holder[SIGNER_URI] = route_base
+        holder[SIGNER_ENDPOINT] = f"{gateway_root}{SIGN_PREFIX}{route.id}"
+    if strip_credentials:
+        doc.pop("storage-credentials", None)
+        for key in [k for k in config if is_credential_key(k)]:
+            del config[key]
+        if config:
+            doc["config"] = config
+    return json.dumps(doc).encode()
+
+
+def is_credential_key(key: str) -> bool:
+    """Whether a table config key carries a storage credential (or where to refresh one)."""
+    k = key.lower()
+    if k.endswith("expires-at-ms"):
+        return False
+    return "credential" in k or any(m in k for m in _CREDENTIAL_MARKERS)
+
+
+def forward_sign(
+    method: str,
+    rid: str,
+    query: str,
+    req_headers: dict[str, str],
+    body: bytes,
+    signers: SignerRoutes,
+    chains: ChainRoutes,
+    upstream: Upstream,
+    access_log: AccessLog,
+) -> Reply:
+    """One call on ``/sign/{rid}``: refused unless it is exactly a route of ``signers`` on the catalog's
+    origin, else forwarded there as the user (with the route's view chain, if any) and logged."""
+    if method != "POST":
+        return error_reply(405, "BadRequestException", f"Method {method} is not allowed on a signer route (POST)")
+    route = signers.get(rid) if rid and "/" not in rid and not query else None
+    if route is None:
+        return error_reply(
+            403,
+            "ForbiddenException",
+            "Unknown signer route: signer routes are exactly the /sign/{id} the gateway returned in a table load",
+        )
+    if not upstream.same_origin(route.target):
+        return error_reply(
+            403,
+            "ForbiddenException",
+            f"The catalog named a signer for {route.object} off its own origin: "
+            "lakesession sends the user's token only to the catalog",
+        )
+    chain = chains.get(route.chain) if route.chain else None
+    if route.chain and chain is None:
+        return error_reply(403, "ForbiddenException", "Unknown view-chain catalog for this signer route")
+    url = httpx.URL(route.target)
+    q = url.query.decode("latin-1")
+    q = with_referenced_by(q, chain.referenced_by) if chain else strip_referenced_by(q)
+    url = url.copy_with(query=q.encode("latin-1") or None)
+    headers = {k: v for k, v in req_headers.items() if k in ("content-type", "accept", "x-request-id")}
+    started = time.monotonic()
+    status, content, out_headers = upstream.send("POST", url, url.path, headers, body)
+    out_headers = {**out_headers, "cache-control": "no-store"}  # never reused (see the module docstring)
+    access_log.add(
+        AccessRecord(
+            time=time.time(),
+            action="sign_request",
+            object=route.object,
+            status=status,
+            duration_ms=round((time.monotonic() - started) * 1000, 2),
+            request_id=out_headers.get("x-request-id"),
+            via="upstream",
+            chain=chain.display if chain else None,
+        )
+    )
+    return status, content, out_headers
