@@ -51,17 +51,19 @@ def db_behind_outlet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
 
 
 def _create(served: Served, auth: dict[str, str]) -> None:
-    r = httpx.post(f"{served.uri}{P}/namespaces", json={"namespace": ["db"]}, headers=auth, timeout=30)
+    r = httpx.post(f"{served.uri}{P}/namespaces", json={"namespace": ["db"]}, headers=auth, timeout=60)
     assert r.status_code == 200, r.text
     schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "x", "type": "long", "required": False}]}
-    r = httpx.post(f"{served.uri}{P}/namespaces/db/tables", json={"name": "t", "schema": schema}, headers=auth)
+    r = httpx.post(
+        f"{served.uri}{P}/namespaces/db/tables", json={"name": "t", "schema": schema}, headers=auth, timeout=60
+    )
     assert r.status_code == 200, r.text
 
 
 def _calls(served: Served, auth: dict[str, str]) -> list[tuple[str, httpx.Response]]:
     """One of each kind of call a client makes: load, list, commit, a token request."""
     body: dict[str, Any] = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
-    with httpx.Client(timeout=30) as c:
+    with httpx.Client(timeout=60) as c:
         return [
             ("load", c.get(f"{served.uri}{P}/namespaces/db/tables/t", headers=auth)),
             ("list", c.get(f"{served.uri}{P}/namespaces/db/tables", headers=auth)),

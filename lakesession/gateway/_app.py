@@ -151,6 +151,19 @@ class GatewayApp:
         if offered is not None:
             self.offers_credentials = offered
 
+    def _note_load(self, path: str, query: str, req_headers: dict[str, str], reply: Reply) -> None:
+        """A table load's credentials feed the refresh cache under the key the table's ``/credentials``
+        requests use (same path, same ``referenced-by``, same delegation); a refused load evicts it."""
+        status, content, out_headers = reply
+        if status != 200 and status not in (401, 403, 404):
+            return  # an outage or a conflict says nothing about the grant
+        refresh_query = "&".join(p for p in query.split("&") if p and not strip_referenced_by(p))  # referenced-by
+        key = f"{path}/credentials?{refresh_query}|{req_headers.get('x-iceberg-access-delegation', '')}"
+        if status != 200:
+            self.credentials.evict(key)
+        elif b"expires-at-ms" in content:
+            self.credentials.offer(key, (200, credentials_from_table(content), out_headers))
+
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":  # served with lifespan="off"; nothing to set up if not
@@ -272,6 +285,8 @@ class GatewayApp:
                 via = "shared" if shared else "upstream"
         else:
             status, content, out_headers = self.upstream.forward(method, path, query, headers, body)
+            if what and what[0] == "load_table" and method == "GET":
+                self._note_load(path, query, req_headers, (status, content, out_headers))
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
         if status == 200 and "/tables" in path:
