@@ -2,10 +2,13 @@
 
 The catalog is ``lakesession serve`` in its own process; the session gets its tokens through an
 :class:`~tests._outlet.Outlet` in front of the issuer's token endpoint, which the test switches off.
-The access token lives 8 s, so it expires while the JVM is still writing: the gateway cannot obtain
-a token for the commit. It must answer 503 + Retry-After (Iceberg's HTTP client retries that), never
-a 500 (a 500 on a commit is ``CommitStateUnknownException`` in Iceberg, although nothing reached the
-catalog); once the issuer is back the commit lands exactly once.
+The gateway then cannot obtain a token: it must answer 503 + Retry-After, which Iceberg's HTTP client
+retries (any method), never a 500. Iceberg Java (1.10 and 1.12, ``ErrorHandlers.CommitErrorHandler``)
+turns a *final* 500, 502, 503 or 504 on a commit into ``CommitStateUnknownException`` although nothing
+reached the catalog; only its HTTP-level retries of 503 (+ Retry-After) make the outage harmless, so the
+gateway's Retry-After grows with the outage. Two shapes: the token expires during the write stage (the
+load before the commit meets the outage), and the outage begins exactly as the commit arrives (the
+commit itself is refused and retried). Either way the commit lands exactly once.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -33,6 +37,7 @@ grants:
 """
 TOKEN_TTL = 8
 OUTAGE_AFTER_EXPIRY = 10
+COMMIT_OUTAGE = 6.0
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +112,66 @@ def test_issuer_down_during_a_spark_commit_is_retried_once_without_commit_state_
         snapshots = sp.sql("SELECT count(*) FROM lake_issuer.f.t.snapshots").collect()[0][0]
         assert snapshots == 2, f"{snapshots} snapshots: the commit was applied more than once"
         print(f"\nrequests through the issuer outage: {statuses}")
+    finally:
+        outlet.down()
+        session.close()
+
+
+def test_commit_request_meeting_an_issuer_outage_is_retried_by_iceberg_and_applied_once(served: Served) -> None:
+    """The outage begins exactly as the commit POST arrives at the gateway (a seam in front of the
+    gateway's app cuts the issuer and drops the cached token): the commit itself gets 503 +
+    Retry-After, Iceberg's HTTP client retries it, and it lands once the issuer is back."""
+    import httpx
+
+    import lakesession
+
+    issuer = httpx.URL(served.token_endpoint)
+    outlet = Outlet((issuer.host, issuer.port or 80))
+    recorder = ResponseRecorder()
+    box: dict[str, Any] = {"armed": False}
+
+    def cut_issuer_at_commit(app: Any) -> Any:
+        async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if box["armed"] and scope["type"] == "http" and scope["method"] == "POST":
+                if scope["path"].endswith("/f2/tables/t"):
+                    box["armed"] = False
+                    outlet.down()
+                    box["session"].identity.invalidate()  # the next token needs the issuer
+                    threading.Timer(COMMIT_OUTAGE, outlet.up).start()
+            await app(scope, receive, send)
+
+        return recorder.wrap(wrapped)
+
+    session = lakesession.connect(
+        uri=served.uri,
+        warehouse=served.lines["warehouse"],
+        credential="etl:etl-fault-9",
+        token_url=f"{outlet.url}{issuer.path}",
+        catalog_name="lake_issuer2",
+        spark_conf=SPARK_TEST_CONF,
+        gateway_options={"wrap_app": cut_issuer_at_commit},
+    )
+    box["session"] = session
+    try:
+        sp = session.spark()
+        sp.sql("CREATE NAMESPACE IF NOT EXISTS lake_issuer2.f2")
+        sp.sql("CREATE TABLE lake_issuer2.f2.t (id BIGINT) USING iceberg")
+        sp.sql("INSERT INTO lake_issuer2.f2.t VALUES (0)")
+        started = time.time()
+        box["armed"] = True
+        sp.sql("INSERT INTO lake_issuer2.f2.t VALUES (1), (2), (3)")  # raises on CommitStateUnknownException
+        assert not box["armed"], "the commit never reached the gateway"
+        commits = [r.status for r in session.access_log.records(since=started) if r.action == "commit_table"]
+        assert commits[-1] == 200 and set(commits[:-1]) == {503} and len(commits) >= 2, commits
+        refused = [
+            (h, b) for path, status, h, b in recorder.responses if status == 503 and path.endswith("/f2/tables/t")
+        ]
+        assert len(refused) == len(commits) - 1
+        for headers, body in refused:
+            assert b"retry-after: " in headers and b"nothing was sent to the catalog" in body, (headers, body)
+        assert sorted(r[0] for r in sp.sql("SELECT id FROM lake_issuer2.f2.t").collect()) == [0, 1, 2, 3]
+        assert sp.sql("SELECT count(*) FROM lake_issuer2.f2.t.snapshots").collect()[0][0] == 2
+        print(f"\ncommit statuses through the issuer outage: {commits}")
     finally:
         outlet.down()
         session.close()
