@@ -73,13 +73,17 @@ def test_table_loads_feed_the_refresh_cache_and_a_refused_load_evicts_it(upstrea
     delegation = {"X-Iceberg-Access-Delegation": "vended-credentials"}
     with Gateway(uri, lambda: "user-token") as g, httpx.Client(base_url=g.uri, timeout=10) as c:
         c.headers.update({"Authorization": f"Bearer {g.secret}", **delegation})
+        bare = {"Authorization": f"Bearer {g.secret}"}  # Iceberg Java's credential refresher sends no delegation
+        plain = httpx.Client(base_url=g.uri, headers=bare, timeout=10)
         for _ in range(3):
             loaded = c.get(T)
             assert loaded.status_code == 200
-            served = [c.get(T + "/credentials") for _ in range(20)]
+            served = [client.get(T + "/credentials") for client in (c, plain) for _ in range(10)]
             assert all(r.status_code == 200 for r in served)
             # the JVM gets exactly what the load brought
-            assert served[-1].json()["storage-credentials"] == loaded.json()["storage-credentials"]
+            assert {json.dumps(r.json()["storage-credentials"]) for r in served} == {
+                json.dumps(loaded.json()["storage-credentials"])
+            }
         assert state["credentials"] == 0
         other = c.get(T + "/credentials", headers={"X-Iceberg-Access-Delegation": "remote-signing"})
         assert other.status_code == 200 and state["credentials"] == 1  # another delegation: its own entry
@@ -87,6 +91,9 @@ def test_table_loads_feed_the_refresh_cache_and_a_refused_load_evicts_it(upstrea
         assert c.get(T).status_code == 403
         refused = c.get(T + "/credentials")
         assert refused.status_code == 403 and state["credentials"] == 2  # not served from the cache any more
+        refused = plain.get(T + "/credentials")
+        assert refused.status_code == 403 and state["credentials"] == 3
+        plain.close()
 
 
 @pytest.mark.slow

@@ -152,17 +152,19 @@ class GatewayApp:
             self.offers_credentials = offered
 
     def _note_load(self, path: str, query: str, req_headers: dict[str, str], reply: Reply) -> None:
-        """A table load's credentials feed the refresh cache under the key the table's ``/credentials``
-        requests use (same path, same ``referenced-by``, same delegation); a refused load evicts it."""
+        """A table load's credentials feed the refresh cache under the keys the table's ``/credentials``
+        requests use (same path, same ``referenced-by``; the load's delegation header, or none — Iceberg
+        Java's credential refresher sends none); a refused load evicts them."""
         status, content, out_headers = reply
         if status != 200 and status not in (401, 403, 404):
             return  # an outage or a conflict says nothing about the grant
         refresh_query = "&".join(p for p in query.split("&") if p and not strip_referenced_by(p))  # referenced-by
-        key = f"{path}/credentials?{refresh_query}|{req_headers.get('x-iceberg-access-delegation', '')}"
-        if status != 200:
-            self.credentials.evict(key)
-        elif b"expires-at-ms" in content:
-            self.credentials.offer(key, (200, credentials_from_table(content), out_headers))
+        delegation = req_headers.get("x-iceberg-access-delegation", "")
+        for key in {f"{path}/credentials?{refresh_query}|{d}" for d in (delegation, "")}:
+            if status != 200:
+                self.credentials.evict(key)
+            elif b"expires-at-ms" in content:
+                self.credentials.offer(key, (200, credentials_from_table(content), out_headers))
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
