@@ -94,7 +94,7 @@ def test_database_down_for_ten_seconds_is_503_then_recovers_without_restart(
         while time.monotonic() - started < OUTAGE:
             for what, r in _calls(served, auth):
                 during.append((what, r.status_code))
-                assert r.status_code != 500, f"{what}: {r.status_code} {r.text}"
+                assert r.status_code in (200, 503), f"{what}: {r.status_code} {r.text}"
                 if r.status_code == 503:
                     assert r.headers.get("retry-after", "").isdigit(), (what, r.headers)
                     if what == "token":
@@ -106,8 +106,8 @@ def test_database_down_for_ten_seconds_is_503_then_recovers_without_restart(
             time.sleep(0.5)
     finally:
         outlet.up()
-    assert any(s == 503 for _, s in during), during  # the outage was seen (nothing answered from thin air)
-    assert {w for w, s in during if s == 503} >= {"load", "commit", "token"}, during
+    assert all(s in (200, 503) for _, s in during), during  # a cache may still answer a read; nothing else may
+    assert "commit" in {w for w, s in during if s == 503}, during  # a commit cannot succeed without the database
 
     recovered = time.monotonic()
     after: list[tuple[str, int]] = []
