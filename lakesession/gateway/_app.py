@@ -116,6 +116,21 @@ class GatewayApp:
         self.keys_supported = advertises_keys(config_body)
         self.namespace_separator = namespace_separator(config_body)
 
+    def _note_load(self, path: str, query: str, req_headers: dict[str, str], reply: Reply) -> None:
+        """A table load's credentials feed the refresh cache under the keys the table's ``/credentials``
+        requests use (same path, same ``referenced-by``; the load's delegation header, or none — Iceberg
+        Java's credential refresher sends none); a refused load evicts them."""
+        status, content, out_headers = reply
+        if status != 200 and status not in (401, 403, 404):
+            return  # an outage or a conflict says nothing about the grant
+        refresh_query = "&".join(p for p in query.split("&") if p and not strip_referenced_by(p))  # referenced-by
+        delegation = req_headers.get("x-iceberg-access-delegation", "")
+        for key in {f"{path}/credentials?{refresh_query}|{d}" for d in (delegation, "")}:
+            if status != 200:
+                self.credentials.evict(key)
+            elif b"expires-at-ms" in content:
+                self.credentials.offer(key, (200, credentials_from_table(content), out_headers))
+
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":  # served with lifespan="off"; nothing to set up if not
@@ -265,6 +280,8 @@ class GatewayApp:
                 via = "shared" if shared else "upstream"
         else:
             status, content, out_headers = self._forward(method, path, query, headers, body)
+            if what and what[0] == "load_table" and method == "GET" and self.access != SIGNING:
+                self._note_load(path, query, req_headers, (status, content, out_headers))
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
             content = rewrite_table_config(content, self.upstream.base_url, base)

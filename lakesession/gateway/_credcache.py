@@ -5,7 +5,10 @@ five minutes remain (and short TTLs are always under five minutes). The gateway
 answers those from this cache and goes upstream only when 15% of the
 credential's lifetime is left — so the catalog sees about one refresh per TTL
 per table, and a revoked grant is noticed within one TTL (the upstream refresh
-answers 403, which is passed through and clears the entry).
+answers 403, which is passed through and clears the entry). Table loads feed the
+cache too: the credentials a load brings (fresh: the catalog hands out credentials
+with >= 90 % of their lifetime left) replace older cached ones, and a refused load
+evicts the entry — a query loop then needs no upstream refresh at all.
 """
 
 from __future__ import annotations
@@ -71,6 +74,24 @@ class CredentialCache:
                 self._entries.pop(key, None)
             else:
                 self._entries[key] = _Entry(reply, time.time(), expires)
+
+    def offer(self, key: str, reply: Reply) -> None:
+        """Credentials that came with a table load: kept if they outlive the cached ones (no upstream call
+        counted), so a query loop's loads keep the cache fresh and refreshes rarely need the catalog."""
+        status, content, _ = reply
+        expires = earliest_expiry(content) if status == 200 else None
+        if expires is None:
+            return
+        now = time.time()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or expires > entry.expires_at:
+                self._entries[key] = _Entry(reply, now, expires)
+
+    def evict(self, key: str) -> None:
+        """Forget ``key`` (its table load was refused: a revoked grant must not be served from the cache)."""
+        with self._lock:
+            self._entries.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:

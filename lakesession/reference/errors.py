@@ -17,17 +17,24 @@ Hierarchy::
     └── ServiceUnavailable            503 ServiceUnavailableException
 
 Every response a client can cause carries one of these bodies; a client mistake
-never becomes a 500.
+never becomes a 500. Neither does an outage of the catalog's database: a lost or refused
+connection (SQLAlchemy ``OperationalError``/``InterfaceError``, a pool timeout) is a 503 with a
+Retry-After growing with the outage, so clients retry and the server recovers by itself (the
+engine pre-pings pooled connections) — no restart.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 logger = logging.getLogger(__name__)
@@ -131,6 +138,36 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "Malformed request: " + "; ".join(parts)
 
 
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database cannot be used right now (down, unreachable, connection lost),
+    as opposed to a bug in a query."""
+    if isinstance(exc, sa_exc.TimeoutError):  # no pooled connection came free: connections hang
+        return True
+    return isinstance(exc, sa_exc.DBAPIError) and (
+        exc.connection_invalidated or isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError))
+    )
+
+
+class _Outage:
+    """Retry-After for a database outage: the seconds it has lasted so far (1-60); a failure more
+    than 10 s after the previous one starts a new outage."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since = self._last = -math.inf
+
+    def retry_after(self) -> int:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last > 10:
+                self._since = now
+            self._last = now
+            return max(1, min(60, math.ceil(now - self._since)))
+
+
+_OAUTH_PATHS = ("/oidc/", "/v1/oauth/")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Route every failure through ``IcebergErrorResponse``."""
 
@@ -147,6 +184,23 @@ def install_error_handlers(app: FastAPI) -> None:
         status = exc.status_code
         type_ = _HTTP_TYPES.get(status, "BadRequestException" if status < 500 else "InternalServerError")
         return JSONResponse(error_body(status, type_, str(exc.detail)), status_code=status, headers=exc.headers)
+
+    outage = _Outage()
+
+    @app.exception_handler(sa_exc.DBAPIError)
+    @app.exception_handler(sa_exc.TimeoutError)
+    async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+        if not database_unavailable(exc):
+            return await _unexpected(request, exc)
+        retry_after = outage.retry_after()
+        cause = type(getattr(exc, "orig", None) or exc).__name__  # by type: a driver message may name the server
+        logger.warning("database unavailable on %s %s (%s); answering 503", request.method, request.url.path, cause)
+        message = f"The catalog's database is unavailable ({type(exc).__name__}); retry in {retry_after} s"
+        headers = {"Retry-After": str(retry_after)}
+        if request.url.path.startswith(_OAUTH_PATHS):  # OAuth clients read RFC 6749 error bodies
+            body = {"error": "temporarily_unavailable", "error_description": message}
+            return JSONResponse(body, status_code=503, headers={**headers, "Cache-Control": "no-store"})
+        return JSONResponse(error_body(503, "ServiceUnavailableException", message), status_code=503, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -142,6 +142,8 @@ def make_engine(url: str) -> Engine:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         if ":memory:" in url or url.rstrip("/") == "sqlite:":
             kwargs["poolclass"] = StaticPool
+    else:  # a server database: a pooled connection may have died with a restart or outage; test it on checkout
+        kwargs["pool_pre_ping"] = True
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
 
