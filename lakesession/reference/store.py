@@ -28,6 +28,10 @@ from sqlalchemy import (
 from sqlalchemy.pool import StaticPool
 
 from . import migrations
+from .sqlitelock import serialize_writes
+
+POOL_SIZE = 20  # connections kept per process
+POOL_OVERFLOW = 20  # more under bursts (the request thread pool has 40 threads)
 
 metadata = MetaData()
 
@@ -125,8 +129,13 @@ def make_engine(url: str) -> Engine:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         if ":memory:" in url or url.rstrip("/") == "sqlite:":
             kwargs["poolclass"] = StaticPool
+        else:  # as many as the server's request threads: no connection churn (and PRAGMAs) under load
+            kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
+    else:
+        kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
+        serialize_writes(engine)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _: Any) -> None:
