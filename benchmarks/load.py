@@ -140,7 +140,7 @@ class Session:
 
     def append(self, table: str, meta: dict[str, Any], rows: int, deadline: float) -> bool:
         """Commit ``rows`` rows, reloading and retrying on 409; False if the hard deadline passed first."""
-        t0 = time.perf_counter()
+        t0, attempt = time.perf_counter(), 0
         while True:
             r = self.call("commit", "POST", f"/v1/{PREFIX}/namespaces/{NS}/tables/{table}", append_body(meta, rows))
             if r.status_code == 200:
@@ -157,7 +157,9 @@ class Session:
                 return False
             with self.lock:
                 self.tally.retries += 1
-            time.sleep(random.uniform(0, 0.05))
+            # Iceberg's own commit retry: exponential backoff from 100 ms (commit.retry.min-wait-ms), jittered
+            time.sleep(min(2.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0))
+            attempt += 1
             meta = self.load(table)
 
     def close(self) -> None:
@@ -266,6 +268,25 @@ def run_clients(
     return total
 
 
+def cpu_seconds(root: int) -> float:
+    """CPU time (user + system) of process ``root`` and its live descendants (workers), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo += [p for p, (ppid, _) in stats.items() if ppid == pid]
+    return total
+
+
 def audited_ids(db_url: str, since: float) -> set[str]:
     from sqlalchemy import create_engine, text
 
@@ -281,7 +302,7 @@ def audited_ids(db_url: str, since: float) -> set[str]:
 class Server:
     """``lakesession serve`` in a subprocess."""
 
-    def __init__(self, data: Path, db_url: str | None, workers: int, credential_ttl: int):
+    def __init__(self, data: Path, db_url: str | None, workers: int, credential_ttl: int, source: str | None = None):
         from tests._serve import Served
 
         (data / "policy.yaml").write_text(POLICY)
@@ -298,7 +319,7 @@ class Server:
         ]
         if workers > 1:
             args += ["--workers", str(workers)]
-        self.served = [Served(args)]
+        self.served = [Served(args, env={"PYTHONPATH": source} if source else None)]
         self.uri = self.served[0].uri
 
     def token(self) -> str:
@@ -362,6 +383,14 @@ def print_table(title: str, tally: Tally, wall: float) -> None:
         print(f"  {op:<12} {len(xs):>7} {pct(xs, 50):>9.1f} {pct(xs, 99):>9.1f} {mx:>9.1f} {len(xs) / wall:>7.1f}")
 
 
+def print_cpu(cpu: float, tally: Tally, wall: float) -> None:
+    """Server CPU per request: what the catalog costs, much less sensitive to a busy machine than latency."""
+    n = sum(len(tally.lat[op]) for op in ("loadTable", "credentials", "commit"))
+    print(
+        f"  server CPU {cpu:.1f} s in {wall:.0f} s ({100 * cpu / wall:.0f}% of a core), {1000 * cpu / max(n, 1):.2f} ms per request"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=120, help="length of the loaded run (default 120)")
@@ -373,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--postgres", action="store_true", help="PostgreSQL (a throwaway server) instead of SQLite")
     ap.add_argument("--workers", type=int, default=1, help="server processes (serve --workers; PostgreSQL only)")
     ap.add_argument("--credential-ttl", type=int, default=900, help="vended credential lifetime (default 900)")
+    ap.add_argument("--server-source", metavar="DIR", help="run the server from this source tree (a baseline)")
     ap.add_argument("--profile", metavar="FILE", help="record the server with py-spy into FILE (speedscope json)")
     args = ap.parse_args(argv)
     os.environ.setdefault("PYTHONPATH", str(ROOT))
@@ -383,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             from tests._pg import new_database
 
             db_url = new_database("load")
-        server = Server(Path(tmp), db_url, args.workers, args.credential_ttl)
+        server = Server(Path(tmp), db_url, args.workers, args.credential_ttl, args.server_source)
         spy = None
         try:
             token = server.token()
@@ -393,9 +423,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.workers} worker(s), S3 emulator), python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
             )
             since = time.time() - 1
+            root = server.pids()[0]
+            cpu0 = cpu_seconds(root)
             t0 = time.monotonic()
             idle = run_clients(server.uri, token, tables[:1], 1, 1, 3600, 0.0, iterations=args.idle)
             idle_wall = time.monotonic() - t0
+            cpu1 = cpu_seconds(root)
             if args.profile:
                 import subprocess
 
@@ -420,18 +453,21 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             loaded = run_clients(server.uri, token, tables, args.processes, args.threads, args.seconds, args.period)
             wall = time.monotonic() - t0
+            cpu2 = cpu_seconds(root)
             if spy is not None:
                 import signal
 
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
             print_table(f"idle: 1 session, {args.idle} cycles on one table", idle, idle_wall)
+            print_cpu(cpu1 - cpu0, idle, idle_wall)
             print_table(
                 f"loaded: {sessions} sessions ({args.processes} processes x {args.threads} threads), "
                 f"{args.tables} tables, {args.seconds:.0f} s, a cycle every ~{args.period:g} s per session",
                 loaded,
                 wall,
             )
+            print_cpu(cpu2 - cpu1, loaded, wall)
             total = Tally()
             total.merge(idle.__dict__)
             total.merge(loaded.__dict__)

@@ -196,13 +196,19 @@ class TableStore:
         self, ns: Namespace, name: str, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> tuple[str, bytes]:
         ident = (*ns, name)
-        exists = self.metadata_location(ns, name) is not None
+        current = self.metadata_location(ns, name)
+        exists = current is not None
         creating = any(isinstance(r, AssertCreate) for r in requirements)
         if not exists and not creating:
             raise NoSuchTable(f"Table does not exist: {'.'.join(ident)}")
         if not exists and self.view_exists(ns, name):
             raise Conflict(f"View with same name already exists: {'.'.join(ident)}")
+        parsed = getattr(self.catalog, "metadata", None)  # CachingSqlCatalog: parsed metadata by location
         try:
+            if current is not None and parsed is not None:
+                # requirements already failing against the committed state: 409 without queueing for the lock
+                for requirement in requirements:
+                    requirement.validate(parsed(current))
             with self._commit_locks[hash(ident) % len(self._commit_locks)]:
                 resp = self.catalog.commit_table(_Ident(ident), requirements, updates)  # type: ignore[arg-type]
             self.remember_location(resp.metadata_location, resp.metadata.location)
