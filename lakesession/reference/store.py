@@ -30,8 +30,8 @@ from sqlalchemy.pool import StaticPool
 from . import migrations
 from .sqlitelock import serialize_writes
 
-POOL_SIZE = 20  # connections kept per process
-POOL_OVERFLOW = 20  # more under bursts (the request thread pool has 40 threads)
+POOL_SIZE = 10  # connections kept per process (and per serve worker)
+POOL_OVERFLOW = 20  # up to 30 under bursts (40 request threads, most of them between queries)
 
 metadata = MetaData()
 
