@@ -27,7 +27,7 @@ from pyiceberg.utils.config import Config
 from .tablestore import MetadataCache
 
 _MAX_IOS = 64
-_MAX_PARSED = 256
+_MAX_PARSED_BYTES = 64 * 1024 * 1024  # parsed metadata kept, counted by its JSON size (objects are larger)
 
 
 class FileIOCache:
@@ -57,7 +57,8 @@ class CachingSqlCatalog(SqlCatalog):
         super().__init__(name, **properties)
         self.metadata_cache = MetadataCache()
         self.file_ios = FileIOCache()
-        self._parsed: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._parsed: OrderedDict[str, tuple[TableMetadata, int]] = OrderedDict()
+        self._parsed_bytes = 0
         self._parsed_lock = threading.Lock()
         # pyiceberg reads its config file on every metadata write for this one flag
         self._exclude_none = not Config().get_bool("legacy-current-snapshot-id")
@@ -71,18 +72,21 @@ class CachingSqlCatalog(SqlCatalog):
             hit = self._parsed.get(location)
             if hit is not None:
                 self._parsed.move_to_end(location)
-                return hit
+                return hit[0]
         raw = self.metadata_cache.get(location, self.properties, self.file_ios)
         parsed = TableMetadataUtil.parse_raw(raw.decode())
-        self._remember(location, parsed)
+        self._remember(location, parsed, len(raw))
         return parsed
 
-    def _remember(self, location: str, metadata: TableMetadata) -> None:
+    def _remember(self, location: str, metadata: TableMetadata, size: int) -> None:
         with self._parsed_lock:
-            self._parsed[location] = metadata
-            self._parsed.move_to_end(location)
-            while len(self._parsed) > _MAX_PARSED:
-                self._parsed.popitem(last=False)
+            old = self._parsed.pop(location, None)
+            self._parsed_bytes -= old[1] if old else 0
+            self._parsed[location] = (metadata, size)
+            self._parsed_bytes += size
+            while self._parsed_bytes > _MAX_PARSED_BYTES and len(self._parsed) > 1:
+                _, (_, dropped) = self._parsed.popitem(last=False)
+                self._parsed_bytes -= dropped
 
     def _convert_orm_to_iceberg(self, orm_table: IcebergTables) -> Table:
         location, namespace, name = orm_table.metadata_location, orm_table.table_namespace, orm_table.table_name
@@ -104,4 +108,4 @@ class CachingSqlCatalog(SqlCatalog):
         with io.new_output(metadata_path).create(overwrite=True) as out:
             out.write(data)
         self.metadata_cache.put(metadata_path, raw)
-        self._remember(metadata_path, metadata)
+        self._remember(metadata_path, metadata, len(raw))
