@@ -41,7 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .reference import BootstrapError, start
     from .reference.serveconfig import ConfigError, resolve, s3_settings
-    from .reference.workers import Workers, WorkersError, check_workers
+    from .reference.workers import Workers, WorkersError, check_workers, freeze_startup_objects
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -94,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as e:  # refused by the server itself (e.g. a trust rule): name the setting's origin
         print(f"lakesession serve: {resolved.explain(str(e)) if resolved else e}", file=sys.stderr)
         return 2
+    freeze_startup_objects()
     _print_client_settings(handle, workers.pids if workers else None)
     try:
         while not stop.wait(0.5):

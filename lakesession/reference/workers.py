@@ -47,6 +47,15 @@ def check_workers(workers: int, db_url: str | None) -> None:
         )
 
 
+def freeze_startup_objects() -> None:
+    """Move everything built at start (≈ 220,000 objects: libraries, app, emulator) out of the garbage
+    collector's reach: a full collection scanned them all and stalled every request for 0.2-0.3 s."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def _serve(settings: ServerSettings, key_path: Path, sock: socket.socket, log_level: int) -> None:
     """A worker's body: build the app (no migrations left to run, no files to create) and serve."""
     import uvicorn
@@ -56,6 +65,7 @@ def _serve(settings: ServerSettings, key_path: Path, sock: socket.socket, log_le
     logging.basicConfig(level=log_level)
     _die_with_parent()
     app = create_app(settings, key_path=key_path)
+    freeze_startup_objects()
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
     uvicorn.Server(config).run(sockets=[sock])  # SIGTERM/SIGINT: a graceful stop
 
