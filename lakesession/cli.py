@@ -20,6 +20,7 @@ def _default_data_dir() -> Path:
 _SERVE_FLAGS = {
     "host": ("host", "--host"),
     "port": ("port", "--port"),
+    "workers": ("workers", "--workers"),
     "warehouse": ("warehouse", "--warehouse"),
     "db": ("db_url", "--db"),
     "data_dir": ("data_dir", "--data-dir"),
@@ -40,6 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .reference import BootstrapError, start
     from .reference.serveconfig import ConfigError, resolve, s3_settings
+    from .reference.workers import Workers, WorkersError, check_workers, freeze_startup_objects
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -49,17 +51,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flags["bootstrap"] = ("--bootstrap", str(args.bootstrap))
     kwargs: dict[str, Any] = {}
     resolved = None
+    workers = None
     try:
         resolved = resolve(args.config, flags=flags)  # everything validated before binding
         kwargs = resolved.start_kwargs
+        n_workers = kwargs.pop("workers", 1)
+        check_workers(n_workers, kwargs.get("db"))
         s3_config = kwargs.pop("s3_config", None)
         if s3_config is not None and not kwargs["s3_emulator"]:
             kwargs["s3"] = s3_settings(s3_config, kwargs["credential_ttl"] or 3600)
         if kwargs["data_dir"] is None:
             kwargs["data_dir"] = _default_data_dir()
         kwargs["s3_emulator_persist"] = True  # a served emulator keeps its objects in the data dir across restarts
-        handle = start(kwargs.pop("warehouse", None), **kwargs)
-    except (ConfigError, BootstrapError) as e:
+        handle = start(kwargs.pop("warehouse", None), serve=n_workers == 1, **kwargs)
+        if n_workers > 1:
+            handle.services.catalog.engine.dispose()  # the workers open their own connections
+            workers = Workers(handle.settings, handle.data_dir / "issuer-key.json", handle.sock, n_workers)
+            try:
+                workers.start(handle.uri)
+            except RuntimeError as e:
+                workers.stop()
+                handle.stop()
+                print(f"lakesession serve: {e}", file=sys.stderr)
+                return 2
+    except (ConfigError, BootstrapError, WorkersError) as e:
         print(f"lakesession serve: invalid configuration:\n{e}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
@@ -79,17 +94,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as e:  # refused by the server itself (e.g. a trust rule): name the setting's origin
         print(f"lakesession serve: {resolved.explain(str(e)) if resolved else e}", file=sys.stderr)
         return 2
-    _print_client_settings(handle)
+    freeze_startup_objects()
+    _print_client_settings(handle, workers.pids if workers else None)
     try:
         while not stop.wait(0.5):
-            pass
+            if workers is not None:
+                workers.poll()
     finally:
+        if workers is not None:
+            workers.stop()
         handle.stop()
         print("stopped", flush=True)
     return 0
 
 
-def _print_client_settings(handle: object) -> None:
+def _print_client_settings(handle: object, worker_pids: list[int] | None = None) -> None:
     """Exactly what clients pass: the URI, the warehouse NAME they request (not the storage location), the issuer."""
     h: Any = handle
     lines = [
@@ -104,6 +123,8 @@ def _print_client_settings(handle: object) -> None:
         lines.append(("s3", h.s3_emulator.endpoint))
     if h.bind_url != h.uri:
         lines.append(("listening", h.bind_url))
+    if worker_pids:
+        lines.append(("workers", f"{len(worker_pids)} processes (pids {', '.join(map(str, worker_pids))})"))
     lines.append(("admin credentials", f"{h.data_dir / 'admin-credentials'} (client id 'admin')"))
     token_url = f"{h.issuer_uri}/token" if h.settings.uses_embedded_issuer else "TOKEN_URL"
     lines.append(
@@ -149,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, default=None, help="YAML file of every server setting (and bootstrap:)")
     serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default 8181; 0 picks a free one)")
+    serve.add_argument(
+        "--workers", type=int, default=None, help="server processes sharing the port (default 1; >1 needs PostgreSQL)"
+    )
     serve.add_argument("--warehouse", default=None, help="warehouse base URI (default file://DATA_DIR/warehouse)")
     serve.add_argument("--db", default=None, help="SQLAlchemy URL for catalog state (default sqlite in DATA_DIR)")
     serve.add_argument("--data-dir", type=Path, default=None, help=f"state directory (default {_default_data_dir()})")

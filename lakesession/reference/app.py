@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
-from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
 
 from .._redact import quiet_botocore_bodies
@@ -23,6 +22,7 @@ from .idp import EmbeddedIssuer, RemoteVerifier
 from .openapi import install_openapi
 from .routes import credentials, management, namespaces, signing, tables, views
 from .settings import ServerSettings
+from .sqlcatalog import CachingSqlCatalog
 from .vending import CredentialVendor
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def build_services(settings: ServerSettings, *, key_path: Path | None = None) ->
     private_state(settings.db_url, key_path.parent if key_path is not None else None)
     engine = store.make_engine(settings.db_url)
     file_io = settings.s3.catalog_file_io() if settings.s3 is not None else {}
-    catalog = SqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse, **file_io)
+    catalog = CachingSqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse, **file_io)
     catalog.engine.dispose()
     catalog.engine = engine  # one engine (WAL pragmas, one pool) for everything
     directory = Directory(engine)

@@ -60,6 +60,7 @@ _EngineKey = Literal["principal", "issuer", "audience", "subject"]
 _PROCESS_FIELDS: dict[str, Any] = {
     "host": (str, "127.0.0.1"),
     "port": (int, 8181),
+    "workers": (int, 1),  # server processes (PostgreSQL only)
     "data_dir": (Path | None, None),
     "s3_emulator": (bool, False),
     "s3_emulator_port": (int | None, None),

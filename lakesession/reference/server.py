@@ -147,6 +147,7 @@ class ReferenceCatalog:
         self.services = services
         self.admin = Admin(services, self.app.state.issuer)
         self.s3_emulator: Any = None
+        self.sock = sock
         self.bind_url = settings.base_url
         self.admin_credentials = _ensure_admin(services, data_dir)
         if bootstrap is not None:
@@ -205,6 +206,7 @@ def start(
     s3_emulator_port: int | None = None,
     s3_emulator_persist: bool = False,
     credential_ttl: int | None = None,
+    serve: bool = True,
     **settings: Any,
 ) -> ReferenceCatalog:
     """Start a reference catalog in a background thread and return its handle.
@@ -219,6 +221,8 @@ def start(
     given, and with ``s3_emulator_persist`` (``lakesession serve``) keeps its objects under
     ``DATA_DIR/s3-emulator``, so a restart with the same data dir serves them again.
     ``credential_ttl`` sets the lifetime of vended credentials (default: ``s3``'s own, else 3600 s).
+    ``serve=False`` prepares everything (state, emulator, bound socket ``handle.sock``) but serves nothing
+    in this process: ``serve --workers`` serves from worker processes.
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -263,7 +267,8 @@ def start(
             handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
         handle.s3_emulator = emulator
         handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
-        handle._start()
+        if serve:
+            handle._start()
     except BaseException:
         sock.close()
         if emulator is not None:

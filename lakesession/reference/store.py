@@ -29,6 +29,10 @@ from sqlalchemy import (
 from sqlalchemy.pool import StaticPool
 
 from . import migrations
+from .sqlitelock import serialize_writes
+
+POOL_SIZE = 10  # connections kept per process (and per serve worker)
+POOL_OVERFLOW = 20  # up to 30 under bursts (40 request threads, most of them between queries)
 
 metadata = MetaData()
 
@@ -142,10 +146,13 @@ def make_engine(url: str) -> Engine:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         if ":memory:" in url or url.rstrip("/") == "sqlite:":
             kwargs["poolclass"] = StaticPool
+        else:  # as many as the server's request threads: no connection churn (and PRAGMAs) under load
+            kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
     else:  # a server database: a pooled connection may have died with a restart or outage; test it on checkout
-        kwargs["pool_pre_ping"] = True
+        kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_pre_ping=True)
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
+        serialize_writes(engine)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _: Any) -> None:

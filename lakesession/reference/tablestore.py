@@ -58,18 +58,24 @@ class MetadataCache:
             self._items.clear()
             self._size = 0
 
-    def get(self, location: str, properties: dict[str, str]) -> bytes:
+    def get(self, location: str, properties: dict[str, str], ios: Any = None) -> bytes:
+        """The file's bytes (validated, compact JSON); ``ios`` (a ``FileIOCache``) reuses FileIOs."""
         with self._lock:
             hit = self._items.get(location)
             if hit is not None:
                 self._items.move_to_end(location)
                 return hit
-        io = load_file_io(properties, location)
+        io = ios.get(properties, location) if ios is not None else load_file_io(properties, location)
         with io.new_input(location).open() as f:
             raw = f.read()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         raw = json.dumps(json.loads(raw), separators=(",", ":")).encode()  # validate once, compact
+        self.put(location, raw)
+        return raw
+
+    def put(self, location: str, raw: bytes) -> None:
+        """Remember a file's bytes (the catalog's own writes: compact JSON, exactly what it wrote)."""
         with self._lock:
             if location not in self._items:
                 self._items[location] = raw
@@ -77,14 +83,17 @@ class MetadataCache:
                 while self._size > self.max_bytes and len(self._items) > 1:
                     _, old = self._items.popitem(last=False)
                     self._size -= len(old)
-        return raw
 
 
 class TableStore:
     def __init__(self, catalog: SqlCatalog, cache: MetadataCache | None = None):
         self.catalog = catalog
-        self.cache = cache or MetadataCache()
+        self.cache = cache or getattr(catalog, "metadata_cache", None) or MetadataCache()
+        self._ios = getattr(catalog, "file_ios", None)
         self._locations: dict[str, str] = {}
+        # one commit per table at a time in this process: a commit that lost the race then fails its
+        # requirements at once (409) instead of writing a metadata file the database would refuse
+        self._commit_locks = tuple(threading.Lock() for _ in range(64))
 
     def remember_location(self, metadata_location: str, location: str) -> None:
         """Record which table location a metadata file describes (written once per new metadata file)."""
@@ -118,7 +127,9 @@ class TableStore:
         if row is not None:
             self._locations[meta] = row[0]
             return row[0]
-        location = json.loads(self.cache.get(meta, self.catalog.properties))["location"]  # registered elsewhere
+        location = json.loads(self.cache.get(meta, self.catalog.properties, self._ios))[
+            "location"
+        ]  # registered elsewhere
         self.remember_location(meta, location)
         return location
 
@@ -179,20 +190,27 @@ class TableStore:
         loc = self.metadata_location(ns, name)
         if loc is None:
             raise NoSuchTable(f"Table does not exist: {nskeys.path_text((*ns, name))}")
-        return loc, self.cache.get(loc, self.catalog.properties)
+        return loc, self.cache.get(loc, self.catalog.properties, self._ios)
 
     def commit(
         self, ns: Namespace, name: str, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> tuple[str, bytes]:
         ident = (*ns, name)
-        exists = self.metadata_location(ns, name) is not None
+        current = self.metadata_location(ns, name)
+        exists = current is not None
         creating = any(isinstance(r, AssertCreate) for r in requirements)
         if not exists and not creating:
             raise NoSuchTable(f"Table does not exist: {nskeys.path_text(ident)}")
         if not exists and self.view_exists(ns, name):
             raise Conflict(f"View with same name already exists: {nskeys.path_text(ident)}")
+        parsed = getattr(self.catalog, "metadata", None)  # CachingSqlCatalog: parsed metadata by location
         try:
-            resp = self.catalog.commit_table(_Ident(nskeys.sql_ident(ns, name)), requirements, updates)  # type: ignore[arg-type]
+            if current is not None and parsed is not None:
+                # requirements already failing against the committed state: 409 without queueing for the lock
+                for requirement in requirements:
+                    requirement.validate(parsed(current))
+            with self._commit_locks[hash(ident) % len(self._commit_locks)]:
+                resp = self.catalog.commit_table(_Ident(nskeys.sql_ident(ns, name)), requirements, updates)  # type: ignore[arg-type]
             self.remember_location(resp.metadata_location, resp.metadata.location)
         except CommitFailedException as e:
             raise CommitFailed(str(e)) from None
@@ -202,7 +220,7 @@ class TableStore:
             raise NoSuchTable(str(e)) from None
         except (ValueError, TypeError, KeyError) as e:
             raise BadRequest(f"Invalid table update: {e}") from None
-        return resp.metadata_location, self.cache.get(resp.metadata_location, self.catalog.properties)
+        return resp.metadata_location, self.cache.get(resp.metadata_location, self.catalog.properties, self._ios)
 
     def purge(self, ns: Namespace, name: str, prefixes: set[str]) -> int:
         """Drop the table and delete its files — only those inside ``prefixes`` (what it owns).
