@@ -26,6 +26,7 @@ p99 <= 150 ms under 50 sessions. Exit status 0 only when nothing is lost and eve
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -82,6 +83,27 @@ def audited_ids(db_url: str, since: float) -> set[str]:
     finally:
         engine.dispose()
     return {r[0] for r in rows}
+
+
+def sts_calls(db_url: str, since: float) -> tuple[int, int]:
+    """(credential issues, STS calls among them) from the audit: every load or refresh that vended
+    records ``cache_hit``; a miss is one ``AssumeRole`` (the catalog reuses an STS credential only while
+    >= 90 % of its lifetime remains, so under load almost every issue is a hit)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT detail FROM ls_audit WHERE ts >= :t AND decision = 'issued' AND detail LIKE '%cache_hit%'"
+                ),
+                {"t": since},
+            ).all()
+    finally:
+        engine.dispose()
+    details = [json.loads(r[0]) for r in rows]
+    return len(details), sum(1 for d in details if not d.get("cache_hit"))
 
 
 class Server:
@@ -275,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
             audited = audited_ids(server.db_url, since)
             missing = [r for r in total.request_ids if r not in audited]
             print(f"audit: {len(total.request_ids) - len(missing)} of {len(total.request_ids)} client requests audited")
+            issues, sts = sts_calls(server.db_url, since)
+            sts_per_1000 = 1000 * sts / max(issues, 1)
+            print(
+                f"STS calls per 1,000 credential loads: {sts_per_1000:.2f} ({sts} AssumeRole for {issues} loads and "
+                f"refreshes that vended; target <= 2): {'OK' if sts_per_1000 <= 2 else 'OVER TARGET'}"
+            )
         finally:
             if spy is not None and spy.poll() is None:
                 spy.kill()
