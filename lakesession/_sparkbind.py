@@ -76,6 +76,31 @@ def bind(
         return spark
 
 
+def first_query_loads_catalog(spark_version: str) -> bool:
+    """Whether Spark ``spark_version``'s first query, even ``SELECT 1``, loads the default catalog.
+
+    Spark 3.5's optimizer evaluates the current namespace for every query (``ReplaceCurrentLike``),
+    which loads the current catalog (Iceberg: ``GET /v1/config``); Spark 4 does so only when a query
+    asks for it (``current_database()``).
+    """
+    return int(spark_version.split(".")[0]) < 4
+
+
+def catalog_can_wait(remote: str | None) -> bool:
+    """Whether ``bind`` launches a local JVM whose first query leaves the default catalog unloaded.
+
+    Only then may an embedded catalog's start wait until the JVM is up (started together on two
+    cores, each slows the other). Otherwise the catalog is on the way to the first query: Spark 3.5
+    (``first_query_loads_catalog``), a running SparkContext (``_child`` loads the new session's catalog
+    at once), or a Connect channel (which launches no JVM here to compete with).
+    """
+    if remote is not None:
+        return False
+    from pyspark import SparkContext, __version__
+
+    return SparkContext._active_spark_context is None and not first_query_loads_catalog(__version__)
+
+
 def _static(spark_conf: Mapping[str, str]) -> dict[str, str]:
     """The launch conf: the user's settings but their catalog keys, which follow the catalog at runtime."""
     return {k: v for k, v in spark_conf.items() if not k.startswith("spark.sql.catalog.")}
