@@ -19,6 +19,7 @@ a second user's gateway therefore does nothing, and that user reads as the first
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _holders: set[int] = set()  # ids of the Sessions holding a SparkSession on the running local SparkContext
 _created: Any = None  # the SparkSession lakesession created (its SparkContext is lakesession's to stop)
@@ -72,8 +74,61 @@ def bind(
             _register(spark, catalog_name, catalog_conf(), spark_conf)
             if created:
                 _created = spark
+                from pyspark import __version__
+
+                if first_query_loads_catalog(__version__):
+                    _preload(spark, catalog_name)
         _holders.add(id(holder))
         return spark
+
+
+def first_query_loads_catalog(spark_version: str) -> bool:
+    """Whether Spark ``spark_version``'s first query, even ``SELECT 1``, loads the default catalog.
+
+    Spark 3.5's optimizer evaluates the current namespace for every query (``ReplaceCurrentLike``),
+    which loads the current catalog (Iceberg: ``GET /v1/config``); Spark 4 does so only when a query
+    asks for it (``current_database()``).
+    """
+    return int(spark_version.split(".")[0]) < 4
+
+
+def catalog_can_wait(remote: str | None) -> bool:
+    """Whether ``bind`` launches a local JVM whose first query leaves the default catalog unloaded.
+
+    Only then may an embedded catalog's start wait until the JVM is up (started together on two
+    cores, each slows the other). Otherwise the catalog is on the way to the first query: Spark 3.5
+    (``first_query_loads_catalog``), a running SparkContext (``_child`` loads the new session's catalog
+    at once), or a Connect channel (which launches no JVM here to compete with).
+    """
+    if remote is not None:
+        return False
+    from pyspark import SparkContext, __version__
+
+    return SparkContext._active_spark_context is None and not first_query_loads_catalog(__version__)
+
+
+def _preload(spark: SparkSession, catalog_name: str) -> None:
+    """Load the default catalog now, on a JVM thread of its own, where the first query would load it anyway.
+
+    Spark 3.5's first query (``first_query_loads_catalog``) stops in its optimizer until Iceberg's catalog
+    has initialized (class loading, ``GET /v1/config``); begun here, that overlaps the query's parsing
+    and analysis instead (``CatalogManager.catalog`` is synchronized: the query then takes the loaded
+    plugin). The session is made active on that thread first: Spark reads a catalog's settings from the
+    active session's conf. A failure is the first query's to report: it loads the catalog again.
+    """
+    jvm: Any = spark._jvm
+    jsession = spark._jsparkSession
+
+    def load() -> None:
+        try:
+            jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
+            jsession.sessionState().catalogManager().catalog(catalog_name)
+        except Exception as exc:  # the JVM's message may quote a URL or a conf; the type is enough here
+            logger.debug(
+                "preloading catalog %s failed (%s); the first query loads it", catalog_name, type(exc).__name__
+            )
+
+    threading.Thread(target=load, name="lakesession-catalog-preload", daemon=True).start()
 
 
 def _static(spark_conf: Mapping[str, str]) -> dict[str, str]:

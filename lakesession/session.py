@@ -188,7 +188,9 @@ class Session:
         running SparkContext (one identity per Spark catalog), so no other SparkSession's catalogs
         or default catalog change. The JVM (or the Connect channel) starts first, in this thread; the
         gateway starts meanwhile in another, and the catalog pointing at it is registered once both
-        are up. An embedded catalog keeps starting in the background: the first catalog query waits
+        are up. An embedded catalog starts in the background: alongside the JVM when the first query
+        will load the catalog (Spark 3.5, a running SparkContext), else once the JVM is up (Spark 4,
+        where it would only slow the JVM's launch on a small machine); the first catalog query waits
         for it, not this call.
         """
         with self._lock:
@@ -199,6 +201,8 @@ class Session:
                 from . import _sparkbind
                 from ._spark.session import catalog_conf
 
+                if self._pending is not None and not _sparkbind.catalog_can_wait(self._remote):
+                    self._pending.begin()  # the first query needs the catalog: it starts alongside the JVM
                 with ThreadPoolExecutor(1, thread_name_prefix="lakesession-gateway") as pool:
                     pending = pool.submit(self._new_gateway) if self._gateway is None else None
 
@@ -223,7 +227,7 @@ class Session:
                         if pending is not None and self._gateway is None:
                             self._gateway = pending.result()
                 if self._pending is not None:
-                    self._pending.begin()  # the JVM is up: an embedded catalog may start now (first query waits)
+                    self._pending.begin()  # the JVM is up: an embedded catalog may start now (first catalog query waits)
             return self._spark
 
     # -- Python-side access (pyiceberg) ----------------------------------------

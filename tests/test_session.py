@@ -220,6 +220,45 @@ def only_alice(catalog):  # type: ignore[no-untyped-def]
     return name
 
 
+class _Launched(Exception):
+    """Stands in for the JVM launch: ``bind`` is where Session.spark() launches Spark."""
+
+
+@pytest.mark.parametrize("can_wait", [True, False])
+def test_embedded_start_begins_with_the_jvm_only_when_the_first_query_needs_it(monkeypatch, can_wait) -> None:  # type: ignore[no-untyped-def]
+    """Spark 3.5's first query loads the catalog: its embedded start must run alongside the JVM's launch,
+    not after it (that cost 1.2 s of a 3.5 cold start); on Spark 4 it waits until the JVM is up."""
+    from lakesession import _sparkbind
+    from lakesession.embedded import EmbeddedStart
+    from lakesession.session import Session
+
+    begun = threading.Event()
+    pending = EmbeddedStart(lambda: (begun.set(), (None, None))[1])
+    at_launch: list[bool] = []
+
+    def bind(*args: object, **kwargs: object) -> None:
+        at_launch.append(begun.wait(0 if can_wait else 10))
+        raise _Launched
+
+    monkeypatch.setattr(_sparkbind, "catalog_can_wait", lambda remote: can_wait)
+    monkeypatch.setattr(_sparkbind, "bind", bind)
+    session = Session(None, None, pending=pending)
+    try:
+        with pytest.raises(_Launched):
+            session.spark()
+    finally:
+        session.close()
+    assert at_launch == [not can_wait]
+
+
+def test_which_first_queries_load_the_catalog() -> None:
+    from lakesession._sparkbind import catalog_can_wait, first_query_loads_catalog
+
+    assert first_query_loads_catalog("3.5.9") and first_query_loads_catalog("3.4.0")
+    assert not first_query_loads_catalog("4.1.4") and not first_query_loads_catalog("4.0.0")
+    assert catalog_can_wait("sc://localhost:15002") is False  # a Connect channel launches no JVM here
+
+
 @pytest.fixture
 def no_current_session():  # type: ignore[no-untyped-def]
     """``lakesession.spark()``'s current session starts empty and is closed and forgotten after the test."""

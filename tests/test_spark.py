@@ -260,3 +260,51 @@ def test_metadata_tables_and_nested_namespaces_through_the_gateway(lake, spark) 
     assert ("load_table", "table gwnest.inner.t", 200) in {(r.action, r.object, r.status) for r in records}
     assert ("commit_table", "table gwnest.inner.t", 200) in {(r.action, r.object, r.status) for r in records}
     assert not [r for r in records if r.status >= 500]
+
+
+def test_first_query_loads_the_default_catalog_as_lakesession_assumes(spark) -> None:  # type: ignore[no-untyped-def]
+    """``lakesession.spark()`` starts an embedded catalog alongside the JVM only where Spark's first
+    query (``SELECT 1``) already loads the default catalog (``_sparkbind.first_query_loads_catalog``):
+    checked here on the running Spark, against a catalog on loopback that records what it is asked."""
+    import json
+    import threading
+
+    import pyspark
+
+    from lakesession._background import BackgroundServer, bind
+    from lakesession._sparkbind import first_query_loads_catalog
+
+    asked: list[str] = []
+    lock = threading.Lock()
+
+    async def catalog(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        with lock:
+            asked.append(scope["path"])
+        status, body = (200, {"defaults": {}, "overrides": {}}) if scope["path"] == "/v1/config" else (404, {})
+        payload = json.dumps(body).encode()
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+    sock = bind("127.0.0.1", 0)
+    server = BackgroundServer(catalog, sock, "probe-catalog")
+    server.start()
+    try:
+        probe = spark.newSession()
+        prefix = "spark.sql.catalog.probe"
+        for key, value in {
+            prefix: "org.apache.iceberg.spark.SparkCatalog",
+            f"{prefix}.type": "rest",
+            f"{prefix}.uri": f"http://127.0.0.1:{server.port}",
+            "spark.sql.defaultCatalog": "probe",
+        }.items():
+            probe.conf.set(key, value)
+        assert probe.sql("SELECT 1").collect()[0][0] == 1
+        with lock:
+            loaded = "/v1/config" in asked
+        assert loaded == first_query_loads_catalog(pyspark.__version__), (pyspark.__version__, asked)
+    finally:
+        server.stop()

@@ -22,10 +22,6 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
-
 logger = logging.getLogger(__name__)
 
 Ident = tuple[tuple[str, ...], str]
@@ -35,6 +31,8 @@ _lock = threading.Lock()
 
 
 def _dialect(name: str | None) -> str:
+    from sqlglot.dialects.dialect import Dialect
+
     name = (name or "spark").lower()
     try:
         return name if Dialect.get(name) is not None else "spark"
@@ -44,6 +42,9 @@ def _dialect(name: str | None) -> str:
 
 def _references(sql: str, dialect: str | None) -> list[list[str]]:
     """The multi-part names ``sql`` reads (CTE names excluded); unparseable SQL reads nothing."""
+    import sqlglot  # here, not at import: the catalog's start (on the way to a first query) needs no SQL parser
+    from sqlglot import exp
+
     try:
         tree = sqlglot.parse_one(sql, read=_dialect(dialect))
     except sqlglot.errors.SqlglotError as e:
