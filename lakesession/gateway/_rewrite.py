@@ -7,6 +7,7 @@ import json
 import os
 import re
 import time
+from typing import Any
 
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"
@@ -45,11 +46,8 @@ def rewrite_table_config(
     )
     if not urls and not inject and (region is None or b'"client.region"' in body):
         return body
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return body
-    if not isinstance(doc, dict):
+    doc = _json_object(body)
+    if doc is None:
         return body
     holders = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
     # a /v1/config answer may name the catalog's own URI (Nessie: overrides.uri): the JVM would leave the gateway
@@ -86,11 +84,8 @@ def stamp_expiry(body: bytes, ttl: float | None) -> bytes:
     the lifetime the session assumes for them: Iceberg Java then refreshes (by reload) ahead of it."""
     if ttl is None or b"access-key-id" not in body or b"expires-at-ms" in body:
         return body
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return body
-    if not isinstance(doc, dict):
+    doc = _json_object(body)
+    if doc is None:
         return body
     at = str(int((time.time() + ttl) * 1000))
     for holder in [doc.get("config")] + [c.get("config") for c in doc.get("storage-credentials") or []]:
@@ -135,3 +130,12 @@ def offers_credentials(config_body: bytes) -> bool | None:
     except (ValueError, AttributeError):
         return None
     return CREDENTIALS_ENDPOINT in endpoints if isinstance(endpoints, list) else False
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """``body`` as a JSON object, or None when it is not one (then it passes through unchanged)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
