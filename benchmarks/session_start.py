@@ -1,8 +1,12 @@
 """Cold start: `lakesession.spark()` to first query vs plain `SparkSession.builder` with the same jars.
 
 Each measurement runs in a fresh Python process (a cold JVM), alternating the
-two variants so machine noise hits both alike. Prints each run, the medians
-and the ratio lakesession / plain (target <= 1.10), per installed Spark major:
+variants so machine noise hits them alike. Prints each run, the medians
+and the ratio lakesession / plain (target <= 1.10), per installed Spark major.
+lakesession maps a class-data-sharing archive of the JVM's classes (``_spark/_classcache``;
+written by the first, untimed run); a third variant with it turned off
+(``LAKESESSION_JVM_CLASS_CACHE=0``) shows lakesession's own overhead, printed as a second ratio.
+One Python per Spark line
 one Python per Spark line (``--python``, repeatable; default this interpreter and
 any of /work/venvs/*/bin/python or ``$LAKESESSION_BENCH_PYTHONS`` (os.pathsep-separated)
 whose pyspark is another major).
@@ -59,14 +63,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 1.10
 
 
-def env() -> dict[str, str]:
+def env(**extra: str) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     e["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, e.get("PYTHONPATH", "")) if p)
-    return e
+    return {**e, **extra}
 
 
-def run(python: str, code: str, *args: str) -> dict[str, float]:
-    out = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=600, env=env())
+def run(python: str, code: str, *args: str, **extra_env: str) -> dict[str, float]:
+    out = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=600, env=env(**extra_env))
     if out.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -96,28 +100,36 @@ def pythons(explicit: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def measure(python: str, version: str, runs: int) -> float:
+SETTLE = "from lakesession._spark import _classcache, jars; _classcache.settle(jars.cache_dir()); print('{}')"
+
+
+def measure(python: str, version: str, runs: int) -> tuple[float, float]:
+    """(lakesession / plain, lakesession without its class cache / plain), medians of ``runs``."""
     run(python, "from lakesession._spark.jars import resolve_jars; resolve_jars(); print('{}')")  # jars cached first
-    plain, lake = [], []
+    plain, lake, bare = [], [], []
     with tempfile.TemporaryDirectory() as data:
-        run(python, LAKESESSION, data)  # first run creates the embedded state; not timed
+        run(python, LAKESESSION, data)  # creates the embedded state (and the class archive, if none); not timed
+        run(python, SETTLE)  # until that JVM has written the archive at exit
+        run(python, LAKESESSION, data)  # proves and promotes the archive; not timed
         for i in range(runs):
             p = run(python, PLAIN)
             lk = run(python, LAKESESSION, data)
+            b = run(python, LAKESESSION, data, LAKESESSION_JVM_CLASS_CACHE="0")
             plain.append(p)
             lake.append(lk)
+            bare.append(b)
             print(
                 f"Spark {version} run {i + 1}: plain {p['first_query']:.2f}s  lakesession {lk['first_query']:.2f}s  "
-                f"(first catalog query: plain {p['catalog_query']:.2f}s, lakesession {lk['catalog_query']:.2f}s)",
+                f"(class cache off {b['first_query']:.2f}s; first catalog query: plain {p['catalog_query']:.2f}s, "
+                f"lakesession {lk['catalog_query']:.2f}s)",
                 flush=True,
             )
-    mp = statistics.median(r["first_query"] for r in plain)
-    ml = statistics.median(r["first_query"] for r in lake)
+    mp, ml, mb = (statistics.median(r["first_query"] for r in rs) for rs in (plain, lake, bare))
     print(
         f"Spark {version}: median cold start to first query: plain SparkSession.builder {mp:.2f}s, "
-        f"lakesession.spark() {ml:.2f}s"
+        f"lakesession.spark() {ml:.2f}s, with its class cache off {mb:.2f}s"
     )
-    return ml / mp
+    return ml / mp, mb / mp
 
 
 def main() -> None:
@@ -126,8 +138,12 @@ def main() -> None:
     parser.add_argument("--python", action="append", default=[], help="a Python whose pyspark to measure")
     args = parser.parse_args()
     ratios = [(version, measure(py, version, args.runs)) for py, version in pythons(args.python)]
-    for version, ratio in ratios:
-        print(f"Spark {version}: ratio lakesession/plain = {ratio:.3f} (target <= {TARGET:.2f})")
+    for version, (ratio, bare) in ratios:
+        print(
+            f"Spark {version}: ratio lakesession/plain = {ratio:.3f} (target <= {TARGET:.2f}); "
+            f"class cache off: {bare:.3f}"
+        )
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores)")
 
 
 if __name__ == "__main__":

@@ -205,7 +205,8 @@ def _ivy_cached(spark: SparkInfo) -> JarSet | None:
     return JarSet(tuple(paths), (), "cache")
 
 
-def _java_executable() -> str:
+def java_executable() -> str:
+    """The ``java`` Spark launches: ``$JAVA_HOME/bin/java``, else the one on PATH."""
     home = os.environ.get("JAVA_HOME")
     if home:
         java = Path(home) / "bin" / "java"
@@ -219,7 +220,7 @@ def _java_executable() -> str:
 
 
 def _java() -> tuple[str, str]:
-    java = _java_executable()
+    java = java_executable()
     try:
         proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

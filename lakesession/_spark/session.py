@@ -8,8 +8,9 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from . import _classcache
 from .errors import install_connect_error_conversion, install_error_conversion
-from .jars import JarSet, check_java
+from .jars import JarSet, cache_dir, check_java, java_executable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -104,10 +105,16 @@ def build_spark(
 
     Runtime-settable keys (catalogs) are applied to a reused session.
     """
+    from pyspark import SparkContext
+    from pyspark.find_spark_home import _find_spark_home
     from pyspark.sql import SparkSession
 
+    launch = _classcache.Plan()
     if remote is None:
-        check_java()
+        java_version = check_java()
+        if SparkContext._active_spark_context is None:
+            launch = _classcache.plan(conf, java_executable(), java_version, _find_spark_home(), cache_dir())
+            conf = _classcache.with_options(conf, launch.options)
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or __import__("sys").executable)
     builder = SparkSession.builder.appName(app_name)
     if remote:
@@ -120,8 +127,6 @@ def build_spark(
         builder = builder.config(k, v)
     if builder_hook:
         builder = builder_hook(builder)
-    from pyspark import SparkContext
-
     existed = SparkContext._active_spark_context is not None
     # the JVM inherits os.environ: keep tokens that could act as the user out of it
     saved = {k: os.environ.pop(k) for k in SECRET_ENV if k in os.environ}
@@ -129,6 +134,8 @@ def build_spark(
         spark = builder.getOrCreate()
     finally:
         os.environ.update(saved)
+    if launch.claim is not None:
+        _classcache.launched(launch, getattr(getattr(spark.sparkContext._gateway, "proc", None), "pid", None))
     if existed or remote:
         # getOrCreate reused a session: catalogs are runtime SQL confs and can still be registered
         for k, v in conf.items():
