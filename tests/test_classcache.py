@@ -133,6 +133,12 @@ def test_off_when_asked_or_when_the_user_manages_sharing(
     assert not (tmp_path / "classcache").exists()
 
 
+@pytest.mark.parametrize("old", ["11.0.22", "1.8.0_392"])
+def test_off_on_a_java_without_dynamic_archives(tmp_path: Path, spark_home: Path, old: str) -> None:
+    assert _classcache.plan({}, JAVA, old, str(spark_home), tmp_path) == _classcache.Plan()
+    assert _classcache.plan({}, JAVA, "21.0.5", str(spark_home), tmp_path).claim is not None
+
+
 def test_an_unwritable_cache_only_costs_speed(tmp_path: Path, spark_home: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

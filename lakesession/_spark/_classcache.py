@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import subprocess
@@ -32,6 +33,7 @@ DRIVER_OPTS = "spark.driver.extraJavaOptions"
 QUIET = "-Xlog:cds*=off"  # the dump warns for every class it skips (signed jars): not the user's concern
 SETTLED = 30.0  # seconds after its last write a dump is complete (or abandoned)
 CLAIM_STALE = 3600.0  # a claim older than this with no dump beside it was abandoned
+MIN_JAVA = 17  # dynamic archives since 13; 17 is the oldest LTS with them that Spark supports
 KEEP = 4  # archives kept (one per Java × Spark × jars in use); ~100 MB each
 
 
@@ -53,6 +55,8 @@ def plan(conf: Mapping[str, str], java: str, java_version: str, spark_home: str,
         return Plan()
     if any(flag in conf.get(DRIVER_OPTS, "") for flag in ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")):
         return Plan()  # the user manages class sharing
+    if _major(java_version) < MIN_JAVA:
+        return Plan()  # Java 11 has no dynamic archives (and would refuse the options)
     root = cache / "classcache"
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)  # what the JVM maps must be the user's alone
@@ -154,6 +158,12 @@ def _claim(root: Path, key: str) -> Path | None:
     claim = root / f"{key}.{os.getpid()}.claim"
     claim.touch()
     return claim
+
+
+def _major(java_version: str) -> int:
+    parts = java_version.split(".")
+    digits = "".join(itertools.takewhile(str.isdigit, parts[1] if parts[0] == "1" and len(parts) > 1 else parts[0]))
+    return int(digits or 0)
 
 
 def _dump_of(claim: Path) -> Path:
