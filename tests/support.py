@@ -1,4 +1,4 @@
-"""Shared test support: the seed's view-chain policy, Iceberg view bodies, and catalog helpers.
+"""Shared test support: the seed's view-chain policy, Iceberg view bodies, catalog helpers, cold children.
 
 One copy for every test module that builds a reference catalog with views (``test_chains``,
 ``test_view_spark``, ``test_view_security``, …), so the seed's chain reads the same everywhere.
@@ -6,8 +6,13 @@ One copy for every test module that builds a reference catalog with views (``tes
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -88,3 +93,26 @@ def catalog_as(handle: Any, who: str, name: str = "lake") -> Any:
     from lakesession.identity import StaticToken
 
     return rest_catalog(name, handle.uri, StaticToken(handle.admin.token_for(who)), warehouse=handle.warehouse)
+
+
+def run_cold_child(code: str, tmp_path: Path, **env_extra: str) -> tuple[dict[str, Any], str]:
+    """Run ``code`` in a fresh Python (a cold JVM, as a notebook's first cell) on the embedded default.
+
+    ``argv[1]`` is the embedded catalog's data dir under ``tmp_path``; the child prints JSON as its
+    last stdout line. Returns that and the child's stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # as the suite's lake fixture
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+    )
+    env["LAKESESSION_CONFIG"] = str(tmp_path / "none.toml")  # the embedded default, whatever the machine's config
+    env.update(env_extra)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "embedded")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr

@@ -7,10 +7,8 @@ to see the second one map the archive the first one wrote.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +16,8 @@ import pytest
 
 from lakesession._spark import _classcache
 from lakesession._spark.jars import cache_dir, check_java, java_executable
+
+from .support import run_cold_child
 
 JAVA = java_executable()
 VERSION = check_java()
@@ -171,25 +171,11 @@ def test_the_second_cold_start_maps_the_archive_the_first_one_wrote(tmp_path: Pa
     for entry in cache_dir().iterdir():  # the suite's jars and Ivy cache, not its archives
         if entry.name != "classcache":
             (cache / entry.name).symlink_to(entry)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
-    )
-    env["LAKESESSION_CONFIG"] = str(tmp_path / "none.toml")
-    env["LAKESESSION_CACHE_DIR"] = str(cache)
 
     def launch() -> dict[str, list[str]]:
-        out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(tmp_path / "embedded")],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=env,
-            cwd=tmp_path,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        assert "cds" not in out.stderr.lower()  # no JVM chatter about the archive
-        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+        result, stderr = run_cold_child(CHILD, tmp_path, LAKESESSION_CACHE_DIR=str(cache))
+        assert "cds" not in stderr.lower()  # no JVM chatter about the archive
+        return result
 
     first = launch()
     mine = lambda mapped: [m for m in mapped if m.startswith(str(cache))]  # noqa: E731 (not the JDK's base archive)

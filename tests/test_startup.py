@@ -8,13 +8,11 @@ Each run is a fresh Python process (a cold JVM), as a notebook's first cell is.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from .support import run_cold_child
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -46,21 +44,7 @@ print(json.dumps({"version": pyspark.__version__, "before_query": before_query, 
 def test_catalog_is_loaded_before_the_first_query_only_where_that_query_needs_it(tmp_path: Path) -> None:
     from lakesession._sparkbind import first_query_loads_catalog
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # as the suite's lake fixture
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
-    )
-    env["LAKESESSION_CONFIG"] = str(tmp_path / "none.toml")  # the embedded default, whatever the machine's config
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path / "embedded")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result, _ = run_cold_child(CHILD, tmp_path)
     config = "/v1/config"
     if first_query_loads_catalog(result["version"]):  # Spark 3.5: loaded (preloaded) before any query
         assert config in result["before_query"], result
