@@ -145,6 +145,8 @@ def test_loads_point_the_signer_at_the_gateway_and_carry_no_credentials(lake: La
     assert config["s3.remote-signing-enabled"] == "true"
     assert config["s3.signer.uri"] == gw.uri
     assert config["s3.signer.endpoint"].startswith(f"{gw.uri}/sign/")
+    # Iceberg 1.12 reads signer.endpoint (else its per-table default on the catalog route, refused below)
+    assert config["signer.endpoint"] == config["s3.signer.endpoint"]
     assert not doc.get("storage-credentials")
     assert not [k for k in config if is_credential_key(k)], config
     assert lake.handle.uri not in r.text  # nothing in the JVM points at the catalog itself
@@ -275,6 +277,39 @@ def test_signer_route_reaches_no_other_catalog_endpoint(lake: Lake, gw: Gateway)
         conn.close()
         assert r.status == status, (path, r.status, text)
     assert lake.calls.paths[before:] == []
+
+
+def test_catalog_routes_refuse_signer_paths(lake: Lake, gw: Gateway) -> None:
+    """Iceberg 1.12 with only ``s3.signer.*`` set posted its signer calls to the table's ``…/tables/t/sign``
+    through the gateway's main route. The attack: a local process with the session secret asks the main
+    route (and a view-chain route) to sign at the catalog's signer paths. Before the fix the catalog signed
+    (200, a URL the store accepted); now the gateway refuses before any upstream call: signing goes only
+    through the ``/sign/{id}`` routes it handed out."""
+    signer_endpoint(gw, "orders")  # the table was loaded: the gateway knows the catalog's signer target
+    uri = lake.url("orders", "data/orders.parquet")
+    body = sign_body(lake, "GET", uri)
+    chain = gw.chains.register(((("ns",), "v"),), "ns%1Fv", {(("ns",), "orders")})
+    paths = [
+        f"{P}/namespaces/ns/tables/orders/sign",  # the spec's per-table signer: Iceberg 1.12's default
+        f"{P}/namespaces/ns/tables/orders/sign/",
+        f"{P}/namespaces/ns/tables/orders%2Fsign",  # encoded: decodes to the same path
+        "/v1/aws/s3/sign",  # the legacy S3 signer (Iceberg 1.10's default)
+        f"/chain/{chain.id}{P}/namespaces/ns/tables/orders/sign",  # a view-chain route permits no signing either
+    ]
+    before = len(lake.calls.paths)
+    since = time.time()
+    for path in paths:
+        r = httpx.post(f"{gw.uri}{path}", json=body, headers=auth(gw), timeout=30)
+        read = replay("GET", uri, r).status_code if r.status_code == 200 else None  # the S3 call it would enable
+        assert r.status_code == 403 and read is None, (path, r.status_code, read, r.text)
+        error = r.json()["error"]
+        assert error["type"] == "ForbiddenException" and "/sign/{id}" in error["message"], error
+    assert lake.calls.paths[before:] == []  # nothing reached the catalog
+    assert lake.audit(since, "sign_request") == []
+    # a table that happens to be named "sign" is still a table: its load reaches the catalog (which decides)
+    named_sign = httpx.get(f"{gw.uri}{P}/namespaces/ns/tables/sign", headers=auth(gw), timeout=30)
+    assert named_sign.status_code in (403, 404) and "/sign/{id}" not in named_sign.text
+    assert lake.calls.paths[before:] == [f"{P}/namespaces/ns/tables/sign"]
 
 
 def test_a_signer_off_the_catalogs_origin_never_gets_the_token() -> None:
