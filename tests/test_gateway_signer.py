@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 
 from lakesession._background import BackgroundServer, bind
 from lakesession.gateway import Gateway
-from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing
+from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing, signer_path
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 
 POLICY = """
@@ -373,6 +373,21 @@ def test_rewrite_signing_resolves_targets_like_iceberg_and_keeps_the_chain_apart
     )
     legacy_route = routes.get(out["config"]["s3.signer.endpoint"].rsplit("/", 1)[1])
     assert legacy_route is not None and legacy_route.target == "http://cat:1/v1/aws/s3/sign"
+    # a catalog naming its signer with Iceberg 1.12's keys: the target comes from them, and both keys point here
+    named_112 = {**table, "config": {"s3.remote-signing-enabled": "true", "signer.endpoint": "v1/sign/x"}}
+    out = json.loads(
+        rewrite_signing(json.dumps(named_112).encode(), "http://cat:1", "http://gw", "http://gw", routes, "t", None)
+    )
+    route_112 = routes.get(out["config"]["signer.endpoint"].rsplit("/", 1)[1])
+    assert route_112 is not None and route_112.target == "http://cat:1/v1/sign/x"
+    assert out["config"]["s3.signer.endpoint"] == out["config"]["signer.endpoint"]
+    # the paths the catalog routes refuse: the spec's, the legacy one, and every target the catalog named
+    refused = ["/v1/p/namespaces/ns/tables/t/sign", "/v1/aws/s3/sign", "/x/v1/aws/s3/sign/abc", "/v1/sign/x"]
+    passed = ["/v1/p/namespaces/ns/tables/sign", "/v1/p/namespaces/sign/tables/t", "/v1/p/namespaces/ns/tables/t"]
+    assert all(signer_path(p, "http://cat:1", routes) for p in refused)
+    assert not any(signer_path(p, "http://cat:1", routes) for p in passed)
+    assert signer_path("/v1/p/namespaces/ns/tables/t/sign", "http://cat:1/api", routes)  # the API below a base path
+    assert signer_path("/sign", "http://cat:1/api/v1", SignerRoutes()) is False
     # vended mode leaves credentials alone; remote-signing mode removes every one of them
     vended = {**table, "config": {"s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.endpoint": "http://s3"}}
     raw = json.dumps(vended).encode()
