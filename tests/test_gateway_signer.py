@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 
 from lakesession._background import BackgroundServer, bind
 from lakesession.gateway import Gateway
-from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing
+from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing, signer_path
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 
 POLICY = """
@@ -145,6 +145,8 @@ def test_loads_point_the_signer_at_the_gateway_and_carry_no_credentials(lake: La
     assert config["s3.remote-signing-enabled"] == "true"
     assert config["s3.signer.uri"] == gw.uri
     assert config["s3.signer.endpoint"].startswith(f"{gw.uri}/sign/")
+    # Iceberg 1.12 reads signer.endpoint (else its per-table default on the catalog route, refused below)
+    assert config["signer.endpoint"] == config["s3.signer.endpoint"]
     assert not doc.get("storage-credentials")
     assert not [k for k in config if is_credential_key(k)], config
     assert lake.handle.uri not in r.text  # nothing in the JVM points at the catalog itself
@@ -277,6 +279,39 @@ def test_signer_route_reaches_no_other_catalog_endpoint(lake: Lake, gw: Gateway)
     assert lake.calls.paths[before:] == []
 
 
+def test_catalog_routes_refuse_signer_paths(lake: Lake, gw: Gateway) -> None:
+    """Iceberg 1.12 with only ``s3.signer.*`` set posted its signer calls to the table's ``…/tables/t/sign``
+    through the gateway's main route. The attack: a local process with the session secret asks the main
+    route (and a view-chain route) to sign at the catalog's signer paths. Before the fix the catalog signed
+    (200, a URL the store accepted); now the gateway refuses before any upstream call: signing goes only
+    through the ``/sign/{id}`` routes it handed out."""
+    signer_endpoint(gw, "orders")  # the table was loaded: the gateway knows the catalog's signer target
+    uri = lake.url("orders", "data/orders.parquet")
+    body = sign_body(lake, "GET", uri)
+    chain = gw.chains.register(((("ns",), "v"),), "ns%1Fv", {(("ns",), "orders")})
+    paths = [
+        f"{P}/namespaces/ns/tables/orders/sign",  # the spec's per-table signer: Iceberg 1.12's default
+        f"{P}/namespaces/ns/tables/orders/sign/",
+        f"{P}/namespaces/ns/tables/orders%2Fsign",  # encoded: decodes to the same path
+        "/v1/aws/s3/sign",  # the legacy S3 signer (Iceberg 1.10's default)
+        f"/chain/{chain.id}{P}/namespaces/ns/tables/orders/sign",  # a view-chain route permits no signing either
+    ]
+    before = len(lake.calls.paths)
+    since = time.time()
+    for path in paths:
+        r = httpx.post(f"{gw.uri}{path}", json=body, headers=auth(gw), timeout=30)
+        read = replay("GET", uri, r).status_code if r.status_code == 200 else None  # the S3 call it would enable
+        assert r.status_code == 403 and read is None, (path, r.status_code, read, r.text)
+        error = r.json()["error"]
+        assert error["type"] == "ForbiddenException" and "/sign/{id}" in error["message"], error
+    assert lake.calls.paths[before:] == []  # nothing reached the catalog
+    assert lake.audit(since, "sign_request") == []
+    # a table that happens to be named "sign" is still a table: its load reaches the catalog (which decides)
+    named_sign = httpx.get(f"{gw.uri}{P}/namespaces/ns/tables/sign", headers=auth(gw), timeout=30)
+    assert named_sign.status_code in (403, 404) and "/sign/{id}" not in named_sign.text
+    assert lake.calls.paths[before:] == [f"{P}/namespaces/ns/tables/sign"]
+
+
 def test_a_signer_off_the_catalogs_origin_never_gets_the_token() -> None:
     """A catalog naming a signer on another server: the gateway refuses rather than send the user's token there."""
     seen: list[dict[str, str]] = []
@@ -338,6 +373,21 @@ def test_rewrite_signing_resolves_targets_like_iceberg_and_keeps_the_chain_apart
     )
     legacy_route = routes.get(out["config"]["s3.signer.endpoint"].rsplit("/", 1)[1])
     assert legacy_route is not None and legacy_route.target == "http://cat:1/v1/aws/s3/sign"
+    # a catalog naming its signer with Iceberg 1.12's keys: the target comes from them, and both keys point here
+    named_112 = {**table, "config": {"s3.remote-signing-enabled": "true", "signer.endpoint": "v1/sign/x"}}
+    out = json.loads(
+        rewrite_signing(json.dumps(named_112).encode(), "http://cat:1", "http://gw", "http://gw", routes, "t", None)
+    )
+    route_112 = routes.get(out["config"]["signer.endpoint"].rsplit("/", 1)[1])
+    assert route_112 is not None and route_112.target == "http://cat:1/v1/sign/x"
+    assert out["config"]["s3.signer.endpoint"] == out["config"]["signer.endpoint"]
+    # the paths the catalog routes refuse: the spec's, the legacy one, and every target the catalog named
+    refused = ["/v1/p/namespaces/ns/tables/t/sign", "/v1/aws/s3/sign", "/x/v1/aws/s3/sign/abc", "/v1/sign/x"]
+    passed = ["/v1/p/namespaces/ns/tables/sign", "/v1/p/namespaces/sign/tables/t", "/v1/p/namespaces/ns/tables/t"]
+    assert all(signer_path(p, "http://cat:1", routes) for p in refused)
+    assert not any(signer_path(p, "http://cat:1", routes) for p in passed)
+    assert signer_path("/v1/p/namespaces/ns/tables/t/sign", "http://cat:1/api", routes)  # the API below a base path
+    assert signer_path("/sign", "http://cat:1/api/v1", SignerRoutes()) is False
     # vended mode leaves credentials alone; remote-signing mode removes every one of them
     vended = {**table, "config": {"s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.endpoint": "http://s3"}}
     raw = json.dumps(vended).encode()

@@ -39,7 +39,7 @@ from ._rewrite import (
     stamp_expiry,
     with_separator,
 )
-from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing
+from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing, signer_path
 from ._upstream import Reply, Upstream, error_reply
 
 __all__ = ["GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
@@ -241,6 +241,13 @@ class GatewayApp:
         chain: str | None,
         chain_id: str | None = None,
     ) -> Reply:
+        if signer_path(path, self.upstream.base_url, self.signers):
+            return error_reply(
+                403,
+                "ForbiddenException",
+                "Signer calls go only through the /sign/{id} route the gateway returned in the table load "
+                "(its signer.endpoint / s3.signer.endpoint): not through a catalog route",
+            )
         headers = {k: v for k, v in req_headers.items() if k in FORWARD_REQUEST_HEADERS}
         path = with_separator(path, self.namespace_separator)
         started = time.monotonic()

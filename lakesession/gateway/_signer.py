@@ -1,10 +1,24 @@
 """Remote signing through the gateway: the JVM's S3 signer calls reach the catalog as the user.
 
 With ``s3.remote-signing-enabled``, Iceberg's ``S3V4RestSignerClient`` posts every S3 request to
-``s3.signer.endpoint`` (resolved against ``s3.signer.uri``) with the catalog's bearer token — in
-the JVM, the per-session secret. So the gateway rewrites a table's signer settings to a route of
-its own, ``/sign/{id}``, one per signer target the catalog named, and forwards each call there
-with the user's token. The route is deliberately narrow:
+its signer endpoint with the catalog's bearer token — in the JVM, the per-session secret. Where
+that endpoint comes from depends on the Iceberg release (read from its source and jars):
+
+* 1.10/1.11: ``s3.signer.endpoint`` (default ``v1/aws/s3/sign``) resolved against ``s3.signer.uri``
+  (default: the catalog ``uri``);
+* 1.12: ``signer.endpoint``, else ``rest.remote-signing.endpoint`` — which the REST client itself sets
+  on every table FileIO to the table's ``v1/{prefix}/namespaces/{ns}/tables/{t}/sign``, after the
+  table config, so a catalog cannot change it — resolved against ``signer.uri``, else the catalog
+  ``uri``. ``s3.signer.*`` is ignored: with only those set, 1.12 signed through the gateway's *main*
+  route (the catalog's per-table path; Nessie has none there: 404).
+
+Both releases keep one HTTP client (no base URI) and one auth manager per JVM in static fields; the
+auth session is cached per bearer token (per session secret here) and the endpoint is per FileIO, so
+neither crosses sessions once every release gets an absolute endpoint. So the gateway writes an
+absolute ``/sign/{id}`` URL of its own into ``s3.signer.endpoint`` *and* ``signer.endpoint``, one
+route per signer target the catalog named, and forwards each call there with the user's token; its
+catalog routes refuse signer paths (``signer_path``), so a signer call cannot go anywhere else.
+The route is deliberately narrow:
 
 * only ``POST`` to exactly ``/sign/{id}``; ``{id}`` names a signer target the catalog returned in
   a table load of this session — the engine cannot choose the path, so the route reaches no other
@@ -27,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -38,16 +53,20 @@ from ._accesslog import AccessLog, AccessRecord
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._upstream import Reply, Upstream, error_reply
 
-__all__ = ["SIGN_PREFIX", "SignerRoute", "SignerRoutes", "forward_sign", "rewrite_signing"]
+__all__ = ["SIGN_PREFIX", "SignerRoute", "SignerRoutes", "forward_sign", "rewrite_signing", "signer_path"]
 
 SIGN_PREFIX = "/sign/"
 ENABLED = "s3.remote-signing-enabled"
-SIGNER_URI = "s3.signer.uri"
+SIGNER_URI = "s3.signer.uri"  # Iceberg 1.10/1.11
 SIGNER_ENDPOINT = "s3.signer.endpoint"
+SIGNER_URI_112 = "signer.uri"  # Iceberg 1.12 (deprecated there, still honoured before its per-table default)
+SIGNER_ENDPOINT_112 = "signer.endpoint"
 DEFAULT_ENDPOINT = "v1/aws/s3/sign"  # Iceberg's S3V4RestSignerClient default
 # parts of config keys that carry storage credentials or say where to get them (any FileIO)
 _CREDENTIAL_MARKERS = ("access-key", "secret", "session-token", "sas-token", "password", "account-key", "oauth2.token")
 MAX_ROUTES = 65_536
+# signer paths of the spec and of Iceberg's clients: the per-table one and the legacy S3 signer (and below it)
+_SIGNER_PATH = re.compile(r"(/namespaces/[^/]+/tables/[^/]+/sign|/aws/s3/sign(/.*)?)$")
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,7 @@ class SignerRoutes:
 
     def __init__(self, maximum: int = MAX_ROUTES):
         self._routes: OrderedDict[str, SignerRoute] = OrderedDict()
+        self._paths: dict[str, int] = {}  # decoded path of each target -> routes naming it
         self._lock = threading.Lock()
         self._maximum = maximum
 
@@ -74,8 +94,14 @@ class SignerRoutes:
             route = self._routes.get(rid)
             if route is None:
                 route = self._routes[rid] = SignerRoute(rid, target, obj, chain)
+                path = _decoded_path(target)
+                self._paths[path] = self._paths.get(path, 0) + 1
                 while len(self._routes) > self._maximum:
-                    self._routes.popitem(last=False)
+                    _, old = self._routes.popitem(last=False)
+                    gone = _decoded_path(old.target)
+                    self._paths[gone] -= 1
+                    if not self._paths[gone]:
+                        del self._paths[gone]
             else:
                 self._routes.move_to_end(rid)
             return route
@@ -84,8 +110,37 @@ class SignerRoutes:
         with self._lock:
             return self._routes.get(rid)
 
+    def names_path(self, path: str) -> bool:
+        """Whether a signer target the catalog named has this (decoded, upstream) path."""
+        with self._lock:
+            return _decoded_path(path) in self._paths
+
     def __len__(self) -> int:
         return len(self._routes)
+
+
+def _decoded_path(url_or_path: str) -> str:
+    try:
+        path = httpx.URL(url_or_path).path
+    except (httpx.InvalidURL, TypeError):
+        path = url_or_path
+    return "/" + path.strip("/")
+
+
+def signer_path(path: str, upstream_base: str, signers: SignerRoutes) -> bool:
+    """Whether ``path`` (a catalog path the engine sent to a catalog route, raw) is a signer endpoint: the
+    spec's per-table ``…/tables/{t}/sign``, the legacy ``…/aws/s3/sign``, or a target the catalog named.
+    Signing goes only through the ``/sign/{id}`` routes the gateway handed out: on a catalog route a
+    signer call would pick its own path (and, with Iceberg 1.12's per-table default, miss the catalog's
+    real signer: Nessie answers 404 there)."""
+    decoded = _decoded_path(path)
+    if _SIGNER_PATH.search(decoded):
+        return True
+    try:
+        prefix = httpx.URL(upstream_base).path.rstrip("/")
+    except (httpx.InvalidURL, TypeError):
+        prefix = ""
+    return signers.names_path(prefix + decoded)
 
 
 def resolve(base: str, endpoint: str) -> str:
@@ -123,12 +178,14 @@ def rewrite_signing(
     for holder in holders:
         if str(holder.get(ENABLED, "")).lower() != "true":
             continue
-        uri = holder.get(SIGNER_URI) or config.get(SIGNER_URI) or upstream_base
-        endpoint = holder.get(SIGNER_ENDPOINT) or config.get(SIGNER_ENDPOINT) or DEFAULT_ENDPOINT
+        uri = _first(holder, config, SIGNER_URI, SIGNER_URI_112) or upstream_base
+        endpoint = _first(holder, config, SIGNER_ENDPOINT, SIGNER_ENDPOINT_112) or DEFAULT_ENDPOINT
         target = resolve(str(uri), str(endpoint))
         route = register.register(target, obj, chain)
+        own = f"{gateway_root}{SIGN_PREFIX}{route.id}"  # absolute: whatever base URI a release picks, this wins
         holder[SIGNER_URI] = route_base
-        holder[SIGNER_ENDPOINT] = f"{gateway_root}{SIGN_PREFIX}{route.id}"
+        holder[SIGNER_ENDPOINT] = own
+        holder[SIGNER_ENDPOINT_112] = own
     if strip_credentials:
         doc.pop("storage-credentials", None)
         for key in [k for k in config if is_credential_key(k)]:
@@ -136,6 +193,16 @@ def rewrite_signing(
         if config:
             doc["config"] = config
     return json.dumps(doc).encode()
+
+
+def _first(holder: dict[str, object], config: dict[str, object], *keys: str) -> str | None:
+    """The first of ``keys`` the holder names, else the table config (a catalog may name either release's)."""
+    for source in (holder, config):
+        for key in keys:
+            value = source.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
 
 
 def is_credential_key(key: str) -> bool:
