@@ -79,7 +79,7 @@ def test_a_truncated_dump_would_crash_the_jvm_so_it_is_dropped(
     truncated = tmp_path / "t.jsa"
     truncated.write_bytes(real_dump[: len(real_dump) // 3])
     crashed = subprocess.run(
-        [JAVA, f"-XX:SharedArchiveFile={truncated}", "-Xshare:auto", "-version"], capture_output=True
+        [JAVA, f"-XX:SharedArchiveFile={truncated}", "-Xshare:auto", "-version"], capture_output=True, cwd=tmp_path
     )
     assert crashed.returncode != 0  # why a dump must be proven before any JVM is told to map it
 
@@ -91,6 +91,7 @@ def test_a_truncated_dump_would_crash_the_jvm_so_it_is_dropped(
     again = _plan(tmp_path, spark_home)
     assert again.archive is None
     assert not dump.exists()
+    assert not list(Path.cwd().glob("hs_err_pid*.log")) and not list(dump.parent.glob("*hs_err*"))  # no crash report
     assert again.claim is not None  # this launch writes a fresh one instead
 
 

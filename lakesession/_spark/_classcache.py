@@ -132,15 +132,19 @@ def _promote(root: Path, key: str, java: str) -> None:
 
 def _maps(dump: Path, java: str) -> bool:
     """Whether a JVM starts with ``dump`` as its archive (a truncated one crashes it)."""
+    crash_log = dump.with_suffix(".hs_err")  # where a crashing JVM writes its report (not the user's cwd)
     try:
         proc = subprocess.run(
-            [java, f"-XX:SharedArchiveFile={dump}", "-Xshare:auto", QUIET, "-version"],
+            [java, f"-XX:SharedArchiveFile={dump}", "-Xshare:auto", f"-XX:ErrorFile={crash_log}", QUIET, "-version"],
             capture_output=True,
             timeout=60,
             check=False,
+            cwd=dump.parent,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
+    finally:
+        crash_log.unlink(missing_ok=True)
     return proc.returncode == 0
 
 
