@@ -24,12 +24,13 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from authlib.integrations.httpx_client import OAuth2Client, OAuthError
+from authlib.integrations.base_client import OAuthError
 from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from fastapi import FastAPI
 from joserfc import jwt
 from joserfc.jwk import ECKey, KeySet, OctKey, RSAKey
 
+from lakesession.identity._oauth import OAuth2Client  # authlib's httpx client, imported without its httpx2 nag
 from lakesession.reference import store
 from lakesession.reference.directory import Directory
 from lakesession.reference.errors import BadRequest, NotAuthorized
