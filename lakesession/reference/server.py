@@ -138,11 +138,12 @@ class ReferenceCatalog:
         tmp: tempfile.TemporaryDirectory[str] | None,
         bootstrap: Any = None,
         wrap_app: Callable[[Any], Any] | None = None,
+        lazy_catalog: bool = False,
     ):
         self.settings = settings
         self.data_dir = data_dir
         self._tmp = tmp
-        self.app = create_app(settings, key_path=data_dir / "issuer-key.json")
+        self.app = create_app(settings, key_path=data_dir / "issuer-key.json", lazy_catalog=lazy_catalog)
         services: Services = self.app.state.services
         self.services = services
         self.admin = Admin(services, self.app.state.issuer)
@@ -175,7 +176,7 @@ class ReferenceCatalog:
         self._server.stop()
         if self.s3_emulator is not None:
             self.s3_emulator.stop(clear=True)
-        self.services.catalog.engine.dispose()
+        self.services.directory.engine.dispose()  # the catalog's engine too (one engine for everything)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -207,6 +208,7 @@ def start(
     s3_emulator_persist: bool = False,
     credential_ttl: int | None = None,
     serve: bool = True,
+    lazy_catalog: bool = False,
     **settings: Any,
 ) -> ReferenceCatalog:
     """Start a reference catalog in a background thread and return its handle.
@@ -222,7 +224,8 @@ def start(
     ``DATA_DIR/s3-emulator``, so a restart with the same data dir serves them again.
     ``credential_ttl`` sets the lifetime of vended credentials (default: ``s3``'s own, else 3600 s).
     ``serve=False`` prepares everything (state, emulator, bound socket ``handle.sock``) but serves nothing
-    in this process: ``serve --workers`` serves from worker processes.
+    in this process: ``serve --workers`` serves from worker processes. ``lazy_catalog`` (the embedded
+    catalog) imports and mounts the Iceberg routers (pyiceberg) at the first request needing them.
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -264,7 +267,7 @@ def start(
     )
     try:
         with _data_dir_lock(data_path):  # replicas sharing a data dir create its issuer key and admin secret once
-            handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
+            handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app, lazy_catalog)
         handle.s3_emulator = emulator
         handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
         if serve:
