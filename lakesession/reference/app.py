@@ -12,7 +12,7 @@ import os
 import stat
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from sqlalchemy.engine import make_url
@@ -125,7 +125,7 @@ def build_services(
         settings=settings,
         directory=directory,
         audit=AuditLog(engine),
-        catalog=Deferred(make_catalog) if lazy_catalog else make_catalog(),
+        catalog=cast(Any, Deferred(make_catalog)) if lazy_catalog else make_catalog(),
         verifier=CachingVerifier(verifier),
         vendor=vendor,
     )

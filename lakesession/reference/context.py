@@ -100,7 +100,10 @@ class Services:
     settings: ServerSettings
     directory: Directory
     audit: AuditLog
-    catalog: SqlCatalog = _BuiltOnFirstUse()  # type: ignore[assignment]
+    if TYPE_CHECKING:
+        catalog: SqlCatalog
+    else:
+        catalog: SqlCatalog = _BuiltOnFirstUse()  # a value, or a Deferred built at first read
     verifier: TokenVerifier
     vendor: Any = None  # vending.CredentialVendor when the warehouse is on S3
     extras: dict[str, Any] = field(default_factory=dict)

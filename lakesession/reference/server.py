@@ -225,7 +225,8 @@ def start(
     ``credential_ttl`` sets the lifetime of vended credentials (default: ``s3``'s own, else 3600 s).
     ``serve=False`` prepares everything (state, emulator, bound socket ``handle.sock``) but serves nothing
     in this process: ``serve --workers`` serves from worker processes. ``lazy_catalog`` (the embedded
-    catalog) imports and mounts the Iceberg routers (pyiceberg) at the first request needing them.
+    catalog) imports and mounts the Iceberg routers (pyiceberg) at the first request needing them, and
+    starts the S3 emulator lazily (moto loaded at its first request).
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -250,7 +251,7 @@ def start(
             )
         persist = data_path / "s3-emulator" if s3_emulator_persist else None
         ttl = 3600 if credential_ttl is None else credential_ttl
-        emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0)
+        emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0, lazy=lazy_catalog)
     elif s3 is not None and credential_ttl is not None and s3.credential_ttl != credential_ttl:
         s3 = replace(s3, credential_ttl=credential_ttl)
     sock = bind(host, port)
@@ -298,12 +299,14 @@ def _data_dir_lock(data_path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path | None, port: int) -> tuple[Any, S3Settings]:
+def _start_emulator(
+    warehouse: str, credential_ttl: int, persist_dir: Path | None, port: int, *, lazy: bool = False
+) -> tuple[Any, S3Settings]:
     from .storage.emulator import S3Emulator
     from .storage.policy import split_s3_location as split_s3
 
     try:
-        emulator = S3Emulator(port=port, persist_dir=persist_dir).start()
+        emulator = S3Emulator(port=port, persist_dir=persist_dir, lazy=lazy).start()
     except OSError as e:
         raise ValueError(f"the S3 emulator cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
     bucket, _ = split_s3(warehouse)
