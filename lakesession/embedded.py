@@ -82,6 +82,9 @@ def _schema_template(base: Path) -> Path:
         os.replace(work / "template.db", template)  # atomic: a concurrent start sees no half-written file
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    for old in base.glob("schema-*.db"):  # an older lakesession's revision
+        if old != template:
+            old.unlink(missing_ok=True)
     return template
 
 

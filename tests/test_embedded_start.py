@@ -170,3 +170,30 @@ def test_lazy_emulator_keeps_the_keys_and_role_it_promised() -> None:
         assert emu.client("s3").list_buckets()["Buckets"] == []
     finally:
         emu.stop(clear=True)
+
+
+def test_a_secret_just_hashed_verifies_without_pbkdf2_and_nothing_else_does(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import hashlib
+
+    from lakesession.reference.directory import Directory
+
+    engine = store.make_engine(store.sqlite_url(tmp_path / "d.db"))
+    directory = Directory(engine)
+    calls: list[str] = []
+    real = hashlib.pbkdf2_hmac
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append("pbkdf2")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", counting)
+    directory.create_principal("demo", "user", "demo", "first-secret")
+    assert len(calls) == 1  # the hash itself
+    assert directory.authenticate_client("demo", "first-secret") is not None
+    assert len(calls) == 1  # the login right after: no second PBKDF2
+    assert directory.authenticate_client("demo", "guess") is None and len(calls) == 2  # a wrong one still pays
+    directory.set_client_secret("demo", "second-secret")
+    assert directory.authenticate_client("demo", "first-secret") is None  # the old secret is gone
+    assert directory.authenticate_client("demo", "second-secret") is not None
+    assert len(calls) == 4  # set (hash) + the refused old secret; the new one verified from the hash just made
+    engine.dispose()
