@@ -11,7 +11,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, text
 
 from lakesession.reference import idempotency, migrations, store
@@ -172,7 +174,9 @@ def test_lazy_emulator_keeps_the_keys_and_role_it_promised() -> None:
         emu.stop(clear=True)
 
 
-def test_a_secret_just_hashed_verifies_without_pbkdf2_and_nothing_else_does(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_secret_just_hashed_verifies_without_pbkdf2_and_nothing_else_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import hashlib
 
     from lakesession.reference.directory import Directory
@@ -182,7 +186,7 @@ def test_a_secret_just_hashed_verifies_without_pbkdf2_and_nothing_else_does(tmp_
     calls: list[str] = []
     real = hashlib.pbkdf2_hmac
 
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def counting(*args: Any, **kwargs: Any) -> bytes:
         calls.append("pbkdf2")
         return real(*args, **kwargs)
 

@@ -88,11 +88,12 @@ class Directory:
             raise BadRequest(f"Invalid principal type {type!r}: expected 'user' or 'service'")
         if client_secret is not None and client_id is None:
             client_id = name
+        secret_hash = hash_secret(client_secret) if client_secret else None
         row = {
             "name": name,
             "type": type,
             "client_id": client_id,
-            "secret_hash": hash_secret(client_secret) if client_secret else None,
+            "secret_hash": secret_hash,
             "created_at": time.time(),
         }
         try:
@@ -101,8 +102,8 @@ class Directory:
         except IntegrityError:
             raise Conflict(f"Principal {name!r} (or client id {client_id!r}) already exists") from None
         self.invalidate()
-        if client_secret:
-            self._remember_secret(row["secret_hash"], client_secret)
+        if client_secret and secret_hash:
+            self._remember_secret(secret_hash, client_secret)
         return Principal(name, type, client_id)
 
     def get_principal(self, name: str) -> Principal | None:
