@@ -201,3 +201,30 @@ def test_a_secret_just_hashed_verifies_without_pbkdf2_and_nothing_else_does(
     assert directory.authenticate_client("demo", "second-secret") is not None
     assert len(calls) == 4  # set (hash) + the refused old secret; the new one verified from the hash just made
     engine.dispose()
+
+
+def test_warm_loads_what_a_lazy_start_deferred(tmp_path: Path) -> None:
+    import httpx
+
+    from lakesession.reference import start
+    from lakesession.reference.context import Deferred
+
+    handle = start(warehouse="s3://warm-bucket/wh", s3_emulator=True, data_dir=tmp_path, lazy_catalog=True)
+    try:
+        deferred = handle.services.__dict__["_catalog"]
+        assert isinstance(deferred, Deferred) and not deferred.built
+        assert not getattr(handle.app.state, "catalog_mounted", False)
+        assert not handle.s3_emulator._bootstrapped
+        token = handle.admin.token_for("admin")
+        config = httpx.get(f"{handle.uri}/v1/config", headers={"Authorization": f"Bearer {token}"})
+        assert config.status_code == 200 and not getattr(handle.app.state, "catalog_mounted", False)
+        handle.warm()
+        assert deferred.built and handle.app.state.catalog_mounted and handle.s3_emulator._bootstrapped
+        listed = httpx.get(
+            f"{handle.uri}/v1/{handle.warehouse}/namespaces", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert listed.status_code == 200 and listed.json()["namespaces"] == []
+        s3 = handle.s3_emulator.client("s3")  # the admin keys the catalog was given at start are moto's now
+        assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["warm-bucket"]
+    finally:
+        handle.stop()

@@ -135,7 +135,8 @@ def build_services(
 class _MountOnFirstUse:
     """ASGI middleware: before the first request that needs the catalog routers, mount them (once).
 
-    The mount runs on the event loop, between requests' routing, so no request sees half the routes.
+    The mount runs on the event loop before that request is routed; if ``ReferenceCatalog.warm()`` is
+    mounting them on another thread, the request waits for it (one lock), so none routes without them.
     """
 
     def __init__(self, app: Any, mount: Any):

@@ -160,6 +160,17 @@ class ReferenceCatalog:
     def _start(self) -> None:
         self._server.start()
 
+    def warm(self) -> None:
+        """Load now what a ``lazy_catalog`` start deferred to the first catalog request (the catalog routers,
+        pyiceberg's SqlCatalog, the S3 emulator's moto: ~0.8 CPU-s), e.g. on a thread once the machine is idle.
+
+        Safe beside requests: one that needs the routers waits for the mount instead of routing without them.
+        """
+        getattr(self.app.state, "mount_catalog", lambda: None)()
+        _ = self.services.catalog  # a Deferred is built here
+        if self.s3_emulator is not None:
+            self.s3_emulator.warm()
+
     @property
     def uri(self) -> str:
         return self.settings.base_url

@@ -267,6 +267,11 @@ class S3Emulator:
             for name in pending:
                 self.create_bucket(name)
 
+    def warm(self) -> None:
+        """A lazy emulator: import moto and set the account up now rather than at the first request."""
+        self._ensure_moto()
+        _moto_app()
+
     def _wsgi_app(self) -> Any:
         self._ensure_moto()
         return _RealmApp(self._realm, _moto_app(), self._objects, self._s3)
