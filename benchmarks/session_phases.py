@@ -27,10 +27,11 @@ from session_start import env, pythons  # a sibling script, not a package
 CHILD = textwrap.dedent("""
     import json, sys, threading, time
     t0 = time.perf_counter()
-    marks = {}
+    marks, cpu = {}, {}
 
     def mark(name):
         marks.setdefault(name, round(time.perf_counter() - t0, 3))
+        cpu.setdefault(name, round(time.process_time(), 3))  # this Python's CPU-s by then (the JVM is another process)
 
     def around(owner, attr, before=None, after=None, when=lambda *a, **k: True):
         original = getattr(owner, attr)
@@ -68,7 +69,7 @@ CHILD = textwrap.dedent("""
     mark("SELECT 1 done")
     spark.sql("SHOW NAMESPACES IN lake").collect()
     mark("SHOW NAMESPACES done")
-    print(json.dumps(marks))
+    print(json.dumps({"marks": marks, "cpu": cpu}))
 """)
 
 
@@ -87,11 +88,14 @@ def main() -> None:
     for python, version in pythons(args.python):
         with tempfile.TemporaryDirectory() as data:
             run(python, data)  # the first run creates the embedded state; not shown
-            runs = [run(python, data) for _ in range(args.runs)]
+            both = [run(python, data) for _ in range(args.runs)]
+        runs, cpus = [b["marks"] for b in both], [b["cpu"] for b in both]
         names = sorted({n for r in runs for n in r}, key=lambda n: statistics.median(r[n] for r in runs if n in r))
-        print(f"Spark {version} ({python}), median of {len(runs)} cold run(s), seconds since the script began:")
+        print(f"Spark {version} ({python}), median of {len(runs)} cold run(s), seconds since the script began")
+        print("  (and the Python process's CPU-s by then):")
         for name in names:
-            print(f"  {statistics.median(r[name] for r in runs if name in r):7.3f}  {name}")
+            at = statistics.median(r[name] for r in runs if name in r)
+            print(f"  {at:7.3f}  ({statistics.median(c[name] for c in cpus if name in c):6.3f} CPU-s)  {name}")
         waits = [
             r["first /v1/config answered"] - r["first /v1/config arrives"]
             for r in runs

@@ -31,6 +31,7 @@ from lakesession.reference import errors, store
 from lakesession.reference.audit import AuditLog
 from lakesession.reference.context import Services
 from lakesession.reference.directory import Directory
+from lakesession.reference.routes import config as config_routes
 from lakesession.reference.routes import namespaces as ns_routes
 from lakesession.reference.routes import views as view_routes
 from lakesession.reference.settings import ServerSettings
@@ -192,6 +193,7 @@ def api(tmp_path: Path, openapi: OpenAPI | None, error_validator: Any):
     app.state.services = services
     app.state.endpoints = []
     errors.install_error_handlers(app)
+    app.include_router(config_routes.router)
     app.include_router(ns_routes.router)
     app.include_router(view_routes.router)
     for who in ("admin", "nobody", "alice"):

@@ -1,28 +1,33 @@
-"""The reference catalog's ASGI app: services wired once, routers mounted, errors mapped."""
+"""The reference catalog's ASGI app: services wired once, routers mounted, errors mapped.
+
+``lazy_catalog=True`` (the embedded catalog, started beside a launching JVM on two cores): the catalog
+routers and pyiceberg's SqlCatalog, about a third of a start's CPU, are imported and mounted by the
+first request that needs them (with the management API); ``/v1/config`` and the issuer serve from the start.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import stat
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from sqlalchemy.engine import make_url
 
 from .._redact import quiet_botocore_bodies
 from . import store
 from .audit import AuditLog
-from .context import CachingVerifier, Services
+from .context import CachingVerifier, Deferred, Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
 from .guard import RequestGuard
 from .idp import EmbeddedIssuer, RemoteVerifier
 from .openapi import install_openapi
-from .routes import credentials, management, namespaces, signing, tables, views
+from .routes import config
 from .settings import ServerSettings
-from .sqlcatalog import CachingSqlCatalog
 from .vending import CredentialVendor
 
 logger = logging.getLogger(__name__)
@@ -30,13 +35,28 @@ logger = logging.getLogger(__name__)
 API_PREFIX = "/v1/{prefix}"
 
 
-CATALOG_ROUTERS = (namespaces.router, tables.router, credentials.router, signing.router, views.router)
+# paths served before the catalog routers are mounted (everything else mounts them first)
+_LIGHT_PATHS = ("/v1/config", "/v1/oauth/tokens", "/healthz")
+_LIGHT_PREFIXES = ("/oidc/",)
+
+
+def catalog_routers() -> tuple[APIRouter, ...]:
+    """The Iceberg catalog's routers (importing them imports pyiceberg)."""
+    from .routes import credentials, namespaces, signing, tables, views
+
+    return (namespaces.router, tables.router, credentials.router, signing.router, views.router)
+
+
+def _management_router() -> APIRouter:
+    from .routes import management
+
+    return management.router
 
 
 def implemented_endpoints() -> list[str]:
-    """``METHOD /v1/{prefix}/...`` for every catalog route, as `/v1/config` advertises them."""
+    """``METHOD /v1/{prefix}/...`` for every catalog route (``config.CATALOG_ENDPOINTS`` must equal it)."""
     out: set[str] = set()
-    for router in CATALOG_ROUTERS:
+    for router in catalog_routers():
         for route in router.routes:
             path = getattr(route, "path", "")
             if path.startswith(API_PREFIX):
@@ -76,13 +96,21 @@ def private_state(db_url: str, data_dir: Path | None) -> None:
         logger.warning("the catalog database's directory %s is accessible to other users; make it 0700", db.parent)
 
 
-def build_services(settings: ServerSettings, *, key_path: Path | None = None) -> tuple[Services, EmbeddedIssuer | None]:
+def build_services(
+    settings: ServerSettings, *, key_path: Path | None = None, lazy_catalog: bool = False
+) -> tuple[Services, EmbeddedIssuer | None]:
     private_state(settings.db_url, key_path.parent if key_path is not None else None)
     engine = store.make_engine(settings.db_url)
     file_io = settings.s3.catalog_file_io() if settings.s3 is not None else {}
-    catalog = CachingSqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse, **file_io)
-    catalog.engine.dispose()
-    catalog.engine = engine  # one engine (WAL pragmas, one pool) for everything
+
+    def make_catalog() -> Any:
+        from .sqlcatalog import CachingSqlCatalog
+
+        catalog = CachingSqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse, **file_io)
+        catalog.engine.dispose()
+        catalog.engine = engine  # one engine (WAL pragmas, one pool) for everything
+        return catalog
+
     directory = Directory(engine)
     issuer: EmbeddedIssuer | None = None
     if settings.uses_embedded_issuer:
@@ -97,15 +125,36 @@ def build_services(settings: ServerSettings, *, key_path: Path | None = None) ->
         settings=settings,
         directory=directory,
         audit=AuditLog(engine),
-        catalog=catalog,
+        catalog=cast(Any, Deferred(make_catalog)) if lazy_catalog else make_catalog(),
         verifier=CachingVerifier(verifier),
         vendor=vendor,
     )
     return services, issuer
 
 
-def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> FastAPI:
-    services, issuer = build_services(settings, key_path=key_path)
+class _MountOnFirstUse:
+    """ASGI middleware: before the first request that needs the catalog routers, mount them (once).
+
+    The mount runs on the event loop before that request is routed; if ``ReferenceCatalog.warm()`` is
+    mounting them on another thread, the request waits for it (one lock), so none routes without them.
+    """
+
+    def __init__(self, app: Any, mount: Any):
+        self.app, self._mount = app, mount
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self._mount is not None and scope["type"] == "http" and _needs_catalog(scope.get("path", "")):
+            self._mount()
+            self._mount = None
+        await self.app(scope, receive, send)
+
+
+def _needs_catalog(path: str) -> bool:
+    return path not in _LIGHT_PATHS and not path.startswith(_LIGHT_PREFIXES)
+
+
+def create_app(settings: ServerSettings, *, key_path: Path | None = None, lazy_catalog: bool = False) -> FastAPI:
+    services, issuer = build_services(settings, key_path=key_path, lazy_catalog=lazy_catalog)
     app = FastAPI(
         title="lakesession reference catalog",
         version="0.1.0",
@@ -116,12 +165,20 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
     install_error_handlers(app)
     limits = settings.abuse
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, max_json_depth=limits.max_json_depth)
-    app.include_router(namespaces.router)
-    app.include_router(tables.router)
-    app.include_router(credentials.router)
-    app.include_router(signing.router)
-    app.include_router(views.router)
-    app.include_router(management.router)
+    app.include_router(config.router)
+    mounted = threading.Lock()
+
+    def mount_catalog() -> None:
+        with mounted:
+            if not getattr(app.state, "catalog_mounted", False):
+                for router in (*catalog_routers(), _management_router()):
+                    app.include_router(router)
+                app.state.catalog_mounted = True
+
+    if lazy_catalog:
+        app.add_middleware(_MountOnFirstUse, mount=mount_catalog)
+    else:
+        mount_catalog()
     if issuer is not None:
         app.include_router(issuer.router, prefix="/oidc")
 
@@ -138,6 +195,7 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.state.endpoints = implemented_endpoints()
+    app.state.endpoints = list(config.CATALOG_ENDPOINTS)
+    app.state.mount_catalog = mount_catalog  # the OpenAPI document describes every route
     install_openapi(app)
     return app

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import Request
-from pyiceberg.catalog.sql import SqlCatalog
 
 from .audit import AuditLog
 from .authz import Privilege, Securable
@@ -18,6 +18,9 @@ from .directory import Directory, Principal
 from .errors import Forbidden, NotAuthorized
 from .refby import refuse_chained_write
 from .settings import ServerSettings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
 
 logger = logging.getLogger(__name__)
 
@@ -51,14 +54,56 @@ class CachingVerifier:
         return claims
 
 
+class Deferred:
+    """A value built on first use, once (``Services.catalog``: building it imports pyiceberg, ~0.25 CPU-s)."""
+
+    def __init__(self, build: Callable[[], Any]):
+        self._build: Callable[[], Any] | None = build
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._build is not None:
+                self._value, self._build = self._build(), None
+            return self._value
+
+    @property
+    def built(self) -> bool:
+        return self._build is None
+
+
+class _BuiltOnFirstUse:
+    """A dataclass field that accepts a value or a :class:`Deferred` and always reads as the value."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = f"_{name}"
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            raise AttributeError(self._attr)  # no default: a required field
+        value = obj.__dict__[self._attr]
+        return value.get() if isinstance(value, Deferred) else value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self._attr] = value
+
+
 @dataclass
 class Services:
-    """The long-lived parts every route needs, built once per server."""
+    """The long-lived parts every route needs, built once per server.
+
+    ``catalog`` may be given as a :class:`Deferred`: the embedded catalog builds pyiceberg's SqlCatalog
+    at the first request that needs it, not at start.
+    """
 
     settings: ServerSettings
     directory: Directory
     audit: AuditLog
-    catalog: SqlCatalog
+    if TYPE_CHECKING:
+        catalog: SqlCatalog
+    else:
+        catalog: SqlCatalog = _BuiltOnFirstUse()  # a value, or a Deferred built at first read
     verifier: TokenVerifier
     vendor: Any = None  # vending.CredentialVendor when the warehouse is on S3
     extras: dict[str, Any] = field(default_factory=dict)

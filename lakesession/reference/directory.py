@@ -88,11 +88,12 @@ class Directory:
             raise BadRequest(f"Invalid principal type {type!r}: expected 'user' or 'service'")
         if client_secret is not None and client_id is None:
             client_id = name
+        secret_hash = hash_secret(client_secret) if client_secret else None
         row = {
             "name": name,
             "type": type,
             "client_id": client_id,
-            "secret_hash": hash_secret(client_secret) if client_secret else None,
+            "secret_hash": secret_hash,
             "created_at": time.time(),
         }
         try:
@@ -101,6 +102,8 @@ class Directory:
         except IntegrityError:
             raise Conflict(f"Principal {name!r} (or client id {client_id!r}) already exists") from None
         self.invalidate()
+        if client_secret and secret_hash:
+            self._remember_secret(secret_hash, client_secret)
         return Principal(name, type, client_id)
 
     def get_principal(self, name: str) -> Principal | None:
@@ -147,15 +150,20 @@ class Directory:
             return Principal(row.name, row.type, row.client_id)
         return None
 
+    def _remember_secret(self, secret_hash: str, client_secret: str) -> None:
+        """A hash this process just made from ``client_secret`` needs no PBKDF2 to verify it (e.g. the embedded
+        demo user's login right after its creation): the cache entry is the one a verification would add."""
+        self._secret_cache[(secret_hash, hashlib.sha256(client_secret.encode()).hexdigest())] = time.time()
+
     def set_client_secret(self, name: str, client_secret: str) -> None:
+        secret_hash = hash_secret(client_secret)
         with self.engine.begin() as conn:
             res = conn.execute(
-                store.principals.update()
-                .where(store.principals.c.name == name)
-                .values(secret_hash=hash_secret(client_secret))
+                store.principals.update().where(store.principals.c.name == name).values(secret_hash=secret_hash)
             )
             if res.rowcount == 0:
                 raise NotFound(f"Principal {name!r} does not exist")
+        self._remember_secret(secret_hash, client_secret)
 
     # -- roles ------------------------------------------------------------
     def create_role(self, name: str, members: list[str] | None = None) -> None:

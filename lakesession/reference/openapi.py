@@ -258,6 +258,7 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
+            getattr(app.state, "mount_catalog", lambda: None)()  # a lazily mounted catalog: describe it all
             app.openapi_schema = spec_openapi(app)
         return app.openapi_schema
 

@@ -138,11 +138,12 @@ class ReferenceCatalog:
         tmp: tempfile.TemporaryDirectory[str] | None,
         bootstrap: Any = None,
         wrap_app: Callable[[Any], Any] | None = None,
+        lazy_catalog: bool = False,
     ):
         self.settings = settings
         self.data_dir = data_dir
         self._tmp = tmp
-        self.app = create_app(settings, key_path=data_dir / "issuer-key.json")
+        self.app = create_app(settings, key_path=data_dir / "issuer-key.json", lazy_catalog=lazy_catalog)
         services: Services = self.app.state.services
         self.services = services
         self.admin = Admin(services, self.app.state.issuer)
@@ -158,6 +159,17 @@ class ReferenceCatalog:
 
     def _start(self) -> None:
         self._server.start()
+
+    def warm(self) -> None:
+        """Load now what a ``lazy_catalog`` start deferred to the first catalog request (the catalog routers,
+        pyiceberg's SqlCatalog, the S3 emulator's moto: ~0.8 CPU-s), e.g. on a thread once the machine is idle.
+
+        Safe beside requests: one that needs the routers waits for the mount instead of routing without them.
+        """
+        getattr(self.app.state, "mount_catalog", lambda: None)()
+        _ = self.services.catalog  # a Deferred is built here
+        if self.s3_emulator is not None:
+            self.s3_emulator.warm()
 
     @property
     def uri(self) -> str:
@@ -175,7 +187,7 @@ class ReferenceCatalog:
         self._server.stop()
         if self.s3_emulator is not None:
             self.s3_emulator.stop(clear=True)
-        self.services.catalog.engine.dispose()
+        self.services.directory.engine.dispose()  # the catalog's engine too (one engine for everything)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -207,6 +219,7 @@ def start(
     s3_emulator_persist: bool = False,
     credential_ttl: int | None = None,
     serve: bool = True,
+    lazy_catalog: bool = False,
     **settings: Any,
 ) -> ReferenceCatalog:
     """Start a reference catalog in a background thread and return its handle.
@@ -222,7 +235,9 @@ def start(
     ``DATA_DIR/s3-emulator``, so a restart with the same data dir serves them again.
     ``credential_ttl`` sets the lifetime of vended credentials (default: ``s3``'s own, else 3600 s).
     ``serve=False`` prepares everything (state, emulator, bound socket ``handle.sock``) but serves nothing
-    in this process: ``serve --workers`` serves from worker processes.
+    in this process: ``serve --workers`` serves from worker processes. ``lazy_catalog`` (the embedded
+    catalog) imports and mounts the Iceberg routers (pyiceberg) at the first request needing them, and
+    starts the S3 emulator lazily (moto loaded at its first request).
     """
     if bootstrap is not None and not isinstance(bootstrap, bootstrap_mod.Bootstrap):
         bootstrap = bootstrap_mod.load(bootstrap)  # fail before binding anything
@@ -247,7 +262,7 @@ def start(
             )
         persist = data_path / "s3-emulator" if s3_emulator_persist else None
         ttl = 3600 if credential_ttl is None else credential_ttl
-        emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0)
+        emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0, lazy=lazy_catalog)
     elif s3 is not None and credential_ttl is not None and s3.credential_ttl != credential_ttl:
         s3 = replace(s3, credential_ttl=credential_ttl)
     sock = bind(host, port)
@@ -264,7 +279,7 @@ def start(
     )
     try:
         with _data_dir_lock(data_path):  # replicas sharing a data dir create its issuer key and admin secret once
-            handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app)
+            handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app, lazy_catalog)
         handle.s3_emulator = emulator
         handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
         if serve:
@@ -295,12 +310,14 @@ def _data_dir_lock(data_path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _start_emulator(warehouse: str, credential_ttl: int, persist_dir: Path | None, port: int) -> tuple[Any, S3Settings]:
+def _start_emulator(
+    warehouse: str, credential_ttl: int, persist_dir: Path | None, port: int, *, lazy: bool = False
+) -> tuple[Any, S3Settings]:
     from .storage.emulator import S3Emulator
     from .storage.policy import split_s3_location as split_s3
 
     try:
-        emulator = S3Emulator(port=port, persist_dir=persist_dir).start()
+        emulator = S3Emulator(port=port, persist_dir=persist_dir, lazy=lazy).start()
     except OSError as e:
         raise ValueError(f"the S3 emulator cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
     bucket, _ = split_s3(warehouse)

@@ -61,7 +61,6 @@ from .nskeys import check_level, path_text
 from .refby import raw_param
 from .settings import ServerSettings
 from .viewsql import reads_at
-from .viewstore import ViewStore
 
 if TYPE_CHECKING:
     from pyiceberg.view.metadata import ViewMetadata
@@ -227,6 +226,8 @@ def _view_name(view: ViewId) -> str:
 
 def _view(ctx: RequestContext, view: ViewId) -> tuple[str, ViewMetadata] | None:
     """(metadata location, metadata) of a view, or None."""
+    from .viewstore import ViewStore  # pyiceberg: not imported by the server's start (check_trust_configuration)
+
     return ViewStore(ctx.services).get(*view)
 
 

@@ -1,4 +1,4 @@
-"""`/v1/config` and the namespace endpoints.
+"""The namespace endpoints (``/v1/config`` is in ``config.py``).
 
 Namespaces live in pyiceberg's ``iceberg_namespace_properties`` table (one row
 per property, a marker row for a namespace without properties), so pyiceberg's
@@ -20,8 +20,7 @@ from .. import nskeys, store
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
-from ..errors import BadRequest, CatalogError, Conflict, NamespaceNotEmpty, NoSuchNamespace, NotFound
-from ..idempotency import LIFETIME as IDEMPOTENCY_LIFETIME
+from ..errors import BadRequest, CatalogError, Conflict, NamespaceNotEmpty, NoSuchNamespace
 from ..idempotency import Idempotency, idempotency
 from ..locations import Owner
 from .common import (
@@ -190,23 +189,6 @@ class NamespaceStore:
 
 def _parent_securable(parent: Namespace) -> Securable:
     return Securable.namespace(parent) if parent else Securable.catalog()
-
-
-@router.get("/v1/config")
-def get_config(
-    request: Request, warehouse: str | None = None, ctx: RequestContext = Depends(get_context, scope="function")
-) -> dict[str, Any]:
-    services = ctx.services
-    settings = services.settings
-    if warehouse not in (None, "", settings.catalog_name):
-        raise NotFound(f"Unknown warehouse {warehouse!r}; this catalog serves warehouse {settings.catalog_name!r}")
-    endpoints = request.app.state.endpoints
-    return {
-        "defaults": {"namespace-separator": settings.namespace_separator, **settings.extra_config},
-        "overrides": {"prefix": settings.catalog_name, "warehouse": settings.catalog_name},
-        "endpoints": endpoints,
-        "idempotency-key-lifetime": IDEMPOTENCY_LIFETIME,
-    }
 
 
 @router.get("/v1/{prefix}/namespaces")

@@ -31,20 +31,9 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import moto
 
-SUPPORTED_MOTO_VERSION = "5.2.1"
+from ._version import SUPPORTED_MOTO_VERSION, check_moto_version  # noqa: F401  (re-exported)
 
-
-def check_moto_version(found: str | None = None) -> None:
-    """Raise ``RuntimeError`` unless moto is exactly the version the hooks were written for."""
-    found = moto.__version__ if found is None else found
-    if found != SUPPORTED_MOTO_VERSION:
-        raise RuntimeError(
-            f"lakesession's S3 emulator patches moto internals and supports moto=={SUPPORTED_MOTO_VERSION} "
-            f"only; found moto {found}. Install moto[server]=={SUPPORTED_MOTO_VERSION}."
-        )
-
-
-check_moto_version()
+check_moto_version(moto.__version__)
 
 import xmltodict  # noqa: E402  (moto dependency)
 from moto.core.authorization import ActionAuthenticatorMixin  # noqa: E402

@@ -26,16 +26,20 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import string
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from . import _enforce
-from ._enforce import SUPPORTED_MOTO_VERSION, Realm, check_moto_version
 from ._persist import ObjectDir
+from ._version import SUPPORTED_MOTO_VERSION, check_moto_version
+
+if TYPE_CHECKING:
+    from ._enforce import Realm
 
 __all__ = ["SUPPORTED_MOTO_VERSION", "AccessKey", "Credentials", "S3Emulator", "check_moto_version"]
 
@@ -62,6 +66,13 @@ class Credentials(NamedTuple):
 class _QuietHandler(WSGIRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass
+
+
+def _enforce() -> Any:
+    """The moto hooks module (importing it imports moto: ~0.2 CPU-s, so only when moto is needed)."""
+    from . import _enforce as module
+
+    return module
 
 
 _dispatcher_lock = threading.Lock()
@@ -102,6 +113,7 @@ class _RealmApp:
     def __init__(self, realm: Realm, app: Any, objects: ObjectDir | None = None, backend: Any = None):
         self.realm, self.app = realm, app
         self.objects, self.backend = objects, backend
+        self._current_realm = _enforce().CURRENT_REALM
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         if environ.get("PATH_INFO", "").startswith("/moto-api"):
@@ -116,7 +128,7 @@ class _RealmApp:
                 "InvalidRequest",
                 "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
             )
-        token = _enforce.CURRENT_REALM.set(self.realm)
+        token = self._current_realm.set(self.realm)
         status: list[str] = []
 
         def capture(code: str, headers: Any, *exc: Any) -> Any:
@@ -126,7 +138,7 @@ class _RealmApp:
         try:
             result = self.app(environ, capture if self.objects is not None else start_response)
         finally:
-            _enforce.CURRENT_REALM.reset(token)
+            self._current_realm.reset(token)
         if self.objects is not None and status and status[0][:1] == "2":
             self._mirror(environ)
         return result
@@ -147,6 +159,21 @@ class _RealmApp:
             self.objects.add_bucket(bucket)
         else:  # DeleteBucket
             self.objects.drop_bucket(self.backend(), bucket)
+
+
+class _OnFirstRequest:
+    """WSGI: builds the real app (moto, the account) at the first request (a lazily started emulator)."""
+
+    def __init__(self, build: Any):
+        self._build, self._app = build, cast(Any, None)
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if self._app is None:
+            with self._lock:
+                if self._app is None:
+                    self._app = self._build()
+        return self._app(environ, start_response)
 
 
 def _policy_json(policy: dict[str, Any] | str) -> str:
@@ -173,6 +200,9 @@ class S3Emulator:
         persist_dir: keep objects (and buckets) in this directory, written through on every change and
             put back on ``start()``: a restarted emulator serves what the old one held. IAM users, roles and
             STS sessions are not kept (a restart issues new admin keys; vended credentials end with it).
+        lazy: ``start()`` only listens, with admin keys and the vending role ARN chosen up front; moto is
+            imported and the account set up at the first request or call that needs it (the embedded
+            catalog: its start competes with a launching JVM for two cores, and may never touch storage).
     """
 
     def __init__(
@@ -184,26 +214,67 @@ class S3Emulator:
         port: int = 0,
         min_duration_seconds: int = 1,
         persist_dir: str | Path | None = None,
+        lazy: bool = False,
     ):
         check_moto_version()
         self._objects = ObjectDir(persist_dir) if persist_dir is not None else None
         self.region = region
+        # a fresh account is checked against moto's when moto is loaded: now, or (lazy) at first use
+        self._unchecked_account = account_id is None and "moto.iam.models" not in sys.modules
         self.account_id = account_id or self._fresh_account_id()
         self._host, self._port = host, port
-        self._realm = Realm(self.account_id, min_duration_seconds=min_duration_seconds)
+        self._min_duration_seconds = min_duration_seconds
+        self._lazy = lazy
+        self._realm_: Realm | None = None
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._admin: AccessKey | None = None
         self._vending_role_arn: str | None = None
+        self._bootstrapped = False
+        self._pending_buckets: list[str] = []
+        self._moto_lock = threading.RLock()
 
     @staticmethod
     def _fresh_account_id() -> str:
-        from moto.iam.models import iam_backends
-
+        loaded = sys.modules.get("moto.iam.models")  # moto not imported yet: no account can exist
+        taken: Any = loaded.iam_backends if loaded is not None else ()
         while True:
             candidate = str(secrets.randbelow(9 * 10**11) + 10**11)
-            if candidate != _DEFAULT_ACCOUNT and candidate not in iam_backends:
+            if candidate != _DEFAULT_ACCOUNT and candidate not in taken:
                 return candidate
+
+    @property
+    def _realm(self) -> Realm:
+        if self._realm_ is None:
+            self._realm_ = _enforce().Realm(self.account_id, min_duration_seconds=self._min_duration_seconds)
+        return self._realm_
+
+    def _ensure_moto(self) -> None:
+        """Patch moto and set the account up (admin user and keys, vending role, buckets), once."""
+        with self._moto_lock:
+            if self._bootstrapped:
+                return
+            enforce = _enforce()
+            enforce.install()
+            if self._unchecked_account and self.account_id in enforce.iam_backends:
+                raise RuntimeError(f"account {self.account_id} is already in use by moto in this process")
+            self._unchecked_account = False
+            self._bootstrap(preset=self._admin)  # a lazy start promised these keys
+            self._bootstrapped = True
+            if self._objects is not None:
+                self._objects.restore(self)
+            pending, self._pending_buckets = self._pending_buckets, []
+            for name in pending:
+                self.create_bucket(name)
+
+    def warm(self) -> None:
+        """A lazy emulator: import moto and set the account up now rather than at the first request."""
+        self._ensure_moto()
+        _moto_app()
+
+    def _wsgi_app(self) -> Any:
+        self._ensure_moto()
+        return _RealmApp(self._realm, _moto_app(), self._objects, self._s3)
 
     # --- lifecycle
 
@@ -211,12 +282,15 @@ class S3Emulator:
         """Bootstrap the account (once) and serve on a free port; returns ``self``."""
         if self._server is not None:
             return self
-        _enforce.install()
-        if self._admin is None:
-            self._bootstrap()
-            if self._objects is not None:
-                self._objects.restore(self)
-        app = _RealmApp(self._realm, _moto_app(), self._objects, self._s3)
+        if self._lazy and not self._bootstrapped:
+            if self._admin is None:  # moto's key format: AKIA + 16; the secret: 40 characters
+                alphabet = string.ascii_uppercase + string.digits
+                key_id = "AKIA" + "".join(secrets.choice(alphabet) for _ in range(16))
+                self._admin = AccessKey(key_id, secrets.token_urlsafe(30))
+                self._vending_role_arn = f"arn:aws:iam::{self.account_id}:role/{VENDING_ROLE}"
+            app: Any = _OnFirstRequest(self._wsgi_app)
+        else:
+            app = self._wsgi_app()
         server = make_server(self._host, self._port, app, threaded=True, request_handler=_QuietHandler)
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -237,8 +311,12 @@ class S3Emulator:
             if self._thread is not None:
                 self._thread.join(timeout=5)
         if clear:
-            self._clear()
-            self._admin = self._vending_role_arn = None
+            with self._moto_lock:
+                if self._bootstrapped:
+                    self._clear()
+                self._admin = self._vending_role_arn = None
+                self._bootstrapped = False
+                self._pending_buckets = []
 
     def __enter__(self) -> S3Emulator:
         return self.start()
@@ -249,8 +327,10 @@ class S3Emulator:
     def reset(self) -> None:
         """Delete this emulator's buckets, roles, users and sessions, then bootstrap again
         (new admin credentials and vending role ARN). Other emulators are untouched."""
-        self._clear()
-        self._bootstrap()
+        with self._moto_lock:
+            self._ensure_moto()
+            self._clear()
+            self._bootstrap()
 
     @property
     def endpoint(self) -> str:
@@ -270,23 +350,30 @@ class S3Emulator:
 
         return s3_backends[self.account_id][self._realm.partition]
 
-    def _bootstrap(self) -> None:
+    def _bootstrap(self, preset: AccessKey | None = None) -> None:
         iam = self._iam()
         iam.create_user(region_name=self.region, user_name=ADMIN_USER)
         key = iam.create_access_key(ADMIN_USER)
+        if preset is not None:  # keys handed out before moto was loaded (lazy start): make them moto's
+            del iam.access_keys[key.access_key_id]
+            key.access_key_id, key.secret_access_key = preset
+            iam.access_keys[key.access_key_id] = key
         admin_policy = {
             "Version": "2012-10-17",
             "Statement": [{"Effect": "Allow", "Action": ["s3:*", "sts:AssumeRole"], "Resource": "*"}],
         }
         iam.put_user_policy(ADMIN_USER, "lakesession-admin", json.dumps(admin_policy))
         self._admin = AccessKey(key.access_key_id, key.secret_access_key)
-        self._vending_role_arn = self.create_role(
+        promised = self._vending_role_arn if preset is not None else None
+        self._vending_role_arn = self._create_role(
             VENDING_ROLE,
             {
                 "Version": "2012-10-17",
                 "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": ["arn:aws:s3:::*"]}],
             },
         )
+        if promised is not None and promised != self._vending_role_arn:
+            raise RuntimeError(f"moto named the vending role {self._vending_role_arn}, not {promised}")
 
     def _clear(self) -> None:
         from moto.core.base_backend import BaseBackend
@@ -326,6 +413,12 @@ class S3Emulator:
 
     def create_bucket(self, name: str) -> None:
         """Create ``name`` in this emulator's account (idempotent for its own buckets)."""
+        with self._moto_lock:
+            if self._lazy and not self._bootstrapped:
+                if name not in self._pending_buckets:
+                    self._pending_buckets.append(name)  # created with the account, at first use
+                return
+        self._ensure_moto()
         from moto.s3.models import s3_backends
 
         owner = s3_backends.bucket_accounts.get(name)
@@ -355,6 +448,19 @@ class S3Emulator:
         max_session_duration: int = 43200,
     ) -> str:
         """Create a role with one inline policy, assumable by the admin (or ``trusted_principals``)."""
+        self._ensure_moto()
+        return self._create_role(
+            name, policy_document, trusted_principals=trusted_principals, max_session_duration=max_session_duration
+        )
+
+    def _create_role(
+        self,
+        name: str,
+        policy_document: dict[str, Any] | str,
+        *,
+        trusted_principals: list[str] | None = None,
+        max_session_duration: int = 43200,
+    ) -> str:
         trust = {
             "Version": "2012-10-17",
             "Statement": [
@@ -380,6 +486,7 @@ class S3Emulator:
 
     def expire(self, access_key_id: str) -> None:
         """Make an STS credential expire now (revocation / refresh tests)."""
+        self._ensure_moto()
         session = self._realm.sessions.get(access_key_id)
         if session is None:
             raise KeyError(access_key_id)
