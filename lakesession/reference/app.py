@@ -23,6 +23,8 @@ from .openapi import install_openapi
 from .routes import credentials, management, namespaces, signing, tables, views
 from .settings import ServerSettings
 from .sqlcatalog import CachingSqlCatalog
+from .timing import ServerTiming
+from .timing import enabled as timing_enabled
 from .vending import CredentialVendor
 
 logger = logging.getLogger(__name__)
@@ -116,6 +118,8 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None) -> Fas
     install_error_handlers(app)
     limits = settings.abuse
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, max_json_depth=limits.max_json_depth)
+    if timing_enabled():  # measurements only (benchmarks/load.py)
+        app.add_middleware(ServerTiming)
     app.include_router(namespaces.router)
     app.include_router(tables.router)
     app.include_router(credentials.router)

@@ -12,12 +12,14 @@ from typing import Any, Protocol
 from fastapi import Request
 from pyiceberg.catalog.sql import SqlCatalog
 
+from . import timing
 from .audit import AuditLog
 from .authz import Privilege, Securable
 from .directory import Directory, Principal
 from .errors import Forbidden, NotAuthorized
 from .refby import refuse_chained_write
 from .settings import ServerSettings
+from .timing import mark_started
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +143,7 @@ def request_id_of(request: Request) -> str:
 def get_context(request: Request) -> Iterator[RequestContext]:
     """FastAPI dependency (``scope="function"``): authenticate, build the context, and write its
     audit records before the response is sent — whatever the outcome."""
+    mark_started(request.scope)
     services: Services = request.app.state.services
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -159,4 +162,6 @@ def get_context(request: Request) -> Iterator[RequestContext]:
     try:
         yield ctx
     finally:
+        t0 = time.perf_counter()
         ctx.flush()
+        timing.add(request.scope, "audit", time.perf_counter() - t0)
