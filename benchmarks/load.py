@@ -112,8 +112,8 @@ def sts_calls(db_url: str, since: float) -> tuple[int, int]:
 
 
 class Server:
-    """``lakesession serve`` in a subprocess; the S3/STS emulator in a process of its own (``emulator="process"``,
-    as S3 is its own service in any deployment) or inside the server (``"inline"``: ``serve --s3-emulator``)."""
+    """``lakesession serve`` in a subprocess; the S3/STS emulator inside the server (``"inline"``:
+    ``serve --s3-emulator``) or in a process of its own (``"process"``, as S3 is its own service anywhere)."""
 
     def __init__(
         self,
@@ -122,7 +122,7 @@ class Server:
         workers: int,
         credential_ttl: int,
         source: str | None = None,
-        emulator: str = "process",
+        emulator: str = "inline",
     ):
         from tests._serve import Served
 
@@ -274,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--emulator",
         choices=("process", "inline"),
-        default="process",
-        help="S3/STS emulator in its own process (default; S3 is never inside the catalog) or inline "
-        "(serve --s3-emulator: moto then competes with the catalog for one GIL)",
+        default="inline",
+        help="S3/STS emulator inline (default: serve --s3-emulator; moto shares the catalog's GIL) or in a "
+        "process of its own (as S3 is in any deployment)",
     )
     ap.add_argument("--server-source", metavar="DIR", help="run the server from this source tree (a baseline)")
     ap.add_argument("--profile", metavar="FILE", help="record the server with py-spy into FILE (speedscope json)")

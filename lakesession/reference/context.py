@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
 from pyiceberg.catalog.sql import SqlCatalog
@@ -22,6 +23,8 @@ from .settings import ServerSettings
 from .timing import mark_started
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class TokenVerifier(Protocol):
@@ -140,9 +143,10 @@ def request_id_of(request: Request) -> str:
     return rid[:64] if rid and rid.isprintable() else uuid.uuid4().hex
 
 
-def get_context(request: Request) -> Iterator[RequestContext]:
-    """FastAPI dependency (``scope="function"``): authenticate, build the context, and write its
-    audit records before the response is sent — whatever the outcome."""
+@contextmanager
+def request_context(request: Request) -> Iterator[RequestContext]:
+    """Authenticate, build the context, and write its audit records before the response is sent —
+    whatever the outcome. Used by ``get_context`` and, in one threadpool call, by the hot read routes."""
     mark_started(request.scope)
     services: Services = request.app.state.services
     header = request.headers.get("authorization", "")
@@ -165,3 +169,20 @@ def get_context(request: Request) -> Iterator[RequestContext]:
         t0 = time.perf_counter()
         ctx.flush()
         timing.add(request.scope, "audit", time.perf_counter() - t0)
+
+
+def get_context(request: Request) -> Iterator[RequestContext]:
+    """FastAPI dependency (``scope="function"``): ``request_context`` around the route."""
+    with request_context(request) as ctx:
+        yield ctx
+
+
+def in_context(request: Request, route: Callable[[RequestContext], T]) -> T:
+    """``route`` inside ``request_context``, all in the calling thread.
+
+    Why: as a dependency, the context is entered, the route run and the context left in three
+    threadpool hops, and each hop waits for the GIL again behind busy threads (commits): under 50
+    sessions that waiting was most of a loadTable's tail. An ``async`` route awaiting this in one
+    ``run_in_threadpool`` call makes it one hop."""
+    with request_context(request) as ctx:
+        return route(ctx)
