@@ -159,3 +159,32 @@ def test_server_timing_splits_queue_app_and_audit() -> None:
     mark_started(scope)
     add(scope, "audit", 1.0)
     assert scope["state"] == {}
+
+
+def test_the_catalogs_metadata_writes_are_one_put_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyarrow's default (a multipart upload per file: three S3 requests per commit) is what this avoids."""
+    from lakesession.reference.sqlcatalog import FileIOCache, PutObjectFileIO
+    from lakesession.reference.storage import emulator as emulator_mod
+
+    seen: list[tuple[str, str]] = []
+    original = emulator_mod._RealmApp.__call__
+
+    def spy(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        seen.append((environ["REQUEST_METHOD"], environ.get("QUERY_STRING", "")))
+        return original(self, environ, start_response)
+
+    monkeypatch.setattr(emulator_mod._RealmApp, "__call__", spy)
+    with emulator_mod.S3Emulator() as emu:
+        emu.create_bucket("put-once")
+        admin = emu.admin_credentials
+        props = {"s3.endpoint": emu.endpoint, "s3.region": emu.region}
+        props |= {"s3.access-key-id": admin.access_key_id, "s3.secret-access-key": admin.secret_access_key}
+        io = FileIOCache().get(props, "s3://put-once/t")
+        assert isinstance(io, PutObjectFileIO)
+        body = b'{"format-version":2}' * 10_000  # 200 KB, as a table with a few hundred snapshots
+        for i in range(3):
+            with io.new_output(f"s3://put-once/t/metadata/{i}.metadata.json").create(overwrite=True) as out:
+                out.write(body)
+        assert seen == [("PUT", "")] * 3, seen  # no CreateMultipartUpload / UploadPart / Complete
+        with io.new_input("s3://put-once/t/metadata/1.metadata.json").open() as f:
+            assert f.read() == body
