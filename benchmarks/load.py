@@ -130,7 +130,9 @@ class Server:
         self.db_url = db_url or f"sqlite:///{data / 'shared' / 'catalog.db'}"
         args = ["--port", "0", "--data-dir", str(data / "shared"), "--bootstrap", str(data / "policy.yaml")]
         args += ["--warehouse", "s3://load-lake/wh", "--credential-ttl", str(credential_ttl), "--db", self.db_url]
-        env = {"LAKESESSION_SERVER_TIMING": "1", **({"PYTHONPATH": source} if source else {})}
+        # the server imports this checkout (or ``source``) first, then whatever the caller's PYTHONPATH adds
+        path = [source or str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {"LAKESESSION_SERVER_TIMING": "1", "PYTHONPATH": os.pathsep.join(path)}
         self.emulator: subprocess.Popen[str] | None = None
         if emulator == "inline":
             args.append("--s3-emulator")
