@@ -74,6 +74,13 @@ def cpu_seconds(root: int) -> float:
     return total
 
 
+def http_parser() -> str:
+    """What uvicorn picks in the server (same interpreter and path): httptools (C) if installed, else h11."""
+    import importlib.util
+
+    return "httptools" if importlib.util.find_spec("httptools") else "h11 (pure Python: pip install httptools)"
+
+
 def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -300,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"lakesession serve at {server.uri} ({'PostgreSQL' if args.postgres else 'SQLite'}, "
                 f"{args.workers} worker(s), S3 emulator {args.emulator}), python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-                f"load average {loadavg()} at the start"
+                f"load average {loadavg()} at the start, HTTP parser {http_parser()}"
             )
             since = time.time() - 1
             root = server.pids()[0]
