@@ -263,13 +263,23 @@ def table_exists(
 
 
 @router.post(T + "/{table}")
-def commit_table(
+async def commit_table(
     prefix: str,
     namespace: str,
     table: str,
+    request: Request,
     body: bytes = Depends(raw_body),
-    ctx: RequestContext = Depends(get_context, scope="function"),
     idem: Idempotency = Depends(idempotency, scope="function"),
+) -> Response:
+    """One threadpool hop for the context, the commit and its audit (``context.in_context``); a client error
+    still reaches ``idem`` (stored as the key's outcome) as it leaves this call."""
+    return await run_in_threadpool(
+        in_context, request, lambda ctx: _commit_table(ctx, idem, prefix, namespace, table, body)
+    )
+
+
+def _commit_table(
+    ctx: RequestContext, idem: Idempotency, prefix: str, namespace: str, table: str, body: bytes
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     if (replayed := idem.replay(ctx, lambda: _replay_commit(ctx, ns, name, sec))) is not None:
