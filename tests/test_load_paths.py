@@ -31,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from lakesession.reference import idempotency, store
+from lakesession.reference.guard import Receive, Scope, Send
 from lakesession.reference.sqlcatalog import CachingSqlCatalog
 from lakesession.reference.sqlitelock import serialize_writes
 from lakesession.reference.timing import ServerTiming, add, mark_started
@@ -50,19 +51,19 @@ def _table(tmp_path: Path, snapshots: int) -> tuple[CachingSqlCatalog, Table]:
 
 
 def _append(meta: Any, sid: int) -> tuple[Any, ...]:
-    snap = Snapshot(
-        snapshot_id=sid,
-        parent_snapshot_id=meta.current_snapshot_id,
-        sequence_number=meta.last_sequence_number + 1,
-        timestamp_ms=meta.last_updated_ms + 1,
-        manifest_list=f"{meta.location}/metadata/snap-{sid}.avro",
-        summary=Summary(Operation.APPEND, **{"added-records": "10"}),
-        schema_id=0,
+    snap = Snapshot.model_validate(
+        {
+            "snapshot-id": sid,
+            "parent-snapshot-id": meta.current_snapshot_id,
+            "sequence-number": meta.last_sequence_number + 1,
+            "timestamp-ms": meta.last_updated_ms + 1,
+            "manifest-list": f"{meta.location}/metadata/snap-{sid}.avro",
+            "summary": Summary(Operation.APPEND, **{"added-records": "10"}),
+            "schema-id": 0,
+        }
     )
-    return (
-        AddSnapshotUpdate(snapshot=snap),
-        SetSnapshotRefUpdate(ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=sid),
-    )
+    ref = {"ref-name": "main", "type": SnapshotRefType.BRANCH, "snapshot-id": sid}
+    return (AddSnapshotUpdate(snapshot=snap), SetSnapshotRefUpdate.model_validate(ref))
 
 
 @pytest.mark.parametrize(
@@ -92,7 +93,7 @@ def test_commit_without_deep_copy_still_checks_requirements(tmp_path: Path) -> N
     from pyiceberg.exceptions import CommitFailedException
 
     catalog, table = _table(tmp_path, 3)
-    stale = AssertRefSnapshotId(ref="main", snapshot_id=100)  # the current one is 102
+    stale = AssertRefSnapshotId.model_validate({"ref": "main", "snapshot-id": 100})  # the current one is 102
     with pytest.raises(CommitFailedException):
         catalog._update_and_stage_table(table, table.name(), (stale,), _append(table.metadata, 7))
     catalog.engine.dispose()
@@ -135,7 +136,7 @@ def test_an_idempotent_commit_losing_its_key_gives_the_sqlite_write_lock_back(tm
     engine.dispose()
 
 
-async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def _app(scope: Scope, receive: Receive, send: Send) -> None:
     mark_started(scope)
     add(scope, "audit", 0.002)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
