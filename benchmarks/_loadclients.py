@@ -40,6 +40,12 @@ class Tally:
     commits: dict[str, int] = field(default_factory=dict)  # table -> commits acknowledged
     retries: int = 0
     unfinished: int = 0
+    # Server-Timing per operation (s): queued in the server, handled, and the client's latency minus the server's
+    queue: dict[str, list[float]] = field(default_factory=lambda: {op: [] for op in OPS})
+    app: dict[str, list[float]] = field(default_factory=lambda: {op: [] for op in OPS})
+    outside: dict[str, list[float]] = field(default_factory=lambda: {op: [] for op in OPS})
+    audit: dict[str, list[float]] = field(default_factory=lambda: {op: [] for op in OPS})
+    gil_lag: list[float] = field(default_factory=list)  # a client thread's wake-up delay, sampled every ~5 ms
 
     def merge(self, other: dict[str, Any]) -> None:
         for op, xs in other["lat"].items():
@@ -54,6 +60,33 @@ class Tally:
             self.commits[k] = self.commits.get(k, 0) + v
         self.retries += other["retries"]
         self.unfinished += other["unfinished"]
+        for name in ("queue", "app", "outside", "audit"):
+            for op, xs in other.get(name, {}).items():
+                getattr(self, name)[op] += xs
+        self.gil_lag += other.get("gil_lag", [])
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """``queue;dur=1.2, app;dur=3.4`` -> {"queue": 0.0012, "app": 0.0034} (seconds)."""
+    out = {}
+    for part in header.split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        try:
+            out[name] = float(dur) / 1000
+        except ValueError:
+            continue
+    return out
+
+
+def gil_probe(tally: Tally, lock: threading.Lock, stop: threading.Event, every: float = 0.005) -> None:
+    """How late a sleeping thread of this client process wakes: the wait for the process's GIL (and a core)."""
+    lags = []
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        time.sleep(every)
+        lags.append(max(0.0, time.perf_counter() - t0 - every))
+    with lock:
+        tally.gil_lag += lags
 
 
 class Session:
@@ -79,8 +112,14 @@ class Session:
                 self.tally.errors.append(f"{op}: {type(e).__name__}: {e}")
             raise
         took = time.perf_counter() - t0
+        timing = server_timing(r.headers.get("server-timing", ""))
         with self.lock:
             self.tally.lat[op].append(took)
+            if "total" in timing:
+                self.tally.queue[op].append(timing.get("queue", 0.0))
+                self.tally.app[op].append(timing.get("app", 0.0))
+                self.tally.audit[op].append(timing.get("audit", 0.0))
+                self.tally.outside[op].append(max(0.0, took - timing["total"]))
             key = f"{op} {r.status_code}"
             self.tally.statuses[key] = self.tally.statuses.get(key, 0) + 1
             self.tally.request_ids.append(rid)
@@ -197,10 +236,15 @@ def client_process(args: dict[str, Any], out: Any) -> None:
                 tally.errors.append(f"session {args['first'] + i}: {type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(sessions))]
+    stop = threading.Event()
+    probe = threading.Thread(target=gil_probe, args=(tally, lock, stop), daemon=True)
+    probe.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    stop.set()
+    probe.join()
     for s in sessions:
         s.close()
     out.send(json.dumps(tally.__dict__))

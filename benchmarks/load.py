@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -73,6 +74,17 @@ def cpu_seconds(root: int) -> float:
     return total
 
 
+def http_parser() -> str:
+    """What uvicorn picks in the server (same interpreter and path): httptools (C) if installed, else h11."""
+    import importlib.util
+
+    return "httptools" if importlib.util.find_spec("httptools") else "h11 (pure Python: pip install httptools)"
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def audited_ids(db_url: str, since: float) -> set[str]:
     from sqlalchemy import create_engine, text
 
@@ -107,29 +119,55 @@ def sts_calls(db_url: str, since: float) -> tuple[int, int]:
 
 
 class Server:
-    """``lakesession serve`` in a subprocess."""
+    """``lakesession serve`` in a subprocess; the S3/STS emulator inside the server (``"inline"``:
+    ``serve --s3-emulator``) or in a process of its own (``"process"``, as S3 is its own service anywhere)."""
 
-    def __init__(self, data: Path, db_url: str | None, workers: int, credential_ttl: int, source: str | None = None):
+    def __init__(
+        self,
+        data: Path,
+        db_url: str | None,
+        workers: int,
+        credential_ttl: int,
+        source: str | None = None,
+        emulator: str = "inline",
+    ):
         from tests._serve import Served
 
         (data / "policy.yaml").write_text(POLICY)
         self.db_url = db_url or f"sqlite:///{data / 'shared' / 'catalog.db'}"
         args = ["--port", "0", "--data-dir", str(data / "shared"), "--bootstrap", str(data / "policy.yaml")]
-        args += [
-            "--warehouse",
-            "s3://load-lake/wh",
-            "--s3-emulator",
-            "--credential-ttl",
-            str(credential_ttl),
-            "--db",
-            self.db_url,
-        ]
+        args += ["--warehouse", "s3://load-lake/wh", "--credential-ttl", str(credential_ttl), "--db", self.db_url]
+        # the server imports this checkout (or ``source``) first, then whatever the caller's PYTHONPATH adds
+        path = [source or str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {"LAKESESSION_SERVER_TIMING": "1", "PYTHONPATH": os.pathsep.join(path)}
+        self.emulator: subprocess.Popen[str] | None = None
+        if emulator == "inline":
+            args.append("--s3-emulator")
+        else:
+            self.emulator = subprocess.Popen(
+                [sys.executable, "-m", "lakesession.reference.storage.emulator", "load-lake"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert self.emulator.stdout is not None
+            info = json.loads(self.emulator.stdout.readline())
+            args += [
+                "--s3-role-arn",
+                info["role_arn"],
+                "--s3-endpoint",
+                info["endpoint"],
+                "--s3-region",
+                info["region"],
+            ]
+            # the catalog's own keys (AWS default chain): the emulator's admin pair, fake outside it
+            env.update(AWS_ACCESS_KEY_ID=info["access_key_id"], AWS_SECRET_ACCESS_KEY=info["secret_access_key"])
         if workers > 1:
             args += ["--workers", str(workers)]
         here = os.getcwd()
         os.chdir(source or here)  # `python -m` puts the working directory first on sys.path
         try:
-            self.served = [Served(args, env={"PYTHONPATH": source} if source else None)]
+            self.served = [Served(args, env=env)]
         finally:
             os.chdir(here)
         self.uri = self.served[0].uri
@@ -146,6 +184,13 @@ class Server:
     def stop(self) -> None:
         for s in self.served:
             s.stop()
+        if self.emulator is not None:
+            assert self.emulator.stdin is not None
+            self.emulator.stdin.close()  # the emulator serves until its stdin closes
+            try:
+                self.emulator.wait(10)
+            except subprocess.TimeoutExpired:
+                self.emulator.kill()
 
 
 def setup_tables(uri: str, token: str, n: int) -> list[str]:
@@ -195,6 +240,27 @@ def print_table(title: str, tally: Tally, wall: float) -> None:
         print(f"  {op:<12} {len(xs):>7} {pct(xs, 50):>9.1f} {pct(xs, 99):>9.1f} {mx:>9.1f} {len(xs) / wall:>7.1f}")
 
 
+def print_split(tally: Tally) -> None:
+    """Where the time went (Server-Timing): queued in the server before the route ran, handled by the route,
+    and outside the server's ASGI app (network, uvicorn's event loop, the client process itself)."""
+    print(
+        f"  {'split (ms)':<12} {'queue p50/p99':>15} {'app p50/p99':>15} {'(audit) p50/p99':>17} {'outside p50/p99':>17}"
+    )
+    for op in ("loadTable", "credentials", "commit"):
+        q, a, w, o = tally.queue[op], tally.app[op], tally.audit[op], tally.outside[op]
+        if q:
+            print(
+                f"  {op:<12} {pct(q, 50):>6.1f}/{pct(q, 99):<8.1f} {pct(a, 50):>6.1f}/{pct(a, 99):<8.1f} "
+                f"{pct(w, 50):>8.1f}/{pct(w, 99):<8.1f} {pct(o, 50):>8.1f}/{pct(o, 99):<8.1f}"
+            )
+    lag = tally.gil_lag
+    if lag:
+        print(
+            f"  client processes: a sleeping thread wakes {pct(lag, 50):.1f}/{pct(lag, 99):.1f} ms late (p50/p99) "
+            "(its wait for the process's GIL and a core)"
+        )
+
+
 def print_cpu(cpu: float, tally: Tally, wall: float) -> None:
     """Server CPU per request: what the catalog costs, much less sensitive to a busy machine than latency."""
     n = sum(len(tally.lat[op]) for op in ("loadTable", "credentials", "commit"))
@@ -214,8 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--postgres", action="store_true", help="PostgreSQL (a throwaway server) instead of SQLite")
     ap.add_argument("--workers", type=int, default=1, help="server processes (serve --workers; PostgreSQL only)")
     ap.add_argument("--credential-ttl", type=int, default=900, help="vended credential lifetime (default 900)")
+    ap.add_argument(
+        "--emulator",
+        choices=("process", "inline"),
+        default="inline",
+        help="S3/STS emulator inline (default: serve --s3-emulator; moto shares the catalog's GIL) or in a "
+        "process of its own (as S3 is in any deployment)",
+    )
     ap.add_argument("--server-source", metavar="DIR", help="run the server from this source tree (a baseline)")
     ap.add_argument("--profile", metavar="FILE", help="record the server with py-spy into FILE (speedscope json)")
+    ap.add_argument("--profile-gil", action="store_true", help="with --profile: only samples holding the GIL")
     args = ap.parse_args(argv)
     os.environ.setdefault("PYTHONPATH", str(ROOT))
 
@@ -225,14 +299,15 @@ def main(argv: list[str] | None = None) -> int:
             from tests._pg import new_database
 
             db_url = new_database("load")
-        server = Server(Path(tmp), db_url, args.workers, args.credential_ttl, args.server_source)
+        server = Server(Path(tmp), db_url, args.workers, args.credential_ttl, args.server_source, args.emulator)
         spy = None
         try:
             token = server.token()
             tables = setup_tables(server.uri, server.admin_token(), args.tables)
             print(
                 f"lakesession serve at {server.uri} ({'PostgreSQL' if args.postgres else 'SQLite'}, "
-                f"{args.workers} worker(s), S3 emulator), python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+                f"{args.workers} worker(s), S3 emulator {args.emulator}), python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+                f"load average {loadavg()} at the start, HTTP parser {http_parser()}"
             )
             since = time.time() - 1
             root = server.pids()[0]
@@ -259,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                         "-s",
                         "--pid",
                         str(server.pids()[0]),
+                        *(["--gil"] if args.profile_gil else []),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -268,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             loaded = run_clients(server.uri, token, tables, args.processes, args.threads, args.seconds, args.period)
             wall = time.monotonic() - t0
             cpu2 = cpu_seconds(root)
+            load_after = loadavg()
             if spy is not None:
                 import signal
 
@@ -282,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
                 wall,
             )
             print_cpu(cpu2 - cpu1, loaded, wall)
+            print_split(loaded)
+            print(f"  load average at the end of the loaded run: {load_after} (the machine is shared: note it)")
             total = Tally()
             total.merge(warm.__dict__)
             total.merge(idle.__dict__)

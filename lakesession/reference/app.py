@@ -28,6 +28,8 @@ from .idp import EmbeddedIssuer, RemoteVerifier
 from .openapi import install_openapi
 from .routes import config
 from .settings import ServerSettings
+from .timing import ServerTiming
+from .timing import enabled as timing_enabled
 from .vending import CredentialVendor
 
 logger = logging.getLogger(__name__)
@@ -165,6 +167,8 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None, lazy_c
     install_error_handlers(app)
     limits = settings.abuse
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, max_json_depth=limits.max_json_depth)
+    if timing_enabled():  # measurements only (benchmarks/load.py)
+        app.add_middleware(ServerTiming)
     app.include_router(config.router)
     mounted = threading.Lock()
 

@@ -111,7 +111,8 @@ def _on_commit(conn: Connection) -> None:
     pending.written = True
     if not _claim(conn, pending.row):
         # the key is taken by a concurrent request: nothing of this one may land
-        conn.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
+        # through the dialect: a write lock taken per connection (sqlitelock) is given back with it
+        conn.dialect.do_rollback(conn.connection)
         raise KeyInFlight(IN_FLIGHT, headers={"Retry-After": "1"})
 
 

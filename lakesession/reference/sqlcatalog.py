@@ -12,22 +12,51 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from datetime import datetime
 from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import PY_IO_IMPL, S3_RETRY_STRATEGY_IMPL, FileIO, load_file_io
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.serializers import Compressor
-from pyiceberg.table import Table
+from pyiceberg.table import StagedTable, Table
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
-from pyiceberg.typedef import EMPTY_DICT, Properties
+from pyiceberg.table.update import (
+    TableRequirement,
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
+from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
+from pyiceberg.utils.datetime import datetime_to_millis
 
 from .tablestore import MetadataCache
 
 _MAX_IOS = 64
 _MAX_PARSED_BYTES = 64 * 1024 * 1024  # parsed metadata kept, counted by its JSON size (objects are larger)
+
+
+class PutObjectFileIO(PyArrowFileIO):
+    """PyArrowFileIO whose small S3 writes are one ``PutObject``, not three requests.
+
+    pyarrow's S3 output stream starts a multipart upload when opened, so every metadata file a commit
+    writes cost CreateMultipartUpload + UploadPart + CompleteMultipartUpload: three S3 round trips (and,
+    with ``serve --s3-emulator``, three requests handled in the catalog's own process). With
+    ``allow_delayed_open`` (pyarrow >= 20) the stream waits and sends one PutObject below 5 MB."""
+
+    def _initialize_s3_fs(self, netloc: str | None) -> Any:
+        s3fs = super()._initialize_s3_fs(netloc)
+        if self.properties.get(S3_RETRY_STRATEGY_IMPL):
+            return s3fs  # not among the options the filesystem can be rebuilt from
+        rebuild, (options, *_) = s3fs.__reduce__()
+        if not isinstance(options, dict) or "allow_delayed_open" not in options:
+            return s3fs  # an older pyarrow: multipart it is
+        return rebuild({**options, "allow_delayed_open": True})
 
 
 class FileIOCache:
@@ -42,7 +71,10 @@ class FileIOCache:
         key = (scheme, tuple(sorted(properties.items())))
         io = self._ios.get(key)
         if io is None:
-            io = load_file_io(dict(properties), location)
+            if scheme in ("s3", "s3a", "s3n") and PY_IO_IMPL not in properties:
+                io = PutObjectFileIO(dict(properties))
+            else:
+                io = load_file_io(dict(properties), location)
             with self._lock:
                 if len(self._ios) >= _MAX_IOS:
                     self._ios.clear()
@@ -98,6 +130,44 @@ class CachingSqlCatalog(SqlCatalog):
             metadata=metadata,
             metadata_location=location,
             io=self._load_file_io(metadata.properties, location),
+            catalog=self,
+        )
+
+    def _update_and_stage_table(
+        self,
+        current_table: Table | None,
+        table_identifier: Identifier,
+        requirements: tuple[TableRequirement, ...],
+        updates: tuple[TableUpdate, ...],
+    ) -> StagedTable:
+        """MetastoreCatalog's, without the deep copy of the whole metadata at the end (≈ 4 ms of GIL-holding
+        Python per commit at 300 snapshots, 12 % of the server's GIL time under load): every update
+        pyiceberg applies is copy-on-write (``model_copy(update=...)``) and nothing here mutates metadata,
+        so sharing unchanged parts with the (cached, immutable) base is safe. A create keeps pyiceberg's path."""
+        if current_table is None:
+            return super()._update_and_stage_table(current_table, table_identifier, requirements, updates)
+        base = current_table.metadata
+        for requirement in requirements:
+            requirement.validate(base)
+        context = _TableMetadataUpdateContext()
+        metadata = base
+        for update in updates:
+            metadata = _apply_table_update(update, metadata, context)
+        if context.has_changes():  # as update_table_metadata does
+            metadata = _update_table_metadata_log(metadata, current_table.metadata_location, base.last_updated_ms)
+            if base.last_updated_ms == metadata.last_updated_ms:
+                now = datetime_to_millis(datetime.now().astimezone())
+                metadata = metadata.model_copy(update={"last_updated_ms": now})
+        metadata.spec().check_compatible(metadata.schema())
+        metadata.sort_order().check_compatible(metadata.schema())
+        version = self._parse_metadata_version(current_table.metadata_location) + 1
+        provider = load_location_provider(metadata.location, metadata.properties)
+        location = provider.new_table_metadata_file_location(version)
+        return StagedTable(
+            identifier=table_identifier,
+            metadata=metadata,
+            metadata_location=location,
+            io=self._load_file_io(properties=metadata.properties, location=location),
             catalog=self,
         )
 

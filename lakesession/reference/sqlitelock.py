@@ -6,6 +6,9 @@ insert queued that way, and a commit's p50 became seconds while the database was
 time. Here a write transaction takes a process-wide lock at its first write statement and gives it
 back when it ends, so writers are served in turn the moment the previous one finishes. Other
 processes on the same file (several workers) still meet in SQLite's busy handler.
+
+A rollback must go through the dialect (``do_rollback``) to give the lock back: the idempotency commit
+hook once rolled back on the raw DBAPI connection, and the next writer waited the full 30 s.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.pool import StaticPool
 
-from . import migrations
+from . import migrations, sqlitelock
 
 POOL_SIZE = 10  # connections kept per process (and per serve worker)
 POOL_OVERFLOW = 20  # up to 30 under bursts (40 request threads, most of them between queries)
@@ -151,9 +151,8 @@ def make_engine(url: str) -> Engine:
         kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_pre_ping=True)
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
-        # not installed: sqlitelock.serialize_writes (writers queued on a process lock) deadlocks for its 30 s
-        # timeout with the per-table commit lock when two commits carry one Idempotency-Key (a holder is left
-        # after the loser's rolled-back commit) — see the session-4 note; SQLite's busy handler decides meanwhile
+        # writers queued on a process lock instead of SQLite's sleeping busy handler (sqlitelock's docstring)
+        sqlitelock.serialize_writes(engine)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _: Any) -> None:

@@ -12,11 +12,12 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from ..authz import Privilege as P
 from ..authz import Securable
-from ..context import RequestContext, get_context
+from ..context import RequestContext, in_context
 from ..tablestore import load_result
 from ..vending import READ, WRITE
 from ..viewsecurity import EffectiveUser, authorize_target
@@ -148,15 +149,21 @@ def table_result(
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials")
-def load_credentials(
+async def load_credentials(
     prefix: str,
     namespace: str,
     table: str,
     request: Request,
     referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
-    ctx: RequestContext = Depends(get_context, scope="function"),
 ) -> Response:
-    """Re-authorizes on every call and never reads table metadata (cost independent of history)."""
+    """Re-authorizes on every call and never reads table metadata (cost independent of history); one
+    threadpool hop for the whole request (``context.in_context``)."""
+    return await run_in_threadpool(
+        in_context, request, lambda ctx: _load_credentials(ctx, request, prefix, namespace, table)
+    )
+
+
+def _load_credentials(ctx: RequestContext, request: Request, prefix: str, namespace: str, table: str) -> Response:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)

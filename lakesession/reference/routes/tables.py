@@ -16,10 +16,11 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
+from starlette.concurrency import run_in_threadpool
 
 from ..authz import Privilege as P
 from ..authz import Securable
-from ..context import RequestContext, get_context
+from ..context import RequestContext, get_context, in_context
 from ..errors import BadRequest, Conflict, NoSuchNamespace, NoSuchTable
 from ..idempotency import Idempotency, idempotency
 from ..locations import Owner, normalize, path_locations
@@ -221,14 +222,22 @@ def register_table(
 
 
 @router.get(T + "/{table}")
-def load_table(
+async def load_table(
     prefix: str,
     namespace: str,
     table: str,
     request: Request,
     snapshots: str = "all",
     referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
-    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> Response:
+    """One threadpool hop for the whole request (context, route, audit): see ``context.in_context``."""
+    return await run_in_threadpool(
+        in_context, request, lambda ctx: _load_table(ctx, request, prefix, namespace, table, snapshots)
+    )
+
+
+def _load_table(
+    ctx: RequestContext, request: Request, prefix: str, namespace: str, table: str, snapshots: str
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     if snapshots not in ("all", "refs"):
@@ -254,13 +263,23 @@ def table_exists(
 
 
 @router.post(T + "/{table}")
-def commit_table(
+async def commit_table(
     prefix: str,
     namespace: str,
     table: str,
+    request: Request,
     body: bytes = Depends(raw_body),
-    ctx: RequestContext = Depends(get_context, scope="function"),
     idem: Idempotency = Depends(idempotency, scope="function"),
+) -> Response:
+    """One threadpool hop for the context, the commit and its audit (``context.in_context``); a client error
+    still reaches ``idem`` (stored as the key's outcome) as it leaves this call."""
+    return await run_in_threadpool(
+        in_context, request, lambda ctx: _commit_table(ctx, idem, prefix, namespace, table, body)
+    )
+
+
+def _commit_table(
+    ctx: RequestContext, idem: Idempotency, prefix: str, namespace: str, table: str, body: bytes
 ) -> Response:
     ns, name, sec = _table(ctx, prefix, namespace, table)
     if (replayed := idem.replay(ctx, lambda: _replay_commit(ctx, ns, name, sec))) is not None:
