@@ -228,6 +228,7 @@ class Session:
                             self._gateway = pending.result()
                 if self._pending is not None:
                     self._pending.begin()  # the JVM is up: an embedded catalog may start now (first catalog query waits)
+                    self._pending.warm_later()
             return self._spark
 
     # -- Python-side access (pyiceberg) ----------------------------------------
