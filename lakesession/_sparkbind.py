@@ -96,18 +96,20 @@ def first_query_loads_catalog(spark_version: str) -> bool:
 
 
 def catalog_can_wait(remote: str | None) -> bool:
-    """Whether ``bind`` launches a local JVM whose first query leaves the default catalog unloaded.
+    """Whether ``bind`` launches a local JVM, so that an embedded catalog's start may wait until it is up.
 
-    Only then may an embedded catalog's start wait until the JVM is up (started together on two
-    cores, each slows the other). Otherwise the catalog is on the way to the first query: Spark 3.5
-    (``first_query_loads_catalog``), a running SparkContext (``_child`` loads the new session's catalog
-    at once), or a Connect channel (which launches no JVM here to compete with).
+    Started together on two cores, each slows the other; begun as the JVM comes up (``catalog_conf`` is
+    called then), the catalog is ready by the time Spark 3.5's preload asks for it (its first query
+    loads the default catalog: ``first_query_loads_catalog``; ``_warm_catalog_classes`` spends the
+    wait loading Iceberg's classes). Otherwise the catalog is on the way to the first query at once:
+    a running SparkContext (``_child`` loads the new session's catalog at once), or a Connect channel
+    (which launches no JVM here to compete with).
     """
     if remote is not None:
         return False
-    from pyspark import SparkContext, __version__
+    from pyspark import SparkContext
 
-    return SparkContext._active_spark_context is None and not first_query_loads_catalog(__version__)
+    return SparkContext._active_spark_context is None
 
 
 def _preload(spark: SparkSession, catalog_name: str) -> None:

@@ -188,10 +188,9 @@ class Session:
         running SparkContext (one identity per Spark catalog), so no other SparkSession's catalogs
         or default catalog change. The JVM (or the Connect channel) starts first, in this thread; the
         gateway starts meanwhile in another, and the catalog pointing at it is registered once both
-        are up. An embedded catalog starts in the background: alongside the JVM when the first query
-        will load the catalog (Spark 3.5, a running SparkContext), else once the JVM is up (Spark 4,
-        where it would only slow the JVM's launch on a small machine); the first catalog query waits
-        for it, not this call.
+        are up. An embedded catalog starts in the background once a JVM this call launches is up
+        (started alongside, it would slow the JVM's launch on a small machine), else at once (a running
+        SparkContext, Connect); the first catalog query waits for it, not this call.
         """
         with self._lock:
             self._check_open()
@@ -202,11 +201,13 @@ class Session:
                 from ._spark.session import catalog_conf
 
                 if self._pending is not None and not _sparkbind.catalog_can_wait(self._remote):
-                    self._pending.begin()  # the first query needs the catalog: it starts alongside the JVM
+                    self._pending.begin()  # no JVM launch to compete with: the catalog starts at once
                 with ThreadPoolExecutor(1, thread_name_prefix="lakesession-gateway") as pool:
                     pending = pool.submit(self._new_gateway) if self._gateway is None else None
 
-                    def conf() -> dict[str, str]:
+                    def conf() -> dict[str, str]:  # called once the JVM is up
+                        if self._pending is not None:
+                            self._pending.begin()  # now, not before: on two cores it would slow the JVM's launch
                         if pending is not None and self._gateway is None:
                             self._gateway = pending.result()
                         assert self._gateway is not None
