@@ -321,6 +321,7 @@ def test_refresh_all_and_nothing_secret_in_reprs(fake) -> None:  # type: ignore[
 
 
 # -- live: pyiceberg on the emulator --------------------------------------------------------------------
+@pytest.mark.slow  # several credential TTLs of real time (~13 s)
 def test_read_loop_over_several_ttls_refreshes_once_per_ttl(lake: Lake) -> None:
     store = CredentialStore()
     seen: list[tuple[str, str, str]] = []

@@ -386,6 +386,7 @@ def test_token_exchange_carries_act(cat: ReferenceCatalog) -> None:
         bad.token()  # refused: the subject is invalidated and asked for a fresh token, which it cannot give
 
 
+@pytest.mark.slow  # waits for a short token's refresh window (~6 s)
 def test_refresh_ahead_of_expiry_single_flight(short: ReferenceCatalog) -> None:
     rec = Recorder()
     src = device(short, "alice", http_options={"transport": rec})
@@ -421,6 +422,7 @@ def test_refresh_ahead_of_expiry_single_flight(short: ReferenceCatalog) -> None:
     assert verify(short, results[0])["sub"] == "alice"
 
 
+@pytest.mark.slow  # waits out an issuer outage (~6 s)
 def test_issuer_down_then_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     data_dir = tmp_path / "catalog"
     cat = start(data_dir=data_dir, access_token_ttl=3, **FAST)

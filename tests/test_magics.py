@@ -75,6 +75,7 @@ def test_login_with_client_credentials_then_status_and_grants(shell, catalog, mo
     assert "LAKESESSION_CREDENTIAL" in out and "Traceback" not in out and len(out.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # one device-flow polling interval (5 s)
 def test_device_login_shows_code_and_progress(shell, catalog) -> None:  # type: ignore[no-untyped-def]
     DeviceLoginProgress.last = None
 

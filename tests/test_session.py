@@ -94,6 +94,7 @@ def test_named_catalog_from_config_file_and_pyiceberg_yaml(catalog, tmp_path, mo
         lakesession.connect("nope")
 
 
+@pytest.mark.slow  # one device-flow polling interval (5 s)
 def test_device_login_through_connect(catalog) -> None:  # type: ignore[no-untyped-def]
     prompts = []
 
