@@ -228,8 +228,7 @@ class Session:
                         if pending is not None and self._gateway is None:
                             self._gateway = pending.result()
                 if self._pending is not None:
-                    self._pending.begin()  # the JVM is up: an embedded catalog may start now (first catalog query waits)
-                    self._pending.warm_later()
+                    self._pending.warm_later()  # begun by conf() above; bind calls it once Spark is up
             return self._spark
 
     # -- Python-side access (pyiceberg) ----------------------------------------
