@@ -7,11 +7,10 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ._reports import Reports
+from ._settings import ACCESS_MODES
 from .credentials import CredentialStore
 from .errors import ConfigError, SessionClosedError
 from .gateway import AccessLog, Gateway
-
-ACCESS_MODES = ("vended-credentials", "remote-signing")
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -242,18 +241,14 @@ class Session:
                 self._catalog = rest_catalog(self.catalog_name, self.uri, self.identity, warehouse=self.warehouse)
             return self._catalog
 
-    def table(
-        self, name: str | Sequence[str], *, access: str | None = None, mode: str | None = None
-    ) -> Table | DataFrame:
+    def table(self, name: str | Sequence[str], *, access: str | None = None, mode: str | None = None) -> Table:
         """Load ``ns.table`` with pyiceberg, its storage credentials refreshed ahead of expiry.
 
         ``name`` may also be a tuple or list of levels, e.g. ``("a.b", "c", "t")``: the way to name a
         namespace level that contains '.' (the string form splits on every dot).
 
         ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request
-        (default: the session's ``access``).
-        A view (pyiceberg cannot read views) gives a Spark DataFrame over it instead, with its chain
-        evaluated by the catalog as in ``sql()``.
+        (default: the session's ``access``). A view is not a table: ``view()`` reads one (through Spark).
         """
         from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
 
@@ -272,10 +267,18 @@ class Session:
         except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
             ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
             if self.catalog.view_exists(ident):
-                from .catalog._expand import quoted
-
-                return self.sql(f"SELECT * FROM {quoted((self.catalog_name, *ident))}")
+                raise ConfigError(
+                    f"{'.'.join(ident)} is a view, not a table: read it with session.view({name!r}) "
+                    "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
+                ) from None
             raise
+
+    def view(self, name: str | Sequence[str]) -> DataFrame:
+        """A Spark DataFrame over view ``ns.view``, its chain evaluated by the catalog as in ``sql()``."""
+        from .catalog._expand import quoted
+
+        ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
+        return self.sql(f"SELECT * FROM {quoted((self.catalog_name, *ident))}")
 
     def sql(self, query: str, **kwargs: Any) -> DataFrame:
         """Spark SQL as this user, with view chains evaluated by the catalog (DEFINER views work).

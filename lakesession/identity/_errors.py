@@ -11,7 +11,7 @@ from ..errors import DeviceFlowError, IdentityError, LoginRequiredError, TokenRe
 
 __all__ = ["LOGIN_HINT", "DeviceFlowError", "IdentityError", "LoginRequiredError", "TokenRefreshError"]
 
-LOGIN_HINT = "run `lakesession login` (or `%lakesession login` in a notebook), or call session.login()"
+LOGIN_HINT = "run `%lakesession login` in a notebook, or call lakesession.connect(...) again (a new device login)"
 
 
 class _Transient(Exception):
