@@ -97,6 +97,12 @@ def cat(
     etl.create_namespace("shop")
     for name in ("orders", "orders_archive"):
         etl.create_table(("shop", name), SCHEMA).append(ROWS)
+    identity = handle.services.vendor.identity
+    if request.param == "web-identity":  # no key anywhere: every credential came from a web identity exchange
+        assert handle.settings.s3.access_key_id is None and handle.settings.s3.secret_access_key is None
+        assert identity is not None and identity.sts_calls >= 2  # its own session, and at least one vended
+    else:
+        assert identity is None
     yield handle
     handle.stop()
 

@@ -90,9 +90,11 @@ class CachingSqlCatalog(SqlCatalog):
         self, name: str, *, storage_credentials: Callable[[], dict[str, str]] | None = None, **properties: str
     ):
         # ``storage_credentials``: the catalog's current storage session (``s3.web_identity``), merged into
-        # ``properties`` at every use, so each FileIO built from them carries a live session
-        self._storage_credentials = storage_credentials
+        # ``properties`` at every use, so each FileIO built from them carries a live session; not while
+        # starting (SqlCatalog reads its database settings there, and STS may need this catalog to be serving)
+        self._storage_credentials: Callable[[], dict[str, str]] | None = None
         super().__init__(name, **properties)
+        self._storage_credentials = storage_credentials
         self.metadata_cache = MetadataCache()
         self.file_ios = FileIOCache()
         self._parsed: OrderedDict[str, tuple[TableMetadata, int]] = OrderedDict()
