@@ -153,6 +153,9 @@ def _vendor(settings: ServerSettings, issuer: EmbeddedIssuer | None) -> Credenti
             "s3.web_identity needs the embedded issuer (it signs the catalog's tokens); this catalog trusts "
             f"the external issuer issuer_url={settings.issuer_url!r}: remove issuer_url or s3.web_identity"
         )
+    issuer.directory.reserved[s3.web_identity.subject] = (
+        "it is the catalog's own storage identity (s3.web_identity.subject); choose another name"
+    )
     identity = CatalogIdentity(
         s3.web_identity, issuer.workload_token, vending_role=s3.role_arn, region=s3.region, sts_endpoint=s3.sts_url
     )

@@ -177,7 +177,9 @@ class CatalogIdentity:
 
         c = self.assume(self.own_role, "lakesession-catalog", self.web.session_duration)
         expiration = c["Expiration"]
-        expires_at = expiration.timestamp() if hasattr(expiration, "timestamp") else now + self.web.session_duration
+        # its remaining lifetime, on this identity's clock (the same as time.time() unless a test moves it)
+        lifetime = expiration.timestamp() - time.time() if hasattr(expiration, "timestamp") else None
+        expires_at = now + (self.web.session_duration if lifetime is None else lifetime)
         logger.info("the catalog's storage session (role %s) is valid for %.0f s", self.own_role, expires_at - now)
         return _Session(Credentials(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]), expires_at)
 
