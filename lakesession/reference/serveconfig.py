@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from . import bootstrap as bootstrap_mod
 from .settings import ServerSettings
@@ -66,14 +66,22 @@ class S3Config(BaseModel):
     endpoint: str | None = None
     sts_endpoint: str | None = None
     path_style: bool | None = None
-    web_identity: WebIdentityConfig | bool | None = None  # true: every web_identity default
+    web_identity: WebIdentityConfig | None = None
+
+    @field_validator("web_identity", mode="before")
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        """``true`` (also ``"true"`` from the environment or ``--s3-web-identity``): every default; false: off."""
+        text = value.strip().lower() if isinstance(value, str) else None
+        if value is True or text in ("true", "yes", "on", "1"):
+            return {}
+        if value is False or text in ("false", "no", "off", "0"):
+            return None
+        return value
 
     def web(self) -> WebIdentity | None:
         """The web identity settings, or ``None`` for a standing key (``web_identity`` absent or false)."""
-        if self.web_identity is None or self.web_identity is False:
-            return None
-        cfg = WebIdentityConfig() if self.web_identity is True else self.web_identity
-        return WebIdentity(**cfg.model_dump())
+        return None if self.web_identity is None else WebIdentity(**self.web_identity.model_dump())
 
 
 _EngineKey = Literal["principal", "issuer", "audience", "subject"]
