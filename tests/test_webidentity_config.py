@@ -95,6 +95,9 @@ def test_catalog_refuses_a_principal_named_like_its_storage_identity(tmp_path: P
     policy = bootstrap.parse("principals: [{name: catalog-x, type: service, client_secret: abcdefghijklmnop}]\n")
     with pytest.raises(ValueError, match="a principal is named 'catalog-x'"):
         start(warehouse="s3://lake/wh", s3=s3, data_dir=tmp_path / "a", bootstrap=policy)
+    same = S3Settings(role_arn=ROLE, web_identity=WebIdentity(audience="lakesession"))
+    with pytest.raises(ValueError, match="the catalog's own audience"):
+        start(warehouse="s3://lake/wh", s3=same, data_dir=tmp_path / "d")
     with pytest.raises(ValueError, match="needs the embedded issuer"):
         start(warehouse="s3://lake/wh", s3=s3, data_dir=tmp_path / "b", issuer_url="http://127.0.0.1:9/idp")
     with start(warehouse="s3://lake/wh", s3=s3, data_dir=tmp_path / "c") as cat:  # nothing reaches STS at start

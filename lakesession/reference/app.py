@@ -153,6 +153,11 @@ def _vendor(settings: ServerSettings, issuer: EmbeddedIssuer | None) -> Credenti
             "s3.web_identity needs the embedded issuer (it signs the catalog's tokens); this catalog trusts "
             f"the external issuer issuer_url={settings.issuer_url!r}: remove issuer_url or s3.web_identity"
         )
+    if s3.web_identity.audience == settings.audience:
+        raise ValueError(
+            f"s3.web_identity.audience {settings.audience!r} is the catalog's own audience: its storage tokens "
+            "would be access tokens to this catalog; use the audience the store's OIDC provider expects"
+        )
     issuer.directory.reserved[s3.web_identity.subject] = (
         "it is the catalog's own storage identity (s3.web_identity.subject); choose another name"
     )
