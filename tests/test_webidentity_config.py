@@ -52,6 +52,9 @@ def test_web_identity_settings_and_no_key_from_the_environment(tmp_path: Path, m
     assert off.web_identity is None
     env = _s3(tmp_path, "", environ={"LAKESESSION_SERVE__S3__WEB_IDENTITY": "true"})
     assert env.web_identity == WebIdentity()
+    f = write(tmp_path, f"warehouse: s3://lake/wh\ns3: {{role_arn: {ROLE}}}\n")
+    flagged = resolve(f, flags={"s3.web_identity": ("--s3-web-identity", True)}, environ={}).start_kwargs
+    assert s3_settings(flagged["s3_config"], 900).web_identity == WebIdentity()
     assert "web_identity" in repr(keyless) and "decoy" not in repr(standing)
 
 
