@@ -167,8 +167,7 @@ class EmbeddedIssuer:
             "iss": self.issuer_url,
             "sub": subject,
             "aud": audience,
-            "iat": now,
-            "nbf": now,
+            "iat": now,  # no `nbf`: a store whose clock lags a little must not refuse a token just signed
             "exp": now + ttl,
             "jti": secrets.token_urlsafe(16),
         }
