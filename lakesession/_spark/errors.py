@@ -5,7 +5,8 @@ Java stack trace. Iceberg's REST exceptions (403 Forbidden, 401, 5xx) are
 among them, so a revoked grant would greet the user with hundreds of lines of
 Java. We wrap pyspark's ``convert_exception`` (the one documented place it
 maps JVM exceptions) so these become ``CatalogAccessError`` carrying the
-catalog's own message.
+catalog's own message — and the object store's refusals of a job's reads and writes become one
+``StorageAccessError`` naming the table (``lakesession._spark._denials``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,14 @@ def convert_exception(e: Any) -> captured.CapturedException:
         cause, cls = found
         message = str(cause.getMessage() or "")
         return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
+    try:
+        from ._denials import spark_denial
+
+        denied = spark_denial(e)
+    except Exception:  # explaining must never hide the error itself
+        denied = None
+    if denied is not None:
+        return denied
     return _original(e)
 
 
