@@ -354,9 +354,10 @@ class Session:
         return self.chain(name)
 
     # -- reports (lakesession._reports) -------------------------------------------
-    def grants(self) -> pd.DataFrame:
-        """``reports.grants()``: the user's effective privileges ("unknown" only without a grants endpoint)."""
-        return self.reports.grants()
+    def grants(self, *, strict: bool = False) -> pd.DataFrame:
+        """``reports.grants()``: the user's effective privileges ("unknown" only without a grants endpoint;
+        ``strict=True``: a ``CapabilityError`` instead)."""
+        return self.reports.grants(strict=strict)
 
     def audit(self) -> pd.DataFrame:
         """``reports.audit()``: what this session accessed, with decisions."""

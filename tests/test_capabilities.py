@@ -130,6 +130,13 @@ def test_remote_signing_refused_by_a_polaris_like_catalog_is_a_capability_error(
     ) as session:
         with pytest.raises(CapabilityError) as caught:
             session.table("sales.orders", access="remote-signing")
+        with pytest.raises(CapabilityError) as no_grants:
+            session.grants(strict=True)
+        assert session.grants()["securable"].tolist() == ["unknown"]  # the lenient default stays
+    assert no_grants.value.capability == "grants" and no_grants.value.status == 404
+    assert "offers no grants endpoint" in str(no_grants.value) and "its /v1/config lists 3 endpoints" in str(
+        no_grants.value
+    )
     err = caught.value
     message = str(err)
     assert err.capability == "remote signing" and err.status == 400 and err.config["prefix"] == "cat"

@@ -112,3 +112,6 @@ def test_remote_signing_from_seaweedfs_catalog_is_a_capability_error(
         assert "access='vended-credentials'" in message and len(message.splitlines()) == 1
         shown = one_line_in_ipython("s.table('cap.t', access='remote-signing')", {"s": session}, capsys)
         assert len(shown.splitlines()) == 1 and "does not offer remote signing" in shown, shown
+        with pytest.raises(CapabilityError) as no_grants:
+            session.grants(strict=True)
+        assert no_grants.value.capability == "grants" and "offers no grants endpoint" in str(no_grants.value)

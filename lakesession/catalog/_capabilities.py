@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog.rest import RestCatalog
 
 REMOTE_SIGNING = "remote signing"
+GRANTS = "grants"
 SIGNING_KEYS = ("s3.remote-signing-enabled", "signer.uri", "signer.endpoint", "s3.signer.uri", "s3.signer.endpoint")
 _SHOWN_KEYS = ("prefix", *SIGNING_KEYS)
 _CREDENTIALS_SUFFIX = "/credentials"
@@ -53,4 +54,18 @@ def remote_signing_unavailable(
         REMOTE_SIGNING,
         answer,
         status=400 if detail else None,
+    )
+
+
+def grants_unavailable(catalog: RestCatalog | None, uri: str, status: int) -> CapabilityError:
+    """The catalog at ``uri`` has no grants endpoint (``/management/v1/me/grants`` answered ``status``)."""
+    answer = config_answer(catalog) if catalog is not None else {}
+    said = f"; {describe(answer)}" if answer else ""
+    return CapabilityError(
+        f"The catalog at {uri} offers no grants endpoint (GET /management/v1/me/grants answered {status}: it is "
+        f"not part of the Iceberg REST spec){said}. Fix: ask the catalog's operator what you are granted, or call "
+        "session.grants() without strict=True (one row saying 'unknown').",
+        GRANTS,
+        answer,
+        status=status,
     )
