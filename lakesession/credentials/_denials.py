@@ -32,7 +32,7 @@ EXPIRED_CODES = frozenset(
         "InvalidToken",
     }
 )
-DENIED_CODES = frozenset({"AccessDenied", "AllAccessDisabled", "Forbidden"})
+DENIED_CODES = frozenset({"AccessDenied", "AllAccessDisabled"})  # not "Forbidden": the catalog says that
 _PYARROW_CODES = {
     "ACCESS_DENIED": "AccessDenied",
     "EXPIRED_TOKEN": "ExpiredToken",
@@ -111,12 +111,16 @@ def parse_denial(text: str, *, operation: str = "") -> Denial | None:
     return Denial(code, operation_of(request, operation), request, path)
 
 
-def likely_cause(denial: Denial, *, revoked: bool = False, mode: str | None = None) -> str:
-    """The likeliest reason: expired keys, a revoked grant, a read-only grant (a write refused), or denied."""
+def likely_cause(denial: Denial, *, revoked: bool = False, mode: str | None = None, expired: bool = False) -> str:
+    """The likeliest reason: expired keys, a revoked grant, a read-only grant (a write refused), or denied.
+
+    ``expired``: the keys used had expired by the refusal (a HEAD's 403 has no body to say ExpiredToken)."""
     if denial.code in EXPIRED_CODES:
         return REVOKED if revoked else EXPIRED
     if revoked:
         return REVOKED
+    if expired:
+        return EXPIRED
     if denial.operation in (WRITE, DELETE) and mode != "write":
         return READ_ONLY
     return DENIED

@@ -19,6 +19,7 @@ the client; the catalog signs each S3 request, asked with the user's current tok
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -156,8 +157,12 @@ class VendedFileIO(PyArrowFileIO):
         if denial.path is None:
             denial = replace(denial, path=location)
         entry = self._store.entry(self._table) if self._table in self._store else None
+        expires = entry.expires_at if entry is not None else None
         cause = likely_cause(
-            denial, revoked=entry is not None and entry.state == REVOKED, mode=entry.mode if entry else None
+            denial,
+            revoked=entry is not None and entry.state == REVOKED,
+            mode=entry.mode if entry else None,
+            expired=expires is not None and expires <= time.time(),
         )
         return storage_error(denial, table=self._table, principal=self._principal, cause=cause)
 
