@@ -115,3 +115,31 @@ def test_remote_signing_from_seaweedfs_catalog_is_a_capability_error(
         with pytest.raises(CapabilityError) as no_grants:
             session.grants(strict=True)
         assert no_grants.value.capability == "grants" and "offers no grants endpoint" in str(no_grants.value)
+
+
+@pytest.mark.spark
+def test_spark_remote_signing_from_seaweedfs_catalog_is_a_capability_error(
+    lake: lakesession.Session, store: SeaweedFS, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A remote-signing session's Spark query: SeaweedFS vends credentials instead; the gateway refuses the
+    load with a 400 naming what the catalog offers, and Spark raises it as one ``CapabilityError``."""
+    with lakesession.connect(
+        uri=store.iceberg_uri,
+        warehouse=create_table_bucket(store, "capspark"),
+        credential=f"{store.access_key}:{store.secret_key}",
+        token_url=f"{store.iceberg_uri}/v1/oauth/tokens",
+        catalog_name="seaweed_rs",
+        access="remote-signing",
+        spark_conf=SPARK_TEST_CONF,
+    ) as session:
+        session.catalog.create_namespace("rs")
+        session.catalog.create_table(("rs", "t"), schema=pa.schema([("id", pa.int64())]))
+        spark = session.spark()
+        with pytest.raises(CapabilityError) as caught:
+            spark.sql("SELECT * FROM seaweed_rs.rs.t").collect()
+        message = str(caught.value)
+        assert caught.value.capability == "remote signing" and len(message.splitlines()) == 1
+        assert f"The catalog at {store.iceberg_uri} does not offer remote signing" in message
+        assert "table rs.t with vended credentials" in message and "access='vended-credentials'" in message
+        shown = one_line_in_ipython("spark.sql('SELECT * FROM seaweed_rs.rs.t').collect()", {"spark": spark}, capsys)
+        assert len(shown.splitlines()) == 1 and "does not offer remote signing" in shown, shown[:3000]

@@ -266,3 +266,35 @@ def forward_sign(
         )
     )
     return status, content, out_headers
+
+
+NO_SIGNING_MARKER = "does not offer remote signing"
+
+
+def config_endpoints(config_body: bytes) -> list[str]:
+    """The endpoints a ``/v1/config`` answer lists (empty when it lists none)."""
+    try:
+        endpoints = json.loads(config_body).get("endpoints")
+    except (ValueError, AttributeError):
+        return []
+    return [str(e) for e in endpoints] if isinstance(endpoints, list) else []
+
+
+def refuse_unsigned(content: bytes, upstream: str, obj: str, endpoints: list[str] | None) -> Reply | None:
+    """A remote-signing session's table load the catalog answered with vended credentials and no remote
+    signing (SeaweedFS ignores the request): a 400 naming what the catalog offers, instead of a table
+    the JVM could not read (its credentials are stripped, and there is no signer). None when signing is on,
+    or nothing was vended (a ``file://`` warehouse needs neither)."""
+    if b"remote-signing-enabled" in content or not (b"access-key-id" in content or b'"storage-credentials"' in content):
+        return None
+    doc = json.loads(content) if content.startswith(b"{") else {}
+    if not (doc.get("storage-credentials") or any("access-key-id" in k for k in (doc.get("config") or {}))):
+        return None
+    listed = f"its /v1/config lists {len(endpoints)} endpoints" if endpoints else "its /v1/config lists no endpoints"
+    creds = "with" if any(e.endswith("/credentials") for e in endpoints or []) else "no"
+    message = (
+        f"The catalog at {upstream} {NO_SIGNING_MARKER}: it answered a remote-signing load of {obj} with vended "
+        f"credentials ({listed}, {creds} …/credentials, and sets no s3.remote-signing-enabled). "
+        "Fix: lakesession.connect(..., access='vended-credentials') (the default), or ask the catalog's operator."
+    )
+    return error_reply(400, "BadRequestException", message)
