@@ -121,8 +121,10 @@ def test_remote_signing_from_seaweedfs_catalog_is_a_capability_error(
 def test_spark_remote_signing_from_seaweedfs_catalog_is_a_capability_error(
     lake: lakesession.Session, store: SeaweedFS, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A remote-signing session's Spark query: SeaweedFS vends credentials instead; the gateway refuses the
-    load with a 400 naming what the catalog offers, and Spark raises it as one ``CapabilityError``."""
+    """A remote-signing session's Spark query: SeaweedFS answers the load without signing settings (and,
+    asked for signing, without credentials); the gateway refuses it with a 400 naming what the catalog
+    offers, and Spark raises that as one ``CapabilityError`` (before: an empty table read "fine", a
+    non-empty one failed in the AWS SDK's credential chain)."""
     with lakesession.connect(
         uri=store.iceberg_uri,
         warehouse=create_table_bucket(store, "capspark"),
@@ -140,6 +142,7 @@ def test_spark_remote_signing_from_seaweedfs_catalog_is_a_capability_error(
         message = str(caught.value)
         assert caught.value.capability == "remote signing" and len(message.splitlines()) == 1
         assert f"The catalog at {store.iceberg_uri} does not offer remote signing" in message
-        assert "table rs.t with vended credentials" in message and "access='vended-credentials'" in message
+        assert "remote-signing load of table rs.t without signing settings" in message  # SeaweedFS vends nothing
+        assert "its /v1/config lists no endpoints" in message and "access='vended-credentials'" in message
         shown = one_line_in_ipython("spark.sql('SELECT * FROM seaweed_rs.rs.t').collect()", {"spark": spark}, capsys)
         assert len(shown.splitlines()) == 1 and "does not offer remote signing" in shown, shown[:3000]

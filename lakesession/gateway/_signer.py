@@ -281,20 +281,26 @@ def config_endpoints(config_body: bytes) -> list[str]:
 
 
 def refuse_unsigned(content: bytes, upstream: str, obj: str, endpoints: list[str] | None) -> Reply | None:
-    """A remote-signing session's table load the catalog answered with vended credentials and no remote
-    signing (SeaweedFS ignores the request): a 400 naming what the catalog offers, instead of a table
-    the JVM could not read (its credentials are stripped, and there is no signer). None when signing is on,
-    or nothing was vended (a ``file://`` warehouse needs neither)."""
-    if b"remote-signing-enabled" in content or not (b"access-key-id" in content or b'"storage-credentials"' in content):
+    """A remote-signing session's load of an S3 table the catalog answered without remote signing (SeaweedFS
+    ignores the request; it vends nothing, or credentials the gateway strips): a 400 naming what the catalog
+    offers, instead of a table the JVM cannot read (no credentials, no signer). None when signing is on, or
+    the table is not on S3 (a ``file://`` warehouse needs neither)."""
+    if b"remote-signing-enabled" in content:
         return None
-    doc = json.loads(content) if content.startswith(b"{") else {}
-    if not (doc.get("storage-credentials") or any("access-key-id" in k for k in (doc.get("config") or {}))):
+    try:
+        doc = json.loads(content)
+        location = str(doc.get("metadata-location") or doc["metadata"].get("location") or "")
+    except (ValueError, KeyError, AttributeError, TypeError):
         return None
+    if not location.startswith(("s3://", "s3a://", "s3n://")):
+        return None
+    vended = bool(doc.get("storage-credentials")) or any("access-key-id" in k for k in (doc.get("config") or {}))
     listed = f"its /v1/config lists {len(endpoints)} endpoints" if endpoints else "its /v1/config lists no endpoints"
     creds = "with" if any(e.endswith("/credentials") for e in endpoints or []) else "no"
     message = (
-        f"The catalog at {upstream} {NO_SIGNING_MARKER}: it answered a remote-signing load of {obj} with vended "
-        f"credentials ({listed}, {creds} …/credentials, and sets no s3.remote-signing-enabled). "
+        f"The catalog at {upstream} {NO_SIGNING_MARKER}: it answered a remote-signing load of {obj} "
+        f"{'with vended credentials' if vended else 'without signing settings'} ({listed}, {creds} …/credentials, "
+        "and sets no s3.remote-signing-enabled). "
         "Fix: lakesession.connect(..., access='vended-credentials') (the default), or ask the catalog's operator."
     )
     return error_reply(400, "BadRequestException", message)
