@@ -16,16 +16,25 @@ from __future__ import annotations
 import sys
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pyspark.errors.exceptions import captured
 from pyspark.errors.exceptions.base import PySparkException
 
 from ..credentials._denials import DELETE, READ, WRITE, Denial, likely_cause, parse_denial, storage_error
 from ..errors import StorageAccessError as _StorageAccessError
+from ..gateway._accesslog import AccessLog
 
-if TYPE_CHECKING:
-    from ..session import Session
+
+class Session(Protocol):
+    """What is read of a ``lakesession.Session`` (a Protocol: this module must not import the session)."""
+
+    access_log: AccessLog
+    _identity: Any
+
+    @property
+    def closed(self) -> bool: ...
+
 
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 S3_MARKERS = ("S3Exception", "Service: S3", "AccessDeniedException", "s3a://", "AwsServiceException")

@@ -13,11 +13,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..errors import IdentityError, ScopeError
+from ..errors import ScopeError
 
 POLARIS_TOKEN_PATH = "/api/catalog/v1/oauth/tokens"
 POLARIS_SCOPE = "PRINCIPAL_ROLE:ALL"
 DISCOVERY_TIMEOUT = 3.0
+WELL_KNOWN = "/.well-known/openid-configuration"
 _MAX_PARENTS = 3
 
 
@@ -34,16 +35,18 @@ def _parents(url: str) -> list[str]:
 
 
 def discovered_scopes(token_url: str, issuer: str | None = None) -> tuple[list[str], str] | None:
-    """(``scopes_supported``, the issuer that lists them) from OIDC discovery, or None when none answers."""
-    from ._discovery import discover
+    """(``scopes_supported``, the issuer that lists them) from OIDC discovery, or None when none answers.
 
+    A document counts only where it names itself the issuer (as ``_discovery.discover`` checks)."""
     candidates = [issuer] if issuer and issuer != token_url else []
     candidates += [p for p in _parents(token_url) if p not in candidates]
     with httpx.Client(timeout=DISCOVERY_TIMEOUT) as http:
         for candidate in candidates:
             try:
-                meta = discover(candidate, http)
-            except (IdentityError, httpx.HTTPError, ValueError):
+                meta = http.get(candidate + WELL_KNOWN, headers={"Accept": "application/json"}).json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            if not isinstance(meta, dict) or str(meta.get("issuer", "")).rstrip("/") != candidate:
                 continue
             scopes = meta.get("scopes_supported")
             if isinstance(scopes, list) and scopes:
