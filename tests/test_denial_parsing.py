@@ -84,3 +84,40 @@ def test_the_error_is_one_line_in_ipython_and_names_everything() -> None:
     shown = err._render_traceback_()
     assert len(shown) == 1 and "refused to write table shop.orders as reader" in shown[0]
     assert "CreateMultipartUpload on s3://lake/wh/shop/orders/data/00000-0-x.parquet" in shown[0]
+
+
+class _Held:
+    """What ``_spark._denials`` reads of a Session: its gateway's access log, its identity, whether closed."""
+
+    def __init__(self, principal: str) -> None:
+        from lakesession.gateway import AccessLog
+
+        self.access_log = AccessLog()
+        self._identity = type("Id", (), {"principal": principal})()
+        self.closed = False
+
+
+def test_spark_denials_name_the_table_loaded_last_and_a_revocation_since() -> None:
+    """The table a failed job wrote is the one its gateway loaded last (across the process's sessions);
+    a refresh the catalog refused since then makes the cause "revoked"."""
+    import time
+
+    from lakesession._spark import _denials
+    from lakesession.gateway import AccessRecord
+
+    now = time.time()
+    alice, bob = _Held("alice"), _Held("bob")
+    for who in (alice, bob):
+        _denials.register(who)
+    alice.access_log.add(AccessRecord(now - 20, "load_table", "table sales.src", 200, 1.0))
+    alice.access_log.add(AccessRecord(now - 10, "load_table", "table sales.dst", 200, 1.0))
+    bob.access_log.add(AccessRecord(now - 300, "load_table", "table hr.pay", 200, 1.0))
+    found = _denials._suspect(now)
+    assert found is not None
+    session, table, revoked, also = found
+    assert session is alice and table == "sales.dst" and not revoked and also == ["sales.src"]
+    alice.access_log.add(AccessRecord(now - 5, "refresh_credentials", "table sales.dst", 403, 1.0))
+    assert _denials._suspect(now)[2] is True  # type: ignore[index]
+    alice.closed = True
+    assert _denials._suspect(now)[1] == "hr.pay"  # type: ignore[index]  # a closed session's loads are no suspects
+    bob.closed = True

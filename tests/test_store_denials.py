@@ -127,9 +127,13 @@ def test_spark_insert_by_a_reader_is_one_storage_access_error(
     assert_readable(err, table="shop.orders", principal="reader")
     assert err.code == "AccessDenied"
     assert isinstance(err.__cause__, Py4JJavaError)  # the original, for whoever wants the Java trace
-    # the same through a DataFrame action the user calls directly
+    # the same through a DataFrame write the user calls directly
     with pytest.raises(StorageAccessError):
         spark.createDataFrame([(4, "kiwi")], "id BIGINT, item STRING").writeTo("lake_reader.shop.orders").append()
+    # and on the driver: a whole-table DELETE is metadata-only (the driver writes the manifests, no job runs)
+    with pytest.raises(StorageAccessError) as on_driver:
+        spark.sql("DELETE FROM lake_reader.shop.orders")
+    assert on_driver.value.table == "shop.orders" and on_driver.value.operation == "write"
     shown = one_line_in_ipython(
         "spark.sql(\"INSERT INTO lake_reader.shop.orders VALUES (5, 'plum')\")", {"spark": spark}, capsys
     )

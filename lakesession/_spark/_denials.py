@@ -113,7 +113,7 @@ def _suspect(now: float) -> tuple[Session, str, bool, list[str]] | None:
         if session.closed:
             continue
         for r in session.access_log.records(since=now - LOOKBACK_SECONDS):
-            if r.action in _LOADS and r.status == 200 and r.object.startswith("table ") and r.chain is None:
+            if r.action in _LOADS and r.status == 200 and r.object.startswith("table "):  # chain loads too
                 if best is None or r.last >= best[0]:
                     best = (r.last, session, r.object)
     if best is None:
@@ -159,6 +159,7 @@ def spark_denial(e: Any) -> StorageAccessError | None:
         path=err.path,
     )
     handled = sys.exc_info()[1]  # pyspark converts inside ``except Py4JJavaError``: that is the original
-    if handled is not None:
+    java = getattr(handled, "java_exception", None)
+    if java is not None and getattr(java, "_target_id", None) == getattr(e, "_target_id", object()):
         spark_err._original = handled
     return spark_err
