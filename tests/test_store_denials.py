@@ -109,6 +109,8 @@ def test_pyiceberg_append_by_a_reader_is_one_storage_access_error(
     assert_readable(err, table="shop.orders", principal="reader")
     assert isinstance(err.__cause__, OSError)  # pyarrow's own error, kept
     assert err.code == "AccessDenied" and err.path and err.path.startswith("s3://denials-bucket/wh/")
+    vended = [v for c in reader.credential_store.entry("shop.orders").credentials for v in c.config.values()]
+    assert not [v for v in vended if len(v) > 12 and v in str(err)]  # no key, secret or session token
     shown = one_line_in_ipython("t.append(rows)", {"t": table, "rows": ROWS}, capsys)
     assert len(shown.splitlines()) == 1, shown
     assert "refused to write table shop.orders as reader" in shown and "Traceback" not in shown

@@ -136,7 +136,10 @@ def _hint(cause: str, table: str | None, operation: str) -> str:
             f"then run the {operation or 'write'} again."
         )
     if cause == REVOKED:
-        return f"Likely cause: the grant was revoked (the catalog refused fresh credentials). Fix: ask for the grant again, then reload the table with {reload}."
+        return (
+            "Likely cause: the grant was revoked (the catalog refused fresh credentials). "
+            f"Fix: ask for the grant again, then reload the table with {reload}."
+        )
     if cause == EXPIRED:
         return (
             "Likely cause: the storage credentials expired before they were refreshed. "
