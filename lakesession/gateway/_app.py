@@ -293,7 +293,9 @@ class GatewayApp:
             if what and what[0] == "load_table" and method == "GET" and self.access != SIGNING:
                 self._note_load(path, query, req_headers, (status, content, out_headers))
             elif what and what[0] == "load_table" and method == "GET" and status == 200:  # a remote-signing session
-                refused = _signer.refuse_unsigned(content, self.upstream.base_url, what[1], self.endpoints)
+                refused = _signer.refuse_unsigned(
+                    content, self.upstream.base_url, what[1], self.endpoints, self.signers.ever
+                )
                 status, content, out_headers = refused or (status, content, out_headers)
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)

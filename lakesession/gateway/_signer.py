@@ -87,10 +87,12 @@ class SignerRoutes:
         self._paths: dict[str, int] = {}  # decoded path of each target -> routes naming it
         self._lock = threading.Lock()
         self._maximum = maximum
+        self.ever = False  # has the catalog enabled remote signing for any table yet (it offers signing)
 
     def register(self, target: str, obj: str, chain: str | None) -> SignerRoute:
         rid = hashlib.sha256(f"{chain or ''}\n{target}".encode()).hexdigest()[:24]
         with self._lock:
+            self.ever = True
             route = self._routes.get(rid)
             if route is None:
                 route = self._routes[rid] = SignerRoute(rid, target, obj, chain)
@@ -280,12 +282,15 @@ def config_endpoints(config_body: bytes) -> list[str]:
     return [str(e) for e in endpoints] if isinstance(endpoints, list) else []
 
 
-def refuse_unsigned(content: bytes, upstream: str, obj: str, endpoints: list[str] | None) -> Reply | None:
-    """A remote-signing session's load of an S3 table the catalog answered without remote signing (SeaweedFS
-    ignores the request; it vends nothing, or credentials the gateway strips): a 400 naming what the catalog
-    offers, instead of a table the JVM cannot read (no credentials, no signer). None when signing is on, or
-    the table is not on S3 (a ``file://`` warehouse needs neither)."""
-    if b"remote-signing-enabled" in content:
+def refuse_unsigned(
+    content: bytes, upstream: str, obj: str, endpoints: list[str] | None, signing_seen: bool
+) -> Reply | None:
+    """A remote-signing session's load of an S3 table from a catalog that shows no sign of remote signing
+    (SeaweedFS ignores the request; it vends nothing, or credentials the gateway strips): a 400 naming what
+    the catalog offers, instead of a table the JVM cannot read (no credentials, no signer). None when this
+    load is signed, the catalog signed an earlier one or lists a sign endpoint (then a missing signer is a
+    matter of privilege, the catalog's to say), or the table is not on S3 (a ``file://`` warehouse)."""
+    if b"remote-signing-enabled" in content or signing_seen or any("/sign" in e for e in endpoints or []):
         return None
     try:
         doc = json.loads(content)
