@@ -18,7 +18,7 @@ LakesessionError
 │   └── DeviceFlowError                   the device-code login did not complete
 ├── CatalogAccessError                    the catalog refused (401/403) or failed (5xx, timeout) a request
 │   ├── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
-│   └── CapabilityError                   the catalog does not offer what was asked (remote signing, /credentials)
+│   └── CapabilityError                   the catalog does not offer what was asked (remote signing, grants)
 ├── ViewChainError                        a view chain cannot be resolved: cycle, too deep, unparsable SQL
 ├── CredentialsError                      a table's vended storage credentials (lakesession.credentials)
 │   ├── CredentialsRevokedError           the catalog refused a refresh (403): the grant is gone
