@@ -140,7 +140,7 @@ class CatalogAccessError(LakesessionError):
 
 
 class CapabilityError(_OneLine, CatalogAccessError):
-    """The catalog does not offer what was asked (remote signing, ``/credentials``, grants); the message
+    """The catalog does not offer what was asked (remote signing, a grants endpoint); the message
     names what its ``/v1/config`` answered. ``capability`` is what was asked; ``config`` that answer (secret-free)."""
 
     def __init__(
