@@ -226,6 +226,10 @@ class Session:
                     finally:
                         if pending is not None and self._gateway is None:
                             self._gateway = pending.result()
+                if self._remote is None:  # a job the store refuses is told as one error naming this session's table
+                    from ._spark._denials import register
+
+                    register(self)
                 if self._pending is not None:
                     self._pending.warm_later()  # begun by conf() above; bind calls it once Spark is up
             return self._spark
@@ -263,6 +267,7 @@ class Session:
                 self.uri,
                 access=access or self.access,
                 mode=mode,
+                principal=getattr(self.identity, "principal", None),
             )
         except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
             ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
@@ -352,9 +357,10 @@ class Session:
         return self.chain(name)
 
     # -- reports (lakesession._reports) -------------------------------------------
-    def grants(self) -> pd.DataFrame:
-        """``reports.grants()``: the user's effective privileges ("unknown" only without a grants endpoint)."""
-        return self.reports.grants()
+    def grants(self, *, strict: bool = False) -> pd.DataFrame:
+        """``reports.grants()``: the user's effective privileges ("unknown" only without a grants endpoint;
+        ``strict=True``: a ``CapabilityError`` instead)."""
+        return self.reports.grants(strict=strict)
 
     def audit(self) -> pd.DataFrame:
         """``reports.audit()``: what this session accessed, with decisions."""
