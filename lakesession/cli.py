@@ -33,6 +33,7 @@ _SERVE_FLAGS = {
     "s3_role_arn": ("s3.role_arn", "--s3-role-arn"),
     "s3_endpoint": ("s3.endpoint", "--s3-endpoint"),
     "s3_region": ("s3.region", "--s3-region"),
+    "trusted_proxies": ("trusted_proxies", "--trusted-proxies"),
 }
 
 
@@ -47,6 +48,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     flags = {key: (flag, getattr(args, dest)) for dest, (key, flag) in _SERVE_FLAGS.items()}
+    if flags["trusted_proxies"][1] is not None:  # a comma-separated list on the command line
+        flags["trusted_proxies"] = ("--trusted-proxies", [p.strip() for p in args.trusted_proxies.split(",") if p.strip()])
     if flags["bootstrap"][1] is not None:
         flags["bootstrap"] = ("--bootstrap", str(args.bootstrap))
     kwargs: dict[str, Any] = {}
@@ -194,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--s3-endpoint", default=None, help="S3/STS endpoint for S3-compatible stores (path-style)")
     serve.add_argument("--s3-region", default=None, help="S3 region (default us-east-1)")
+    serve.add_argument(
+        "--trusted-proxies",
+        default=None,
+        help="comma-separated addresses/networks of reverse proxies whose X-Forwarded-For is believed (default none)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser(

@@ -55,9 +55,7 @@ class EmbeddedIssuer:
         self._verify_keys = KeySet([import_key(self.key.as_dict(private=False))])
         self.refresh_store = RefreshTokenStore(engine)
         abuse = settings.abuse
-        self.devices = DeviceStore(
-            per_address=abuse.device_pending_per_address, per_client=abuse.device_pending_per_client
-        )
+        self.devices = DeviceStore(per_address=abuse.device_pending_per_address, total=abuse.device_pending_total)
         self.throttle = Throttle(abuse)
         self.server = OAuthServer(self)
         self.authcodes = _authcode.AuthCodeStore(engine)
@@ -220,9 +218,7 @@ class EmbeddedIssuer:
         status, body, headers = await run_in_threadpool(handle, oreq)
         error = body.get("error") if isinstance(body, dict) else None
         if failures is not None and error in FAILURE_ERRORS:
-            if error != "invalid_client":  # no secret was guessed: do not let a flood lock a public client id out
-                failures = tuple(rule for rule in failures if rule.by_address)
-            throttle.record(failures, client_id, address)
+            throttle.record(failures, client_id, address)  # the address's counters only: never the id's owner
         return to_response(status, body, headers)
 
     async def _discovery(self, request: Request) -> Response:
