@@ -26,6 +26,7 @@ SESSION_OPTIONS = (
     "master",
     "remote",
     "gateway_host",
+    "gateway_clients",
     "spark_conf",
     "gateway_options",
     "assumed_credential_ttl",
@@ -42,7 +43,7 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
     or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, with
     ``on_prompt`` to show the code); ``identity='none'`` for a catalog without authentication. Spark options:
-    ``catalog_name``, ``jars``, ``master``, ``remote``, ``gateway_host``, ``spark_conf``. ``assumed_credential_ttl``:
+    ``catalog_name``, ``jars``, ``master``, ``remote``, ``gateway_host``, ``gateway_clients``, ``spark_conf``. ``assumed_credential_ttl``:
     seconds to assume vended keys live when the catalog states no expiry (Nessie 0.99), so tables refresh them
     ahead of it. ``access="remote-signing"`` (default ``vended-credentials``): Spark and ``table()`` hold no
     storage credentials, the catalog signs each S3 request (Spark's signer calls go through the gateway, as the user).

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote, unquote
@@ -58,6 +59,7 @@ FORWARD_REQUEST_HEADERS = (
 METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
 KEYED_RETRY_WINDOW = 30.0  # seconds the gateway retries a keyed mutation (the JVM's request stays open meanwhile)
 SIGNING = "remote-signing"
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a commit or create body is kilobytes; anything near this is a flood (413)
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
@@ -90,8 +92,12 @@ class GatewayApp:
         region: str | None = None,
         assumed_ttl: float | None = None,
         access: str | None = None,
+        allowed_clients: Sequence[str] | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ):
         self.upstream = upstream
+        self.allowed_clients = None if allowed_clients is None else [_network(a) for a in allowed_clients]
+        self.max_body_bytes = max_body_bytes
         self.assumed_ttl = assumed_ttl  # lifetime assumed for keys vended with no stated expiry
         self.access = access  # "remote-signing": the JVM gets no storage credentials, only the signer route
         self.signers = SignerRoutes()
@@ -141,26 +147,27 @@ class GatewayApp:
                     return
         if scope["type"] != "http":
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
         method = scope["method"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         raw = scope.get("raw_path")
         raw_path = raw.decode("latin-1") if raw else quote(scope["path"])
         query = scope.get("query_string", b"").decode("latin-1")
+        # who may talk to us and with which secret is settled before a byte of the body is read:
+        # an unauthenticated caller must not make this process buffer anything
+        refused = self._refuse_client(scope.get("client")) or self._early(method, raw_path, headers)
+        body = b""
+        if refused is None:
+            read = await _read_body(receive, headers, self.max_body_bytes)
+            if read is None:
+                return  # the client went away
+            body, refused = read
+        if refused is not None:
+            status, content, out = refused
+            await _send(send, method, (status, content, {**out, "connection": "close"}))
+            return
         try:
-            reply = self._early(method, raw_path, headers)
-            if reply is None:
-                loop = asyncio.get_running_loop()
-                reply = await loop.run_in_executor(
-                    self._executor(), self.handle, method, raw_path, query, headers, bytes(body)
-                )
+            loop = asyncio.get_running_loop()
+            reply = await loop.run_in_executor(self._executor(), self.handle, method, raw_path, query, headers, body)
         except Exception as exc:  # a bug of the gateway: still a clean, secret-free ErrorModel, never a 500
             logger.error(
                 "gateway failure on %s %s (%s)\n%s",
@@ -185,6 +192,22 @@ class GatewayApp:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
         self.upstream.close()
+
+    def _refuse_client(self, client: Any) -> Reply | None:
+        """403 for a peer outside ``allowed_clients`` (a gateway bound to a routable address, Connect mode)."""
+        if self.allowed_clients is None:
+            return None
+        host = client[0] if client else ""
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            address = None
+        if address is not None and any(address in net for net in self.allowed_clients):
+            return None
+        logger.warning("gateway refused a connection from %s (not in its allowed clients)", host or "an unknown peer")
+        return error_reply(
+            403, "ForbiddenException", "This lakesession gateway accepts connections only from its allowed clients"
+        )
 
     def _early(self, method: str, raw_path: str, headers: dict[str, str]) -> Reply | None:
         """Answers that need no upstream call: wrong secret, method or path."""
@@ -363,10 +386,47 @@ def create_gateway_app(
     chains: ChainRoutes | None = None,
     assumed_ttl: float | None = None,
     access: str | None = None,
+    allowed_clients: Sequence[str] | None = None,
 ) -> GatewayApp:
     return GatewayApp(
-        upstream, secret, access_log, gateway_base, credentials, chains, assumed_ttl=assumed_ttl, access=access
+        upstream,
+        secret,
+        access_log,
+        gateway_base,
+        credentials,
+        chains,
+        assumed_ttl=assumed_ttl,
+        access=access,
+        allowed_clients=allowed_clients,
     )
+
+
+def _network(spec: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """An address or CIDR network (``10.0.0.7``, ``10.0.0.0/24``); ValueError names a bad one."""
+    try:
+        return ipaddress.ip_network(spec.strip(), strict=False)
+    except ValueError:
+        raise ValueError(f"not an IP address or network: {spec!r} (e.g. 10.0.0.7 or 10.0.0.0/24)") from None
+
+
+async def _read_body(receive: Any, headers: dict[str, str], limit: int) -> tuple[bytes, Reply | None] | None:
+    """The request body, or a 413 as soon as it is known to exceed ``limit`` (Content-Length, else while
+    streaming): an authenticated caller still cannot make the gateway buffer without bound. None: the
+    client went away."""
+    too_large = error_reply(413, "BadRequestException", f"Request body larger than {limit} bytes")
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return b"", too_large
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return b"", too_large
+        if not message.get("more_body"):
+            return bytes(body), None
 
 
 async def _send(send: Any, method: str, reply: Reply) -> None:

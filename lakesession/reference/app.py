@@ -123,12 +123,15 @@ def build_services(
     vendor = CredentialVendor(settings.s3) if settings.s3 is not None else None
     if settings.s3 is not None:
         quiet_botocore_bodies()  # the vending and signing clients hold the catalog's own and vended keys
+    cache = CachingVerifier(verifier)
+    if issuer is not None:  # a revocation here is seen by the next request here at once (elsewhere within 1 s)
+        issuer.refresh_store.on_revoke.append(cache.forget_generation)
     services = Services(
         settings=settings,
         directory=directory,
         audit=AuditLog(engine),
         catalog=cast(Any, Deferred(make_catalog)) if lazy_catalog else make_catalog(),
-        verifier=CachingVerifier(verifier),
+        verifier=cache,
         vendor=vendor,
     )
     return services, issuer

@@ -118,6 +118,13 @@ class EmbeddedIssuer:
             raise NotAuthorized("Token rejected: its sign-in session was revoked")
         return claims
 
+    def revocation_generation(self) -> object:
+        """Moves whenever a sign-in session is revoked (``CachingVerifier`` re-checks cached tokens then)."""
+        return self.refresh_store.revocation_generation()
+
+    def session_revoked(self, sid: str) -> bool:
+        return self.refresh_store.family_revoked(sid)
+
     # -- admin / tests ----------------------------------------------------
     def issue_token(
         self,

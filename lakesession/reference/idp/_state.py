@@ -16,11 +16,12 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from authlib.oauth2.rfc6749.models import TokenMixin
 from authlib.oauth2.rfc8628 import DeviceCredentialMixin
-from sqlalchemy import Column, Engine, Float, MetaData, String, Table, Text, and_, insert, select, update
+from sqlalchemy import Column, Engine, Float, MetaData, String, Table, Text, and_, func, insert, select, update
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class RefreshRecord(TokenMixin):
 class RefreshTokenStore:
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.on_revoke: list[Callable[[], None]] = []  # e.g. the catalog's token cache: re-check at once
         metadata.create_all(engine)
 
     def save(
@@ -133,6 +135,8 @@ class RefreshTokenStore:
                 .where(and_(refresh_tokens.c.family == family, refresh_tokens.c.revoked_at.is_(None)))
                 .values(revoked_at=time.time())
             )
+        for hook in self.on_revoke:
+            hook()
         logger.warning("revoked a refresh-token family of principal %r: %s", principal, reason)
 
     def family_revoked(self, family: str) -> bool:
@@ -145,14 +149,27 @@ class RefreshTokenStore:
             ).first()
         return row is not None
 
+    def revocation_generation(self) -> tuple[int, float]:
+        """(revoked tokens, latest revocation time): moves with every revocation, on any replica."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(func.count(), func.max(refresh_tokens.c.revoked_at)).where(
+                    refresh_tokens.c.revoked_at.is_not(None)
+                )
+            ).one()
+        return int(row[0]), float(row[1] or 0.0)
+
     def revoke_principal(self, principal: str) -> int:
         """Revoke every refresh token of ``principal`` (e.g. when the principal is deleted)."""
         with self.engine.begin() as conn:
-            return conn.execute(
+            n = conn.execute(
                 update(refresh_tokens)
                 .where(and_(refresh_tokens.c.principal == principal, refresh_tokens.c.revoked_at.is_(None)))
                 .values(revoked_at=time.time())
             ).rowcount
+        for hook in self.on_revoke:
+            hook()
+        return int(n)
 
 
 @dataclass
