@@ -45,6 +45,7 @@ from ..viewmeta import (
 from ..viewsecurity import authorize_target, check_owner_property_change, check_owner_value
 from ..viewstore import ViewStore
 from .common import (
+    check_in_namespace,
     Namespace,
     check_level,
     check_location,
@@ -188,6 +189,7 @@ def create_view(
         else _check_location(services, _default_location(services, ns, name))
     )
     require_namespace(services, ns)
+    check_in_namespace(ctx, ns, [(location, "view location")], kind="view")
     vs = ViewStore(services)
     if vs.table_exists(ns, name):
         raise Conflict(f"Table with same name already exists: {ns_str(ns)}.{name}")
@@ -268,7 +270,9 @@ def replace_view(
             return _issue(ctx, "replace_view", ns, name, base_location, base, actions)
         owner, index, added = Owner.view(ns, name), locations_of(services), []
         if metadata.location != base.location:  # claimed as this view's: it may move inside its old prefix
-            added = index.claim(owner, [(_check_location(services, metadata.location), "view location")])
+            moved = [(_check_location(services, metadata.location), "view location")]
+            check_in_namespace(ctx, ns, moved, kind="view")
+            added = index.claim(owner, moved)
         path = _metadata_file(services, metadata, _next_version(base_location))
         text = metadata_json(metadata)
         try:
