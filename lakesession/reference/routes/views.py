@@ -22,7 +22,6 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.view.metadata import ViewMetadata
 
-from .. import nskeys
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
@@ -45,8 +44,8 @@ from ..viewmeta import (
 from ..viewsecurity import authorize_target, check_owner_property_change, check_owner_value
 from ..viewstore import ViewStore
 from .common import (
-    check_in_namespace,
     Namespace,
+    check_in_namespace,
     check_level,
     check_location,
     check_name,
@@ -54,12 +53,13 @@ from .common import (
     decode_namespace,
     identifiers_page,
     locations_of,
+    namespace_home,
     ns_str,
     parse_body,
     parse_json_object,
     require_namespace,
 )
-from .namespaces import raw_body
+from .namespaces import NamespaceStore, raw_body
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,10 @@ def _check_location(services: Services, location: str, what: str = "location") -
 
 
 def _default_location(services: Services, ns: Namespace, name: str) -> str:
-    # levels as in a table's default (``nskeys.path_segment``): '/'-joined, ["a", "b"] would land inside table a.b
-    return f"{services.settings.warehouse.rstrip('/')}/{nskeys.path_segment(ns)}/{name}".rstrip("/")
+    """Like a table's default: under the namespace's home (its ``location`` property, else
+    ``{warehouse}/{nskeys.path_segment(ns)}``: levels '.'-joined, ["a", "b"] never lands inside table a.b)."""
+    props = NamespaceStore(services).properties(ns) or {}
+    return f"{namespace_home(services, ns, props).rstrip('/')}/{name}"
 
 
 def _file_io(services: Services, location: str) -> FileIO:
