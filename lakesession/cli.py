@@ -49,7 +49,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     flags = {key: (flag, getattr(args, dest)) for dest, (key, flag) in _SERVE_FLAGS.items()}
     if flags["trusted_proxies"][1] is not None:  # a comma-separated list on the command line
-        flags["trusted_proxies"] = ("--trusted-proxies", [p.strip() for p in args.trusted_proxies.split(",") if p.strip()])
+        flags["trusted_proxies"] = (
+            "--trusted-proxies",
+            [p.strip() for p in args.trusted_proxies.split(",") if p.strip()],
+        )
     if flags["bootstrap"][1] is not None:
         flags["bootstrap"] = ("--bootstrap", str(args.bootstrap))
     kwargs: dict[str, Any] = {}

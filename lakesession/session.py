@@ -414,4 +414,3 @@ class Session:
             return f"Session(starting embedded catalog, catalog_name={self.catalog_name!r})"
         who = getattr(self._identity, "principal", None)
         return f"Session(uri={self._uri!r}, principal={who!r}, catalog_name={self.catalog_name!r})"
-

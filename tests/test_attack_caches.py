@@ -21,9 +21,9 @@ import pytest
 
 from lakesession._spark import _classcache
 from lakesession._spark import jars as J
-from lakesession.errors import JarResolutionError
 from lakesession._spark.jars import check_java, java_executable
 from lakesession._spark.versions import GROUP, maven_artifacts
+from lakesession.errors import JarResolutionError
 
 JAVA = java_executable()
 VERSION = check_java()
@@ -108,7 +108,9 @@ def test_a_cache_whose_parent_is_not_the_users_either_is_refused(
     assert planted.exists() and "refusing to use it" in caplog.text and "LAKESESSION_CACHE_DIR" in caplog.text
 
 
-def test_a_loose_archive_in_a_private_cache_is_not_mapped(tmp_path: Path, spark_home: Path, archive_bytes: bytes) -> None:
+def test_a_loose_archive_in_a_private_cache_is_not_mapped(
+    tmp_path: Path, spark_home: Path, archive_bytes: bytes
+) -> None:
     _, planted = plant_archive(tmp_path / "cache", spark_home, archive_bytes, 0o700)
     os.chmod(planted, 0o666)  # anyone could have rewritten it
     launch = plan(tmp_path / "cache", spark_home)

@@ -93,7 +93,9 @@ def test_a_named_trusted_proxy_forwards_client_addresses(tmp_path_factory) -> No
             other = login(proxy, "alice", "alice-secret-limits-1", **{"X-Forwarded-For": "198.51.100.8"})
             assert other.status_code == 200  # ... not the proxy's other clients
         with from_address(handle, "127.0.0.6") as not_a_proxy:  # only the named proxy is believed
-            statuses = [login(not_a_proxy, "alice", "x", **{"X-Forwarded-For": f"10.9.9.{i}"}).status_code for i in range(5)]
+            statuses = [
+                login(not_a_proxy, "alice", "x", **{"X-Forwarded-For": f"10.9.9.{i}"}).status_code for i in range(5)
+            ]
             assert statuses[-1] == 429, statuses
     finally:
         handle.stop()
@@ -172,7 +174,11 @@ def test_a_full_device_store_evicts_the_flooders_codes(tmp_path_factory) -> None
             handle.admin.approve_device(started.json()["user_code"], "alice")
             tok = user.post(
                 "/oidc/token",
-                data={"grant_type": DEVICE, "device_code": started.json()["device_code"], "client_id": "lakesession-cli"},
+                data={
+                    "grant_type": DEVICE,
+                    "device_code": started.json()["device_code"],
+                    "client_id": "lakesession-cli",
+                },
             )
             assert tok.status_code == 200, tok.text
             evicted = user.post(

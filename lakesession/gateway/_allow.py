@@ -9,7 +9,6 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError
 
 
-
 def gateway_clients(host: str, clients: list[str] | None, remote: str | None) -> list[str] | None:
     """Who may connect to a gateway bound to ``host``: ``clients`` if given; None (anyone, i.e. local
     processes) on loopback; else the Spark Connect server's host (``remote``) and loopback. A routable
@@ -30,10 +29,10 @@ def gateway_clients(host: str, clients: list[str] | None, remote: str | None) ->
         )
     remote_host = urlsplit(remote.replace("sc://", "http://", 1)).hostname or ""
     try:
-        resolved = {info[4][0] for info in socket.getaddrinfo(remote_host, None)}
+        resolved = {str(info[4][0]) for info in socket.getaddrinfo(remote_host, None)}
     except OSError:
         raise ConfigError(
             f"cannot resolve the Spark Connect host {remote_host!r} to allow it through the gateway. "
             "Fix: pass gateway_clients=[...] with its driver and executor addresses"
         ) from None
-    return sorted(resolved) + ["127.0.0.0/8", "::1"]
+    return [*sorted(resolved), "127.0.0.0/8", "::1"]

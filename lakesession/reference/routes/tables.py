@@ -28,9 +28,9 @@ from ..nskeys import sql_ident
 from ..tablestore import DATA_ACTIONS, filter_refs
 from ..viewsecurity import authorize_target
 from .common import (
-    check_in_namespace,
     Namespace,
     check_format_version,
+    check_in_namespace,
     check_level,
     check_location,
     check_name,
