@@ -239,21 +239,14 @@ def granted_storage_location(ctx: RequestContext, location: str) -> bool:
 def check_in_namespace(
     ctx: RequestContext,
     ns: Namespace,
+    ns_props: dict[str, str],
     items: Sequence[tuple[str, str]],
     kind: str = "table",
-    ns_props: dict[str, str] | None = None,
 ) -> None:
-    """A table's or view's storage must lie inside its own namespace's location (or a storage location the
-    caller was granted). Else anyone who may create in ``scratch`` could place a table at another (perhaps
-    not yet existing) namespace's home, ``{warehouse}/finance``, and squat it: 400 instead."""
-    if not items:
-        return
-    if ns_props is None:
-        from .namespaces import NamespaceStore
-
-        ns_props = NamespaceStore(ctx.services).properties(ns)
-        if ns_props is None:
-            raise NoSuchNamespace(f"Namespace does not exist: {'.'.join(ns)}")
+    """A table's or view's storage must lie inside its own namespace's location (``ns_props``: the
+    namespace's properties) or a storage location the caller was granted. Else anyone who may create in
+    ``scratch`` could place a table at another (perhaps not yet existing) namespace's home,
+    ``{warehouse}/finance``, and squat it: 400 instead."""
     home = normalize(namespace_home(ctx.services, ns, ns_props))
     for location, what in items:
         cand = normalize(location)

@@ -191,7 +191,7 @@ def create_view(
         else _check_location(services, _default_location(services, ns, name))
     )
     require_namespace(services, ns)
-    check_in_namespace(ctx, ns, [(location, "view location")], kind="view")
+    check_in_namespace(ctx, ns, NamespaceStore(services).properties(ns) or {}, [(location, "view location")], "view")
     vs = ViewStore(services)
     if vs.table_exists(ns, name):
         raise Conflict(f"Table with same name already exists: {ns_str(ns)}.{name}")
@@ -273,7 +273,7 @@ def replace_view(
         owner, index, added = Owner.view(ns, name), locations_of(services), []
         if metadata.location != base.location:  # claimed as this view's: it may move inside its old prefix
             moved = [(_check_location(services, metadata.location), "view location")]
-            check_in_namespace(ctx, ns, moved, kind="view")
+            check_in_namespace(ctx, ns, NamespaceStore(services).properties(ns) or {}, moved, "view")
             added = index.claim(owner, moved)
         path = _metadata_file(services, metadata, _next_version(base_location))
         text = metadata_json(metadata)
