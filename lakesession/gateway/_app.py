@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import threading
@@ -30,6 +29,7 @@ from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
+from ._intake import MAX_BODY_BYTES, network, read_body, refuse_client
 from ._rewrite import (
     JVM_SEPARATOR,
     credentials_from_table,
@@ -43,7 +43,7 @@ from ._rewrite import (
 from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing, signer_path
 from ._upstream import Reply, Upstream, error_reply
 
-__all__ = ["GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
+__all__ = ["MAX_BODY_BYTES", "GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
 
 logger = logging.getLogger("lakesession.gateway")
 
@@ -59,7 +59,6 @@ FORWARD_REQUEST_HEADERS = (
 METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
 KEYED_RETRY_WINDOW = 30.0  # seconds the gateway retries a keyed mutation (the JVM's request stays open meanwhile)
 SIGNING = "remote-signing"
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a commit or create body is kilobytes; anything near this is a flood (413)
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
@@ -96,7 +95,7 @@ class GatewayApp:
         max_body_bytes: int = MAX_BODY_BYTES,
     ):
         self.upstream = upstream
-        self.allowed_clients = None if allowed_clients is None else [_network(a) for a in allowed_clients]
+        self.allowed_clients = None if allowed_clients is None else [network(a) for a in allowed_clients]
         self.max_body_bytes = max_body_bytes
         self.assumed_ttl = assumed_ttl  # lifetime assumed for keys vended with no stated expiry
         self.access = access  # "remote-signing": the JVM gets no storage credentials, only the signer route
@@ -154,10 +153,10 @@ class GatewayApp:
         query = scope.get("query_string", b"").decode("latin-1")
         # who may talk to us and with which secret is settled before a byte of the body is read:
         # an unauthenticated caller must not make this process buffer anything
-        refused = self._refuse_client(scope.get("client")) or self._early(method, raw_path, headers)
+        refused = refuse_client(self.allowed_clients, scope.get("client")) or self._early(method, raw_path, headers)
         body = b""
         if refused is None:
-            read = await _read_body(receive, headers, self.max_body_bytes)
+            read = await read_body(receive, headers, self.max_body_bytes)
             if read is None:
                 return  # the client went away
             body, refused = read
@@ -192,22 +191,6 @@ class GatewayApp:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
         self.upstream.close()
-
-    def _refuse_client(self, client: Any) -> Reply | None:
-        """403 for a peer outside ``allowed_clients`` (a gateway bound to a routable address, Connect mode)."""
-        if self.allowed_clients is None:
-            return None
-        host = client[0] if client else ""
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            address = None
-        if address is not None and any(address in net for net in self.allowed_clients):
-            return None
-        logger.warning("gateway refused a connection from %s (not in its allowed clients)", host or "an unknown peer")
-        return error_reply(
-            403, "ForbiddenException", "This lakesession gateway accepts connections only from its allowed clients"
-        )
 
     def _early(self, method: str, raw_path: str, headers: dict[str, str]) -> Reply | None:
         """Answers that need no upstream call: wrong secret, method or path."""
@@ -399,34 +382,6 @@ def create_gateway_app(
         access=access,
         allowed_clients=allowed_clients,
     )
-
-
-def _network(spec: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
-    """An address or CIDR network (``10.0.0.7``, ``10.0.0.0/24``); ValueError names a bad one."""
-    try:
-        return ipaddress.ip_network(spec.strip(), strict=False)
-    except ValueError:
-        raise ValueError(f"not an IP address or network: {spec!r} (e.g. 10.0.0.7 or 10.0.0.0/24)") from None
-
-
-async def _read_body(receive: Any, headers: dict[str, str], limit: int) -> tuple[bytes, Reply | None] | None:
-    """The request body, or a 413 as soon as it is known to exceed ``limit`` (Content-Length, else while
-    streaming): an authenticated caller still cannot make the gateway buffer without bound. None: the
-    client went away."""
-    too_large = error_reply(413, "BadRequestException", f"Request body larger than {limit} bytes")
-    declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return b"", too_large
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        body += message.get("body", b"")
-        if len(body) > limit:
-            return b"", too_large
-        if not message.get("more_body"):
-            return bytes(body), None
 
 
 async def _send(send: Any, method: str, reply: Reply) -> None:
