@@ -11,6 +11,7 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
@@ -34,11 +35,27 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def server_config(app: Any, trusted_proxies: Sequence[str] = ()) -> uvicorn.Config:
+    """uvicorn's config for our servers. Forwarding headers (``X-Forwarded-For``) are believed only from
+    ``trusted_proxies``: uvicorn's own default believes them from 127.0.0.1, which lets any local process
+    pose as any address (and so escape every per-address limit)."""
+    trusted = [p.strip() for p in trusted_proxies if p.strip()]
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted or [],
+    )
+
+
 class BackgroundServer:
     """One uvicorn server in one daemon thread; ``start()`` returns once it accepts connections."""
 
-    def __init__(self, app: Any, sock: socket.socket, name: str):
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+    def __init__(self, app: Any, sock: socket.socket, name: str, *, trusted_proxies: Sequence[str] = ()):
+        config = server_config(app, trusted_proxies)
         self._server = uvicorn.Server(config)
         self._sock = sock
         self._thread = threading.Thread(

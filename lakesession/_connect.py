@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,6 +43,7 @@ def connect(
     master: str | None = None,
     remote: str | None = None,
     gateway_host: str | None = None,
+    gateway_clients: Sequence[str] | None = None,
     spark_conf: Mapping[str, str] | None = None,
     gateway_options: Mapping[str, Any] | None = None,
     assumed_credential_ttl: float | None = None,
@@ -59,7 +60,7 @@ def connect(
     ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
     or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, ``on_prompt`` shows
     the code); ``identity='none'`` for a catalog without authentication. Spark: ``catalog_name``,
-    ``jars``, ``master``, ``remote``, ``gateway_host``, ``spark_conf``. ``assumed_credential_ttl``: seconds
+    ``jars``, ``master``, ``remote``, ``gateway_host``, ``gateway_clients``, ``spark_conf``. ``assumed_credential_ttl``: seconds
     to assume vended keys live when the catalog states no expiry (Nessie 0.99). ``access="remote-signing"``:
     Spark and ``table()`` hold no storage credentials, the catalog signs each S3 request. Embedded
     default only: ``data_dir``, ``storage``, ``credential_ttl``, ``access_token_ttl``.
@@ -177,6 +178,7 @@ def spark(
     master: str | None = None,
     remote: str | None = None,
     gateway_host: str | None = None,
+    gateway_clients: Sequence[str] | None = None,
     spark_conf: Mapping[str, str] | None = None,
     gateway_options: Mapping[str, Any] | None = None,
     assumed_credential_ttl: float | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,12 @@ class Settings:
     gateway_host: str | None = _opt(
         "spark", "Gateway bind address (default 127.0.0.1; routable for cluster mode).", "LAKESESSION_GATEWAY_HOST"
     )
+    gateway_clients: Sequence[str] | None = _opt(
+        "spark",
+        "Addresses or CIDR networks allowed to reach a routable gateway (comma-separated in the variable; "
+        "default: the Spark Connect server's host, and loopback).",
+        "LAKESESSION_GATEWAY_CLIENTS",
+    )
     spark_conf: Mapping[str, str] | None = _opt("spark", "Extra Spark configuration.")
     gateway_options: Mapping[str, Any] | None = _opt("spark", "Advanced gateway options (timeouts, retry window).")
     assumed_credential_ttl: float | None = _opt(
@@ -131,7 +137,8 @@ class Settings:
         return {n: getattr(self, n) for n in ("storage", "credential_ttl", "access_token_ttl")}
 
     def session_options(self) -> dict[str, Any]:
-        names = ("catalog_name", "jars", "master", "remote", "gateway_host", "assumed_credential_ttl", "access")
+        names = ("catalog_name", "jars", "master", "remote", "gateway_host", "gateway_clients")
+        names += ("assumed_credential_ttl", "access")
         opts: dict[str, Any] = {n: getattr(self, n) for n in names}
         opts["spark_conf"] = dict(self.spark_conf or {})
         opts["gateway_options"] = dict(self.gateway_options or {})

@@ -34,6 +34,7 @@ _SERVE_FLAGS = {
     "s3_endpoint": ("s3.endpoint", "--s3-endpoint"),
     "s3_region": ("s3.region", "--s3-region"),
     "s3_web_identity": ("s3.web_identity", "--s3-web-identity"),
+    "trusted_proxies": ("trusted_proxies", "--trusted-proxies"),
 }
 
 
@@ -48,6 +49,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     flags = {key: (flag, getattr(args, dest)) for dest, (key, flag) in _SERVE_FLAGS.items()}
+    if flags["trusted_proxies"][1] is not None:  # a comma-separated list on the command line
+        flags["trusted_proxies"] = (
+            "--trusted-proxies",
+            [p.strip() for p in args.trusted_proxies.split(",") if p.strip()],
+        )
     if flags["bootstrap"][1] is not None:
         flags["bootstrap"] = ("--bootstrap", str(args.bootstrap))
     kwargs: dict[str, Any] = {}
@@ -216,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="no storage key: STS AssumeRoleWithWebIdentity with the catalog's own issuer's tokens",
+    )
+    serve.add_argument(
+        "--trusted-proxies",
+        default=None,
+        help="comma-separated addresses/networks of reverse proxies whose X-Forwarded-For is believed (default none)",
     )
     serve.set_defaults(func=cmd_serve)
 

@@ -168,6 +168,7 @@ def start_embedded(
             "bootstrap": policy,
             "access_token_ttl": token_ttl,
             "trusted_engines": [{"audience": "lakesession"}],
+            "trusted_proxies": [],  # loopback, no proxy: X-Forwarded-For from any local process is never believed
             "single_user": True,  # one demo user, who owns everything anyway: its own engine may be trusted
             "lazy_catalog": True,  # pyiceberg and the catalog routers at the first catalog request, not beside the JVM
         }

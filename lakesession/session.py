@@ -10,7 +10,7 @@ from ._reports import Reports
 from ._settings import ACCESS_MODES
 from .credentials import CredentialStore
 from .errors import ConfigError, SessionClosedError
-from .gateway import AccessLog, Gateway
+from .gateway import AccessLog, Gateway, gateway_clients
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,6 +44,9 @@ class Session:
         jars: Jar mode for Spark (``auto``, ``offline``, ``maven``, ``cache``) or explicit paths.
         master: Spark master (``local[*]`` by default); ``remote`` for Spark Connect.
         gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
+        gateway_clients: Addresses or CIDR networks allowed to connect to a gateway on a routable address
+            (the Spark Connect server's driver and executors; env ``LAKESESSION_GATEWAY_CLIENTS``, comma-
+            separated). Default: the Connect server's host, and loopback.
         assumed_credential_ttl: Seconds to assume vended keys live when the catalog states no expiry
             (Nessie 0.99): pyiceberg tables and the JVM then refresh them (by reload) ahead of it. Set it at
             most to the catalog's real lifetime; by default pyiceberg refreshes such keys only on demand
@@ -64,6 +67,7 @@ class Session:
         master: str | None = None,
         remote: str | None = None,
         gateway_host: str | None = None,
+        gateway_clients: list[str] | None = None,
         spark_conf: dict[str, str] | None = None,
         embedded: Any = None,
         pending: EmbeddedStart | None = None,
@@ -83,6 +87,12 @@ class Session:
         self._master = master
         self._remote = remote
         self._gateway_host = gateway_host or os.environ.get("LAKESESSION_GATEWAY_HOST", "127.0.0.1")
+        env_clients = os.environ.get("LAKESESSION_GATEWAY_CLIENTS", "")
+        self._gateway_clients = (
+            list(gateway_clients)
+            if gateway_clients is not None
+            else [c.strip() for c in env_clients.split(",") if c.strip()] or None
+        )
         self._spark_conf = dict(spark_conf or {})
         self._embedded = embedded
         self.access_log = AccessLog()
@@ -176,6 +186,7 @@ class Session:
             access_log=self.access_log,
             assumed_credential_ttl=self.credential_store.assumed_ttl,
             access=self.access if self.access == "remote-signing" else None,
+            allowed_clients=gateway_clients(self._gateway_host, self._gateway_clients, self._remote),
             **self._gateway_options,
         ).start()
 

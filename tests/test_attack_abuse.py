@@ -65,11 +65,9 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatal
         abuse=AbuseLimits(
             device_rate_per_client_address="30/minute",
             device_rate_per_address="100/minute",
-            device_rate_per_client="150/minute",
             device_pending_per_address=1000,
             token_failures_per_client_address="10/minute",
             token_failures_per_address="40/minute",
-            token_failures_per_client="60/minute",
         ),
     )
     yield handle
@@ -281,7 +279,6 @@ def test_unknown_client_ids_cost_the_same_over_http(tmp_path_factory: pytest.Tem
         abuse=AbuseLimits(
             token_failures_per_client_address="1000/minute",
             token_failures_per_address="1000/minute",
-            token_failures_per_client="1000/minute",
         ),
     )
 

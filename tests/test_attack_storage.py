@@ -448,7 +448,8 @@ def test_view_on_foreign_storage_is_refused(s3cat: ReferenceCatalog, location: s
 
 def test_views_own_their_prefixes(s3cat: ReferenceCatalog) -> None:
     """A view claims its prefix like a table: no table in, on or around it until it is dropped or moved."""
-    loc = f"{WH}/scratch/claimed_view"
+    home = httpx.get(f"{s3cat.uri}{P}/namespaces/scratch", headers=bearer(s3cat, "etl")).json()["properties"]
+    loc = f"{home.get('location', WH + '/scratch').rstrip('/')}/claimed_view"  # inside scratch's (possibly moved) home
     made = httpx.post(
         f"{s3cat.uri}{P}/namespaces/scratch/views", headers=mallory(s3cat), json=view_body("claimed_view", loc)
     )
@@ -487,7 +488,8 @@ def test_objects_made_before_the_index_are_indexed_on_first_use(tmp_path: Path) 
         with handle.services.catalog.engine.begin() as conn:  # as if made by a version without the index
             conn.execute(delete(store.locations))
         handle.services.extras.pop("locations")
-        r = create(handle, "grab", location=f"{wh}/shop/orders/data")
+        # inside its own namespace (so only the rebuilt index can refuse it): the old table's data
+        r = create(handle, "grab", ns="shop", who="etl", location=f"{wh}/shop/orders/data")
         assert refused(r) and "owned by another table" in r.json()["error"]["message"], r.text
         assert refused(create(handle, "squat", location=f"{wh}/shop/other"))
         assert create(handle, "fine").status_code == 200

@@ -246,7 +246,6 @@ def idp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
             device_rate_per_address=unlimited,
             token_failures_per_client_address=unlimited,
             token_failures_per_address=unlimited,
-            token_failures_per_client=unlimited,
         ),
     )
     with httpx.Client(base_url=h.uri, timeout=30) as c:

@@ -253,13 +253,13 @@ def test_create_and_load(api: Api) -> None:
 def test_create_location_and_catalog(api: Api) -> None:
     res = api.create(
         "v",
-        location=f"{api.warehouse}/custom/place/",
+        location=f"{api.warehouse}/ns/custom/place/",  # anywhere inside its namespace's home
         **{"view-version": version_json(**{"default-catalog": "lakesession"})},
     )
     md = res["metadata"]
-    assert md["location"] == f"{api.warehouse}/custom/place"
+    assert md["location"] == f"{api.warehouse}/ns/custom/place"
     assert md["versions"][0]["default-catalog"] == "lakesession"
-    assert local_path(res["metadata-location"]).parent == local_path(f"{api.warehouse}/custom/place/metadata")
+    assert local_path(res["metadata-location"]).parent == local_path(f"{api.warehouse}/ns/custom/place/metadata")
     for bad in (f"file://{api.tmp}/elsewhere", f"{api.warehouse}/../escape", f"{api.warehouse}x/v"):
         api.error("POST", VIEWS, 400, "BadRequestException", create_body("w", location=bad))
     api.error(
@@ -411,7 +411,7 @@ def test_replace_reuses_identical_version(api: Api) -> None:
 def test_replace_properties_location_uuid_format(api: Api) -> None:
     created = api.create("v", properties={"a": "1", "b": "2"})
     uuid = created["metadata"]["view-uuid"]
-    new_loc = f"{api.warehouse}/moved"
+    new_loc = f"{api.warehouse}/ns/moved"
     res = api.commit(
         "v",
         [

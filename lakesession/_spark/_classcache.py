@@ -10,7 +10,8 @@ Safety: Java validates the archive against the classpath itself (a changed jar t
 never wrong classes), but a *truncated* archive crashes the JVM (SIGBUS, JDK 17) — so a fresh dump
 is used only after a throwaway ``java -version`` run proves it maps, then renamed into place.
 ``LAKESESSION_JVM_CLASS_CACHE=0`` turns all of this off, as does a user's own ``-Xshare``/
-``SharedArchiveFile`` option. Archives live under ``<cache>/classcache``.
+``SharedArchiveFile`` option. Archives live under ``<cache>/classcache``, which must be the user's
+alone (``_owned``): a directory others can write is emptied and tightened, another user's refused.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from ._owned import UntrustedCache, private_dir, trusted_file
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +62,14 @@ def plan(conf: Mapping[str, str], java: str, java_version: str, spark_home: str,
         return Plan()  # Java 11 has no dynamic archives (and would refuse the options)
     root = cache / "classcache"
     try:
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)  # what the JVM maps must be the user's alone
+        # what the JVM maps must be the user's alone: a loose directory is emptied, a foreign one refused
+        private_dir(cache, "lakesession cache")
+        private_dir(root, "JVM class cache")
         key = archive_key(conf, java, java_version, spark_home)
         archive = root / f"{key}.jsa"
+        if archive.exists() and not trusted_file(archive):
+            logger.warning("JVM class cache: %s is not yours alone; removed, not mapped", archive)
+            archive.unlink()
         if not archive.is_file():
             _promote(root, key, java)
         if archive.is_file():
@@ -72,6 +80,9 @@ def plan(conf: Mapping[str, str], java: str, java_version: str, spark_home: str,
         if claim is None:
             return Plan()
         return Plan(f"-XX:ArchiveClassesAtExit={_dump_of(claim)} {QUIET}", claim=claim)
+    except UntrustedCache as exc:
+        logger.warning("JVM class cache not used: %s", exc)
+        return Plan()
     except OSError as exc:  # a read-only or full cache only costs speed
         logger.debug("JVM class cache unavailable: %s", exc)
         return Plan()
@@ -119,7 +130,7 @@ def _promote(root: Path, key: str, java: str) -> None:
             continue
         if not settled and _writer_alive(dump):
             continue  # its JVM may still be writing it
-        if _maps(dump, java):
+        if trusted_file(dump) and _maps(dump, java):
             os.replace(dump, root / f"{key}.jsa")
             logger.debug("JVM class cache ready: %s", root / f"{key}.jsa")
         else:

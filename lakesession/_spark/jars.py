@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakesession._spark import _assemble
+from lakesession._spark._owned import UntrustedCache, private_dir
 from lakesession._spark.versions import (
     GROUP,
     MAVEN_SHA1,
@@ -275,6 +276,18 @@ def _split_env_paths(value: str) -> list[str]:
     return [p.strip() for p in re.split(f"[,{re.escape(os.pathsep)}]", value) if p.strip()]
 
 
+def _trust_caches() -> None:
+    """The jar and Ivy caches hand code to the JVM: each must be the user's alone (see ``_owned``)."""
+    try:
+        private_dir(cache_dir(), "lakesession cache")
+        private_dir(cache_dir() / "jars", "jar cache")
+        private_dir(ivy_dir(), "Ivy cache")
+    except UntrustedCache as exc:
+        raise JarResolutionError(f"{exc} (or {_EXPLICIT_HELP})") from None
+    except OSError as exc:
+        raise JarResolutionError(f"cannot prepare lakesession's cache {cache_dir()}: {exc}") from None
+
+
 def _cached(spark: SparkInfo) -> tuple[str, JarSet | None]:
     key = _assemble.cache_key(spark.scala)
     paths = _assemble.load_cache(cache_dir() / "jars" / key, key)
@@ -309,6 +322,7 @@ def resolve_jars(
             return _explicit(_split_env_paths(env), JARS_ENV)
     spark = detect_spark()
     _check_supported(spark)
+    _trust_caches()
     if mode == "maven":
         return JarSet((), maven_packages(spark), "maven", ivy_dir())
 

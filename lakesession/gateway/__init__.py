@@ -6,6 +6,7 @@ never enters the JVM.
 """
 
 from ._accesslog import AccessLog, AccessRecord
+from ._allow import gateway_clients
 from ._gateway import Gateway
 
-__all__ = ["AccessLog", "AccessRecord", "Gateway"]
+__all__ = ["AccessLog", "AccessRecord", "Gateway", "gateway_clients"]

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote, unquote
@@ -30,6 +30,7 @@ from . import _signer
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
+from ._intake import MAX_BODY_BYTES, network, read_body, refuse_client
 from ._rewrite import (
     JVM_SEPARATOR,
     credentials_from_table,
@@ -43,7 +44,7 @@ from ._rewrite import (
 from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing, signer_path
 from ._upstream import Reply, Upstream, error_reply
 
-__all__ = ["GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
+__all__ = ["MAX_BODY_BYTES", "GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
 
 logger = logging.getLogger("lakesession.gateway")
 
@@ -91,8 +92,12 @@ class GatewayApp:
         region: str | None = None,
         assumed_ttl: float | None = None,
         access: str | None = None,
+        allowed_clients: Sequence[str] | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ):
         self.upstream = upstream
+        self.allowed_clients = None if allowed_clients is None else [network(a) for a in allowed_clients]
+        self.max_body_bytes = max_body_bytes
         self.assumed_ttl = assumed_ttl  # lifetime assumed for keys vended with no stated expiry
         self.access = access  # "remote-signing": the JVM gets no storage credentials, only the signer route
         self.signers = SignerRoutes()
@@ -144,26 +149,27 @@ class GatewayApp:
                     return
         if scope["type"] != "http":
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
         method = scope["method"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         raw = scope.get("raw_path")
         raw_path = raw.decode("latin-1") if raw else quote(scope["path"])
         query = scope.get("query_string", b"").decode("latin-1")
+        # who may talk to us and with which secret is settled before a byte of the body is read:
+        # an unauthenticated caller must not make this process buffer anything
+        refused = refuse_client(self.allowed_clients, scope.get("client")) or self._early(method, raw_path, headers)
+        body = b""
+        if refused is None:
+            read = await read_body(receive, headers, self.max_body_bytes)
+            if read is None:
+                return  # the client went away
+            body, refused = read
+        if refused is not None:
+            status, content, out = refused
+            await _send(send, method, (status, content, {**out, "connection": "close"}))
+            return
         try:
-            reply = self._early(method, raw_path, headers)
-            if reply is None:
-                loop = asyncio.get_running_loop()
-                reply = await loop.run_in_executor(
-                    self._executor(), self.handle, method, raw_path, query, headers, bytes(body)
-                )
+            loop = asyncio.get_running_loop()
+            reply = await loop.run_in_executor(self._executor(), self.handle, method, raw_path, query, headers, body)
         except Exception as exc:  # a bug of the gateway: still a clean, secret-free ErrorModel, never a 500
             logger.error(
                 "gateway failure on %s %s (%s)\n%s",
@@ -371,9 +377,18 @@ def create_gateway_app(
     chains: ChainRoutes | None = None,
     assumed_ttl: float | None = None,
     access: str | None = None,
+    allowed_clients: Sequence[str] | None = None,
 ) -> GatewayApp:
     return GatewayApp(
-        upstream, secret, access_log, gateway_base, credentials, chains, assumed_ttl=assumed_ttl, access=access
+        upstream,
+        secret,
+        access_log,
+        gateway_base,
+        credentials,
+        chains,
+        assumed_ttl=assumed_ttl,
+        access=access,
+        allowed_clients=allowed_clients,
     )
 
 

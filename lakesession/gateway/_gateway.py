@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._accesslog import AccessLog
@@ -26,6 +26,9 @@ class Gateway:
         assumed_credential_ttl: Lifetime (s) to stamp on keys vended with no stated expiry, so the JVM refreshes.
         access: ``remote-signing`` makes every forwarded call ask for remote signing and keeps storage
             credentials out of what the JVM receives; None passes the engine's choice through.
+        allowed_clients: Peer addresses or CIDR networks allowed to connect (a gateway on a routable
+            address for a Spark Connect server: its driver and executors); others get 403 before their
+            body is read. None: any peer (the loopback default).
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class Gateway:
         wrap_app: Callable[[Any], Any] | None = None,
         assumed_credential_ttl: float | None = None,
         access: str | None = None,
+        allowed_clients: Sequence[str] | None = None,
     ):
         self._upstream = upstream
         self._secret = secrets.token_urlsafe(32)
@@ -61,6 +65,7 @@ class Gateway:
             self.chains,
             assumed_ttl=assumed_credential_ttl,
             access=access,
+            allowed_clients=allowed_clients,
         )
         self._server = BackgroundServer(wrap_app(app) if wrap_app else app, self._sock, "lakesession-gateway")
         self._started = False

@@ -129,12 +129,15 @@ def build_services(
         catalog.engine = engine  # one engine (WAL pragmas, one pool) for everything
         return catalog
 
+    cache = CachingVerifier(verifier)
+    if issuer is not None:  # a revocation here is seen by the next request here at once (elsewhere within 1 s)
+        issuer.refresh_store.on_revoke.append(cache.forget_generation)
     services = Services(
         settings=settings,
         directory=directory,
         audit=AuditLog(engine),
         catalog=cast(Any, Deferred(make_catalog)) if lazy_catalog else make_catalog(),
-        verifier=CachingVerifier(verifier),
+        verifier=cache,
         vendor=vendor,
     )
     return services, issuer

@@ -36,26 +36,83 @@ class TokenVerifier(Protocol):
     def verify(self, token: str) -> dict[str, Any]: ...
 
 
-class CachingVerifier:
-    """Remembers verified tokens until shortly before they expire (verification runs on every request)."""
+class RevocableVerifier(TokenVerifier, Protocol):
+    """A verifier whose tokens die with their sign-in session (``sid``) before they expire."""
 
-    def __init__(self, inner: TokenVerifier, max_age: float = 60.0, max_entries: int = 10_000):
+    def revocation_generation(self) -> object:
+        """Changes whenever any sign-in session is revoked (read from the shared database)."""
+        ...
+
+    def session_revoked(self, sid: str) -> bool: ...
+
+
+@dataclass
+class _Verified:
+    until: float
+    claims: dict[str, Any]
+    generation: object
+
+
+class CachingVerifier:
+    """Remembers verified tokens until shortly before they expire (verification runs on every request).
+
+    A cached token of a sign-in session (``sid``) is still refused on the next request once that session
+    is revoked, on every replica: the inner verifier's revocation generation (one small query shared by
+    all tokens, re-read at most every ``generation_ttl`` seconds, at once after a local revocation) is
+    compared with the one seen when the token was cached; only when it moved is the session checked.
+    """
+
+    def __init__(
+        self, inner: TokenVerifier, max_age: float = 60.0, max_entries: int = 10_000, generation_ttl: float = 1.0
+    ):
         self.inner = inner
         self.max_age = max_age
         self.max_entries = max_entries
-        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.generation_ttl = generation_ttl
+        self._cache: dict[str, _Verified] = {}
+        self._generation: tuple[float, object] | None = None  # (read at, value)
+        self._lock = threading.Lock()
+
+    def forget_generation(self) -> None:
+        """Re-read the revocation generation on the next request (this process just revoked something)."""
+        with self._lock:
+            self._generation = None
+
+    def _current_generation(self, now: float) -> object:
+        inner = self.inner
+        if not hasattr(inner, "revocation_generation"):
+            return None
+        with self._lock:
+            cached = self._generation
+        if cached is not None and now - cached[0] < self.generation_ttl:
+            return cached[1]
+        value = inner.revocation_generation()
+        with self._lock:
+            self._generation = (now, value)
+        return value
 
     def verify(self, token: str) -> dict[str, Any]:
         now = time.time()
         hit = self._cache.get(token)
-        if hit is not None and now < hit[0]:
-            return hit[1]
+        if hit is not None and now < hit.until:
+            sid = hit.claims.get("sid")
+            if not isinstance(sid, str) or not hasattr(self.inner, "session_revoked"):
+                return hit.claims
+            generation = self._current_generation(now)
+            if generation == hit.generation:
+                return hit.claims
+            if self.inner.session_revoked(sid):
+                self._cache.pop(token, None)
+                raise NotAuthorized("Token rejected: its sign-in session was revoked")
+            hit.generation = generation
+            return hit.claims
+        generation = self._current_generation(now)  # read before verifying: a revocation racing it is seen next time
         claims = self.inner.verify(token)
         exp = claims.get("exp")
         until = min(now + self.max_age, float(exp) if isinstance(exp, (int, float)) else now)
         if len(self._cache) >= self.max_entries:
             self._cache.clear()
-        self._cache[token] = (until, claims)
+        self._cache[token] = _Verified(until, claims, generation)
         return claims
 
 

@@ -170,7 +170,12 @@ class ReferenceCatalog:
             self.admin.apply_bootstrap(bootstrap)
         others = [p.name for p in services.directory.list_principals() if p.name != ADMIN_PRINCIPAL]
         check_trust_configuration(settings, others)  # a multi-user catalog never trusts every token
-        self._server = BackgroundServer(wrap_app(self.app) if wrap_app else self.app, sock, "lakesession-reference")
+        self._server = BackgroundServer(
+            wrap_app(self.app) if wrap_app else self.app,
+            sock,
+            "lakesession-reference",
+            trusted_proxies=settings.trusted_proxies,
+        )
 
     def _start(self) -> None:
         self._server.start()

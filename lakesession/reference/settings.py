@@ -13,33 +13,31 @@ class AbuseLimits:
     Rates are ``limits`` strings (``"10/minute"``, several joined by ``;``). Device
     authorization counts every call; the token endpoint counts every call per address
     (a CPU guard: each authentication hashes a secret) and, separately, its *failed*
-    authentications per client id and address, per address and per client id (brute
-    force). A throttled caller gets 429 with ``Retry-After``; the counters are keyed so
-    that other client ids and addresses keep working. Counters live in memory (per process).
+    authentications per client id and address and per address (brute force), never per
+    client id alone: a flood from many addresses must not lock the id's owner out. A
+    throttled caller gets 429 with ``Retry-After``; the counters are keyed so that other
+    client ids and addresses keep working. Counters live in memory (per process).
 
     Attributes:
         device_rate_per_client_address: Device authorizations per (client id, address).
         device_rate_per_address: Device authorizations per address, whatever the client id (ids are free to invent).
-        device_rate_per_client: Device authorizations per client id from all addresses.
         device_pending_per_address: Pending (unexpired, unredeemed) device codes one address may hold.
-        device_pending_per_client: Pending device codes one client id may hold.
+        device_pending_total: Pending device codes overall; when full, a new one evicts the oldest code of
+            the address holding the most (a flood from many addresses evicts the flooders' own codes).
         token_rate_per_address: Token endpoint calls per address.
         token_failures_per_client_address: Failed token requests per (client id, address).
         token_failures_per_address: Failed token requests per address.
-        token_failures_per_client: Failed token requests per client id from all addresses.
         max_body_bytes: Largest request body accepted (413 beyond; checked on Content-Length and while streaming).
         max_json_depth: Deepest JSON nesting accepted in a request body (400 beyond).
     """
 
     device_rate_per_client_address: str = "20/minute"
     device_rate_per_address: str = "60/minute"
-    device_rate_per_client: str = "600/minute"
     device_pending_per_address: int = 50
-    device_pending_per_client: int = 5000
+    device_pending_total: int = 10_000
     token_rate_per_address: str = "1200/minute"
     token_failures_per_client_address: str = "20/minute"
     token_failures_per_address: str = "60/minute"
-    token_failures_per_client: str = "300/minute"
     max_body_bytes: int = 10 * 1024 * 1024
     max_json_depth: int = 100
 
@@ -68,6 +66,9 @@ class ServerSettings:
             ``{"issuer": iss, "subject": sub}`` (see ``viewsecurity``).
         view_owner_property: View property naming a DEFINER view's owner (absent: INVOKER).
         abuse: Rate limits, pending device-code quotas and request size/nesting limits (``AbuseLimits``).
+        trusted_proxies: Addresses (or CIDR networks) of reverse proxies whose ``X-Forwarded-For`` /
+            ``X-Forwarded-Proto`` are believed; none by default, so client addresses (which every
+            per-address limit keys on) come from the socket. The embedded catalog never sets it.
         single_user: The catalog serves one user (the embedded default): only then may a trusted-engine
             rule match every token (see ``viewsecurity.check_trust_configuration``).
     """
@@ -90,6 +91,7 @@ class ServerSettings:
     view_owner_property: str = "trino.run-as-owner"
     abuse: AbuseLimits = field(default_factory=AbuseLimits)
     single_user: bool = False
+    trusted_proxies: list[str] = field(default_factory=list)
 
     @property
     def embedded_issuer_url(self) -> str:

@@ -65,13 +65,14 @@ def _serve(settings: ServerSettings, key_path: Path, sock: socket.socket, log_le
     """A worker's body: build the app (no migrations left to run, no files to create) and serve."""
     import uvicorn
 
+    from .._background import server_config
     from .app import create_app
 
     logging.basicConfig(level=log_level)
     _die_with_parent()
     app = create_app(settings, key_path=key_path)
     freeze_startup_objects()
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+    config = server_config(app, settings.trusted_proxies)
     uvicorn.Server(config).run(sockets=[sock])  # SIGTERM/SIGINT: a graceful stop
 
 

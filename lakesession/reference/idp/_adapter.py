@@ -68,8 +68,8 @@ class FormPayload(OAuth2Payload):
 
 
 def client_address(request: Request) -> str:
-    """The caller's address as uvicorn reports it (``X-Forwarded-For`` counts only from the proxies uvicorn trusts:
-    by default 127.0.0.1, i.e. a reverse proxy on the same host)."""
+    """The caller's address as uvicorn reports it: the socket's peer, or the forwarded client when the peer is
+    one of the operator's ``trusted_proxies`` (none by default; uvicorn's own 127.0.0.1 default is not used)."""
     return request.client.host if request.client is not None else "unknown"
 
 

@@ -58,9 +58,7 @@ class EmbeddedIssuer:
         self._verify_keys = KeySet([import_key(self.key.as_dict(private=False))])
         self.refresh_store = RefreshTokenStore(engine)
         abuse = settings.abuse
-        self.devices = DeviceStore(
-            per_address=abuse.device_pending_per_address, per_client=abuse.device_pending_per_client
-        )
+        self.devices = DeviceStore(per_address=abuse.device_pending_per_address, total=abuse.device_pending_total)
         self.throttle = Throttle(abuse)
         self.server = OAuthServer(self)
         self.authcodes = _authcode.AuthCodeStore(engine)
@@ -122,6 +120,13 @@ class EmbeddedIssuer:
         if isinstance(sid, str) and self.refresh_store.family_revoked(sid):
             raise NotAuthorized("Token rejected: its sign-in session was revoked")
         return claims
+
+    def revocation_generation(self) -> object:
+        """Moves whenever a sign-in session is revoked (``CachingVerifier`` re-checks cached tokens then)."""
+        return self.refresh_store.revocation_generation()
+
+    def session_revoked(self, sid: str) -> bool:
+        return self.refresh_store.family_revoked(sid)
 
     # -- admin / tests ----------------------------------------------------
     def issue_token(
@@ -242,9 +247,7 @@ class EmbeddedIssuer:
         status, body, headers = await run_in_threadpool(handle, oreq)
         error = body.get("error") if isinstance(body, dict) else None
         if failures is not None and error in FAILURE_ERRORS:
-            if error != "invalid_client":  # no secret was guessed: do not let a flood lock a public client id out
-                failures = tuple(rule for rule in failures if rule.by_address)
-            throttle.record(failures, client_id, address)
+            throttle.record(failures, client_id, address)  # the address's counters only: never the id's owner
         return to_response(status, body, headers)
 
     async def _discovery(self, request: Request) -> Response:

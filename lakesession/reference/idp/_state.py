@@ -16,11 +16,12 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from authlib.oauth2.rfc6749.models import TokenMixin
 from authlib.oauth2.rfc8628 import DeviceCredentialMixin
-from sqlalchemy import Column, Engine, Float, MetaData, String, Table, Text, and_, insert, select, update
+from sqlalchemy import Column, Engine, Float, MetaData, String, Table, Text, and_, func, insert, select, update
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class RefreshRecord(TokenMixin):
 class RefreshTokenStore:
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.on_revoke: list[Callable[[], None]] = []  # e.g. the catalog's token cache: re-check at once
         metadata.create_all(engine)
 
     def save(
@@ -133,6 +135,8 @@ class RefreshTokenStore:
                 .where(and_(refresh_tokens.c.family == family, refresh_tokens.c.revoked_at.is_(None)))
                 .values(revoked_at=time.time())
             )
+        for hook in self.on_revoke:
+            hook()
         logger.warning("revoked a refresh-token family of principal %r: %s", principal, reason)
 
     def family_revoked(self, family: str) -> bool:
@@ -145,14 +149,27 @@ class RefreshTokenStore:
             ).first()
         return row is not None
 
+    def revocation_generation(self) -> tuple[int, float]:
+        """(revoked tokens, latest revocation time): moves with every revocation, on any replica."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(func.count(), func.max(refresh_tokens.c.revoked_at)).where(
+                    refresh_tokens.c.revoked_at.is_not(None)
+                )
+            ).one()
+        return int(row[0]), float(row[1] or 0.0)
+
     def revoke_principal(self, principal: str) -> int:
         """Revoke every refresh token of ``principal`` (e.g. when the principal is deleted)."""
         with self.engine.begin() as conn:
-            return conn.execute(
+            n = conn.execute(
                 update(refresh_tokens)
                 .where(and_(refresh_tokens.c.principal == principal, refresh_tokens.c.revoked_at.is_(None)))
                 .values(revoked_at=time.time())
             ).rowcount
+        for hook in self.on_revoke:
+            hook()
+        return int(n)
 
 
 @dataclass
@@ -200,41 +217,55 @@ def normalize_user_code(user_code: str) -> str:
 
 
 class DeviceStore:
-    """Pending device codes in memory, bounded overall, per address and per client id.
+    """Pending device codes in memory, bounded per address and overall (``total``).
 
-    Expired ones linger briefly to answer ``expired_token`` but no longer count against
-    the quotas, so a flood from one address or client id can only fill its own share.
+    Never per client id: every user of ``lakesession-cli`` shares that id, so a per-id bound
+    is a lock-out anyone can trigger. When the store is full, a new code evicts the oldest
+    pending code of the address holding the most, so a flood from many addresses evicts the
+    flooders' own codes, not the few of a user signing in. Expired codes linger briefly to
+    answer ``expired_token`` but no longer count against the quotas.
     """
 
-    MAX_PENDING = 10_000
     LINGER_SECONDS = 300
 
-    def __init__(self, *, per_address: int = 0, per_client: int = 0) -> None:
+    def __init__(self, *, per_address: int = 0, total: int = 10_000) -> None:
         self.per_address = per_address  # 0: unbounded
-        self.per_client = per_client
+        self.total = max(1, total)
         self._lock = threading.Lock()
         self._by_device: dict[str, DeviceCredential] = {}
         self._by_user: dict[str, str] = {}
 
     def add(self, device_code: str, cred: DeviceCredential) -> tuple[int, float] | None:
-        """Store ``cred``; None when stored, else (429 for an exhausted quota of this address or client,
-        503 when the store is full) and the seconds until a slot frees up."""
+        """Store ``cred``; None when stored, else (429 for an exhausted quota of this address,
+        503 on a user-code collision) and the seconds until a slot frees up."""
         with self._lock:
             self._purge()
             now = time.time()
-            live = [c for c in self._by_device.values() if c.expires_at > now]
-            for quota, same in (
-                (self.per_address, [c for c in live if c.address == cred.address]),
-                (self.per_client, [c for c in live if c.client_id == cred.client_id]),
-            ):
-                if quota and len(same) >= quota:
-                    return 429, min(c.expires_at for c in same) - now
-            if len(self._by_device) >= self.MAX_PENDING or cred.user_code in self._by_user:
-                return 503, min((c.expires_at for c in live), default=now + 1) - now
+            live = {k: c for k, c in self._by_device.items() if c.expires_at > now}
+            same = [c for c in live.values() if c.address == cred.address]
+            if self.per_address and len(same) >= self.per_address:
+                return 429, min(c.expires_at for c in same) - now
+            if cred.user_code in self._by_user:
+                return 503, 1.0
+            while len(self._by_device) >= self.total:
+                self._evict(live)
             key = digest(device_code)
             self._by_device[key] = cred
             self._by_user[cred.user_code] = key
             return None
+
+    def _evict(self, live: dict[str, DeviceCredential]) -> None:
+        """Drop an expired code if any, else the oldest live code of the address holding the most."""
+        dead = next((k for k in self._by_device if k not in live), None)
+        if dead is None:
+            counts: dict[str, int] = {}
+            for c in live.values():
+                counts[c.address] = counts.get(c.address, 0) + 1
+            greedy = max(counts, key=lambda a: counts[a])
+            dead = min((k for k, c in live.items() if c.address == greedy), key=lambda k: live[k].expires_at)
+            logger.info("device-code store full: evicted the oldest pending code of %s", greedy)
+        live.pop(dead, None)
+        self._by_user.pop(self._by_device.pop(dead).user_code, None)
 
     def by_device_code(self, device_code: str) -> DeviceCredential | None:
         with self._lock:

@@ -1,10 +1,12 @@
 """Rate limits of the issuer's unauthenticated endpoints, with the ``limits`` library (moving windows, in memory).
 
 Counters are keyed so that a flooder exhausts only its own allowance: per (client id,
-address) first, then per address (client ids are free to invent) and per client id
-(a distributed flood on one id). A call is admitted only when every applicable limit
-has room, and only admitted calls are counted, so a throttled flooder does not eat
-into the per-address or per-client allowance of the others behind it.
+address) first, then per address (client ids are free to invent). Never per client id
+alone: a flood on one id from many addresses would then lock that id's rightful owner
+out (failed logins on ``broker``, device logins on the shared ``lakesession-cli``); a
+distributed flood is bounded by its addresses instead. A call is admitted only when every
+applicable limit has room, and only admitted calls are counted, so a throttled flooder
+does not eat into the allowance of the others behind it.
 """
 
 from __future__ import annotations
@@ -60,13 +62,11 @@ class Throttle:
         self.device = (
             _rule("device-address", limits.device_rate_per_address, by_client=False, by_address=True),
             _rule("device-client-address", limits.device_rate_per_client_address, by_client=True, by_address=True),
-            _rule("device-client", limits.device_rate_per_client, by_client=True, by_address=False),
         )
         self.token_calls = (_rule("token-address", limits.token_rate_per_address, by_client=False, by_address=True),)
         self.token_failures = (
             _rule("fail-address", limits.token_failures_per_address, by_client=False, by_address=True),
             _rule("fail-client-address", limits.token_failures_per_client_address, by_client=True, by_address=True),
-            _rule("fail-client", limits.token_failures_per_client, by_client=True, by_address=False),
         )
 
     def admit(self, rules: tuple[Rule, ...], client_id: str, address: str) -> int | None:

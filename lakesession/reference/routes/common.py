@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from .. import nskeys
 from ..context import RequestContext, Services
 from ..errors import BadRequest, NoSuchNamespace, NotFound
-from ..locations import PATH_PROPERTIES, LocationIndex, Owner, path_locations
+from ..locations import PATH_PROPERTIES, LocationIndex, Owner, normalize, path_locations
 from ..nskeys import check_level
 from ..tablestore import TableStore
 
@@ -228,6 +228,34 @@ def default_namespace_location(services: Services, ns: Namespace) -> str:
 
 def namespace_home(services: Services, ns: Namespace, properties: dict[str, str]) -> str:
     return properties.get("location") or default_namespace_location(services, ns)
+
+
+def granted_storage_location(ctx: RequestContext, location: str) -> bool:
+    """Whether the caller was granted a registered storage location covering ``location`` (storage
+    locations as securables land separately: until then, none is). A hook for ``check_in_namespace``."""
+    return False
+
+
+def check_in_namespace(
+    ctx: RequestContext,
+    ns: Namespace,
+    ns_props: dict[str, str],
+    items: Sequence[tuple[str, str]],
+    kind: str = "table",
+) -> None:
+    """A table's or view's storage must lie inside its own namespace's location (``ns_props``: the
+    namespace's properties) or a storage location the caller was granted. Else anyone who may create in
+    ``scratch`` could place a table at another (perhaps not yet existing) namespace's home,
+    ``{warehouse}/finance``, and squat it: 400 instead."""
+    home = normalize(namespace_home(ctx.services, ns, ns_props))
+    for location, what in items:
+        cand = normalize(location)
+        if (cand.startswith(home) and cand != home) or granted_storage_location(ctx, cand):
+            continue
+        raise BadRequest(
+            f"Invalid {what} {location!r}: a {kind} must lie inside its namespace's location {home.rstrip('/')!r} "
+            f"(or a storage location you were granted); leave the location out for the default"
+        )
 
 
 def _existing_objects(services: Services, ts: TableStore) -> Iterator[tuple[Owner, list[str]]]:

@@ -30,6 +30,7 @@ from ..viewsecurity import authorize_target
 from .common import (
     Namespace,
     check_format_version,
+    check_in_namespace,
     check_level,
     check_location,
     check_name,
@@ -139,6 +140,7 @@ def create_table(
     check_path_properties(ctx.services, req.properties)
     owner, index = Owner.table(ns, name), locations_of(ctx.services)
     items = storage_items(location, req.properties)
+    check_in_namespace(ctx, ns, ns_props, items)
     args: dict[str, Any] = dict(
         schema=req.table_schema,
         location=location,
@@ -203,6 +205,7 @@ def register_table(
     check_path_properties(ctx.services, properties)
     check_format_version(doc.get("format-version"))
     items = storage_items(location, properties)
+    check_in_namespace(ctx, ns, NamespaceStore(ctx.services).properties(ns) or {}, items)
     own = tuple(normalize(x) for x, _ in items)
     for entry in doc.get("metadata-log") or []:
         # delete-after-commit deletes files that drop out of this log: it may only name the table's own
@@ -309,6 +312,8 @@ def _commit_table(
             check_format_version(update.format_version)
     if creating and not any(u.action == "set-location" for u in req.updates):
         raise BadRequest("A create commit must set the table location (set-location)")
+    if items:
+        check_in_namespace(ctx, ns, NamespaceStore(ctx.services).properties(ns) or {}, items)
     added = index.claim(owner, items) if items else []  # before the commit: no moment of shared storage
     try:
         with idem.applying("commit_table", 200):

@@ -22,7 +22,6 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.view.metadata import ViewMetadata
 
-from .. import nskeys
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
@@ -46,6 +45,7 @@ from ..viewsecurity import authorize_target, check_owner_property_change, check_
 from ..viewstore import ViewStore
 from .common import (
     Namespace,
+    check_in_namespace,
     check_level,
     check_location,
     check_name,
@@ -53,12 +53,13 @@ from .common import (
     decode_namespace,
     identifiers_page,
     locations_of,
+    namespace_home,
     ns_str,
     parse_body,
     parse_json_object,
     require_namespace,
 )
-from .namespaces import raw_body
+from .namespaces import NamespaceStore, raw_body
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +84,10 @@ def _check_location(services: Services, location: str, what: str = "location") -
 
 
 def _default_location(services: Services, ns: Namespace, name: str) -> str:
-    # levels as in a table's default (``nskeys.path_segment``): '/'-joined, ["a", "b"] would land inside table a.b
-    return f"{services.settings.warehouse.rstrip('/')}/{nskeys.path_segment(ns)}/{name}".rstrip("/")
+    """Like a table's default: under the namespace's home (its ``location`` property, else
+    ``{warehouse}/{nskeys.path_segment(ns)}``: levels '.'-joined, ["a", "b"] never lands inside table a.b)."""
+    props = NamespaceStore(services).properties(ns) or {}
+    return f"{namespace_home(services, ns, props).rstrip('/')}/{name}"
 
 
 def _file_io(services: Services, location: str) -> FileIO:
@@ -188,6 +191,7 @@ def create_view(
         else _check_location(services, _default_location(services, ns, name))
     )
     require_namespace(services, ns)
+    check_in_namespace(ctx, ns, NamespaceStore(services).properties(ns) or {}, [(location, "view location")], "view")
     vs = ViewStore(services)
     if vs.table_exists(ns, name):
         raise Conflict(f"Table with same name already exists: {ns_str(ns)}.{name}")
@@ -268,7 +272,9 @@ def replace_view(
             return _issue(ctx, "replace_view", ns, name, base_location, base, actions)
         owner, index, added = Owner.view(ns, name), locations_of(services), []
         if metadata.location != base.location:  # claimed as this view's: it may move inside its old prefix
-            added = index.claim(owner, [(_check_location(services, metadata.location), "view location")])
+            moved = [(_check_location(services, metadata.location), "view location")]
+            check_in_namespace(ctx, ns, NamespaceStore(services).properties(ns) or {}, moved, "view")
+            added = index.claim(owner, moved)
         path = _metadata_file(services, metadata, _next_version(base_location))
         text = metadata_json(metadata)
         try:

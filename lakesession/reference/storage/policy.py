@@ -62,8 +62,10 @@ def table_session_policy(location: str, write: bool) -> dict[str, Any]:
     (not the bare ``<prefix>``: it would list sibling names such as
     ``<prefix>_archive/``), and ``s3:GetBucketLocation``. Write adds
     ``s3:PutObject``, ``s3:DeleteObject``, ``s3:AbortMultipartUpload``,
-    ``s3:ListMultipartUploadParts`` on the objects and
-    ``s3:ListBucketMultipartUploads`` on the bucket.
+    ``s3:ListMultipartUploadParts`` on the objects. Never ``s3:ListBucketMultipartUploads``:
+    AWS has no ``s3:prefix`` key for it, so it would list every upload in the bucket (other
+    tables' keys and upload ids); Iceberg's S3FileIO and pyarrow keep their own upload ids
+    and never list uploads.
 
     Args:
         location: ``s3://bucket/path/to/table`` (trailing slash optional).
@@ -91,16 +93,6 @@ def table_session_policy(location: str, write: bool) -> dict[str, Any]:
         },
         {"Sid": "BucketLocation", "Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": bucket_arn},
     ]
-    if write:
-        # AWS offers no s3:prefix key for ListBucketMultipartUploads: bucket-wide.
-        statements.append(
-            {
-                "Sid": "TableUploads",
-                "Effect": "Allow",
-                "Action": "s3:ListBucketMultipartUploads",
-                "Resource": bucket_arn,
-            }
-        )
     return {"Version": "2012-10-17", "Statement": statements}
 
 
