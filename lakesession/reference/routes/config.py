@@ -42,6 +42,8 @@ CATALOG_ENDPOINTS = (
     "GET /v1/{prefix}/namespaces/{namespace}/views/{view}",
     "HEAD /v1/{prefix}/namespaces/{namespace}/views/{view}",
     "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "GET /v1/{prefix}/lakesession/location-credentials",
+    "GET /v1/{prefix}/lakesession/locations",
     "POST /v1/{prefix}/tables/rename",
     "POST /v1/{prefix}/views/rename",
 )
