@@ -28,10 +28,12 @@ principals:
   - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
   - {name: alice, type: user, client_id: alice, client_secret: alice-secret-xyz}
   - {name: bob, type: user, client_id: bob, client_secret: bob-secret-xyz}
+  - {name: carol, type: user, client_id: carol, client_secret: carol-secret-xyz}
 roles:
   - {name: eng, members: [etl]}
   - {name: readers, members: [alice]}
   - {name: writers, members: [bob]}
+  - {name: scratchers, members: [carol]}
 locations:
   - {location: s3://raw-bucket/landing/}
   - {location: s3://raw-bucket/secret/}
@@ -40,6 +42,8 @@ grants:
   - {role: readers, privilege: LOCATION_READ, on: location s3://raw-bucket/landing/}
   - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
   - {role: writers, privilege: LOCATION_WRITE, on: location s3://raw-bucket/landing}
+  - {role: scratchers, privilege: TABLE_CREATE, on: namespace scratch}
+  - {role: scratchers, privilege: TABLE_WRITE_DATA, on: namespace scratch}
 """
 WH = "s3://loc-bucket/wh"
 P = "/v1/lakesession"
@@ -76,6 +80,7 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
         },
     )
     etl.create_namespace("shop")
+    etl.create_namespace("scratch")
     etl.create_table(("shop", "orders"), SCHEMA).append(ROWS)
     etl.create_table(("shop", "orders_archive"), SCHEMA).append(ROWS)
     yield handle
@@ -260,3 +265,44 @@ def test_bad_requests_are_error_models(cat: ReferenceCatalog) -> None:
         assert r.json()["error"]["code"] == 400
     r = httpx.get(f"{cat.uri}{P}/lakesession/location-credentials", params={"location": "s3://raw-bucket/landing/"})
     assert r.status_code == 401
+
+
+def test_staged_table_credentials_refresh_before_the_commit(cat: ReferenceCatalog) -> None:
+    """CTAS under a short TTL: the staged table's refresh endpoint works before the table exists."""
+    headers = {**bearer(cat, "carol"), "X-Iceberg-Access-Delegation": "vended-credentials"}
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+    r = httpx.post(
+        f"{cat.uri}{P}/namespaces/scratch/tables",
+        headers=headers,
+        json={"name": "ctas", "schema": schema, "stage-create": True},
+    )
+    assert r.status_code == 200, r.text
+    endpoint = r.json()["config"]["client.refresh-credentials-endpoint"]
+    assert "staged-location=" in endpoint
+    refreshed = httpx.get(f"{cat.uri}/{endpoint}", headers=bearer(cat, "carol"))
+    assert refreshed.status_code == 200, refreshed.text
+    (entry,) = refreshed.json()["storage-credentials"]
+    assert entry["prefix"] == f"{WH}/scratch/ctas"
+    s3 = s3_with(cat, refreshed)
+    s3.put_object(Bucket="loc-bucket", Key="wh/scratch/ctas/data/f.parquet", Body=b"p")
+    assert denied(lambda: s3.list_objects_v2(Bucket="loc-bucket", Prefix="wh/shop/orders/"))
+
+
+def test_attack_staged_location_cannot_reach_other_storage(cat: ReferenceCatalog) -> None:
+    base = f"{cat.uri}{P}/namespaces/scratch/tables/ghost/credentials"
+    for who, staged, status in [
+        ("carol", f"{WH}/shop/orders", 400),  # another table's storage
+        ("carol", "s3://raw-bucket/landing", 400),  # outside the warehouse (a registered location)
+        ("carol", f"{WH}/scratch", 400),  # the namespace home itself
+        ("alice", f"{WH}/scratch/ghost", 403),  # no TABLE_CREATE / data grant in scratch
+    ]:
+        r = httpx.get(base, params={"staged-location": staged}, headers=bearer(cat, who))
+        assert r.status_code == status, (who, staged, r.text)
+        assert "storage-credentials" not in r.text
+    # an existing table ignores staged-location: its own location decides
+    r = httpx.get(
+        f"{cat.uri}{P}/namespaces/shop/tables/orders/credentials",
+        params={"staged-location": "s3://raw-bucket/landing"},
+        headers=bearer(cat, "alice"),
+    )
+    assert r.status_code == 200 and r.json()["storage-credentials"][0]["prefix"] == f"{WH}/shop/orders"
