@@ -244,3 +244,20 @@ def test_revoked_location_grant_is_refused_at_the_next_refresh(
         assert r.status_code == 403 and json.loads(r.content)["error"]["type"] == "ForbiddenException"
     finally:
         cat.admin.grant("readers", "LOCATION_READ", "location s3://gw-raw/churn/")
+
+
+def test_jvm_refreshes_never_get_a_key_too_close_to_expiry() -> None:
+    """Iceberg's ``/credentials`` answers from the gateway cache follow the same rule: a 60 s key with
+    25 s left is not handed out (the old rule, 15 % of the lifetime, handed out down to 9 s)."""
+    from lakesession.gateway._credcache import CredentialCache, _Entry
+
+    cache = CredentialCache()
+    now = time.time()
+    body = json.dumps({"storage-credentials": [{"prefix": "s3://b/t", "config": {}}]}).encode()
+    cache._entries["k"] = _Entry((200, body, {}), now - 35, now + 25)
+    assert cache.get("k") is None
+    cache._entries["k"] = _Entry((200, body, {}), now - 25, now + 35)
+    assert cache.get("k") is not None
+    cache._entries["k"] = _Entry((200, body, {}), now - 3000, now + 600)  # an hour's key, 10 min left
+    assert cache.get("k") is not None
+    assert cache.get("k", min_valid=900) is None  # a reader with a 15 min deadline gets a refresh
