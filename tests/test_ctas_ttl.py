@@ -26,10 +26,10 @@ def test_ctas_whose_write_outlives_the_ttl_succeeds(lake: Any, tmp_path: Path) -
     try:
         spark = s.spark()
         spark.sql("CREATE NAMESPACE IF NOT EXISTS lake_ctas.ns")
-        # each write task sleeps past the TTL (Thread.sleep via reflect) before writing its rows
-        df = spark.range(0, 1000, 1, 2).selectExpr(
-            "id", f"reflect('java.lang.Thread', 'sleep', CAST({(TTL + 8) * 1000} AS BIGINT)) AS slept"
-        )
+        # each write task sleeps past the TTL (Thread.sleep via reflect, on its first row: before its
+        # writer opens a file) with the credentials the stage-create vended
+        sleep = f"reflect('java.lang.Thread', 'sleep', CAST({(TTL + 8) * 1000} AS BIGINT))"
+        df = spark.range(0, 1000, 1, 2).selectExpr("id", f"CASE WHEN id % 500 = 0 THEN {sleep} END AS slept")
         df.writeTo("lake_ctas.ns.t").create()
         assert spark.table("lake_ctas.ns.t").count() == 1000
         staged = [

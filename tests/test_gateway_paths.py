@@ -261,3 +261,14 @@ def test_jvm_refreshes_never_get_a_key_too_close_to_expiry() -> None:
     cache._entries["k"] = _Entry((200, body, {}), now - 3000, now + 600)  # an hour's key, 10 min left
     assert cache.get("k") is not None
     assert cache.get("k", min_valid=900) is None  # a reader with a 15 min deadline gets a refresh
+
+
+def test_attack_a_table_loaded_through_a_view_chain_is_not_served_by_path(gw: tuple[Gateway, httpx.Client]) -> None:
+    """A DEFINER chain's table must not become readable by a direct reference: its prefix is not
+    registered for path credentials (a raw ``s3a://`` read of it would bypass the view)."""
+    g, c = gw
+    body = json.dumps({"metadata": {"location": f"{WH}/hidden/base"}, "config": {}}).encode()
+    g._app._note_load("/v1/lakesession/namespaces/hidden/tables/base", "referenced-by=v", {}, (200, body, {}))
+    assert f"{WH}/hidden/base/" not in c.get("/lakesession/policy-locations").json()["locations"]
+    g._app._note_load("/v1/lakesession/namespaces/hidden/tables/base", "", {}, (200, body, {}))
+    assert f"{WH}/hidden/base/" in c.get("/lakesession/policy-locations").json()["locations"]

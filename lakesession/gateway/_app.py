@@ -133,7 +133,7 @@ class GatewayApp:
                 self.credentials.evict(key)
             elif b"expires-at-ms" in content:
                 self.credentials.offer(key, (200, credentials_from_table(content), out_headers))
-        if status == 200:
+        if status == 200 and not refresh_query:  # never a chain's table: its keys serve only its chain route
             self.paths.note_table(path, refresh_query, content)
 
     def table_credentials(self, path: str, query: str, min_valid: float) -> Reply:
