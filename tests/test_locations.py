@@ -227,6 +227,23 @@ def test_attack_overlapping_registrations_are_refused(cat: ReferenceCatalog) -> 
         json={"name": "sneaky", "schema": {"type": "struct", "fields": []}, "location": "s3://raw-bucket/landing/t"},
     )
     assert r.status_code == 400, r.text
+    # nor write its data files there through a path property, nor home a namespace there
+    r = httpx.post(
+        f"{cat.uri}{P}/namespaces/shop/tables",
+        headers=bearer(cat, "etl"),
+        json={
+            "name": "sneaky2",
+            "schema": {"type": "struct", "fields": []},
+            "properties": {"write.data.path": "s3://raw-bucket/landing/data"},
+        },
+    )
+    assert r.status_code == 400, r.text
+    r = httpx.post(
+        f"{cat.uri}{P}/namespaces",
+        headers=bearer(cat, "etl"),
+        json={"namespace": ["sneakyns"], "properties": {"location": "s3://raw-bucket/landing/ns"}},
+    )
+    assert r.status_code == 400, r.text
 
 
 def test_grants_on_locations_are_checked(cat: ReferenceCatalog) -> None:
