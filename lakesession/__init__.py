@@ -6,6 +6,7 @@ session = lakesession.connect(uri="https://catalog.example.com", credential="id:
 """
 
 from ._connect import connect, current_session, spark
+from ._settings import Settings
 from .notebook import load_ipython_extension, unload_ipython_extension
 from .session import Session
 
@@ -13,6 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Session",
+    "Settings",
     "__version__",
     "connect",
     "current_session",

@@ -6,11 +6,15 @@ process — ``lakesession.spark()``, ``%lakesession login`` — lives in one pla
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import ConfigError, UnknownOptionError
-from .session import ACCESS_MODES, Session
+from ._settings import Settings
+from .errors import ConfigError
+from .session import Session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,81 +24,92 @@ if TYPE_CHECKING:
 __all__ = ["connect", "current_session", "replace_current", "spark"]
 
 
-SESSION_OPTIONS = (
-    "catalog_name",
-    "jars",
-    "master",
-    "remote",
-    "gateway_host",
-    "spark_conf",
-    "gateway_options",
-    "assumed_credential_ttl",
-    "access",
-)
-EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl", "access_token_ttl")
-
-
-def connect(catalog: str | None = None, **options: Any) -> Session:
+def connect(
+    catalog: str | None = None,
+    *,
+    uri: str | None = None,
+    warehouse: str | None = None,
+    token: str | None = None,
+    credential: str | None = None,
+    token_url: str | None = None,
+    issuer: str | None = None,
+    client_id: str | None = None,
+    client_secret: str | None = None,
+    scope: str | None = None,
+    identity: str | None = None,
+    on_prompt: Callable[..., Any] | None = None,
+    catalog_name: str | None = None,
+    jars: str | list[str] | None = None,
+    master: str | None = None,
+    remote: str | None = None,
+    gateway_host: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    gateway_options: Mapping[str, Any] | None = None,
+    assumed_credential_ttl: float | None = None,
+    access: Literal["vended-credentials", "remote-signing"] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    storage: Literal["s3-emulator", "file"] | None = None,
+    credential_ttl: int | None = None,
+    access_token_ttl: int | None = None,
+) -> Session:
     """A session on ``catalog`` — or, with nothing configured, on the embedded default.
 
-    Settings come from arguments, then ``LAKESESSION_*`` variables, then the config file or
-    pyiceberg's ``~/.pyiceberg.yaml`` (see ``lakesession.config``). Identity options:
+    Each setting comes from its argument, else its ``LAKESESSION_*`` variable, else the config file
+    or pyiceberg's ``~/.pyiceberg.yaml`` (``lakesession.Settings`` documents every one). Identity:
     ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
-    or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, with
-    ``on_prompt`` to show the code); ``identity='none'`` for a catalog without authentication. Spark options:
-    ``catalog_name``, ``jars``, ``master``, ``remote``, ``gateway_host``, ``spark_conf``. ``assumed_credential_ttl``:
-    seconds to assume vended keys live when the catalog states no expiry (Nessie 0.99), so tables refresh them
-    ahead of it. ``access="remote-signing"`` (default ``vended-credentials``): Spark and ``table()`` hold no
-    storage credentials, the catalog signs each S3 request (Spark's signer calls go through the gateway, as the user).
+    or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, ``on_prompt`` shows
+    the code); ``identity='none'`` for a catalog without authentication. Spark: ``catalog_name``,
+    ``jars``, ``master``, ``remote``, ``gateway_host``, ``spark_conf``. ``assumed_credential_ttl``: seconds
+    to assume vended keys live when the catalog states no expiry (Nessie 0.99). ``access="remote-signing"``:
+    Spark and ``table()`` hold no storage credentials, the catalog signs each S3 request. Embedded
+    default only: ``data_dir``, ``storage``, ``credential_ttl``, ``access_token_ttl``.
     """
-    from .config import merged_settings
+    given = {k: v for k, v in locals().items() if k != "catalog"}
+    return connect_with(Settings.resolve(catalog, given), catalog=catalog)
 
-    begin_embedded = not options.pop("_defer_embedded", False)  # lakesession.spark(): begun once the JVM is up
-    session_opts = {k: options.pop(k) for k in list(options) if k in SESSION_OPTIONS}
-    if session_opts.get("access", ACCESS_MODES[0]) not in ACCESS_MODES:  # before anything starts
-        raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {session_opts['access']!r}")
-    embedded_opts = {k: options.pop(k) for k in list(options) if k in EMBEDDED_OPTIONS}
-    settings = merged_settings(catalog, options)
-    if settings.get("uri") is None:
+
+def connect_with(settings: Settings, *, catalog: str | None = None, begin_embedded: bool = True) -> Session:
+    """The session ``settings`` describe (``connect()`` after resolving; ``spark()`` defers the embedded start)."""
+    session_opts = settings.session_options()
+    if settings.uri is None:
         if catalog is not None:
             raise ConfigError(f"catalog {catalog!r} has no uri: define it in the config file or pass uri=...")
         from .embedded import start_embedded_async, storage_mode
 
-        storage_mode(embedded_opts.get("storage"))  # a bad value fails here, not in the background
-        if options:
-            raise UnknownOptionError(
-                f"unknown options for the embedded default: {', '.join(sorted(options))}. "
-                "Fix: pass uri=... for a remote catalog, or use only data_dir, storage, credential_ttl, access_token_ttl."
+        storage_mode(settings.storage)  # a bad value fails here, not in the background
+        remote_only = [n for n in REMOTE_ONLY if n in settings.given]  # variables meant for a catalog stay unused
+        if remote_only:
+            raise ConfigError(
+                f"{', '.join(remote_only)} need a catalog: pass uri=... (or LAKESESSION_URI) for a remote catalog; "
+                "the embedded default logs in its demo user by itself"
             )
-        return Session(
-            None,
-            None,
-            pending=start_embedded_async(embedded_opts.pop("data_dir", None), begin=begin_embedded, **embedded_opts),
-            **session_opts,
-        )
-    uri = str(settings.pop("uri")).rstrip("/")
-    warehouse = settings.pop("warehouse", None)
-    identity = _identity(uri, settings)
-    if settings:
-        raise UnknownOptionError(
-            f"unknown options: {', '.join(sorted(settings))}. Fix: check the spelling (see lakesession.connect's docstring)."
-        )
-    return Session(uri, identity, warehouse=warehouse, **session_opts)
+        data_dir = None if settings.data_dir is None else Path(settings.data_dir)
+        pending = start_embedded_async(data_dir, begin=begin_embedded, **settings.embedded_options())
+        return Session(None, None, pending=pending, **session_opts)
+    embedded_only = [n for n in EMBEDDED_ONLY if getattr(settings, n) is not None]
+    if embedded_only:
+        raise ConfigError(f"{', '.join(embedded_only)} apply to the embedded default only: drop them, or drop uri=...")
+    uri = str(settings.uri).rstrip("/")
+    return Session(uri, _identity(uri, settings), warehouse=settings.warehouse, **session_opts)
 
 
-def _identity(uri: str, settings: dict[str, Any]) -> TokenSource:
-    """The token source the settings describe (consumes the identity keys from ``settings``)."""
+REMOTE_ONLY = ("warehouse", "token", "credential", "token_url", "issuer", "client_id", "client_secret", "scope")
+EMBEDDED_ONLY = ("data_dir", "storage", "credential_ttl", "access_token_ttl")
+
+
+def _identity(uri: str, settings: Settings) -> TokenSource:
+    """The token source the settings describe."""
     from .identity import Anonymous, ClientCredentials, DeviceCode, StaticToken, from_issuer
 
-    token = settings.pop("token", None)
-    credential = settings.pop("credential", None)
-    token_url = settings.pop("token_url", None)
-    issuer = settings.pop("issuer", None)
-    client_id = settings.pop("client_id", None)
-    client_secret = settings.pop("client_secret", None)
-    scope = settings.pop("scope", None)
-    on_prompt = settings.pop("on_prompt", None)
-    kind = settings.pop("identity", None)
+    token = settings.token
+    credential = settings.credential
+    token_url = settings.token_url
+    issuer = settings.issuer
+    client_id = settings.client_id
+    client_secret = settings.client_secret
+    scope = settings.scope
+    on_prompt = settings.on_prompt
+    kind = settings.identity
     if str(kind or "").strip().lower() == "none":  # a catalog without authentication: said explicitly
         given = [k for k, v in (("token", token), ("credential", credential), ("issuer", issuer)) if v]
         if given:
@@ -117,8 +132,7 @@ def _identity(uri: str, settings: dict[str, Any]) -> TokenSource:
             client_id=client_id or "lakesession-cli",
             client_secret=client_secret,
             flow=flow,
-            **({"scope": scope} if scope else {}),
-            **({"on_prompt": on_prompt} if on_prompt else {}),
+            **_present(scope=scope, on_prompt=on_prompt),
         )
         if isinstance(source, DeviceCode):
             source.login()
@@ -134,31 +148,65 @@ def _identity(uri: str, settings: dict[str, Any]) -> TokenSource:
     )
 
 
+def _present(**kw: Any) -> dict[str, Any]:
+    """The keyword arguments that were given (so the callee's own defaults apply to the rest)."""
+    return {k: v for k, v in kw.items() if v}
+
+
 _current: Session | None = None
 _current_options: dict[str, Any] = {}
 _current_lock = threading.RLock()
 
 
-def spark(**options: Any) -> SparkSession:
-    """``connect(**options).spark()``: a SparkSession acting as you, on the configured or embedded catalog.
+def spark(
+    catalog: str | None = None,
+    *,
+    uri: str | None = None,
+    warehouse: str | None = None,
+    token: str | None = None,
+    credential: str | None = None,
+    token_url: str | None = None,
+    issuer: str | None = None,
+    client_id: str | None = None,
+    client_secret: str | None = None,
+    scope: str | None = None,
+    identity: str | None = None,
+    on_prompt: Callable[..., Any] | None = None,
+    catalog_name: str | None = None,
+    jars: str | list[str] | None = None,
+    master: str | None = None,
+    remote: str | None = None,
+    gateway_host: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    gateway_options: Mapping[str, Any] | None = None,
+    assumed_credential_ttl: float | None = None,
+    access: Literal["vended-credentials", "remote-signing"] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    storage: Literal["s3-emulator", "file"] | None = None,
+    credential_ttl: int | None = None,
+    access_token_ttl: int | None = None,
+) -> SparkSession:
+    """``connect(...).spark()``: a SparkSession acting as you, on the configured or embedded catalog.
 
-    The session stays alive (its gateway serves the JVM) and is what ``current_session()`` returns;
-    later calls without options (or with the same ones) reuse it. Different options replace it
-    explicitly: the previous session is closed first (its SparkSession no longer reaches the
-    catalog, and a Spark lakesession started restarts with the new options).
+    Takes exactly ``connect()``'s parameters. The session stays alive (its gateway serves the JVM) and
+    is what ``current_session()`` returns; later calls without arguments (or with the same ones) reuse
+    it. Different arguments replace it explicitly: the previous session is closed first (its
+    SparkSession no longer reaches the catalog, and a Spark lakesession started restarts with them).
     """
     global _current_options
+    options = {k: v for k, v in locals().items() if v is not None}
     with _current_lock:
         current = _current
         if current is not None and not current.closed and (not options or options == _current_options):
             return current.spark()
         # starts nothing yet (an embedded catalog begins once the JVM is launched): a mistake in the options
         # leaves the current one be
-        session = connect(_defer_embedded=True, **options)
+        given = {k: v for k, v in options.items() if k != "catalog"}
+        session = connect_with(Settings.resolve(catalog, given), catalog=catalog, begin_embedded=False)
         if current is not None:
             current.close()  # first: if lakesession's Spark has no other user it stops, and restarts with the options
         replace_current(session)
-        _current_options = dict(options)
+        _current_options = options
         assert _current is not None
         return _current.spark()
 

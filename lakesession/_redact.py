@@ -1,9 +1,10 @@
 """Keep storage credentials out of botocore's DEBUG logging (neutral ground: catalog and client half use it).
 
 botocore logs, at DEBUG, whole responses (``botocore.parsers``: an STS ``AssumeRole`` body
-carries the new secret key and session token), request headers (``botocore.endpoint``:
-``X-Amz-Security-Token``) and canonical requests (``botocore.auth``). ``RedactCredentials``
-replaces those values with ``***`` and keeps the record, so DEBUG logging stays useful.
+carries the new secret key and session token), request headers and bodies (``botocore.endpoint``:
+``X-Amz-Security-Token``; an ``AssumeRoleWithWebIdentity``'s ``WebIdentityToken``) and canonical
+requests (``botocore.auth``). ``RedactCredentials`` replaces those values with ``***`` and keeps the
+record, so DEBUG logging stays useful.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import re
 
 _CREDENTIAL_FIELDS = re.compile(
     r"(<(SecretAccessKey|SessionToken)>)[^<]*(</\2>)"  # STS query/XML responses
-    r"|(\\?[\"'](?:SecretAccessKey|SessionToken)\\?[\"']\s*:\s*\\?[\"'])[^\"'\\]*"  # JSON bodies, dict reprs
-    r"|((?i:x-amz-security-token)\\?[\"']?\s*[:=,]\s*(?:b?\\?[\"'])?)[^\s\"'&\\,})]+"  # headers, queries
+    r"|(\\?[\"'](?:SecretAccessKey|SessionToken|WebIdentityToken)\\?[\"']\s*:\s*\\?[\"'])[^\"'\\]*"  # JSON, reprs
+    r"|((?i:x-amz-security-token)\\?[\"']?\s*[:=,]\s*(?:b?\\?[\"'])?|WebIdentityToken=)[^\s\"'&\\,})]+"  # headers, queries
 )
 #: loggers whose DEBUG records carry response bodies, request headers or canonical requests: botocore's, and
 #: moto's request authorization (the embedded S3/STS emulator logs each request's headers)

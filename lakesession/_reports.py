@@ -76,11 +76,12 @@ class Reports:
     def __init__(self, session: ReportSource):
         self._session = session
 
-    def grants(self, *, timeout: float = 30.0) -> pd.DataFrame:
+    def grants(self, *, timeout: float = 30.0, strict: bool = False) -> pd.DataFrame:
         """The user's effective privileges per securable, from the catalog's grants endpoint.
 
         A catalog without one (400/404/405/501: the endpoint is not part of the Iceberg spec) gives a single
-        row saying "unknown" — never invented grants. Any other failure is raised, not hidden:
+        row saying "unknown" — never invented grants — or, with ``strict=True``, a ``CapabilityError`` naming
+        the catalog's ``/v1/config`` answer. Any other failure is raised, not hidden:
         ``CatalogAccessError`` for 401/403/5xx and timeouts (an expired or revoked login shows here).
         """
         import httpx
@@ -98,6 +99,10 @@ class Reports:
                 "catalog unavailable",
             ) from None
         if r.status_code in NO_GRANTS_ENDPOINT:
+            if strict:
+                from .catalog._capabilities import grants_unavailable
+
+                raise grants_unavailable(getattr(s, "catalog", None), s.uri, r.status_code)
             return pd.DataFrame([dict.fromkeys(GRANTS_COLUMNS, "unknown")], columns=GRANTS_COLUMNS)
         if r.status_code != 200:
             raise _grants_error(r.status_code, _error_message(r))

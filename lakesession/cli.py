@@ -33,6 +33,7 @@ _SERVE_FLAGS = {
     "s3_role_arn": ("s3.role_arn", "--s3-role-arn"),
     "s3_endpoint": ("s3.endpoint", "--s3-endpoint"),
     "s3_region": ("s3.region", "--s3-region"),
+    "s3_web_identity": ("s3.web_identity", "--s3-web-identity"),
 }
 
 
@@ -121,6 +122,9 @@ def _print_client_settings(handle: object, worker_pids: list[int] | None = None)
     lines.append(("storage", h.settings.warehouse))
     if h.s3_emulator is not None:
         lines.append(("s3", h.s3_emulator.endpoint))
+    mode = _storage_credentials_mode(h)
+    if mode:
+        lines.append(("storage credentials", mode))
     if h.bind_url != h.uri:
         lines.append(("listening", h.bind_url))
     if worker_pids:
@@ -144,6 +148,19 @@ def _print_client_settings(handle: object, worker_pids: list[int] | None = None)
     lines.append(("connect", f"lakesession.spark(uri={h.uri!r}, warehouse={h.warehouse!r}, issuer={h.issuer_uri!r})"))
     for key, value in lines:
         print(f"{key}: {value}", flush=True)
+
+
+def _storage_credentials_mode(h: Any) -> str | None:
+    """How the catalog obtains the credentials it vends and uses (no secret in it)."""
+    s3 = h.settings.s3
+    if s3 is None:
+        return None
+    if h.s3_emulator is not None:
+        return "embedded S3/STS emulator (its own key, in this process)"
+    if s3.web_identity is not None:
+        return str(s3.web_identity.describe(s3.role_arn))
+    where = "the AWS default chain" if s3.access_key_id else "none found in the AWS default chain"
+    return f"standing key ({where}); AssumeRole {s3.role_arn} (s3.web_identity needs no key)"
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
@@ -194,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--s3-endpoint", default=None, help="S3/STS endpoint for S3-compatible stores (path-style)")
     serve.add_argument("--s3-region", default=None, help="S3 region (default us-east-1)")
+    serve.add_argument(
+        "--s3-web-identity",
+        action="store_true",
+        default=None,
+        help="no storage key: STS AssumeRoleWithWebIdentity with the catalog's own issuer's tokens",
+    )
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser(

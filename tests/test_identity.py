@@ -465,7 +465,7 @@ def test_dead_refresh_token_requires_login(cat: ReferenceCatalog, tmp_path: Path
     with pytest.raises(LoginRequiredError) as err:
         src.token()
     msg = str(err.value)
-    assert "lakesession login" in msg and "login()" in msg and cat.issuer_uri in msg
+    assert "%lakesession login" in msg and "lakesession.connect(" in msg and cat.issuer_uri in msg
     assert not cache.keys()  # the dead refresh token is dropped from the cache
     with pytest.raises(LoginRequiredError):
         src.token()

@@ -4,6 +4,10 @@ SeaweedFS's STS enforces the catalog's session policies itself, so these tests c
 nobody here wrote — what the moto emulator's hooks emulate: prefix scoping (a table's credentials
 never reach its ``_archive`` sibling), and read-only credentials that cannot write. Expiry stays
 on the emulator (tests/test_vending.py): SeaweedFS's minimum credential lifetime is 900 s.
+
+Every test runs against two catalogs: one holding a standing S3 key (``AssumeRole``), and one holding
+no key at all (``s3.web_identity``: ``AssumeRoleWithWebIdentity`` with tokens of its own issuer, which
+SeaweedFS trusts as an OIDC provider on a role nothing else may assume).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 from lakesession.reference.vending import S3Settings
-from tests._seaweedfs import SeaweedFS, seaweedfs
+from lakesession.reference.webidentity import WebIdentity
+from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, free_port, seaweedfs
 
 pytestmark = pytest.mark.slow
 
@@ -43,24 +48,48 @@ ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
-    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as sw:
-        yield sw
+def web_port() -> int:
+    """The keyless catalog's port, chosen before SeaweedFS starts: its IAM config names the issuer's URL."""
+    return free_port()
 
 
 @pytest.fixture(scope="module")
-def cat(store: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    settings = S3Settings(
-        role_arn=store.role_arn,
+def store(tmp_path_factory: pytest.TempPathFactory, web_port: int) -> Iterator[SeaweedFS]:
+    with seaweedfs(tmp_path_factory.mktemp("seaweedfs"), oidc_issuer=f"http://127.0.0.1:{web_port}/oidc") as sw:
+        yield sw
+
+
+def web_identity_settings(store: SeaweedFS) -> S3Settings:
+    """A catalog with no storage key: SeaweedFS's STS trusts its issuer's tokens (``s3.web_identity``)."""
+    return S3Settings(
+        role_arn=WEB_ROLE_ARN,
         endpoint=store.endpoint,
-        access_key_id=store.access_key,
-        secret_access_key=store.secret_key,
         path_style=True,
         credential_ttl=900,  # SeaweedFS's minimum
+        web_identity=WebIdentity(audience=WEB_AUDIENCE, subject=WEB_SUBJECT, session_duration=900),
     )
+
+
+@pytest.fixture(scope="module", params=["standing-key", "web-identity"])
+def cat(
+    request: pytest.FixtureRequest, store: SeaweedFS, web_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ReferenceCatalog]:
+    if request.param == "web-identity":
+        settings, port = web_identity_settings(store), web_port
+    else:
+        settings = S3Settings(
+            role_arn=store.role_arn,
+            endpoint=store.endpoint,
+            access_key_id=store.access_key,
+            secret_access_key=store.secret_key,
+            path_style=True,
+            credential_ttl=900,  # SeaweedFS's minimum
+        )
+        port = 0
     handle = start(
-        warehouse=f"s3://{store.bucket}/wh",
+        warehouse=f"s3://{store.bucket}/wh-{request.param}",  # one prefix per catalog: they share the bucket
         s3=settings,
+        port=port,
         data_dir=tmp_path_factory.mktemp("swcat"),
         bootstrap=bootstrap.parse(POLICY),
     )
@@ -68,6 +97,12 @@ def cat(store: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     etl.create_namespace("shop")
     for name in ("orders", "orders_archive"):
         etl.create_table(("shop", name), SCHEMA).append(ROWS)
+    identity = handle.services.vendor.identity
+    if request.param == "web-identity":  # no key anywhere: every credential came from a web identity exchange
+        assert handle.settings.s3.access_key_id is None and handle.settings.s3.secret_access_key is None
+        assert identity is not None and identity.sts_calls >= 2  # its own session, and at least one vended
+    else:
+        assert identity is None
     yield handle
     handle.stop()
 

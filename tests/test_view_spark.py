@@ -18,6 +18,7 @@ import pytest
 import lakesession
 from lakesession._spark.errors import CatalogAccessError
 from lakesession.catalog._chains import ViewChainError
+from lakesession.errors import ConfigError
 from lakesession.reference import bootstrap, start
 from tests.support import create_view, policy, seed_chain_grants, view_body
 
@@ -130,7 +131,9 @@ def test_definer_view_reads_in_spark_and_the_table_stays_out_of_reach(alice: lak
     since = time.time()
     assert ids(alice.sql("SELECT * FROM as_alice.sales.v_orders")) == [20, 30, 40]
     assert ids(alice.sql("SELECT id FROM sales.v_orders WHERE id < 40")) == [20, 30]  # namespace-qualified
-    assert ids(alice.table("sales.v_orders")) == [20, 30, 40]
+    assert ids(alice.view("sales.v_orders")) == [20, 30, 40]
+    with pytest.raises(ConfigError, match=r"is a view, not a table: read it with session\.view"):
+        alice.table("sales.v_orders")  # one return type: table() never turns into a DataFrame
     assert chain_checks(views, since, "sales.orders") == [
         ("view sales.v_orders", "alice", 1, "allow"),
         ("table sales.orders", "bob", 2, "allow"),

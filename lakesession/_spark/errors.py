@@ -5,7 +5,8 @@ Java stack trace. Iceberg's REST exceptions (403 Forbidden, 401, 5xx) are
 among them, so a revoked grant would greet the user with hundreds of lines of
 Java. We wrap pyspark's ``convert_exception`` (the one documented place it
 maps JVM exceptions) so these become ``CatalogAccessError`` carrying the
-catalog's own message.
+catalog's own message — and the object store's refusals of a job's reads and writes become one
+``StorageAccessError`` naming the table (``lakesession._spark._denials``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from pyspark.errors.exceptions import captured
 from pyspark.errors.exceptions.base import PySparkException
 
+from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
 
 ICEBERG_REST_EXCEPTIONS = {
@@ -49,6 +51,44 @@ class CatalogAccessError(_CatalogAccessError, captured.CapturedException):
         return self.desc or self.kind
 
 
+class CapabilityError(_CapabilityError, captured.CapturedException):
+    """A Spark query asked the catalog for what it does not offer (remote signing); one line."""
+
+    def __init__(self, message: str, capability: str):
+        PySparkException.__init__(self, message=message)
+        self.desc = self._desc = message
+        self._stackTrace, self._cause, self._origin = "", None, None
+        self.kind, self.java_class, self.status = "capability", BAD_REQUEST, 400
+        self.capability, self.config = capability, {}
+
+    def __str__(self) -> str:
+        return self.desc
+
+
+BAD_REQUEST = "org.apache.iceberg.exceptions.BadRequestException"
+_MALFORMED = "Malformed request: "  # Iceberg's prefix for a 400's message
+
+
+def _capability(e: Any) -> CapabilityError | None:
+    """A 400 about remote signing (the gateway's refusal, or Polaris's "Unsupported access delegation mode")."""
+    seen = 0
+    while e is not None and seen < 20:
+        if str(e.getClass().getName()) == BAD_REQUEST:
+            said = str(e.getMessage() or "").removeprefix(_MALFORMED)
+            if "remote signing" in said:
+                return CapabilityError(said, "remote signing")
+            if "access delegation" in said.lower():
+                return CapabilityError(
+                    f"The catalog does not offer remote signing (it answered: {said}). "
+                    "Fix: lakesession.connect(..., access='vended-credentials') (the default).",
+                    "remote signing",
+                )
+            return None
+        e = e.getCause()
+        seen += 1
+    return None
+
+
 def _iceberg_cause(e: Any) -> tuple[Any, str] | None:
     from py4j.java_gateway import is_instance_of
     from pyspark import SparkContext
@@ -65,11 +105,22 @@ def _iceberg_cause(e: Any) -> tuple[Any, str] | None:
 
 
 def convert_exception(e: Any) -> captured.CapturedException:
+    unoffered = _capability(e)
+    if unoffered is not None:
+        return unoffered
     found = _iceberg_cause(e)
     if found is not None:
         cause, cls = found
         message = str(cause.getMessage() or "")
         return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
+    try:
+        from ._denials import spark_denial
+
+        denied = spark_denial(e)
+    except Exception:  # explaining must never hide the error itself
+        denied = None
+    if denied is not None:
+        return denied
     return _original(e)
 
 

@@ -31,14 +31,13 @@ from pyiceberg.catalog.rest import (
 )
 from pyiceberg.catalog.rest.auth import AUTH_MANAGER
 from pyiceberg.catalog.rest.response import _handle_non_200_response
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import BadRequestError, NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.typedef import Identifier
 from requests import HTTPError
 from typing_extensions import override
 
 from ..credentials import (
-    CredentialsError,
     CredentialStore,
     is_secret_key,
     public_config,
@@ -46,6 +45,7 @@ from ..credentials import (
 )
 from ..credentials._store import REFRESH_ENDPOINT
 from ..errors import ConfigError
+from ._capabilities import remote_signing_unavailable
 from ._pyiceberg import TokenSourceAuthManager
 
 if TYPE_CHECKING:
@@ -140,6 +140,7 @@ def load_table(
     *,
     access: str = VENDED,
     mode: str | None = None,
+    principal: str | None = None,
 ) -> Table:
     """Load ``identifier`` as a pyiceberg ``Table`` reading and writing with fresh credentials.
 
@@ -150,12 +151,20 @@ def load_table(
         catalog_uri: The catalog's base URI (what ``client.refresh-credentials-endpoint`` is relative to).
         access: ``vended-credentials`` (default) or ``remote-signing``.
         mode: ``read``/``write`` when the caller knows the privilege (shown in snapshots), else unknown.
+        principal: Who acts (named by a ``StorageAccessError`` when the store refuses a read or write).
+
+    Raises ``CapabilityError`` when remote signing is asked of a catalog that does not offer it.
     """
     if access not in ACCESS_MODES:
         raise ConfigError(f"access must be one of {ACCESS_MODES}, not {access!r}")
     ident = as_identifier(catalog, identifier)
-    response = _load_response(catalog, ident, access)
     name = table_name(ident)
+    try:
+        response = _load_response(catalog, ident, access)
+    except BadRequestError as exc:  # Polaris: "Unsupported access delegation mode"
+        if access != SIGNING:
+            raise
+        raise remote_signing_unavailable(catalog, catalog_uri, name, str(exc)) from exc
     metadata = response.metadata
     config = dict(response.config)
     catalog_props = {k: v for k, v in catalog.properties.items() if isinstance(v, str)}
@@ -163,11 +172,7 @@ def load_table(
     io: Any
     if access == SIGNING:
         if str(config.get("s3.remote-signing-enabled", "")).lower() != "true":
-            raise CredentialsError(
-                f"The catalog did not enable remote signing for table {name}: "
-                f"load it with access='vended-credentials', or ask the catalog's operator.",
-                name,
-            )
+            raise remote_signing_unavailable(catalog, catalog_uri, name)
         io_props = {
             **public_config(catalog_props),
             **props,
@@ -188,7 +193,9 @@ def load_table(
             token=token,
             mode=mode,
         )
-        io = VendedFileIO({**catalog_props, **props}, store=store, table=name, location=metadata.location)
+        io = VendedFileIO(
+            {**catalog_props, **props}, store=store, table=name, location=metadata.location, principal=principal
+        )
     else:  # nothing vended (e.g. a file:// warehouse): pyiceberg's own FileIO
         io = catalog._load_file_io(props, response.metadata_location)
     table = SessionTable(
@@ -199,7 +206,9 @@ def load_table(
         catalog=catalog,
         config=public_config(config),
     )
-    table._reload = lambda: load_table(catalog, ident, store, token, catalog_uri, access=access, mode=mode)
+    table._reload = lambda: load_table(
+        catalog, ident, store, token, catalog_uri, access=access, mode=mode, principal=principal
+    )
     return table
 
 
@@ -213,8 +222,9 @@ def create_table(
     *,
     access: str = VENDED,
     mode: str | None = None,
+    principal: str | None = None,
     **kwargs: Any,
 ) -> Table:
     """Create ``identifier`` (``kwargs`` as pyiceberg's ``create_table``), then ``load_table`` it."""
     catalog.create_table(as_identifier(catalog, identifier), schema, **kwargs)
-    return load_table(catalog, identifier, store, token, catalog_uri, access=access, mode=mode)
+    return load_table(catalog, identifier, store, token, catalog_uri, access=access, mode=mode, principal=principal)

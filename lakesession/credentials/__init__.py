@@ -14,7 +14,7 @@
 Secrets (keys, session tokens, the user's token) appear in no repr, snapshot or message.
 """
 
-from ._errors import CredentialsError, CredentialsRefreshError, CredentialsRevokedError
+from ._errors import CredentialsError, CredentialsRefreshError, CredentialsRevokedError, StorageAccessError
 from ._refresh import Refresher, resolve_endpoint
 from ._states import (
     EXPIRED,
@@ -48,6 +48,7 @@ __all__ = [
     "CredentialsRevokedError",
     "Refresher",
     "SigningFileIO",
+    "StorageAccessError",
     "StorageCredential",
     "TableCredentials",
     "VendedFileIO",

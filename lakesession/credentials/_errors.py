@@ -12,6 +12,12 @@ Messages name the table, never a key, secret or token, and end with a hint.
 
 from __future__ import annotations
 
-from ..errors import RELOAD_HINT, CredentialsError, CredentialsRefreshError, CredentialsRevokedError
+from ..errors import RELOAD_HINT, CredentialsError, CredentialsRefreshError, CredentialsRevokedError, StorageAccessError
 
-__all__ = ["RELOAD_HINT", "CredentialsError", "CredentialsRefreshError", "CredentialsRevokedError"]
+__all__ = [
+    "RELOAD_HINT",
+    "CredentialsError",
+    "CredentialsRefreshError",
+    "CredentialsRevokedError",
+    "StorageAccessError",
+]

@@ -19,15 +19,20 @@ the client; the catalog signs each S3 request, asked with the user's current tok
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pyiceberg.io import InputFile, OutputFile
+from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.io.pyarrow import ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
 from typing_extensions import override
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageAccessError
+from ._denials import DELETE, READ, WRITE, likely_cause, parse_denial, storage_error
 from ._signing import AsyncRestSigner, SigningFileIO, signing_s3
+from ._states import REVOKED
 from ._store import public_config
 
 if TYPE_CHECKING:
@@ -46,17 +51,62 @@ def _s3_filesystem(properties: Properties, netloc: str | None) -> FileSystem:
     return PyArrowFileIO(properties)._initialize_s3_fs(netloc)
 
 
+class _TableFile(PyArrowFile):
+    """A ``PyArrowFile`` whose store refusals (open, create, exists) become one ``StorageAccessError``."""
+
+    _explain: Callable[[OSError, str, str], StorageAccessError | None]
+
+    @override
+    def open(self, seekable: bool = True) -> InputStream:
+        try:
+            return super().open(seekable)
+        except OSError as exc:
+            denied = self._explain(exc, self.location, READ)
+            if denied is None:
+                raise
+            raise denied from exc
+
+    @override
+    def create(self, overwrite: bool = False) -> OutputStream:
+        try:
+            return super().create(overwrite)
+        except OSError as exc:
+            denied = self._explain(exc, self.location, WRITE)
+            if denied is None:
+                raise
+            raise denied from exc
+
+    @override
+    def exists(self) -> bool:
+        try:
+            return super().exists()
+        except OSError as exc:
+            denied = self._explain(exc, self.location, READ)
+            if denied is None:
+                raise
+            raise denied from exc
+
+
 class VendedFileIO(PyArrowFileIO):
     """A ``PyArrowFileIO`` whose S3 access always uses the table's current vended credentials.
 
     ``properties`` holds no secret (the credentials live in the store only); call
-    ``current_properties()`` for a full, fresh FileIO config to hand to another engine.
+    ``current_properties()`` for a full, fresh FileIO config to hand to another engine. A store's refusal
+    (read-only keys written with, revoked, expired) is raised as one ``StorageAccessError`` naming the
+    table, the operation and ``principal``, with pyarrow's ``OSError`` as its ``__cause__``.
     """
 
     def __init__(
-        self, properties: Properties = EMPTY_DICT, *, store: CredentialStore, table: str, location: str | None = None
+        self,
+        properties: Properties = EMPTY_DICT,
+        *,
+        store: CredentialStore,
+        table: str,
+        location: str | None = None,
+        principal: str | None = None,
     ):
         self._store = store
+        self._principal = principal
         self._table = table
         self._location = location
         self._fs_lock = threading.Lock()
@@ -91,9 +141,30 @@ class VendedFileIO(PyArrowFileIO):
 
     def _file(self, location: str) -> PyArrowFile:
         fs, path = self._fs_for(location)
-        return PyArrowFile(
+        f = _TableFile(
             fs=fs, location=location, path=path, buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE))
         )
+        f._explain = self.explain
+        return f
+
+    def explain(self, exc: BaseException, location: str, operation: str) -> StorageAccessError | None:
+        """``exc`` (pyarrow's OSError, or pyiceberg's PermissionError over it) as a ``StorageAccessError``,
+        or None when it is no authorization refusal (a missing file, a network error)."""
+        text = f"{exc} {exc.__cause__ or ''}"
+        denial = parse_denial(text, operation=operation)
+        if denial is None:
+            return None
+        if denial.path is None:
+            denial = replace(denial, path=location)
+        entry = self._store.entry(self._table) if self._table in self._store else None
+        expires = entry.expires_at if entry is not None else None
+        cause = likely_cause(
+            denial,
+            revoked=entry is not None and entry.state == REVOKED,
+            mode=entry.mode if entry else None,
+            expired=expires is not None and expires <= time.time(),
+        )
+        return storage_error(denial, table=self._table, principal=self._principal, cause=cause)
 
     @override
     def new_input(self, location: str) -> PyArrowFile:
@@ -109,9 +180,11 @@ class VendedFileIO(PyArrowFileIO):
         fs, path = self._fs_for(str_location)
         try:
             fs.delete_file(path)
-        except (FileNotFoundError, PermissionError):
+        except FileNotFoundError:
             raise
         except OSError as e:
+            if (denied := self.explain(e, str_location, DELETE)) is not None:
+                raise denied from e
             if e.errno == 2 or "Path does not exist" in str(e):
                 raise FileNotFoundError(f"Cannot delete file, does not exist: {str_location}") from e
             if e.errno == 13 or "AWS Error [code 15]" in str(e):

@@ -25,6 +25,7 @@ from urllib.parse import quote, unquote
 
 from .._idempotency import RETRY_STATUSES, advertises_keys, backoff, is_mutation, new_key
 from .._singleflight import SingleFlight
+from . import _signer
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._accesslog import create_target as _create_target
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
@@ -99,6 +100,7 @@ class GatewayApp:
         self.signers = SignerRoutes()
         self.region = region if region is not None else default_region()
         self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
+        self.endpoints: list[str] | None = None  # the endpoints that /v1/config listed, once seen
         self.keys_supported = False  # the catalog advertises idempotency-key-lifetime (its /v1/config, once seen)
         self.keyed_retry_window = KEYED_RETRY_WINDOW
         self.namespace_separator = JVM_SEPARATOR  # the catalog's, from its /v1/config (Apache's fixture: %2E)
@@ -116,6 +118,7 @@ class GatewayApp:
         offered = offers_credentials(config_body)
         if offered is not None:
             self.offers_credentials = offered
+        self.endpoints = _signer.config_endpoints(config_body)
         self.keys_supported = advertises_keys(config_body)
         self.namespace_separator = namespace_separator(config_body)
 
@@ -309,6 +312,11 @@ class GatewayApp:
             status, content, out_headers = self._forward(method, path, query, headers, body)
             if what and what[0] == "load_table" and method == "GET" and self.access != SIGNING:
                 self._note_load(path, query, req_headers, (status, content, out_headers))
+            elif what and what[0] == "load_table" and method == "GET" and status == 200:  # a remote-signing session
+                refused = _signer.refuse_unsigned(
+                    content, self.upstream.base_url, what[1], self.endpoints, self.signers.ever
+                )
+                status, content, out_headers = refused or (status, content, out_headers)
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
             self.paths.note_config(content)

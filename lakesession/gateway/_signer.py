@@ -87,10 +87,12 @@ class SignerRoutes:
         self._paths: dict[str, int] = {}  # decoded path of each target -> routes naming it
         self._lock = threading.Lock()
         self._maximum = maximum
+        self.ever = False  # has the catalog enabled remote signing for any table yet (it offers signing)
 
     def register(self, target: str, obj: str, chain: str | None) -> SignerRoute:
         rid = hashlib.sha256(f"{chain or ''}\n{target}".encode()).hexdigest()[:24]
         with self._lock:
+            self.ever = True
             route = self._routes.get(rid)
             if route is None:
                 route = self._routes[rid] = SignerRoute(rid, target, obj, chain)
@@ -266,3 +268,44 @@ def forward_sign(
         )
     )
     return status, content, out_headers
+
+
+NO_SIGNING_MARKER = "does not offer remote signing"
+
+
+def config_endpoints(config_body: bytes) -> list[str]:
+    """The endpoints a ``/v1/config`` answer lists (empty when it lists none)."""
+    try:
+        endpoints = json.loads(config_body).get("endpoints")
+    except (ValueError, AttributeError):
+        return []
+    return [str(e) for e in endpoints] if isinstance(endpoints, list) else []
+
+
+def refuse_unsigned(
+    content: bytes, upstream: str, obj: str, endpoints: list[str] | None, signing_seen: bool
+) -> Reply | None:
+    """A remote-signing session's load of an S3 table from a catalog that shows no sign of remote signing
+    (SeaweedFS ignores the request; it vends nothing, or credentials the gateway strips): a 400 naming what
+    the catalog offers, instead of a table the JVM cannot read (no credentials, no signer). None when this
+    load is signed, the catalog signed an earlier one or lists a sign endpoint (then a missing signer is a
+    matter of privilege, the catalog's to say), or the table is not on S3 (a ``file://`` warehouse)."""
+    if b"remote-signing-enabled" in content or signing_seen or any("/sign" in e for e in endpoints or []):
+        return None
+    try:
+        doc = json.loads(content)
+        location = str(doc.get("metadata-location") or doc["metadata"].get("location") or "")
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return None
+    if not location.startswith(("s3://", "s3a://", "s3n://")):
+        return None
+    vended = bool(doc.get("storage-credentials")) or any("access-key-id" in k for k in (doc.get("config") or {}))
+    listed = f"its /v1/config lists {len(endpoints)} endpoints" if endpoints else "its /v1/config lists no endpoints"
+    creds = "with" if any(e.endswith("/credentials") for e in endpoints or []) else "no"
+    message = (
+        f"The catalog at {upstream} {NO_SIGNING_MARKER}: it answered a remote-signing load of {obj} "
+        f"{'with vended credentials' if vended else 'without signing settings'} ({listed}, {creds} …/credentials, "
+        "and sets no s3.remote-signing-enabled). "
+        "Fix: lakesession.connect(..., access='vended-credentials') (the default), or ask the catalog's operator."
+    )
+    return error_reply(400, "BadRequestException", message)

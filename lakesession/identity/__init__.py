@@ -19,7 +19,7 @@ from ._base import TokenSource
 from ._cache import TokenCache, default_cache_path
 from ._device import DeviceCode, DevicePrompt
 from ._discovery import discover, from_issuer
-from ._errors import DeviceFlowError, IdentityError, LoginRequiredError, TokenRefreshError
+from ._errors import DeviceFlowError, IdentityError, LoginRequiredError, ScopeError, TokenRefreshError
 from ._flows import Anonymous, ClientCredentials, StaticToken, TokenExchange
 from ._jupyterhub import JupyterHubToken
 
@@ -33,6 +33,7 @@ __all__ = [
     "JupyterHubToken",
     "LakesessionError",
     "LoginRequiredError",
+    "ScopeError",
     "StaticToken",
     "TokenCache",
     "TokenExchange",

@@ -7,11 +7,11 @@ Messages never contain a secret; each one says how to fix the problem.
 
 from __future__ import annotations
 
-from ..errors import DeviceFlowError, IdentityError, LoginRequiredError, TokenRefreshError
+from ..errors import DeviceFlowError, IdentityError, LoginRequiredError, ScopeError, TokenRefreshError
 
-__all__ = ["LOGIN_HINT", "DeviceFlowError", "IdentityError", "LoginRequiredError", "TokenRefreshError"]
+__all__ = ["LOGIN_HINT", "DeviceFlowError", "IdentityError", "LoginRequiredError", "ScopeError", "TokenRefreshError"]
 
-LOGIN_HINT = "run `lakesession login` (or `%lakesession login` in a notebook), or call session.login()"
+LOGIN_HINT = "run `%lakesession login` in a notebook, or call lakesession.connect(...) again (a new device login)"
 
 
 class _Transient(Exception):

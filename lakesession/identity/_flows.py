@@ -17,8 +17,15 @@ from ._oauth import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, call, oauth_client
 logger = logging.getLogger("lakesession.identity")
 
 
-def rejected(exc: _OAuthRejected, where: str, client_id: str) -> IdentityError:
-    """An issuer's refusal (other than a dead refresh token) as an ``IdentityError`` with a fix-it hint."""
+def rejected(
+    exc: _OAuthRejected, where: str, client_id: str, *, scope: str | None = None, token_url: str | None = None
+) -> IdentityError:
+    """An issuer's refusal (other than a dead refresh token) as an ``IdentityError`` with a fix-it hint;
+    ``invalid_scope`` as a ``ScopeError`` naming the scope sent and the one expected (``_scopes``)."""
+    if exc.error == "invalid_scope" and token_url:
+        from ._scopes import scope_error
+
+        return scope_error(exc.detail(), where, scope, token_url, where if where != token_url else None)
     if exc.error in ("invalid_client", "unauthorized_client"):
         hint = f"Check the client id ({client_id!r}) and client secret, and that the client may use this grant."
     elif exc.error in ("invalid_scope", "invalid_target"):
@@ -190,7 +197,7 @@ class ClientCredentials(_OAuthSource):
                 ),
             )
         except _OAuthRejected as exc:
-            raise rejected(exc, self._where, self._client_id) from None
+            raise rejected(exc, self._where, self._client_id, scope=self._scope, token_url=url) from None
         token = Token.from_response(response)
         token.refresh_token = None  # nothing to refresh with: the next token is fetched the same way
         return token
@@ -266,7 +273,7 @@ class TokenExchange(_OAuthSource):
                         "Check that the subject token comes from this issuer and that the client may "
                         "exchange it; log the subject in again if its session ended."
                     ) from None
-                raise rejected(exc, self._where, self._client_id) from None
+                raise rejected(exc, self._where, self._client_id, scope=self._scope, token_url=url) from None
             token = Token.from_response(response)
             token.refresh_token = None
             return token

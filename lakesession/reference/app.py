@@ -31,6 +31,7 @@ from .settings import ServerSettings
 from .timing import ServerTiming
 from .timing import enabled as timing_enabled
 from .vending import CredentialVendor
+from .webidentity import CatalogIdentity
 
 logger = logging.getLogger(__name__)
 
@@ -111,15 +112,6 @@ def build_services(
     private_state(settings.db_url, key_path.parent if key_path is not None else None)
     engine = store.make_engine(settings.db_url)
     file_io = settings.s3.catalog_file_io() if settings.s3 is not None else {}
-
-    def make_catalog() -> Any:
-        from .sqlcatalog import CachingSqlCatalog
-
-        catalog = CachingSqlCatalog(settings.catalog_name, uri=settings.db_url, warehouse=settings.warehouse, **file_io)
-        catalog.engine.dispose()
-        catalog.engine = engine  # one engine (WAL pragmas, one pool) for everything
-        return catalog
-
     directory = Directory(engine)
     issuer: EmbeddedIssuer | None = None
     if settings.uses_embedded_issuer:
@@ -127,9 +119,23 @@ def build_services(
         verifier: Any = issuer
     else:
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
-    vendor = CredentialVendor(settings.s3) if settings.s3 is not None else None
-    if settings.s3 is not None:
-        quiet_botocore_bodies()  # the vending and signing clients hold the catalog's own and vended keys
+    vendor = _vendor(settings, issuer)
+    own_session = vendor.identity.file_io if vendor is not None and vendor.identity is not None else None
+
+    def make_catalog() -> Any:
+        from .sqlcatalog import CachingSqlCatalog
+
+        catalog = CachingSqlCatalog(
+            settings.catalog_name,
+            uri=settings.db_url,
+            warehouse=settings.warehouse,
+            storage_credentials=own_session,
+            **file_io,
+        )
+        catalog.engine.dispose()
+        catalog.engine = engine  # one engine (WAL pragmas, one pool) for everything
+        return catalog
+
     services = Services(
         settings=settings,
         directory=directory,
@@ -139,6 +145,33 @@ def build_services(
         vendor=vendor,
     )
     return services, issuer
+
+
+def _vendor(settings: ServerSettings, issuer: EmbeddedIssuer | None) -> CredentialVendor | None:
+    """The credential vendor; with ``s3.web_identity`` it proves the catalog's identity with its issuer's tokens."""
+    s3 = settings.s3
+    if s3 is None:
+        return None
+    quiet_botocore_bodies()  # the vending and signing clients hold the catalog's own and vended keys
+    if s3.web_identity is None:
+        return CredentialVendor(s3)
+    if issuer is None:
+        raise ValueError(
+            "s3.web_identity needs the embedded issuer (it signs the catalog's tokens); this catalog trusts "
+            f"the external issuer issuer_url={settings.issuer_url!r}: remove issuer_url or s3.web_identity"
+        )
+    if s3.web_identity.audience == settings.audience:
+        raise ValueError(
+            f"s3.web_identity.audience {settings.audience!r} is the catalog's own audience: its storage tokens "
+            "would be access tokens to this catalog; use the audience the store's OIDC provider expects"
+        )
+    issuer.directory.reserved[s3.web_identity.subject] = (
+        "it is the catalog's own storage identity (s3.web_identity.subject); choose another name"
+    )
+    identity = CatalogIdentity(
+        s3.web_identity, issuer.workload_token, vending_role=s3.role_arn, region=s3.region, sts_endpoint=s3.sts_url
+    )
+    return CredentialVendor(s3, identity=identity)
 
 
 class _MountOnFirstUse:

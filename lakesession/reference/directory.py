@@ -78,12 +78,16 @@ class Directory:
         self._cache: dict[str, tuple[float, tuple[Grant, ...]]] = {}
         self._secret_cache: dict[tuple[str, str], float] = {}
         self._principals: dict[str, tuple[float, Principal | None]] = {}
+        #: names no principal may take, and why (``s3.web_identity.subject``: tokens of that subject open storage)
+        self.reserved: dict[str, str] = {}
 
     # -- principals -------------------------------------------------------
     def create_principal(
         self, name: str, type: str = "user", client_id: str | None = None, client_secret: str | None = None
     ) -> Principal:
         name = _check_name("principal", name)
+        if name in self.reserved:
+            raise BadRequest(f"Principal name {name!r} is reserved: {self.reserved[name]}")
         if type not in PRINCIPAL_TYPES:
             raise BadRequest(f"Invalid principal type {type!r}: expected 'user' or 'service'")
         if client_secret is not None and client_id is None:

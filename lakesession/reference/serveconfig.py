@@ -4,6 +4,7 @@
 warehouse: s3://lake/wh
 db_url: postgresql+psycopg://catalog@db.internal/lakesession
 s3_emulator: true                  # or s3: {role_arn: arn:aws:iam::…:role/vend, region: eu-west-1}
+                                   # (s3.web_identity: true: no storage key, docs/serve-web-identity.md)
 trusted_engines: [{principal: engine}]
 view_owner_property: trino.run-as-owner
 access_token_ttl: 900
@@ -30,10 +31,11 @@ from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from . import bootstrap as bootstrap_mod
 from .settings import ServerSettings
+from .webidentity import DEFAULT_AUDIENCE, DEFAULT_SUBJECT, MAX_SESSION, MIN_SESSION, WebIdentity
 
 ENV_PREFIX = "LAKESESSION_SERVE__"
 _URL_PASSWORD = re.compile(r"(//[^/:@\s]*:)[^@\s]*@")
@@ -43,8 +45,20 @@ class ConfigError(ValueError):
     """An invalid server configuration; the message names where (file:line, variable, flag) and the fix."""
 
 
+class WebIdentityConfig(BaseModel):
+    """``s3.web_identity``: no standing storage key; STS trusts tokens the catalog's own issuer signs for it."""
+
+    model_config = ConfigDict(extra="forbid")
+    audience: str = Field(default=DEFAULT_AUDIENCE, min_length=1)
+    subject: str = Field(default=DEFAULT_SUBJECT, min_length=1)
+    role_arn: str | None = None
+    session_duration: int = Field(default=3600, ge=MIN_SESSION, le=MAX_SESSION)
+    token_ttl: int = Field(default=300, ge=60, le=3600)
+
+
 class S3Config(BaseModel):
-    """The ``s3:`` section: real S3/STS. The catalog's own keys come from the AWS default chain, never the file."""
+    """The ``s3:`` section: real S3/STS. The catalog's own keys come from the AWS default chain, never the
+    file; with ``web_identity`` it holds no key at all (``AssumeRoleWithWebIdentity``, its issuer's tokens)."""
 
     model_config = ConfigDict(extra="forbid")
     role_arn: str
@@ -52,6 +66,22 @@ class S3Config(BaseModel):
     endpoint: str | None = None
     sts_endpoint: str | None = None
     path_style: bool | None = None
+    web_identity: WebIdentityConfig | None = None
+
+    @field_validator("web_identity", mode="before")
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        """``true`` (also ``"true"`` from the environment or ``--s3-web-identity``): every default; false: off."""
+        text = value.strip().lower() if isinstance(value, str) else None
+        if value is True or text in ("true", "yes", "on", "1"):
+            return {}
+        if value is False or text in ("false", "no", "off", "0"):
+            return None
+        return value
+
+    def web(self) -> WebIdentity | None:
+        """The web identity settings, or ``None`` for a standing key (``web_identity`` absent or false)."""
+        return None if self.web_identity is None else WebIdentity(**self.web_identity.model_dump())
 
 
 _EngineKey = Literal["principal", "issuer", "audience", "subject"]
@@ -167,7 +197,9 @@ def _hint(err: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         nested: dict[str, type[BaseModel]] = {"s3": S3Config, **{k: m for k, (m, _) in _SECTIONS.items()}}
-        allowed = sorted(nested[loc[0]].model_fields) if len(loc) > 1 and loc[0] in nested else KEYS
+        nested["s3.web_identity"] = WebIdentityConfig
+        section = ".".join(str(p) for p in loc[:-1])
+        allowed = sorted(nested[section].model_fields) if section in nested else KEYS
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
         return f"unknown key {loc[-1]!r}: {guess}allowed keys: {', '.join(allowed)}"
@@ -281,6 +313,7 @@ def resolve(
     kwargs["bootstrap"] = _bootstrap(data.get("bootstrap"), root, located, config_file)
     if cfg.s3 is not None:  # type: ignore[attr-defined]
         kwargs["s3_config"] = cfg.s3  # type: ignore[attr-defined]
+        _check_web_identity(cfg, located)
     return Resolved(kwargs, {".".join(k): v for k, v in located.overrides.items()}, located)
 
 
@@ -304,12 +337,44 @@ def _bootstrap(
         raise ConfigError(f"{e} (in the bootstrap policy: principals, roles, grants)") from None
 
 
+def _check_web_identity(cfg: Any, located: _Located) -> None:
+    """``s3.web_identity`` needs the embedded issuer, and tokens the catalog itself would never accept."""
+    web = cfg.s3.web()
+    if web is None:
+        return
+    where = located.where(("s3", "web_identity"))
+    if cfg.issuer_url is not None:
+        raise ConfigError(
+            f"{where}: s3.web_identity needs the embedded issuer (it signs the catalog's tokens), but "
+            f"{located.where(('issuer_url',))} sets issuer_url: remove one of them"
+        )
+    audience = cfg.audience if cfg.audience is not None else ServerSettings.audience
+    if web.audience == audience:
+        raise ConfigError(
+            f"{where}: s3.web_identity.audience {web.audience!r} is the catalog's own audience: tokens for STS "
+            "would be access tokens to this catalog; use the audience the store's OIDC provider expects "
+            f"(e.g. {DEFAULT_AUDIENCE!r})"
+        )
+
+
 def s3_settings(s3: S3Config, credential_ttl: int) -> Any:
-    """Real S3/STS settings; the catalog's own keys come from the AWS default chain (environment, profile, role)."""
+    """Real S3/STS settings; the catalog's own keys come from the AWS default chain (environment, profile, role),
+    except with ``web_identity``: then it holds no key (any in the environment is ignored)."""
     import boto3
 
     from .vending import S3Settings
 
+    web = s3.web()
+    if web is not None:
+        return S3Settings(
+            role_arn=s3.role_arn,
+            region=s3.region,
+            endpoint=s3.endpoint,
+            sts_endpoint=s3.sts_endpoint,
+            path_style=s3.path_style if s3.path_style is not None else s3.endpoint is not None,
+            credential_ttl=credential_ttl,
+            web_identity=web,
+        )
     creds = boto3.Session().get_credentials()
     frozen = creds.get_frozen_credentials() if creds is not None else None
     return S3Settings(

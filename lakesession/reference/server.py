@@ -137,6 +137,20 @@ def _ensure_admin(services: Services, data_dir: Path) -> ClientCredentials:
     return ClientCredentials(ADMIN_PRINCIPAL, secret)
 
 
+def _check_web_identity_subject(settings: ServerSettings, services: Services, bootstrap: Any) -> None:
+    """No principal may bear the subject of the catalog's storage identity (``s3.web_identity``): its tokens would
+    differ from the catalog's own only by audience, the one claim a careless trust policy might not check."""
+    web = getattr(settings.s3, "web_identity", None)
+    if web is None:
+        return
+    names = [p["name"] for p in bootstrap.principals] if isinstance(bootstrap, bootstrap_mod.Bootstrap) else []
+    if web.subject in names or services.directory.get_principal(web.subject) is not None:
+        raise ValueError(
+            f"a principal is named {web.subject!r}, the catalog's own storage identity (s3.web_identity.subject): "
+            "rename the principal or choose another subject (and require it in the store's trust policy)"
+        )
+
+
 class ReferenceCatalog:
     """A running reference catalog. ``uri`` is what pyiceberg's RestCatalog takes as ``uri``."""
 
@@ -161,6 +175,7 @@ class ReferenceCatalog:
         self.sock = sock
         self.bind_url = settings.base_url
         self.admin_credentials = _ensure_admin(services, data_dir)
+        _check_web_identity_subject(settings, services, bootstrap)
         if bootstrap is not None:
             self.admin.apply_bootstrap(bootstrap)
         others = [p.name for p in services.directory.list_principals() if p.name != ADMIN_PRINCIPAL]

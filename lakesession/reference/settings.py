@@ -61,6 +61,7 @@ class ServerSettings:
         device_code_ttl: How long a device code can wait for approval, in seconds.
         device_poll_interval: Minimum polling interval the device flow asks clients to keep, in seconds.
         namespace_separator: How multi-level namespaces are joined in URLs (spec default ``%1F``).
+        extra_config: Extra properties added to every ``/v1/config`` answer's ``defaults``.
         s3: ``vending.S3Settings`` when the warehouse is on S3 (enables credential vending and signing).
         trusted_engines: Callers whose ``referenced-by`` view chains are honoured and who may set the view
             owner property: ``{"principal": name}`` or ``{"issuer": iss, "audience": aud}`` /

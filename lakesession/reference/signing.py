@@ -214,15 +214,23 @@ def signed_headers(headers: dict[str, list[str]]) -> dict[str, str]:
 
 
 def sign(
-    method: str, uri: str, headers: dict[str, list[str]], region: str, s3: S3Settings, body: str | None = None
+    method: str,
+    uri: str,
+    headers: dict[str, list[str]],
+    region: str,
+    s3: S3Settings,
+    body: str | None = None,
+    credentials: Credentials | None = None,
 ) -> dict[str, list[str]]:
-    """SigV4-sign the request with the catalog's own credentials; returns the headers to send."""
-    if not (s3.access_key_id and s3.secret_access_key):
+    """SigV4-sign the request with the catalog's own credentials (``credentials``: its current session,
+    else ``s3``'s keys); returns the headers to send."""
+    if credentials is None and s3.access_key_id and s3.secret_access_key:
+        credentials = Credentials(s3.access_key_id, s3.secret_access_key, s3.session_token)
+    if credentials is None:
         raise Forbidden("Remote signing is not configured on this catalog (no signing credentials)")
     flat = signed_headers(headers)
     request = AWSRequest(method=method.upper(), url=uri, headers=flat, data=body.encode() if body else None)
     if "x-amz-content-sha256" not in {k.lower() for k in flat}:
         request.headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
-    creds = Credentials(s3.access_key_id, s3.secret_access_key, s3.session_token)
-    S3SigV4Auth(creds, "s3", region or s3.region).add_auth(request)
+    S3SigV4Auth(credentials, "s3", region or s3.region).add_auth(request)
     return {k: [v] for k, v in request.headers.items()}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -85,8 +86,15 @@ class FileIOCache:
 class CachingSqlCatalog(SqlCatalog):
     """SqlCatalog whose metadata reads, parses and FileIOs are cached (metadata files never change)."""
 
-    def __init__(self, name: str, **properties: str):
+    def __init__(
+        self, name: str, *, storage_credentials: Callable[[], dict[str, str]] | None = None, **properties: str
+    ):
+        # ``storage_credentials``: the catalog's current storage session (``s3.web_identity``), merged into
+        # ``properties`` at every use, so each FileIO built from them carries a live session; not while
+        # starting (SqlCatalog reads its database settings there, and STS may need this catalog to be serving)
+        self._storage_credentials: Callable[[], dict[str, str]] | None = None
         super().__init__(name, **properties)
+        self._storage_credentials = storage_credentials
         self.metadata_cache = MetadataCache()
         self.file_ios = FileIOCache()
         self._parsed: OrderedDict[str, tuple[TableMetadata, int]] = OrderedDict()
@@ -94,6 +102,16 @@ class CachingSqlCatalog(SqlCatalog):
         self._parsed_lock = threading.Lock()
         # pyiceberg reads its config file on every metadata write for this one flag
         self._exclude_none = not Config().get_bool("legacy-current-snapshot-id")
+
+    @property
+    def properties(self) -> Properties:
+        if self._storage_credentials is None:
+            return self._properties
+        return {**self._properties, **self._storage_credentials()}
+
+    @properties.setter
+    def properties(self, value: Properties) -> None:
+        self._properties = value
 
     def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None) -> FileIO:
         return self.file_ios.get({**self.properties, **properties}, location)

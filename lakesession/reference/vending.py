@@ -26,6 +26,7 @@ from .._redact import quiet_botocore_bodies
 from .._singleflight import SingleFlight
 from .errors import ServiceUnavailable
 from .storage.policy import table_session_policy
+from .webidentity import CatalogIdentity, WebIdentity
 
 READ, WRITE = "read", "write"
 
@@ -41,6 +42,8 @@ class S3Settings:
         sts_endpoint: STS endpoint (``None`` = AWS, or the S3 endpoint for emulators that serve both).
         access_key_id / secret_access_key / session_token: the catalog's own credentials
             (``None`` = boto's default chain). Never sent to clients.
+        web_identity: No standing key: STS ``AssumeRoleWithWebIdentity`` with tokens of the catalog's
+            own issuer (``webidentity.WebIdentity``); the three keys above must then be ``None``.
         path_style: Path-style addressing (emulators, MinIO).
         credential_ttl: Lifetime of vended credentials in seconds.
         min_remaining: Fraction of their lifetime cached credentials must still have to be handed out again.
@@ -56,9 +59,22 @@ class S3Settings:
     path_style: bool = True
     credential_ttl: int = 3600
     min_remaining: float = 0.9
+    web_identity: WebIdentity | None = None
+
+    def __post_init__(self) -> None:
+        if self.web_identity is not None and (self.access_key_id or self.secret_access_key or self.session_token):
+            raise ValueError("s3: web_identity means no standing storage key; remove the access key settings")
 
     def __repr__(self) -> str:
-        return f"S3Settings(role_arn={self.role_arn!r}, region={self.region!r}, endpoint={self.endpoint!r}, ttl={self.credential_ttl})"
+        mode = ", web_identity" if self.web_identity is not None else ""
+        return (
+            f"S3Settings(role_arn={self.role_arn!r}, region={self.region!r}, endpoint={self.endpoint!r}, "
+            f"ttl={self.credential_ttl}{mode})"
+        )
+
+    @property
+    def sts_url(self) -> str | None:
+        return self.sts_endpoint or self.endpoint
 
     def client_config(self) -> dict[str, str]:
         """Where engines find the store: region, endpoint, addressing (no credentials)."""
@@ -115,9 +131,12 @@ def _session_name(principal: str) -> str:
 class CredentialVendor:
     """Issues and caches table-scoped STS credentials."""
 
-    def __init__(self, s3: S3Settings, sts_client: Any | None = None):
+    def __init__(self, s3: S3Settings, sts_client: Any | None = None, identity: CatalogIdentity | None = None):
         self.s3 = s3
         self._sts = sts_client
+        self.identity = identity  # web identity mode: no standing key, tokens of the catalog's own issuer
+        if s3.web_identity is not None and identity is None:
+            raise ValueError("s3.web_identity needs the catalog's identity (the embedded issuer signs its tokens)")
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str, str, str], VendedCredential] = {}
         self._flights: SingleFlight[VendedCredential] = SingleFlight()
@@ -134,7 +153,7 @@ class CredentialVendor:
                 # validation off below 900 s: emulators accept shorter DurationSeconds than AWS (short-TTL tests)
                 config=Config(parameter_validation=self.s3.credential_ttl >= 900, retries={"max_attempts": 2}),
                 region_name=self.s3.region,
-                endpoint_url=self.s3.sts_endpoint or self.s3.endpoint,
+                endpoint_url=self.s3.sts_url,
                 aws_access_key_id=self.s3.access_key_id,
                 aws_secret_access_key=self.s3.secret_access_key,
                 aws_session_token=self.s3.session_token,
@@ -166,8 +185,28 @@ class CredentialVendor:
         for k in [k for k, v in self._cache.items() if v.expires_at <= now]:
             del self._cache[k]
 
+    def own_credentials(self) -> Any:
+        """The catalog's own credentials (botocore ``Credentials``: remote signing), or ``None`` if it holds none."""
+        if self.identity is not None:
+            return self.identity.credentials()
+        s3 = self.s3
+        if not (s3.access_key_id and s3.secret_access_key):
+            return None
+        from botocore.credentials import Credentials
+
+        return Credentials(s3.access_key_id, s3.secret_access_key, s3.session_token)
+
     def _assume(self, principal: str, location: str, mode: str) -> VendedCredential:
         policy = table_session_policy(location, write=(mode == WRITE))
+        if self.identity is not None:
+            self.sts_calls += 1
+            try:
+                c = self.identity.assume(
+                    self.s3.role_arn, _session_name(principal), self.s3.credential_ttl, json.dumps(policy)
+                )
+            except ServiceUnavailable as e:
+                raise ServiceUnavailable(f"Credential vending failed: {e.message}") from None
+            return self._credential(c, mode, location)
         try:
             self.sts_calls += 1
             resp = self._client().assume_role(
@@ -180,7 +219,9 @@ class CredentialVendor:
             err = getattr(e, "response", {}).get("Error", {})  # the store's own reason (never holds our keys)
             why = f"{err.get('Code')}: {err.get('Message')}" if err.get("Message") else type(e).__name__
             raise ServiceUnavailable(f"Credential vending failed: STS AssumeRole error ({why})") from None
-        c = resp["Credentials"]
+        return self._credential(resp["Credentials"], mode, location)
+
+    def _credential(self, c: dict[str, Any], mode: str, location: str) -> VendedCredential:
         expiration = c["Expiration"]
         expires_at = (
             expiration.timestamp() if hasattr(expiration, "timestamp") else time.time() + self.s3.credential_ttl

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import html
 import logging
+import secrets
+import time
 from pathlib import Path
 from typing import Any
 
 from authlib.oauth2.rfc6749.errors import InsecureTransportError
 from fastapi import APIRouter
+from joserfc import jwt
 from joserfc.jwk import KeySet, import_key
 from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
@@ -150,6 +153,25 @@ class EmbeddedIssuer:
                 ttl=self.settings.refresh_token_ttl,
             )
         return token
+
+    def workload_token(self, subject: str, audience: str, ttl: int) -> str:
+        """A token the catalog signs for itself, to prove who it is to a store's STS (``s3.web_identity``).
+
+        Its audience is never the catalog's own and its ``typ`` is plain ``JWT``, so the catalog refuses it
+        as an access token; no client can obtain one (token exchange only issues the catalog's audience).
+        """
+        if audience == self.settings.audience:
+            raise ValueError(f"a workload token for the catalog's own audience {audience!r} would be an access token")
+        now = int(time.time())
+        claims = {
+            "iss": self.issuer_url,
+            "sub": subject,
+            "aud": audience,
+            "iat": now,  # no `nbf`: a store whose clock lags a little must not refuse a token just signed
+            "exp": now + ttl,
+            "jti": secrets.token_urlsafe(16),
+        }
+        return jwt.encode({"alg": self.alg, "kid": self.kid, "typ": "JWT"}, claims, self.key, algorithms=[self.alg])
 
     # -- device approval --------------------------------------------------
     def _pending(self, user_code: str) -> DeviceCredential:

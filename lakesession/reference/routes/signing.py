@@ -56,7 +56,7 @@ def _signed(
         raise Forbidden(f"Refusing to sign: s3://{target.bucket}/{target.key} is outside the location of {sec}")
     if not authorized:
         ctx.authorize("sign_request", privilege, sec, detail=detail)
-    headers = sign(req.method, req.uri, req.headers, req.region, s3, req.body)
+    headers = sign(req.method, req.uri, req.headers, req.region, s3, req.body, ctx.services.vendor.own_credentials())
     cache = "private" if req.method.upper() in ("GET", "HEAD") else "no-cache"
     body = json.dumps({"uri": req.uri, "headers": headers}).encode()
     return Response(body, media_type="application/json", headers={"Cache-Control": cache})

@@ -1,0 +1,144 @@
+"""MkDocs hook: fill the generated reference sections from the code, so the docs cannot drift from it.
+
+A page asks for a section with a marker on a line of its own, ``<!-- generated: NAME -->``; the
+build fails (it runs with ``--strict``) on a marker this hook does not know. Sections: the
+settings and environment tables (``lakesession._settings``), the CLI's help (``lakesession.cli``),
+the exception tree (``lakesession.errors``), the server's configuration keys
+(``lakesession.reference.serveconfig``), and repository files shown as pages (CHANGELOG, results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+
+
+def _settings() -> str:
+    from lakesession._settings import Settings
+
+    rows = ["| parameter | environment | config file | meaning |", "|---|---|---|---|"]
+    group = None
+    for f in dataclasses.fields(Settings):
+        if not f.metadata:
+            continue
+        if f.metadata["group"] != group:
+            group = f.metadata["group"]
+            rows.append(f"| **{group}** | | | |")
+        env = f"`{f.metadata['env']}`" if f.metadata["env"] else "—"
+        rows.append(f"| `{f.name}` | {env} | {'✓' if f.metadata['file'] else '—'} | {f.metadata['doc']} |")
+    return "\n".join(rows)
+
+
+def _environment() -> str:
+    from lakesession._settings import ENVIRONMENT
+
+    rows = ["| variable | read by | option | meaning |", "|---|---|---|---|"]
+    for v in sorted(ENVIRONMENT, key=lambda v: (v.side, v.name)):
+        rows.append(f"| `{v.name}` | {v.side} | {f'`{v.option}`' if v.option else '—'} | {v.doc} |")
+    return "\n".join(rows)
+
+
+def _cli() -> str:
+    from lakesession.cli import build_parser
+
+    parser = build_parser()
+    out = ["```text", parser.format_help().rstrip(), "```"]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += [f"\n### `lakesession {name}`\n", "```text", sub.format_help().rstrip(), "```"]
+    return "\n".join(out)
+
+
+def _errors() -> str:
+    from lakesession import errors
+
+    doc = inspect.getdoc(errors) or ""
+    tree = doc[doc.index("```") : doc.index("```", doc.index("```") + 3) + 3]
+    out = [tree, ""]
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        first = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        bases = ", ".join(b.__name__ for b in cls.__bases__)
+        out.append(f"- **`{name}`** ({bases}): {first}")
+    return "\n".join(out)
+
+
+PROCESS_KEYS = {
+    "host": "Address to bind (`--host`).",
+    "port": "Port to bind (`--port`).",
+    "workers": "Server processes accepting on one port (PostgreSQL only).",
+    "data_dir": "Issuer key, admin secret, SQLite database, emulator objects (0700).",
+    "s3_emulator": "Serve an embedded S3/STS emulator as the store (development).",
+    "s3_emulator_port": "Fixed port for the emulator (default: any free one).",
+    "credential_ttl": "Lifetime of vended storage credentials, seconds (default 3600).",
+    "bootstrap": "The policy: principals, roles, grants (inline mapping or a file path).",
+}
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """``Attributes:`` entries of a Google-style docstring, joined to one line each."""
+    doc = inspect.getdoc(cls) or ""
+    body = doc.split("Attributes:", 1)[-1]
+    out: dict[str, str] = {}
+    name = None
+    for line in body.splitlines():
+        m = re.match(r"^    (\w+): (.*)$", line)
+        if m:
+            name = m.group(1)
+            out[name] = m.group(2)
+        elif name and line.startswith("        "):
+            out[name] += " " + line.strip()
+    return out
+
+
+def _serve_config() -> str:
+    from lakesession.reference.serveconfig import ServeConfig
+    from lakesession.reference.settings import ServerSettings
+
+    docs = {**_attribute_docs(ServerSettings), **PROCESS_KEYS}
+    undocumented = sorted(set(ServeConfig.model_fields) - set(docs))
+    if undocumented:  # a new key must say what it does (ServerSettings' docstring, or PROCESS_KEYS here)
+        raise ValueError(f"server configuration keys without documentation: {', '.join(undocumented)}")
+    rows = ["| key | meaning |", "|---|---|"]
+    for name in sorted(ServeConfig.model_fields):
+        meaning = docs.get(name, "").replace("|", "\\|")
+        rows.append(f"| `{name}` | {meaning} |")
+    return "\n".join(rows)
+
+
+def _file(name: str) -> Any:
+    def read() -> str:
+        text = (ROOT / name).read_text()
+        return text.split("\n", 1)[1] if text.startswith("# ") else text  # the page has its own title
+
+    return read
+
+
+SECTIONS = {
+    "settings": _settings,
+    "environment": _environment,
+    "cli": _cli,
+    "errors": _errors,
+    "serve-config": _serve_config,
+    "changelog": _file("CHANGELOG.md"),
+    "contributing": _file("CONTRIBUTING.md"),
+    "benchmark-results": _file("benchmarks/RESULTS.md"),
+}
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in SECTIONS:
+            raise ValueError(f"unknown generated section {name!r} (known: {', '.join(sorted(SECTIONS))})")
+        return SECTIONS[name]()
+
+    return MARKER.sub(fill, markdown)

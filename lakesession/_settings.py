@@ -1,0 +1,185 @@
+"""A session's settings, resolved once: arguments > ``LAKESESSION_*`` environment > config file.
+
+``Settings`` holds every option ``connect()`` and ``spark()`` take, each field documented where it is
+declared; ``ENVIRONMENT`` lists every ``LAKESESSION_*`` variable the client reads, including the
+process-wide ones that are not session options (caches, widgets, the JupyterLab publisher). The
+configuration reference in the docs is generated from both, and ``tests`` fail on a variable the
+code reads that is not listed here, so the reference cannot fall behind the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError, UnknownOptionError
+
+__all__ = ["ENVIRONMENT", "Settings", "Variable"]
+
+ACCESS_MODES = ("vended-credentials", "remote-signing")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One ``LAKESESSION_*`` environment variable: its name, the option it sets (if any), what it means."""
+
+    name: str
+    doc: str
+    option: str | None = None
+    side: str = "client"  # client | hub | server
+
+
+def _opt(group: str, doc: str, env: str | None = None, default: Any = None, file: bool = False) -> Any:
+    """A ``Settings`` field: its group (for the docs), meaning, variable and whether config files may set it."""
+    return field(default=default, metadata={"group": group, "doc": doc, "env": env, "file": file})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything a session is built from. ``Settings.resolve()`` merges the three sources once."""
+
+    # the catalog and who you are there (also settable per catalog in the config file)
+    uri: str | None = _opt("catalog", "Catalog base URI; unset = the embedded default.", "LAKESESSION_URI", file=True)
+    warehouse: str | None = _opt("catalog", "Warehouse to request.", "LAKESESSION_WAREHOUSE", file=True)
+    token: str | None = _opt("identity", "A static bearer token.", "LAKESESSION_TOKEN", file=True)
+    credential: str | None = _opt(
+        "identity", "`client_id:client_secret` for the client-credentials flow.", "LAKESESSION_CREDENTIAL", file=True
+    )
+    token_url: str | None = _opt(
+        "identity", "OAuth token endpoint (default `{uri}/v1/oauth/tokens`).", "LAKESESSION_TOKEN_URL", file=True
+    )
+    issuer: str | None = _opt(
+        "identity",
+        "OIDC issuer (discovery); with `client_id` and no secret: device login.",
+        "LAKESESSION_ISSUER",
+        file=True,
+    )
+    client_id: str | None = _opt("identity", "OAuth client id.", "LAKESESSION_CLIENT_ID", file=True)
+    client_secret: str | None = _opt("identity", "OAuth client secret.", "LAKESESSION_CLIENT_SECRET", file=True)
+    scope: str | None = _opt("identity", "OAuth scope to request.", "LAKESESSION_SCOPE", file=True)
+    identity: str | None = _opt(
+        "identity",
+        "`jupyterhub` (the hub user's token) or `none` (a catalog without authentication).",
+        "LAKESESSION_IDENTITY",
+        file=True,
+    )
+    on_prompt: Callable[..., Any] | None = _opt("identity", "Called with the device-login prompt (code and URL).")
+    # Spark
+    catalog_name: str = _opt("spark", "Catalog name inside Spark, also the session's default catalog.", default="lake")
+    jars: str | list[str] | None = _opt(
+        "spark", "Jar mode `auto`/`offline`/`maven`/`cache`, or explicit jar paths.", "LAKESESSION_JARS"
+    )
+    master: str | None = _opt("spark", "Spark master (default `local[*]`).", "LAKESESSION_SPARK_MASTER")
+    remote: str | None = _opt("spark", "Spark Connect URL (`sc://host:15002`).")
+    gateway_host: str | None = _opt(
+        "spark", "Gateway bind address (default 127.0.0.1; routable for cluster mode).", "LAKESESSION_GATEWAY_HOST"
+    )
+    spark_conf: Mapping[str, str] | None = _opt("spark", "Extra Spark configuration.")
+    gateway_options: Mapping[str, Any] | None = _opt("spark", "Advanced gateway options (timeouts, retry window).")
+    assumed_credential_ttl: float | None = _opt(
+        "spark", "Seconds vended keys are assumed to live when the catalog states no expiry (Nessie)."
+    )
+    access: str = _opt(
+        "spark", "`vended-credentials` or `remote-signing` (no storage credentials at all).", default=ACCESS_MODES[0]
+    )
+    # the embedded default (no uri)
+    data_dir: str | os.PathLike[str] | None = _opt(
+        "embedded", "Embedded catalog state (default `~/.local/share/lakesession/embedded`).", "LAKESESSION_HOME"
+    )
+    storage: str | None = _opt("embedded", "`s3-emulator` (default) or `file`.", "LAKESESSION_EMBEDDED_STORAGE")
+    credential_ttl: int | None = _opt(
+        "embedded", "Vended credential lifetime in seconds.", "LAKESESSION_EMBEDDED_CREDENTIAL_TTL"
+    )
+    access_token_ttl: int | None = _opt("embedded", "Access-token lifetime in seconds.")
+    given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)  # names passed as arguments
+
+    @classmethod
+    def resolve(cls, catalog: str | None, given: Mapping[str, Any]) -> Settings:
+        """Merge the config file's catalog entry, then ``LAKESESSION_*`` variables, then ``given`` (non-None)."""
+        from .config import catalog_options
+
+        names = {f.name: f for f in dataclasses.fields(cls) if f.metadata}
+        unknown = sorted(set(given) - set(names))
+        if unknown:  # only reachable through dict-splatting callers
+            raise UnknownOptionError(
+                f"unknown options: {', '.join(unknown)}. Fix: see lakesession.connect's parameters"
+            )
+        merged: dict[str, Any] = {}
+        for key, value in catalog_options(catalog).items():
+            spec = names.get(key)
+            if spec is None or not spec.metadata["file"]:
+                settable = ", ".join(n for n, f in names.items() if f.metadata["file"])
+                raise UnknownOptionError(
+                    f"catalog {catalog or 'default'!r}: unknown key {key!r} in the config file. Fix: use one of {settable}"
+                )
+            merged[key] = value
+        for name, spec in names.items():
+            var = spec.metadata["env"]
+            if spec.metadata["file"] and var and os.environ.get(var):  # process-wide ones are read where used
+                merged[name] = os.environ[var]
+        explicit = {k: v for k, v in given.items() if v is not None}
+        merged.update(explicit)
+        merged["given"] = frozenset(explicit)
+        if merged.get("access", ACCESS_MODES[0]) not in ACCESS_MODES:
+            raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {merged['access']!r}")
+        return cls(**merged)
+
+    def embedded_options(self) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in ("storage", "credential_ttl", "access_token_ttl")}
+
+    def session_options(self) -> dict[str, Any]:
+        names = ("catalog_name", "jars", "master", "remote", "gateway_host", "assumed_credential_ttl", "access")
+        opts: dict[str, Any] = {n: getattr(self, n) for n in names}
+        opts["spark_conf"] = dict(self.spark_conf or {})
+        opts["gateway_options"] = dict(self.gateway_options or {})
+        return opts
+
+    def __repr__(self) -> str:  # never the token or secrets
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata}
+        shown = {k: v for k, v in shown.items() if v is not None}
+        for secret in ("token", "credential", "client_secret"):
+            if secret in shown:
+                shown[secret] = "***"
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def _settings_variables() -> list[Variable]:
+    return [
+        Variable(f.metadata["env"], f.metadata["doc"], option=f.name)
+        for f in dataclasses.fields(Settings)
+        if f.metadata and f.metadata["env"]
+    ]
+
+
+ENVIRONMENT: tuple[Variable, ...] = (
+    *_settings_variables(),
+    Variable("LAKESESSION_CONFIG", "The config file (default `~/.config/lakesession/config.yaml`)."),
+    Variable("LAKESESSION_CACHE_DIR", "Downloads, jars, Ivy, class and lab caches (default `~/.cache/lakesession`)."),
+    Variable("LAKESESSION_JVM_CLASS_CACHE", "`0` turns off the local JVM's class-data-sharing archive."),
+    Variable("LAKESESSION_WIDGETS", "`0` renders the notebook views as HTML instead of ipywidgets."),
+    Variable("LAKESESSION_LAB_PUBLISH", "`0` stops a kernel publishing its sessions' status to the JupyterLab panel."),
+    Variable("LAKESESSION_LAB_INTERVAL", "Seconds between the JupyterLab publisher's checks (default 2)."),
+    Variable(
+        "LAKESESSION_HUB_ACCESS_TOKEN",
+        "Set by the JupyterHub spawner hook: the user's access token (removed from the environment at first use).",
+        side="hub",
+    ),
+    Variable(
+        "LAKESESSION_HUB_TOKEN_EXPIRES_AT", "Set by the JupyterHub spawner hook: that token's expiry.", side="hub"
+    ),
+    Variable("LAKESESSION_HUB_CLIENT_SECRET", "The hub's device-login authenticator's client secret.", side="hub"),
+    Variable(
+        "LAKESESSION_SERVE__<KEY>",
+        "`lakesession serve`: overrides a config-file key (nested with `__`).",
+        side="server",
+    ),
+    Variable("LAKESESSION_SERVER_TIMING", "`1`: the catalog adds a `Server-Timing` split (benchmarks).", side="server"),
+    Variable(
+        "LAKESESSION_FAULT_KILL_AFTER_COMMIT",
+        "Fault injection for tests: the catalog exits after saving the named mutation.",
+        side="server",
+    ),
+)
