@@ -357,20 +357,16 @@ class Session:
         return self.chain(name)
 
     def filesystem(self, location: str, mode: str = "read", min_valid_seconds: float = 60.0) -> Any:
-        """A pyarrow filesystem for a granted raw location (``s3://bucket/prefix``), for pandas/pyarrow:
-        credentials come from the gateway's path route and are renewed ahead of expiry (``_pathfs``)."""
+        """A pyarrow filesystem for a granted raw location (``s3://bucket/prefix``); ``credentials._pathfs``."""
         from .credentials._pathfs import location_filesystem
 
-        gw = self.gateway
-        return location_filesystem(gw.uri, gw.secret, location, mode, min_valid_seconds)
+        return location_filesystem(self.gateway.uri, self.gateway.secret, location, mode, min_valid_seconds)
 
     def locations(self) -> list[str]:
-        """Prefixes this session may get path credentials for: loaded tables and granted registered locations."""
-        import httpx
+        """Prefixes path credentials can be had for: loaded tables and granted registered locations."""
+        from .credentials._pathfs import policy_locations
 
-        gw = self.gateway
-        r = httpx.get(f"{gw.uri}/lakesession/policy-locations", headers={"Authorization": f"Bearer {gw.secret}"})
-        return list(r.json().get("locations", [])) if r.status_code == 200 else []
+        return policy_locations(self.gateway.uri, self.gateway.secret)
 
     # -- reports (lakesession._reports) -------------------------------------------
     def grants(self, *, strict: bool = False) -> pd.DataFrame:

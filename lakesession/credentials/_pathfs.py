@@ -190,3 +190,9 @@ def location_filesystem(
     creds = PathCredentials(gateway_uri, secret, location, mode, min_valid_seconds)
     creds.current()  # a location without a grant fails here, with the catalog's reason and a fix
     return pafs.PyFileSystem(RefreshingS3Handler(creds))
+
+
+def policy_locations(gateway_uri: str, secret: str) -> list[str]:
+    """The gateway's ``/lakesession/policy-locations`` (empty when it cannot answer)."""
+    r = httpx.get(f"{gateway_uri}/lakesession/policy-locations", headers={"Authorization": f"Bearer {secret}"})
+    return list(r.json().get("locations", [])) if r.status_code == 200 else []

@@ -43,7 +43,7 @@ from ._rewrite import (
     with_separator,
 )
 from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing, signer_path
-from ._upstream import Reply, Upstream, error_reply
+from ._upstream import Reply, Upstream, error_reply, send_reply
 
 __all__ = ["GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
 
@@ -200,7 +200,7 @@ class GatewayApp:
             )
             msg = f"The lakesession gateway failed ({type(exc).__name__}) before the catalog answered; retry"
             reply = error_reply(503, "ServiceUnavailableException", msg, 1)
-        await _send(send, method, reply)
+        await send_reply(send, method, reply)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -396,13 +396,3 @@ def create_gateway_app(
     return GatewayApp(
         upstream, secret, access_log, gateway_base, credentials, chains, assumed_ttl=assumed_ttl, access=access
     )
-
-
-async def _send(send: Any, method: str, reply: Reply) -> None:
-    status, content, out_headers = reply
-    body = b"" if method == "HEAD" or status in (204, 304) else content
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers.items() if k != "content-length"]
-    if status not in (204, 304):
-        headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
