@@ -137,8 +137,8 @@ class Settings:
         return {n: getattr(self, n) for n in ("storage", "credential_ttl", "access_token_ttl")}
 
     def session_options(self) -> dict[str, Any]:
-        names = ("catalog_name", "jars", "master", "remote", "gateway_host", "gateway_clients")
-        names += ("assumed_credential_ttl", "access")
+        names = ["catalog_name", "jars", "master", "remote", "gateway_host", "gateway_clients"]
+        names += ["assumed_credential_ttl", "access"]
         opts: dict[str, Any] = {n: getattr(self, n) for n in names}
         opts["spark_conf"] = dict(self.spark_conf or {})
         opts["gateway_options"] = dict(self.gateway_options or {})

@@ -367,6 +367,18 @@ class Session:
         """The same as ``chain(name)`` (its first name, kept for compatibility)."""
         return self.chain(name)
 
+    def filesystem(self, location: str, mode: str = "read", min_valid_seconds: float = 60.0) -> Any:
+        """A pyarrow filesystem for a granted raw location (``s3://bucket/prefix``); ``credentials._pathfs``."""
+        from .credentials._pathfs import location_filesystem
+
+        return location_filesystem(self.gateway.uri, self.gateway.secret, location, mode, min_valid_seconds)
+
+    def locations(self) -> list[str]:
+        """Prefixes path credentials can be had for: loaded tables and granted registered locations."""
+        from .credentials._pathfs import policy_locations
+
+        return policy_locations(self.gateway.uri, self.gateway.secret)
+
     # -- reports (lakesession._reports) -------------------------------------------
     def grants(self, *, strict: bool = False) -> pd.DataFrame:
         """``reports.grants()``: the user's effective privileges ("unknown" only without a grants endpoint;

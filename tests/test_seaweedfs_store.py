@@ -218,3 +218,35 @@ def test_seaweedfs_round_trip_through_the_catalog(cat: ReferenceCatalog) -> None
     """pyiceberg reads with the credentials SeaweedFS vended through the catalog."""
     rows = _client(cat, "reader", "reader-secret-sw").load_table(("shop", "orders")).scan().to_arrow()
     assert sorted(rows.column("item").to_pylist()) == ["apple", "pear"]
+
+
+def test_seaweedfs_scopes_location_credentials_to_the_registered_prefix(
+    cat: ReferenceCatalog, store: SeaweedFS
+) -> None:
+    """Issue #22: a raw prefix registered as a storage location; SeaweedFS's STS enforces its scope."""
+    admin_s3 = _s3(
+        store, {"s3.access-key-id": store.access_key, "s3.secret-access-key": store.secret_key, "s3.session-token": ""}
+    )
+    for key in ("raw/landing/a.txt", "raw/landing_x/b.txt", "raw/other/c.txt"):
+        admin_s3.put_object(Bucket=store.bucket, Key=key, Body=b"raw")
+    cat.admin.register_location(f"s3://{store.bucket}/raw/landing/")
+    cat.admin.grant("readers", "LOCATION_READ", f"location s3://{store.bucket}/raw/landing/")
+    ask = lambda who, path, mode="read": httpx.get(  # noqa: E731
+        f"{cat.uri}/v1/lakesession/lakesession/location-credentials",
+        params={"location": path, "mode": mode},
+        headers={"Authorization": f"Bearer {cat.admin.token_for(who)}"},
+    )
+    r = ask("reader", f"s3://{store.bucket}/raw/landing/a.txt")
+    assert r.status_code == 200, r.text
+    (entry,) = r.json()["storage-credentials"]
+    assert entry["prefix"] == f"s3://{store.bucket}/raw/landing/"
+    s3 = _s3(store, entry["config"])
+    assert s3.get_object(Bucket=store.bucket, Key="raw/landing/a.txt")["Body"].read() == b"raw"
+    assert _denied(lambda: s3.get_object(Bucket=store.bucket, Key="raw/landing_x/b.txt")) in ("AccessDenied", "403")
+    assert _denied(lambda: s3.get_object(Bucket=store.bucket, Key="raw/other/c.txt")) in ("AccessDenied", "403")
+    assert _denied(lambda: s3.put_object(Bucket=store.bucket, Key="raw/landing/w.txt", Body=b"w")) in (
+        "AccessDenied",
+        "403",
+    )
+    assert ask("reader", f"s3://{store.bucket}/raw/landing/", "write").status_code == 403
+    assert ask("reader", f"s3://{store.bucket}/raw/other/c.txt").status_code == 403

@@ -24,6 +24,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -190,3 +191,14 @@ class Upstream:
             "have been applied. Reload the table to see its state before retrying."
         )
         return error_reply(504, "ServiceFailureException", msg)
+
+
+async def send_reply(send: Any, method: str, reply: Reply) -> None:
+    """Send ``reply`` on an ASGI connection (no body for HEAD, 204 and 304)."""
+    status, content, out_headers = reply
+    body = b"" if method == "HEAD" or status in (204, 304) else content
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers.items() if k != "content-length"]
+    if status not in (204, 304):
+        headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -230,12 +230,6 @@ def namespace_home(services: Services, ns: Namespace, properties: dict[str, str]
     return properties.get("location") or default_namespace_location(services, ns)
 
 
-def granted_storage_location(ctx: RequestContext, location: str) -> bool:
-    """Whether the caller was granted a registered storage location covering ``location`` (storage
-    locations as securables land separately: until then, none is). A hook for ``check_in_namespace``."""
-    return False
-
-
 def check_in_namespace(
     ctx: RequestContext,
     ns: Namespace,
@@ -244,17 +238,17 @@ def check_in_namespace(
     kind: str = "table",
 ) -> None:
     """A table's or view's storage must lie inside its own namespace's location (``ns_props``: the
-    namespace's properties) or a storage location the caller was granted. Else anyone who may create in
-    ``scratch`` could place a table at another (perhaps not yet existing) namespace's home,
-    ``{warehouse}/finance``, and squat it: 400 instead."""
+    namespace's properties). Else anyone who may create in ``scratch`` could place a table at another
+    (perhaps not yet existing) namespace's home, ``{warehouse}/finance``, and squat it: 400 instead.
+    (Registered storage locations overlap nothing, so no table may lie in one: ``storage_locations``.)"""
     home = normalize(namespace_home(ctx.services, ns, ns_props))
     for location, what in items:
         cand = normalize(location)
-        if (cand.startswith(home) and cand != home) or granted_storage_location(ctx, cand):
+        if cand.startswith(home) and cand != home:
             continue
         raise BadRequest(
-            f"Invalid {what} {location!r}: a {kind} must lie inside its namespace's location {home.rstrip('/')!r} "
-            f"(or a storage location you were granted); leave the location out for the default"
+            f"Invalid {what} {location!r}: a {kind} must lie inside its namespace's location {home.rstrip('/')!r}; "
+            "leave the location out for the default"
         )
 
 

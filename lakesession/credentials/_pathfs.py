@@ -1,0 +1,198 @@
+"""``Session.filesystem("s3://bucket/prefix")``: a pyarrow filesystem for a granted raw location.
+
+Why: pandas, pyarrow (and through them DuckDB's Arrow scans) read raw Parquet outside Iceberg. They
+get credentials the same way Comet and raw ``s3a://`` reads do: the session gateway's
+``/lakesession/path-credentials`` route (the catalog decides by table or ``LOCATION_*`` grants and
+scopes the key to exactly the granted prefix). pyarrow's ``S3FileSystem`` holds static keys, so this
+handler builds a new one whenever the held key has too little life left (``required_life``, the rule
+the gateway hands out by), before the key expires: a long loop of reads spans many TTLs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pyarrow.fs as pafs
+
+from ..errors import CatalogAccessError
+
+SCHEMES = ("s3://", "s3a://", "s3n://")
+DEFAULT_MIN_VALID = 60.0
+
+
+def _strip(path: str) -> str:
+    """``s3://b/k`` or ``b/k`` -> ``b/k`` (pyarrow's S3 paths)."""
+    for scheme in SCHEMES:
+        if path.startswith(scheme):
+            return path[len(scheme) :]
+    return path
+
+
+class PathCredentials:
+    """Credentials for one location from the gateway, renewed ahead of expiry (one fetch at a time)."""
+
+    def __init__(self, gateway_uri: str, secret: str, location: str, mode: str, min_valid: float):
+        self._uri, self._secret = gateway_uri.rstrip("/"), secret
+        self.location, self.mode, self.min_valid = location, mode, min_valid
+        self._lock = threading.Lock()
+        self._config: dict[str, str] = {}
+        self.prefix = ""
+        self._fetched_at = self._expires_at = 0.0
+        self.fetches = 0
+
+    def __repr__(self) -> str:
+        return f"PathCredentials(prefix={self.prefix!r}, mode={self.mode!r}, expires_at={self._expires_at:.0f})"
+
+    def current(self) -> dict[str, str]:
+        from ..gateway._credcache import required_life
+
+        with self._lock:
+            now = time.time()
+            if self._expires_at - now < required_life(self._expires_at - self._fetched_at, self.min_valid):
+                self._fetch()
+            return self._config
+
+    @property
+    def expires_at(self) -> float:
+        return self._expires_at
+
+    def _fetch(self) -> None:
+        params = {"path": self.location, "mode": self.mode, "min-valid-seconds": str(int(self.min_valid))}
+        try:
+            r = httpx.get(
+                f"{self._uri}/lakesession/path-credentials",
+                params=params,
+                headers={"Authorization": f"Bearer {self._secret}"},
+                timeout=60,
+            )
+        except httpx.HTTPError as e:
+            raise CatalogAccessError(
+                f"The session gateway did not answer for {self.location} ({type(e).__name__}); retry, or reopen "
+                "the session (lakesession.connect())",
+                "catalog unavailable",
+            ) from None
+        if r.status_code != 200:
+            try:
+                message = r.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = f"HTTP {r.status_code}"
+            hint = (
+                " Fix: ask an admin to register the prefix (POST /management/v1/locations) and grant you "
+                f"LOCATION_{self.mode.upper()} on it; session.locations() lists the locations you hold."
+                if r.status_code == 403
+                else ""
+            )
+            kind = {401: "not authorized", 403: "forbidden"}.get(r.status_code, "catalog error")
+            raise CatalogAccessError(f"{message}.{hint}", kind, status=r.status_code)
+        entry = r.json()["storage-credentials"][0]
+        self._config = {k: v for k, v in entry["config"].items() if isinstance(v, str)}
+        self.prefix = entry["prefix"]
+        self._fetched_at = time.time()
+        self._expires_at = int(self._config["s3.session-token-expires-at-ms"]) / 1000
+        self.fetches += 1
+
+
+class RefreshingS3Handler(pafs.FileSystemHandler):
+    """Delegates every call to a pyarrow ``S3FileSystem`` built from the current credentials."""
+
+    def __init__(self, creds: PathCredentials):
+        self.creds = creds
+        self._built: tuple[int, pafs.S3FileSystem] | None = None
+
+    def _fs(self) -> pafs.S3FileSystem:
+        config = self.creds.current()
+        built = self._built
+        if built is None or built[0] != id(config):
+            endpoint = config.get("s3.endpoint")
+            kwargs: dict[str, Any] = {}
+            if endpoint:
+                scheme, _, host = endpoint.partition("://")
+                kwargs.update(endpoint_override=host.rstrip("/"), scheme=scheme)
+            fs = pafs.S3FileSystem(
+                access_key=config["s3.access-key-id"],
+                secret_key=config["s3.secret-access-key"],
+                session_token=config.get("s3.session-token"),
+                region=config.get("client.region") or config.get("s3.region") or "us-east-1",
+                allow_delayed_open=True,  # one PUT per small file instead of a three-request multipart upload
+                **kwargs,
+            )
+            built = self._built = (id(config), fs)
+        return built[1]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RefreshingS3Handler) and other.creds is self.creds
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def get_type_name(self) -> str:
+        return "lakesession-s3"
+
+    def normalize_path(self, path: str) -> str:
+        return _strip(path)
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        return self._fs().get_file_info([_strip(p) for p in paths])
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        sel = pafs.FileSelector(_strip(selector.base_dir), selector.allow_not_found, selector.recursive)
+        return self._fs().get_file_info(sel)
+
+    def create_dir(self, path: str, recursive: bool) -> None:
+        self._fs().create_dir(_strip(path), recursive=recursive)
+
+    def delete_dir(self, path: str) -> None:
+        self._fs().delete_dir(_strip(path))
+
+    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        self._fs().delete_dir_contents(_strip(path), missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self) -> None:
+        raise OSError("lakesession filesystems never delete a bucket's whole contents")
+
+    def delete_file(self, path: str) -> None:
+        self._fs().delete_file(_strip(path))
+
+    def move(self, src: str, dest: str) -> None:
+        self._fs().move(_strip(src), _strip(dest))
+
+    def copy_file(self, src: str, dest: str) -> None:
+        self._fs().copy_file(_strip(src), _strip(dest))
+
+    def open_input_stream(self, path: str) -> Any:
+        return self._fs().open_input_stream(_strip(path))
+
+    def open_input_file(self, path: str) -> Any:
+        return self._fs().open_input_file(_strip(path))
+
+    def open_output_stream(self, path: str, metadata: Any) -> Any:
+        return self._fs().open_output_stream(_strip(path), metadata=metadata)
+
+    def open_append_stream(self, path: str, metadata: Any) -> Any:
+        return self._fs().open_append_stream(_strip(path), metadata=metadata)
+
+
+def location_filesystem(
+    gateway_uri: str, secret: str, location: str, mode: str = "read", min_valid_seconds: float = DEFAULT_MIN_VALID
+) -> pafs.PyFileSystem:
+    """A pyarrow filesystem for ``location``; fails now (``CatalogAccessError``) if it is not granted."""
+    if not isinstance(location, str) or not location.startswith(SCHEMES):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"filesystem() takes an s3:// location, got {location!r}; e.g. s3://raw-bucket/landing/")
+    if mode not in ("read", "write"):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"mode must be 'read' or 'write', got {mode!r}")
+    creds = PathCredentials(gateway_uri, secret, location, mode, min_valid_seconds)
+    creds.current()  # a location without a grant fails here, with the catalog's reason and a fix
+    return pafs.PyFileSystem(RefreshingS3Handler(creds))
+
+
+def policy_locations(gateway_uri: str, secret: str) -> list[str]:
+    """The gateway's ``/lakesession/policy-locations`` (empty when it cannot answer)."""
+    r = httpx.get(f"{gateway_uri}/lakesession/policy-locations", headers={"Authorization": f"Bearer {secret}"})
+    return list(r.json().get("locations", [])) if r.status_code == 200 else []
