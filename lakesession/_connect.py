@@ -30,6 +30,7 @@ SESSION_OPTIONS = (
     "gateway_options",
     "assumed_credential_ttl",
     "access",
+    "comet",
 )
 EMBEDDED_OPTIONS = ("data_dir", "storage", "credential_ttl", "access_token_ttl")
 
@@ -46,6 +47,8 @@ def connect(catalog: str | None = None, **options: Any) -> Session:
     seconds to assume vended keys live when the catalog states no expiry (Nessie 0.99), so tables refresh them
     ahead of it. ``access="remote-signing"`` (default ``vended-credentials``): Spark and ``table()`` hold no
     storage credentials, the catalog signs each S3 request (Spark's signer calls go through the gateway, as the user).
+    ``comet=True``: Apache DataFusion Comet's native scans and raw ``s3a://`` paths, credentials from the gateway
+    (docs/comet.md).
     """
     from .config import merged_settings
 
