@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lakesession.errors import ConfigError, JarResolutionError
 
-from .versions import MAVEN_ICEBERG
+from .versions import GROUP, MAVEN_ICEBERG, MAVEN_SHA1, maven_artifacts
 
 MAVEN = "https://repo1.maven.org/maven2"
 PLUGIN = "org.apache.spark.CometPlugin"
@@ -47,7 +47,7 @@ SHA1: dict[tuple[str, str, str], str] = {  # (group, artifact, version) -> Maven
     ("org.apache.hadoop", "hadoop-client-api", "3.4.2"): "d49afafdccb52bddde866ea0f341e6b31edc97fe",
     ("software.amazon.awssdk", "apache-client", "2.54.17"): "382ee44d0e6f806cf895942098e513c31fbd01cd",
     ("software.amazon.awssdk", "s3-transfer-manager", "2.54.17"): "c72805ac1c7d7d2c74e32baee0830868ebf0c59c",
-    ("org.apache.iceberg", "iceberg-aws-bundle", "1.12.0"): "64d5012217035a60924feb633636b744d318eb0a",
+    **{(GROUP, a, v): sha1 for (a, v), sha1 in MAVEN_SHA1.items()},
 }
 
 
@@ -86,7 +86,7 @@ class CometJars:
     """Jar paths for the driver's class path (local mode: the executors share it)."""
 
     comet: Path | None
-    raw: tuple[Path, ...]  # hadoop-aws and the AWS SDK modules it needs beyond iceberg-aws-bundle
+    raw: tuple[Path, ...]  # Iceberg's runtime and AWS bundle, hadoop-aws and the AWS SDK modules it adds
     provider: Path
 
     def class_path(self) -> list[Path]:
@@ -166,7 +166,11 @@ def resolve(minor: str, scala: str, version: str = "", *, comet: bool = True) ->
     release = comet_for(minor, scala, version)
     hadoop = HADOOP_FOR_SPARK[minor]
     sdk = SDK_FOR_ICEBERG[MAVEN_ICEBERG[minor][scala]]
+    # on the same (system) class path as Comet and S3A: SDK classes loaded by Spark's child loader
+    # (spark.jars) are invisible to hadoop-aws there (NoClassDefFoundError: ExecutionInterceptor)
+    iceberg = tuple(fetch(GROUP, a, v) for a, v in maven_artifacts(minor, scala, version))
     raw = (
+        *iceberg,
         fetch("org.apache.hadoop", "hadoop-aws", hadoop),
         fetch("software.amazon.awssdk", "apache-client", sdk),
         fetch("software.amazon.awssdk", "s3-transfer-manager", sdk),

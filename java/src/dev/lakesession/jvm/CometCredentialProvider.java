@@ -59,16 +59,25 @@ public final class CometCredentialProvider implements CometS3LocationScopedCrede
   }
 
   @Override
+  /** The granted prefixes in {@code bucket}, as keys (Comet asks credentials for each on its own). */
   public List<String> getPolicyLocations(String bucket) throws Exception {
     CredentialCache c = cache;
     if (c == null) {
       throw new IllegalStateException("lakesession credential provider used before initialize()");
     }
     List<String> out = new ArrayList<>();
+    String root = "s3://" + bucket + "/";
     for (String loc : c.gateway().policyLocations()) {
       String n = GatewayClient.normalize(loc);
-      if (n.startsWith("s3://" + bucket + "/") || n.equals("s3://" + bucket)) {
-        out.add(n);
+      if (!n.startsWith(root)) {
+        continue;
+      }
+      String key = n.substring(root.length()); // Comet takes keys within the bucket, no slashes around
+      while (key.endsWith("/")) {
+        key = key.substring(0, key.length() - 1);
+      }
+      if (!key.isEmpty()) {
+        out.add(key);
       }
     }
     return out;

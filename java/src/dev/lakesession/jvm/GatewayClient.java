@@ -51,7 +51,7 @@ final class GatewayClient implements AutoCloseable {
               + props.keySet().stream().filter(k -> !k.toLowerCase().contains("token")).sorted().toList());
     }
     String refresh = props.get("client.refresh-credentials-endpoint");
-    return new GatewayClient(baseOf(uri), token, refresh);
+    return new GatewayClient(baseOf(uri), token, refresh == null ? null : resolve(uri, refresh));
   }
 
   static String first(Map<String, String> props, String... keys) {
@@ -62,6 +62,15 @@ final class GatewayClient implements AutoCloseable {
       }
     }
     return null;
+  }
+
+  /** A relative refresh endpoint is relative to the catalog URI (as Iceberg's RESTUtil resolves it). */
+  static String resolve(String catalogUri, String endpoint) {
+    if (endpoint.startsWith("http://") || endpoint.startsWith("https://")) {
+      return endpoint;
+    }
+    String left = catalogUri.endsWith("/") ? catalogUri.substring(0, catalogUri.length() - 1) : catalogUri;
+    return left + "/" + (endpoint.startsWith("/") ? endpoint.substring(1) : endpoint);
   }
 
   /** scheme://host:port of a URI: the gateway serves its own routes at its root. */
@@ -88,8 +97,8 @@ final class GatewayClient implements AutoCloseable {
             + "&min-valid-seconds="
             + minValidSeconds;
     HttpResponse<String> r = get(url);
-    if (r.statusCode() == 404 && refreshEndpoint != null && !isErrorModel(r.body())) {
-      r = get(refreshEndpoint); // a gateway without the path route: the table's refresh route
+    if (r.statusCode() == 404 && refreshEndpoint != null) {
+      r = get(refreshEndpoint); // a gateway without the path route (404; it refuses with 403): the table's
     }
     if (r.statusCode() != 200) {
       throw new GatewayException(r.statusCode(), path, errorMessage(r.body()));
@@ -100,6 +109,9 @@ final class GatewayClient implements AutoCloseable {
   /** The storage locations this session may read: tables it loaded, locations granted to the user. */
   List<String> policyLocations() throws IOException {
     HttpResponse<String> r = get(base + "/lakesession/policy-locations");
+    if (r.statusCode() == 404) {
+      return refreshPrefixes(); // a gateway without the route: the table's own prefix, if known
+    }
     if (r.statusCode() != 200) {
       throw new GatewayException(r.statusCode(), "policy-locations", errorMessage(r.body()));
     }
@@ -114,6 +126,27 @@ final class GatewayClient implements AutoCloseable {
           } else if (o instanceof Map && ((Map<?, ?>) o).get("location") instanceof String) {
             out.add((String) ((Map<?, ?>) o).get("location"));
           }
+        }
+      }
+    }
+    return out;
+  }
+
+  private List<String> refreshPrefixes() throws IOException {
+    List<String> out = new ArrayList<>();
+    if (refreshEndpoint == null) {
+      return out;
+    }
+    HttpResponse<String> r = get(refreshEndpoint);
+    if (r.statusCode() != 200) {
+      throw new GatewayException(r.statusCode(), "the table's credentials", errorMessage(r.body()));
+    }
+    Object doc = Json.parse(r.body());
+    Object list = doc instanceof Map ? ((Map<?, ?>) doc).get("storage-credentials") : null;
+    if (list instanceof List) {
+      for (Object o : (List<?>) list) {
+        if (o instanceof Map && ((Map<?, ?>) o).get("prefix") instanceof String) {
+          out.add(normalize((String) ((Map<?, ?>) o).get("prefix")));
         }
       }
     }
@@ -188,15 +221,6 @@ final class GatewayClient implements AutoCloseable {
 
   private static String str(Object o) {
     return o == null ? null : o.toString();
-  }
-
-  private static boolean isErrorModel(String body) {
-    try {
-      Object doc = Json.parse(body);
-      return doc instanceof Map && ((Map<?, ?>) doc).get("error") instanceof Map;
-    } catch (RuntimeException e) {
-      return false;
-    }
   }
 
   static String errorMessage(String body) {
