@@ -16,8 +16,11 @@ def test_implications_follow_polaris() -> None:
     assert P.TABLE_WRITE_DATA not in IMPLIES[P.TABLE_READ_DATA]
     assert P.CATALOG_MANAGE_ACCESS not in IMPLIES[P.CATALOG_MANAGE_CONTENT]
     assert all(P.TOKEN_EXCHANGE not in IMPLIES[p] for p in P if p is not P.TOKEN_EXCHANGE)  # acting as others
-    content = set(P) - {P.CATALOG_MANAGE_ACCESS, P.TOKEN_EXCHANGE}
+    content = set(P) - {P.CATALOG_MANAGE_ACCESS, P.TOKEN_EXCHANGE, P.LOCATION_READ, P.LOCATION_WRITE}
     assert content <= IMPLIES[P.CATALOG_MANAGE_CONTENT]
+    # raw storage is granted explicitly: managing content does not reach registered locations
+    assert not {P.LOCATION_READ, P.LOCATION_WRITE} & IMPLIES[P.CATALOG_MANAGE_CONTENT]
+    assert P.LOCATION_READ in IMPLIES[P.LOCATION_WRITE] and P.LOCATION_WRITE not in IMPLIES[P.LOCATION_READ]
 
 
 def test_inheritance_is_downward_only() -> None:

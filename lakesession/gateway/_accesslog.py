@@ -11,6 +11,7 @@ The log then keeps hours, not seconds.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import deque
@@ -73,7 +74,11 @@ AGGREGATE_SECONDS = 60
 
 def _aggregated(record: AccessRecord) -> bool:
     # remote signing is one call per S3 request: aggregated like cache-served refreshes
-    return record.action == "sign_request" or (record.action == "refresh_credentials" and record.via == "cache")
+    if record.action == "sign_request":
+        return True
+    if record.action == "path_credentials":
+        return record.via in ("cache", "table")  # Comet asks per request near expiry
+    return record.action == "refresh_credentials" and record.via == "cache"
 
 
 class _Bucket:
@@ -147,3 +152,15 @@ class AccessLog:
 
     def __len__(self) -> int:
         return len(self._records)
+
+
+def create_target(path: str, body: bytes) -> tuple[str, str] | None:
+    """(``create_table``/``create_view``, object) of a create request (its name is in the body)."""
+    parts = path.rstrip("/").split("/")
+    try:
+        name = json.loads(body).get("name")
+        ns = unquote(parts[-2]).replace("\x1f", ".")
+    except (ValueError, AttributeError, IndexError):
+        return None
+    kind = parts[-1][:-1]
+    return (f"create_{kind}", f"{kind} {ns}.{name}") if isinstance(name, str) else None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import threading
 import time
@@ -27,8 +26,11 @@ from urllib.parse import quote, unquote
 from .._idempotency import RETRY_STATUSES, advertises_keys, backoff, is_mutation, new_key
 from .._singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord, classify
+from ._accesslog import create_target as _create_target
 from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
 from ._credcache import CredentialCache, earliest_expiry
+from ._paths import PREFIX as PATHS_PREFIX
+from ._paths import PathRoutes
 from ._rewrite import (
     JVM_SEPARATOR,
     credentials_from_table,
@@ -106,6 +108,7 @@ class GatewayApp:
         self.credentials = credentials
         self.routes = chains if chains is not None else ChainRoutes()
         self._flights: SingleFlight[Reply] = SingleFlight()
+        self.paths = PathRoutes(upstream, access_log, self.table_credentials)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -130,6 +133,29 @@ class GatewayApp:
                 self.credentials.evict(key)
             elif b"expires-at-ms" in content:
                 self.credentials.offer(key, (200, credentials_from_table(content), out_headers))
+        if status == 200:
+            self.paths.note_table(path, refresh_query, content)
+
+    def table_credentials(self, path: str, query: str, min_valid: float) -> Reply:
+        """A loaded table's credentials with ``min_valid`` s of life: the refresh cache, else one refresh."""
+        key = f"{path}/credentials?{query}|"
+        cached = self.credentials.get(key, min_valid)
+        if cached is not None:
+            return cached
+        headers = {"accept": "application/json"}
+        return self._flights.do(key, lambda: self._fetch_credentials(f"{path}/credentials", query, headers, key))[0]
+
+    def _fetch_credentials(self, path: str, query: str, headers: dict[str, str], key: str) -> Reply:
+        if self.offers_credentials is False:  # no /credentials upstream: reload the table
+            reply = self.upstream.forward("GET", path[: -len("/credentials")], query, headers, b"")
+            if reply[0] == 200:
+                reply = (200, credentials_from_table(reply[1]), reply[2])
+        else:
+            reply = self.upstream.forward("GET", path, query, headers, b"")
+        if reply[0] == 200:
+            reply = (200, stamp_expiry(reply[1], self.assumed_ttl), reply[2])
+        self.credentials.store(key, reply)
+        return reply
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -203,6 +229,12 @@ class GatewayApp:
     def handle(self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         if raw_path.startswith(SIGN_PREFIX):
             return self._sign(method, raw_path[len(SIGN_PREFIX) :], query, headers, body)
+        if raw_path.startswith(PATHS_PREFIX):  # credentials by path for Comet, raw s3a:// and Session.filesystem
+            if self.access == SIGNING:
+                return error_reply(
+                    403, "ForbiddenException", "This session uses remote signing: no storage credentials"
+                )
+            return self.paths.handle(method, raw_path, query)
         if not raw_path.startswith("/chain/"):
             # the main catalog keeps INVOKER semantics: view chains only through chain routes
             return self._handle(method, raw_path, strip_referenced_by(query), headers, body, self._gateway_base(), None)
@@ -270,19 +302,7 @@ class GatewayApp:
             if cached is not None:
                 (status, content, out_headers), via = cached, "cache"
             else:
-
-                def fetch() -> Reply:
-                    if self.offers_credentials is False:  # no /credentials upstream: reload the table
-                        reply = self.upstream.forward(method, path[: -len("/credentials")], query, headers, body)
-                        if reply[0] == 200:
-                            reply = (200, credentials_from_table(reply[1]), reply[2])
-                    else:
-                        reply = self.upstream.forward(method, path, query, headers, body)
-                    if reply[0] == 200:
-                        reply = (200, stamp_expiry(reply[1], self.assumed_ttl), reply[2])
-                    self.credentials.store(key, reply)
-                    return reply
-
+                fetch = lambda: self._fetch_credentials(path, query, headers, key)  # noqa: E731
                 (status, content, out_headers), shared = self._flights.do(key, fetch)
                 via = "shared" if shared else "upstream"
         else:
@@ -291,6 +311,7 @@ class GatewayApp:
                 self._note_load(path, query, req_headers, (status, content, out_headers))
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
+            self.paths.note_config(content)
             content = rewrite_table_config(content, self.upstream.base_url, base)
         if status == 200 and "/tables" in path:
             loaded = what is not None and what[0] in ("load_table", "create_table")
@@ -377,14 +398,3 @@ async def _send(send: Any, method: str, reply: Reply) -> None:
         headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def _create_target(path: str, body: bytes) -> tuple[str, str] | None:
-    parts = path.rstrip("/").split("/")
-    try:
-        name = json.loads(body).get("name")
-        ns = unquote(parts[-2]).replace("\x1f", ".")
-    except (ValueError, AttributeError, IndexError):
-        return None
-    kind = parts[-1][:-1]
-    return (f"create_{kind}", f"{kind} {ns}.{name}") if isinstance(name, str) else None

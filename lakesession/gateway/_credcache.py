@@ -2,8 +2,11 @@
 
 Iceberg's S3FileIO asks for new credentials on *every* request once fewer than
 five minutes remain (and short TTLs are always under five minutes). The gateway
-answers those from this cache and goes upstream only when 15% of the
-credential's lifetime is left — so the catalog sees about one refresh per TTL
+answers those from this cache and goes upstream once too little of the credential's
+life is left to hand it out (``required_life``: 15% of its lifetime, and never less
+than the reader's I/O deadline, ``min-valid-seconds``, 60 s by default, capped at half
+the lifetime: Comet's opendal refuses a key expiring within its 30 s I/O deadline, and
+a reader given 7 s of life fails) — so the catalog sees one or two refreshes per TTL
 per table, and a revoked grant is noticed within one TTL (the upstream refresh
 answers 403, which is passed through and clears the entry). Table loads feed the
 cache too: the credentials a load brings (fresh: the catalog hands out credentials
@@ -20,6 +23,14 @@ from dataclasses import dataclass
 
 Reply = tuple[int, bytes, dict[str, str]]
 REFRESH_AT_FRACTION_LEFT = 0.15
+DEFAULT_MIN_VALID = 60.0  # seconds of life a handed-out credential keeps, unless its lifetime is too short
+MIN_VALID_MAX_FRACTION = 0.5  # ... then half its lifetime (a 30 s key is never handed out with < 15 s)
+
+
+def required_life(lifetime: float, min_valid: float = DEFAULT_MIN_VALID) -> float:
+    """Seconds of life a credential of ``lifetime`` must still have to be handed out."""
+    lifetime = max(lifetime, 0.0)
+    return max(REFRESH_AT_FRACTION_LEFT * lifetime, min(max(min_valid, 0.0), MIN_VALID_MAX_FRACTION * lifetime))
 
 
 def earliest_expiry(body: bytes) -> float | None:
@@ -43,9 +54,8 @@ class _Entry:
     fetched_at: float
     expires_at: float
 
-    def fresh(self, now: float) -> bool:
-        lifetime = max(self.expires_at - self.fetched_at, 0.0)
-        return now < self.expires_at - REFRESH_AT_FRACTION_LEFT * lifetime
+    def fresh(self, now: float, min_valid: float = DEFAULT_MIN_VALID) -> bool:
+        return now < self.expires_at - required_life(self.expires_at - self.fetched_at, min_valid)
 
 
 class CredentialCache:
@@ -55,11 +65,11 @@ class CredentialCache:
         self.upstream_fetches = 0
         self.served_from_cache = 0
 
-    def get(self, key: str) -> Reply | None:
+    def get(self, key: str, min_valid: float = DEFAULT_MIN_VALID) -> Reply | None:
         now = time.time()
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and entry.fresh(now):
+            if entry is not None and entry.fresh(now, min_valid):
                 self.served_from_cache += 1
                 return entry.reply
         return None

@@ -44,9 +44,16 @@ _LIGHT_PREFIXES = ("/oidc/",)
 
 def catalog_routers() -> tuple[APIRouter, ...]:
     """The Iceberg catalog's routers (importing them imports pyiceberg)."""
-    from .routes import credentials, namespaces, signing, tables, views
+    from .routes import credentials, namespaces, signing, storage_locations, tables, views
 
-    return (namespaces.router, tables.router, credentials.router, signing.router, views.router)
+    return (
+        namespaces.router,
+        tables.router,
+        credentials.router,
+        signing.router,
+        views.router,
+        storage_locations.router,
+    )
 
 
 def _management_router() -> APIRouter:

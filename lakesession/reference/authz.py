@@ -1,7 +1,10 @@
 """RBAC in the style of Apache Polaris: privileges granted to roles on securables, inherited downward.
 
-A securable is the catalog, a namespace, a table or a view. A grant on a
-namespace covers its child namespaces and every table and view inside them.
+A securable is the catalog, a namespace, a table, a view or a registered storage location (a raw
+``s3://`` prefix, ``storage_locations``). A grant on a namespace covers its child namespaces and
+every table and view inside them; a grant on the catalog covers every location too, but only
+``LOCATION_*`` privileges reach locations (``CATALOG_MANAGE_CONTENT`` does not imply them: raw
+data is granted explicitly).
 Privileges imply weaker ones (``TABLE_WRITE_DATA`` ⊃ ``TABLE_READ_DATA`` ⊃
 ``TABLE_READ_PROPERTIES``; ``CATALOG_MANAGE_CONTENT`` ⊃ every content privilege).
 """
@@ -36,6 +39,9 @@ class Privilege(enum.StrEnum):
     VIEW_READ = "VIEW_READ"
     VIEW_WRITE_PROPERTIES = "VIEW_WRITE_PROPERTIES"
     VIEW_DROP = "VIEW_DROP"
+    # raw storage locations (``location s3://bucket/prefix/``): credentials for the prefix, read or read-write
+    LOCATION_READ = "LOCATION_READ"
+    LOCATION_WRITE = "LOCATION_WRITE"
     # act for other principals through token exchange (RFC 8693); granted on the catalog only, implied by nothing
     TOKEN_EXCHANGE = "TOKEN_EXCHANGE"
 
@@ -55,8 +61,12 @@ _DIRECT: dict[Privilege, set[Privilege]] = {
     P.VIEW_LIST: {P.NAMESPACE_READ_PROPERTIES},
     P.TABLE_READ_PROPERTIES: {P.NAMESPACE_READ_PROPERTIES},
     P.VIEW_READ: {P.NAMESPACE_READ_PROPERTIES},
+    P.LOCATION_WRITE: {P.LOCATION_READ},
     P.CATALOG_MANAGE_CONTENT: {
-        p for p in Privilege if p not in (P.CATALOG_MANAGE_ACCESS, P.CATALOG_MANAGE_CONTENT, P.TOKEN_EXCHANGE)
+        p
+        for p in Privilege
+        if p
+        not in (P.CATALOG_MANAGE_ACCESS, P.CATALOG_MANAGE_CONTENT, P.TOKEN_EXCHANGE, P.LOCATION_READ, P.LOCATION_WRITE)
     },
 }
 
@@ -94,7 +104,18 @@ def parse_privilege(value: str) -> Privilege:
         ) from None
 
 
-SECURABLE_KINDS = ("catalog", "namespace", "table", "view")
+SECURABLE_KINDS = ("catalog", "namespace", "table", "view", "location")
+LOCATION_PRIVILEGES = frozenset({P.LOCATION_READ, P.LOCATION_WRITE})
+LOCATION_SCHEMES = ("s3://", "s3a://", "s3n://")
+
+
+def normalize_location(url: str) -> str:
+    """``s3a://b/raw`` -> ``s3://b/raw/``: one spelling per prefix (grants, index rows, credentials)."""
+    url = url.strip()
+    for scheme in LOCATION_SCHEMES[1:]:
+        if url.startswith(scheme):
+            url = "s3://" + url[len(scheme) :]
+    return url.rstrip("/") + "/"
 
 
 @dataclass(frozen=True, order=True)
@@ -122,6 +143,10 @@ class Securable:
         return cls("view", (*ns, name))
 
     @classmethod
+    def location(cls, url: str) -> Securable:
+        return cls("location", (normalize_location(url),))
+
+    @classmethod
     def parse(cls, text: str) -> Securable:
         """Parse ``"table sales.orders"``, or the list form ``'table ["a.b", "orders"]'`` that names
         levels containing '.' (what ``str()`` gives for them: the two forms never collide)."""
@@ -129,8 +154,15 @@ class Securable:
         kind, name = kind.lower(), name.strip()
         if kind not in SECURABLE_KINDS:
             raise BadRequest(
-                f"Unknown securable {text!r}: expected 'catalog', 'namespace NS', 'table NS.T' or 'view NS.V'"
+                f"Unknown securable {text!r}: expected 'catalog', 'namespace NS', 'table NS.T', 'view NS.V' "
+                "or 'location s3://bucket/prefix/'"
             )
+        if kind == "location":
+            if not name.startswith(LOCATION_SCHEMES) or len(name.split("://", 1)[1].strip("/").split("/")) < 2:
+                raise BadRequest(
+                    f"Securable {text!r} needs an s3 prefix below a bucket, e.g. 'location s3://raw-bucket/landing/'"
+                )
+            return cls.location(name)
         if kind == "catalog":
             if name:
                 raise BadRequest(f"Securable 'catalog' takes no name, got {text!r}")
@@ -146,10 +178,14 @@ class Securable:
         return cls(kind, parts)
 
     def __str__(self) -> str:
+        if self.kind == "location":
+            return f"location {self.path[0]}"
         return self.kind if self.kind == "catalog" else f"{self.kind} {path_text(self.path)}"
 
     def ancestors(self) -> list[Securable]:
-        """The catalog, every enclosing namespace, then this securable itself."""
+        """The catalog, every enclosing namespace, then this securable itself (a location: the catalog, itself)."""
+        if self.kind == "location":
+            return [Securable.catalog(), self]
         ns_len = len(self.path) - (1 if self.kind in ("table", "view") else 0)
         out = [Securable.catalog()]
         out += [Securable.namespace(self.path[:i]) for i in range(1, ns_len + 1)]

@@ -8,8 +8,11 @@ principals:
      redirect_uris: [https://hub.example.com/hub/oauth_callback]}  # issuer (authorization code + PKCE)
 roles:
   - {name: analysts, members: [alice]}
+locations:                          # raw prefixes outside the warehouse, registered as securables
+  - {location: s3://raw-bucket/landing/}
 grants:
   - {role: analysts, privilege: TABLE_READ_DATA, on: namespace sales}
+  - {role: analysts, privilege: LOCATION_READ, on: location s3://raw-bucket/landing/}
 ```
 
 Files are validated completely before anything is applied; an invalid file
@@ -19,6 +22,7 @@ be given on every start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,7 @@ class Bootstrap:
     principals: list[dict[str, Any]] = field(default_factory=list)
     roles: list[dict[str, Any]] = field(default_factory=list)
     grants: list[dict[str, Any]] = field(default_factory=list)
+    locations: list[dict[str, Any]] = field(default_factory=list)
 
     def __repr__(self) -> str:  # never show client secrets
         return f"Bootstrap(principals={[p['name'] for p in self.principals]}, roles={[r['name'] for r in self.roles]}, grants={len(self.grants)})"
@@ -49,6 +54,7 @@ _KEYS = {
     "principals": ({"name"}, {"name", "type", "client_id", "client_secret", "redirect_uris"}),
     "roles": ({"name"}, {"name", "members"}),
     "grants": ({"role", "privilege", "on"}, {"role", "privilege", "on"}),
+    "locations": ({"location"}, {"location"}),
 }
 
 
@@ -89,7 +95,7 @@ def parse_node(root: yaml.Node | None, source: str) -> Bootstrap:
         section = _scalar(source, key_node, "section name")
         if section not in _KEYS:
             raise BootstrapError(
-                f"{_where(source, key_node)}: unknown section {section!r} (expected principals, roles, grants)"
+                f"{_where(source, key_node)}: unknown section {section!r} (expected principals, roles, locations, grants)"
             )
         if isinstance(value_node, yaml.ScalarNode) and value_node.value in ("", "null", "~"):
             continue
@@ -133,6 +139,8 @@ def _check_entry(source: str, section: str, entry: dict[str, Any], node: yaml.No
         bad = [u for u in entry.get("redirect_uris", []) if not valid_redirect_uri(u)]
         if bad:
             raise BootstrapError(f"{where}: invalid redirect URI {bad[0]!r} (absolute https, http only on loopback)")
+    if section == "locations" and not entry["location"].startswith(("s3://", "s3a://", "s3n://")):
+        raise BootstrapError(f"{where}: location must be an s3 prefix such as s3://raw-bucket/landing/")
     if section == "grants":
         try:
             Privilege(entry["privilege"].upper())
@@ -167,8 +175,10 @@ def load(path: str | Path) -> Bootstrap:
     return parse(text, str(p))
 
 
-def apply(b: Bootstrap, directory: Directory) -> None:
-    """Create what is missing; re-applying the same file changes nothing (also from replicas starting together)."""
+def apply(b: Bootstrap, directory: Directory, register_location: Callable[[str], object] | None = None) -> None:
+    """Create what is missing; re-applying the same file changes nothing (also from replicas starting together).
+
+    ``register_location`` registers a storage location (before the grants that name it)."""
     for p in b.principals:
         try:
             directory.create_principal(p["name"], p.get("type", "user"), p.get("client_id"), p.get("client_secret"))
@@ -186,5 +196,9 @@ def apply(b: Bootstrap, directory: Directory) -> None:
                 pass  # another replica applying the same file at the same moment
         for m in r.get("members", []):
             directory.add_member(r["name"], m)
+    if b.locations and register_location is None:
+        raise BootstrapError("this catalog cannot register storage locations here (no storage-ownership index)")
+    for loc in b.locations:
+        register_location(loc["location"])  # type: ignore[misc]
     for g in b.grants:
         directory.grant(g["role"], g["privilege"], g["on"])

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, and_, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from . import store
-from .authz import Grant, Privilege, Securable, allowed, parse_privilege
+from .authz import LOCATION_PRIVILEGES, Grant, Privilege, Securable, allowed, parse_privilege
 from .errors import BadRequest, Conflict, NotFound
 
 PRINCIPAL_TYPES = ("user", "service")
@@ -226,6 +226,7 @@ class Directory:
         )
         if g.privilege is Privilege.TOKEN_EXCHANGE and g.on.kind != "catalog":
             raise BadRequest("TOKEN_EXCHANGE is granted on 'catalog' only (it lets a principal act for any other)")
+        self._check_location_grant(g)
         self._require(store.roles, role, "Role")
         try:
             with self.engine.begin() as conn:
@@ -238,6 +239,26 @@ class Directory:
             pass  # granting twice is a no-op
         self.invalidate()
         return g
+
+    def _check_location_grant(self, g: Grant) -> None:
+        """``LOCATION_*`` only on a registered location (or the catalog: all of them), and nothing else on one."""
+        if g.on.kind == "location":
+            if g.privilege not in LOCATION_PRIVILEGES:
+                raise BadRequest(
+                    f"A storage location takes LOCATION_READ or LOCATION_WRITE only, not {g.privilege.value}"
+                )
+            c = store.locations.c
+            with self.engine.connect() as conn:
+                known = conn.execute(
+                    select(c.prefix).where(c.prefix == g.on.path[0], c.owner_kind == "location")
+                ).first()
+            if known is None:
+                raise BadRequest(
+                    f"Storage location {g.on.path[0]!r} is not registered; register it first "
+                    "(POST /management/v1/locations, or the bootstrap file's locations: list)"
+                )
+        elif g.privilege in LOCATION_PRIVILEGES and g.on.kind != "catalog":
+            raise BadRequest(f"{g.privilege.value} is granted on 'location s3://bucket/prefix/' or 'catalog' only")
 
     def revoke(self, role: str, privilege: str | Privilege, on: str | Securable) -> bool:
         priv = parse_privilege(privilege) if isinstance(privilege, str) else privilege

@@ -17,7 +17,9 @@ Path-boundary safe by construction: ``…/orders/`` never contains ``…/orders_
 Rules (``_allowed``): nothing shares or nests with another table's or view's prefix; a
 namespace's home (its ``location`` property, else ``{warehouse}/{nskeys.path_segment(ns)}``) is never anyone
 else's exact prefix; a table or view may lie inside the home of its own namespace or an
-ancestor's only; a namespace home may contain only its own descendants' objects.
+ancestor's only; a namespace home may contain only its own descendants' objects. A registered
+storage location (``storage_locations``) shares, nests with and contains nothing at all: a grant on
+it must never reach a table's data, nor a table's grant a location's.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from .errors import BadRequest
 logger = logging.getLogger(__name__)
 
 Namespace = tuple[str, ...]
-TABLE, VIEW, NAMESPACE = "table", "view", "namespace"
+TABLE, VIEW, NAMESPACE, LOCATION = "table", "view", "namespace", "location"
 PATH_PROPERTIES = ("write.data.path", "write.metadata.path", "write.object-storage.path", "write.folder-storage.path")
 
 
@@ -101,6 +103,8 @@ def _allowed(owner: Owner | None, relation: str, other: Owner) -> bool:
     only lie inside namespace homes."""
     if owner == other:
         return True
+    if other.kind == LOCATION or (owner is not None and owner.kind == LOCATION):
+        return False  # raw locations are islands: nothing inside, around or equal to them
     if other.kind in (TABLE, VIEW):
         # only a namespace home may contain objects, and only those of its own subtree
         return (
@@ -140,6 +144,27 @@ class LocationIndex:
             c.owner_namespace == owner.ns_key,
             c.owner_name == owner.name,
         )
+
+    def owner_of(self, path: str) -> tuple[str, Owner] | None:
+        """The deepest table, view or registered location prefix containing ``path`` (a file or a prefix)."""
+        cand = normalize(path)
+        with self.engine.connect() as conn:
+            c = store.locations.c
+            rows = conn.execute(
+                select(c.prefix, c.owner_kind, c.owner_namespace, c.owner_name).where(
+                    c.catalog_name == self.catalog_name, c.prefix.in_(ancestors(cand)), c.owner_kind != NAMESPACE
+                )
+            ).all()
+        if not rows:
+            return None
+        r = max(rows, key=lambda row: len(row[0]))
+        return r[0], Owner(r[1], nskeys.from_key(r[2]), r[3])
+
+    def prefixes_of_kind(self, kind: str) -> list[str]:
+        with self.engine.connect() as conn:
+            c = store.locations.c
+            q = select(c.prefix).where(c.catalog_name == self.catalog_name, c.owner_kind == kind).order_by(c.prefix)
+            return list(conn.execute(q).scalars())
 
     def owned(self, owner: Owner) -> set[str]:
         with self.engine.connect() as conn:

@@ -69,7 +69,17 @@ class Admin:
 
     def apply_bootstrap(self, source: str | Path | bootstrap_mod.Bootstrap) -> None:
         b = source if isinstance(source, bootstrap_mod.Bootstrap) else bootstrap_mod.load(source)
-        bootstrap_mod.apply(b, self._services.directory)
+        bootstrap_mod.apply(b, self._services.directory, self._register_location if b.locations else None)
+
+    def _register_location(self, url: str) -> str:
+        from . import storage_locations
+        from .routes.common import locations_of  # the catalog's index (imports pyiceberg: only when asked)
+
+        return storage_locations.register(locations_of(self._services), url)
+
+    def register_location(self, url: str) -> str:
+        """Register a raw storage prefix (``s3://bucket/prefix/``) that ``LOCATION_*`` grants can name."""
+        return self._register_location(url)
 
     def token_for(self, principal: str, *, ttl: int | None = None, scope: str = "catalog") -> str:
         """Mint an access token for ``principal`` directly (tests, demos); needs the embedded issuer."""

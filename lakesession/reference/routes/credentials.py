@@ -18,23 +18,46 @@ from starlette.concurrency import run_in_threadpool
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, in_context
+from ..errors import NoSuchTable
+from ..locations import Owner
 from ..tablestore import load_result
 from ..vending import READ, WRITE
 from ..viewsecurity import EffectiveUser, authorize_target
-from .common import Namespace, check_name, check_prefix, decode_namespace, json_bytes, tables_of
+from .common import (
+    Namespace,
+    check_location,
+    check_name,
+    check_prefix,
+    decode_namespace,
+    json_bytes,
+    locations_of,
+    require_namespace,
+    storage_items,
+    tables_of,
+)
 
 router = APIRouter()
 
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 
 
-def table_endpoint(ctx: RequestContext, ns: Namespace, name: str, leaf: str, referenced_by: str | None = None) -> str:
+def table_endpoint(
+    ctx: RequestContext,
+    ns: Namespace,
+    name: str,
+    leaf: str,
+    referenced_by: str | None = None,
+    staged_location: str | None = None,
+) -> str:
     """``v1/{prefix}/namespaces/{ns}/tables/{table}/{leaf}``, relative to the catalog URI, so a
-    gateway in front of the catalog serves it too; ``referenced_by`` (a raw view chain) is kept on it."""
+    gateway in front of the catalog serves it too; ``referenced_by`` (a raw view chain) is kept on it,
+    and a staged table's location (``staged-location``): its refresh comes before the table exists."""
     sep = ctx.services.settings.namespace_separator
     ns_part = sep.join(quote(level, safe="") for level in ns)
     path = f"v1/{ctx.services.settings.catalog_name}/namespaces/{ns_part}/tables/{quote(name, safe='')}/{leaf}"
-    return path + (f"?referenced-by={referenced_by}" if referenced_by else "")
+    query = [f"referenced-by={referenced_by}"] if referenced_by else []
+    query += [f"staged-location={quote(staged_location, safe='')}"] if staged_location else []
+    return path + ("?" + "&".join(query) if query else "")
 
 
 def vend(
@@ -47,6 +70,7 @@ def vend(
     principal_name: str | None = None,
     detail: dict[str, Any] | None = None,
     referenced_by: str | None = None,
+    staged: bool = False,
 ) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """(table config, storage-credentials) for this caller; empty when nothing is to be vended.
 
@@ -78,7 +102,7 @@ def vend(
             **(detail or {}),
         },
     )
-    endpoint = table_endpoint(ctx, ns, name, "credentials", referenced_by)
+    endpoint = table_endpoint(ctx, ns, name, "credentials", referenced_by, location if staged else None)
     config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: endpoint}
     return config, [{"prefix": cred.prefix, "config": config}]
 
@@ -120,6 +144,7 @@ def table_result(
     location: str | None,
     action: str,
     eff: EffectiveUser | None = None,
+    staged: bool = False,
 ) -> Response:
     """A LoadTableResult, with vended credentials when the caller (or the user in effect of a view
     chain, ``eff``) asked for them and may have them."""
@@ -135,6 +160,7 @@ def table_result(
             principal_name=eff.name if eff else None,
             detail=eff.detail() if eff else None,
             referenced_by=eff.referenced_by if eff else None,
+            staged=staged,
         )
     elif "remote-signing" in ctx.delegation:
         config = signing_config(
@@ -155,21 +181,29 @@ async def load_credentials(
     table: str,
     request: Request,
     referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
+    staged_location: str | None = Query(None, alias="staged-location", max_length=1000),
 ) -> Response:
     """Re-authorizes on every call and never reads table metadata (cost independent of history); one
     threadpool hop for the whole request (``context.in_context``)."""
     return await run_in_threadpool(
-        in_context, request, lambda ctx: _load_credentials(ctx, request, prefix, namespace, table)
+        in_context, request, lambda ctx: _load_credentials(ctx, request, prefix, namespace, table, staged_location)
     )
 
 
-def _load_credentials(ctx: RequestContext, request: Request, prefix: str, namespace: str, table: str) -> Response:
+def _load_credentials(
+    ctx: RequestContext, request: Request, prefix: str, namespace: str, table: str, staged: str | None = None
+) -> Response:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
     name = check_name("table", table)
     sec = Securable.table(ns, name)
     eff = authorize_target(ctx, request, "load_credentials", P.TABLE_READ_DATA, sec)
-    location = tables_of(ctx).table_location(ns, name)
+    try:
+        location = tables_of(ctx).table_location(ns, name)
+    except NoSuchTable:
+        if not staged or eff.referenced_by:
+            raise
+        location = _staged_location(ctx, ns, name, staged)
     if ctx.services.vendor is None:
         return json_bytes(b'{"storage-credentials":[]}')
     ctx.delegation = ctx.delegation | {"vended-credentials"}
@@ -184,3 +218,15 @@ def _load_credentials(ctx: RequestContext, request: Request, prefix: str, namesp
         referenced_by=eff.referenced_by,
     )
     return json_bytes(json.dumps({"storage-credentials": creds}).encode())
+
+
+def _staged_location(ctx: RequestContext, ns: Namespace, name: str, location: str) -> str:
+    """A staged table's (not yet committed) location, checked as ``stage-create`` checked it: the caller
+    may still create the table, the location stays inside the warehouse and no other object owns it.
+    So a refresh of a staged table's credentials (a CTAS outliving its TTL) grants nothing the
+    stage-create did not."""
+    ctx.authorize("refresh_staged_credentials", P.TABLE_CREATE, Securable.namespace(ns), detail={"staged": location})
+    require_namespace(ctx.services, ns)
+    check_location(ctx.services, location)
+    locations_of(ctx.services).check(Owner.table(ns, name), storage_items(location, {}))
+    return location

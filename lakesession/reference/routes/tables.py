@@ -154,7 +154,7 @@ def create_table(
             raise BadRequest(f"Invalid table definition: {e}") from None
         raw = staged.metadata.model_dump_json().encode()
         ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
-        return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials")
+        return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials", staged=True)
     try:
         with index.claiming(owner, items), idem.applying("create_table", 200):
             created = ts.catalog.create_table(sql_ident(ns, name), **args)

@@ -1,0 +1,282 @@
+"""Credentials by path for readers that bypass Iceberg's FileIO (issue #22, ``/briefs/contract22.md``).
+
+``GET /lakesession/path-credentials?path=s3://b/k&mode=read|write&min-valid-seconds=60``: Comet's
+native scans, raw ``s3a://`` Parquet and ``Session.filesystem`` ask here (with the session secret,
+never the user's token). Resolution: (1) a path under a table this session loaded gets that table's
+credentials (the per-table cache the JVM's ``/credentials`` refreshes use); (2) else the catalog's
+``location-credentials`` route, when its ``/v1/config`` advertises it; (3) else a 403 ErrorModel
+naming the path. A credential is never handed out with less than ``min-valid-seconds`` of life
+(``required_life``): it is refreshed instead, one upstream call per prefix at a time (single
+flight), and refreshed ahead in the background once half of that margin is used up again.
+
+``GET /lakesession/policy-locations``: the prefixes of the tables this session loaded plus the
+registered locations granted to the user (for ``CometS3LocationScopedCredentialProvider``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qs, quote
+
+from .._singleflight import SingleFlight
+from ._accesslog import AccessLog, AccessRecord
+from ._credcache import DEFAULT_MIN_VALID, earliest_expiry, required_life
+from ._upstream import Reply, Upstream, error_reply
+
+logger = logging.getLogger("lakesession.gateway")
+
+PREFIX = "/lakesession/"
+LOCATION_ROUTE = "GET /v1/{prefix}/lakesession/location-credentials"
+LOCATIONS_ROUTE = "GET /v1/{prefix}/lakesession/locations"
+SCHEMES = ("s3://", "s3a://", "s3n://")
+CREDENTIAL_KEYS = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token", "s3.session-token-expires-at-ms")
+JSON = {"content-type": "application/json"}
+
+
+def canonical(url: str) -> str:
+    """``s3a://b/k`` -> ``s3://b/k``: one spelling for prefix matching."""
+    for scheme in SCHEMES[1:]:
+        if url.startswith(scheme):
+            return "s3://" + url[len(scheme) :]
+    return url
+
+
+def as_prefix(url: str) -> str:
+    return canonical(url).rstrip("/") + "/"
+
+
+@dataclass(frozen=True)
+class _Held:
+    prefix: str  # canonical, ends with '/'
+    mode: str
+    config: dict[str, str]
+    fetched_at: float
+    expires_at: float
+
+    def remaining(self, now: float) -> float:
+        return self.expires_at - now
+
+    def usable(self, now: float, min_valid: float) -> bool:
+        return self.remaining(now) >= required_life(self.expires_at - self.fetched_at, min_valid)
+
+
+class PathRoutes:
+    """The two ``/lakesession/`` routes of one gateway (see the module docstring)."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        access_log: AccessLog,
+        table_credentials: Callable[[str, str, float], Reply],
+    ):
+        self.upstream = upstream
+        self.access_log = access_log
+        self._table_credentials = table_credentials  # (table path, refresh query, min valid) -> /credentials reply
+        self._lock = threading.Lock()
+        self._tables: dict[str, tuple[str, str]] = {}  # table prefix -> (table path, refresh query)
+        self._held: dict[tuple[str, str], _Held] = {}  # (location prefix, mode) -> credentials
+        self._flights: SingleFlight[Reply] = SingleFlight()
+        self._config: dict[str, object] | None = None
+        self._ahead: set[tuple[str, str]] = set()  # refreshes ahead under way
+        self.upstream_fetches = 0
+
+    # -- what the gateway learns from other calls ---------------------------------------------------
+    def note_table(self, table_path: str, refresh_query: str, body: bytes) -> None:
+        """A table load or create answered: its location now maps to its credentials."""
+        try:
+            location = json.loads(body)["metadata"]["location"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if isinstance(location, str) and location.startswith(SCHEMES):
+            with self._lock:
+                self._tables[as_prefix(location)] = (table_path, refresh_query)
+
+    def note_config(self, body: bytes) -> None:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return
+        if isinstance(doc, dict):
+            self._config = doc
+
+    def _catalog(self) -> tuple[str | None, list[str]]:
+        """(the catalog's prefix, its advertised endpoints), asking ``/v1/config`` once if the JVM has not."""
+        if self._config is None:
+            status, body, _ = self.upstream.forward("GET", "/v1/config", "", {"accept": "application/json"}, b"")
+            if status == 200:
+                self.note_config(body)
+        doc = self._config or {}
+        merged: dict[str, object] = {}
+        for part in ("defaults", "overrides"):
+            section = doc.get(part)
+            if isinstance(section, dict):
+                merged.update(section)
+        endpoints = doc.get("endpoints")
+        prefix = merged.get("prefix")
+        return (prefix if isinstance(prefix, str) else None), (endpoints if isinstance(endpoints, list) else [])
+
+    # -- routes ---------------------------------------------------------------------------------------
+    def handle(self, method: str, raw_path: str, query: str) -> Reply:
+        route = raw_path[len(PREFIX) :].rstrip("/")
+        if method != "GET" or route not in ("path-credentials", "policy-locations"):
+            return error_reply(404, "NotFoundException", f"No gateway route {method} {raw_path}")
+        if route == "policy-locations":
+            return self._policy_locations()
+        params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        path, mode = params.get("path", ""), params.get("mode") or "read"
+        try:
+            min_valid = float(params.get("min-valid-seconds") or DEFAULT_MIN_VALID)
+        except ValueError:
+            min_valid = -1.0
+        if not path.startswith(SCHEMES) or "/../" in path + "/" or "/./" in path + "/" or mode not in ("read", "write"):
+            return error_reply(
+                400, "BadRequestException", "Expected path=s3://bucket/key, mode=read|write, min-valid-seconds>=0"
+            )
+        if not 0 <= min_valid <= 12 * 3600:
+            return error_reply(400, "BadRequestException", "min-valid-seconds must be between 0 and 43200")
+        started = time.monotonic()
+        reply, prefix, via = self._path_credentials(path, mode, min_valid)
+        self.access_log.add(
+            AccessRecord(
+                time=time.time(),
+                action="path_credentials",
+                object=f"path {prefix or path}",
+                status=reply[0],
+                duration_ms=round((time.monotonic() - started) * 1000, 2),
+                request_id=reply[2].get("x-request-id"),
+                credentials_expire_at=earliest_expiry(reply[1]) if reply[0] == 200 else None,
+                via=via,
+            )
+        )
+        return reply
+
+    def _path_credentials(self, path: str, mode: str, min_valid: float) -> tuple[Reply, str | None, str]:
+        scheme = path.split("://", 1)[0] + "://"
+        spelled = lambda prefix: scheme + prefix[len("s3://") :]  # noqa: E731 - the caller's scheme back
+        target = as_prefix(path)
+        with self._lock:
+            tables = [(p, t) for p, t in self._tables.items() if target.startswith(p)]
+        if tables:
+            prefix, (table_path, refresh_query) = max(tables, key=lambda item: len(item[0]))
+            reply = self._table_credentials(table_path, refresh_query, min_valid)
+            if reply[0] != 200:
+                return reply, prefix, "upstream"
+            config = _credential_config(reply[1], prefix)
+            if config is None:
+                msg = f"The catalog vended no storage credentials for {path} (table {table_path.rsplit('/', 1)[-1]})"
+                return error_reply(403, "ForbiddenException", msg), prefix, "upstream"
+            return _answer(spelled(prefix), config), prefix, "table"
+        return self._location_credentials(path, target, mode, min_valid, spelled)
+
+    def _location_credentials(
+        self, path: str, target: str, mode: str, min_valid: float, spelled: Callable[[str], str]
+    ) -> tuple[Reply, str | None, str]:
+        now = time.time()
+        with self._lock:
+            held = [h for (p, m), h in self._held.items() if target.startswith(p) and (m == mode or m == "write")]
+        best = max(held, key=lambda h: h.remaining(now), default=None)
+        if best is not None and best.usable(now, min_valid):
+            if best.remaining(now) < 2 * required_life(best.expires_at - best.fetched_at, min_valid):
+                self._refresh_ahead(best, min_valid)
+            return _answer(spelled(best.prefix), best.config), best.prefix, "cache"
+        flight_key = (best.prefix if best is not None else target.rsplit("/", 2)[0] + "/", mode)
+        reply, shared = self._flights.do(flight_key, lambda: self._fetch_location(path, mode))
+        if reply[0] != 200:
+            return reply, None, "upstream"
+        doc = json.loads(reply[1])
+        entry = doc["storage-credentials"][0]
+        prefix = as_prefix(entry["prefix"])
+        return _answer(spelled(prefix), entry["config"]), prefix, "shared" if shared else "upstream"
+
+    def _refresh_ahead(self, held: _Held, min_valid: float) -> None:
+        key = (held.prefix, held.mode)
+        with self._lock:
+            if key in self._ahead:
+                return
+            self._ahead.add(key)
+
+        def run() -> None:
+            try:
+                self._flights.do(key, lambda: self._fetch_location(held.prefix, held.mode))
+            except Exception:  # a background refresh failing changes nothing: the next request retries
+                logger.debug("refresh-ahead of %s failed", held.prefix, exc_info=True)
+            finally:
+                with self._lock:
+                    self._ahead.discard(key)
+
+        threading.Thread(target=run, name="lakesession-path-refresh", daemon=True).start()
+
+    def _fetch_location(self, path: str, mode: str) -> Reply:
+        """One upstream ``location-credentials`` call; a 200 is held per (prefix, mode), anything else drops it."""
+        prefix, endpoints = self._catalog()
+        if prefix is None or LOCATION_ROUTE not in endpoints:
+            msg = (
+                f"No credentials for {path}: it is under no table this session loaded, and the catalog does not "
+                f"offer credentials for raw paths ({LOCATION_ROUTE} is not in its /v1/config endpoints)"
+            )
+            return error_reply(403, "ForbiddenException", msg)
+        query = f"location={quote(path, safe='')}&mode={mode}"
+        self.upstream_fetches += 1
+        status, body, headers = self.upstream.forward(
+            "GET",
+            f"/v1/{quote(prefix, safe='')}/lakesession/location-credentials",
+            query,
+            {"accept": "application/json"},
+            b"",
+        )
+        if status != 200:
+            with self._lock:  # a revoked grant: never serve what was held for it
+                for key in [k for k in self._held if as_prefix(path).startswith(k[0])]:
+                    del self._held[key]
+            return status, body, headers
+        try:
+            entry = json.loads(body)["storage-credentials"][0]
+            config = {k: v for k, v in entry["config"].items() if isinstance(v, str)}
+            got = as_prefix(entry["prefix"])
+            expires = int(config["s3.session-token-expires-at-ms"]) / 1000
+        except (ValueError, KeyError, IndexError, TypeError):
+            return error_reply(502, "ServiceFailureException", f"The catalog's credentials for {path} were malformed")
+        with self._lock:
+            self._held[(got, mode)] = _Held(got, mode, config, time.time(), expires)
+        return 200, json.dumps({"storage-credentials": [{"prefix": got, "config": config}]}).encode(), headers
+
+    def _policy_locations(self) -> Reply:
+        with self._lock:
+            out = list(self._tables)
+        prefix, endpoints = self._catalog()
+        if prefix is not None and LOCATIONS_ROUTE in endpoints:
+            status, body, _ = self.upstream.forward(
+                "GET", f"/v1/{quote(prefix, safe='')}/lakesession/locations", "", {"accept": "application/json"}, b""
+            )
+            if status == 200:
+                out += [as_prefix(x["location"]) for x in json.loads(body).get("locations", [])]
+        return 200, json.dumps({"locations": sorted(set(out))}).encode(), dict(JSON)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+
+def _credential_config(body: bytes, prefix: str) -> dict[str, str] | None:
+    """The config of the storage credential covering ``prefix`` (the longest matching one)."""
+    try:
+        creds = json.loads(body).get("storage-credentials") or []
+    except ValueError:
+        return None
+    matching = [c for c in creds if isinstance(c, dict) and prefix.startswith(canonical(str(c.get("prefix", ""))))]
+    if not matching:
+        return None
+    best = max(matching, key=lambda c: len(str(c.get("prefix", ""))))
+    config = {k: v for k, v in (best.get("config") or {}).items() if isinstance(v, str)}
+    return config if all(k in config for k in CREDENTIAL_KEYS[:2]) else None
+
+
+def _answer(prefix: str, config: dict[str, str]) -> Reply:
+    config = {k: v for k, v in config.items() if k != "client.refresh-credentials-endpoint"}
+    body = {"storage-credentials": [{"prefix": prefix, "config": config}]}
+    return 200, json.dumps(body).encode(), dict(JSON)

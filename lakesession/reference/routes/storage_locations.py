@@ -1,0 +1,130 @@
+"""Credentials for a path, and registered storage locations (issue #22, ``/briefs/contract22.md``).
+
+``GET /v1/{prefix}/lakesession/location-credentials?location=s3://b/k&mode=read|write``: readers that
+bypass Iceberg's FileIO (Comet's native scans, raw ``s3a://`` Parquet, ``Session.filesystem``) ask for
+credentials by path. A path inside a table's storage is decided by the table's grants (read:
+``TABLE_READ_DATA``, write: ``TABLE_WRITE_DATA``), inside a registered location by ``LOCATION_READ`` /
+``LOCATION_WRITE``; anything else is a 403 naming only the path (never which object owns it). The
+credentials' session policy covers exactly the owning prefix, which the answer names.
+
+``GET /v1/{prefix}/lakesession/locations``: the registered locations the caller holds a grant on.
+``/management/v1/locations``: admins register (POST), list (GET) and unregister (DELETE) locations.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from .. import storage_locations
+from ..authz import Privilege as P
+from ..authz import Securable, normalize_location
+from ..context import RequestContext, get_context, in_context
+from ..errors import BadRequest, Forbidden
+from ..locations import LOCATION, TABLE
+from ..vending import READ, WRITE
+from .common import check_prefix, json_bytes, locations_of
+
+router = APIRouter()
+
+PRIVILEGE = {(TABLE, READ): P.TABLE_READ_DATA, (TABLE, WRITE): P.TABLE_WRITE_DATA}
+PRIVILEGE |= {(LOCATION, READ): P.LOCATION_READ, (LOCATION, WRITE): P.LOCATION_WRITE}
+
+
+@router.get("/v1/{prefix}/lakesession/location-credentials")
+async def location_credentials(
+    prefix: str,
+    request: Request,
+    location: str = Query(..., max_length=2000),
+    mode: str = Query(READ, max_length=16),
+) -> Response:
+    """Re-authorized on every call, like a table's ``/credentials``; one threadpool hop."""
+    return await run_in_threadpool(in_context, request, lambda ctx: _location_credentials(ctx, prefix, location, mode))
+
+
+def _location_credentials(ctx: RequestContext, prefix: str, location: str, mode: str) -> Response:
+    check_prefix(ctx.services, prefix)
+    if mode not in (READ, WRITE):
+        raise BadRequest(f"Invalid mode {mode!r}: expected 'read' or 'write'")
+    vendor = ctx.services.vendor
+    if vendor is None:
+        raise BadRequest("This catalog vends no storage credentials (its warehouse is not on S3)")
+    if not location.startswith(storage_locations.LOCATION_SCHEMES) or "/../" in f"{location}/":
+        raise BadRequest(f"Invalid location {location!r}: expected s3://bucket/path")
+    path = normalize_location(location)
+    found = locations_of(ctx.services).owner_of(path)
+    sec: Securable | None = None
+    if found is not None and found[1].kind == TABLE:
+        sec = Securable.table(found[1].namespace, found[1].name)
+    elif found is not None and found[1].kind == LOCATION:
+        sec = Securable.location(found[0])
+    target = sec if sec is not None else f"location {path}"
+    privilege = PRIVILEGE.get((sec.kind, mode)) if sec is not None else None
+    ok = found is not None and privilege is not None and ctx.allowed(privilege, sec)  # type: ignore[arg-type]
+    detail: dict[str, Any] = {"path": location, "mode": mode}
+    ctx.audit("location_credentials", target, "allow" if ok else "deny", detail)
+    if not ok or found is None:
+        ctx.flush()
+        raise Forbidden(
+            f"Principal {ctx.principal.name!r} may not {mode} {location}: no {mode} grant on a table or a registered "
+            "storage location covers it (an admin registers raw prefixes under /management/v1/locations and "
+            f"grants LOCATION_{mode.upper()} on them)"
+        )
+    owned = found[0]
+    cred, cache_hit = vendor.vend(ctx.principal.name, str(sec), owned, mode)
+    detail |= {"prefix": owned, "expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit}
+    ctx.audit("location_credentials", target, "issued", detail)
+    scheme = location.split("://", 1)[0]
+    shown = scheme + owned[len("s3") :]  # the caller's spelling (s3a://…): its prefix matching stays simple
+    body = {"storage-credentials": [{"prefix": shown, "config": cred.config(vendor.s3)}]}
+    return json_bytes(json.dumps(body).encode())
+
+
+@router.get("/v1/{prefix}/lakesession/locations")
+def my_locations(prefix: str, ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, Any]:
+    check_prefix(ctx.services, prefix)
+    out = []
+    for loc in storage_locations.registered(locations_of(ctx.services)):
+        held = [p.value for p in (P.LOCATION_READ, P.LOCATION_WRITE) if ctx.allowed(p, Securable.location(loc))]
+        if held:
+            out.append({"location": loc, "privileges": held})
+    return {"locations": out}
+
+
+class LocationBody(BaseModel):
+    location: str = Field(min_length=1, max_length=1000, description="s3://bucket/prefix/ outside the warehouse")
+
+
+def _manage(ctx: RequestContext, action: str) -> None:
+    ctx.authorize(action, P.CATALOG_MANAGE_ACCESS, Securable.catalog())
+
+
+@router.get("/management/v1/locations", tags=["management"])
+def list_locations(ctx: RequestContext = Depends(get_context, scope="function")) -> dict[str, list[str]]:
+    _manage(ctx, "list_locations")
+    return {"locations": storage_locations.registered(locations_of(ctx.services))}
+
+
+@router.post("/management/v1/locations", status_code=201, tags=["management"])
+def register_location(
+    body: LocationBody, ctx: RequestContext = Depends(get_context, scope="function")
+) -> dict[str, str]:
+    _manage(ctx, "register_location")
+    prefix = storage_locations.register(locations_of(ctx.services), body.location)
+    ctx.audit("register_location", Securable.location(prefix), "issued")
+    return {"location": prefix}
+
+
+@router.delete("/management/v1/locations", status_code=204, tags=["management"])
+def unregister_location(
+    location: str = Query(..., max_length=1000), ctx: RequestContext = Depends(get_context, scope="function")
+) -> Response:
+    _manage(ctx, "unregister_location")
+    prefix = storage_locations.unregister(locations_of(ctx.services), location)
+    ctx.services.directory.invalidate()
+    ctx.audit("unregister_location", Securable.location(prefix), "issued")
+    return Response(status_code=204)
