@@ -85,7 +85,9 @@ def test_session_conf_wires_both_paths_to_this_sessions_gateway_and_respects_the
     assert conf["spark.sql.catalog.lake.lakesession.min-valid-seconds"] == "30"
     assert conf["fs.s3a.impl.disable.cache"] == "true"  # a cached S3AFileSystem would carry another session's provider
     assert comet.min_valid_seconds({}) == comet.DEFAULT_IO_TIMEOUT + comet.MARGIN
-    with pytest.raises(ConfigError, match="give seconds"):
+    assert comet.min_valid_seconds({comet.IO_TIMEOUT: "5000"}) == 5 + comet.MARGIN  # a bare number: ms
+    assert comet.min_valid_seconds({comet.IO_TIMEOUT: "1min"}) == 60 + comet.MARGIN
+    with pytest.raises(ConfigError, match="give a Spark duration"):
         comet.min_valid_seconds({comet.IO_TIMEOUT: "soon"})
 
 

@@ -14,7 +14,9 @@ they go on the driver's class path (Comet's plugin and shuffle manager load befo
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import re
 import tempfile
 import urllib.request
 from collections.abc import Mapping
@@ -201,14 +203,22 @@ def launch_conf(jars: CometJars, user: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
 def min_valid_seconds(user: Mapping[str, str]) -> int:
-    """How long a credential handed to Comet must still be valid: its I/O deadline plus a margin."""
-    raw = user.get(IO_TIMEOUT, "").strip().lower().removesuffix("s").removesuffix("sec")
-    try:
-        timeout = int(float(raw)) if raw else DEFAULT_IO_TIMEOUT
-    except ValueError:
-        raise ConfigError(f"{IO_TIMEOUT}={user[IO_TIMEOUT]!r}: give seconds, e.g. '30'") from None
-    return timeout + MARGIN
+    """How long a credential handed to Comet must still be valid: its I/O deadline plus a margin.
+
+    ``spark.comet.iceberg.ioTimeout`` is a Spark time conf: a bare number is milliseconds.
+    """
+    raw = user.get(IO_TIMEOUT, "").strip().lower()
+    if not raw:
+        return DEFAULT_IO_TIMEOUT + MARGIN
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h)?", raw)
+    if m is None:
+        raise ConfigError(f"{IO_TIMEOUT}={user[IO_TIMEOUT]!r}: give a Spark duration, e.g. '30s' or '30000' (ms)")
+    seconds = float(m.group(1)) * _UNITS[m.group(2) or "ms"]
+    return math.ceil(seconds) + MARGIN
 
 
 def session_conf(catalog_name: str, gateway_uri: str, secret: str, user: Mapping[str, str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ catalog's own message.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pyspark.errors.exceptions import captured
@@ -64,12 +65,34 @@ def _iceberg_cause(e: Any) -> tuple[Any, str] | None:
     return None
 
 
+# lakesession's JVM credential provider (java/src: GatewayClient.GatewayException), however Comet or S3A wrap it
+_GATEWAY_REFUSAL = re.compile(r"lakesession: access to (\S+) refused by the session's gateway \(HTTP (\d{3})\): ([^\n]*)")
+GATEWAY_EXCEPTION = "dev.lakesession.jvm.GatewayClient$GatewayException"
+
+
+def _gateway_refusal(e: Any) -> CatalogAccessError | None:
+    """A path the session's gateway refused (raw s3a:// or Comet reads): the catalog's message, not a JVM trace."""
+    seen = 0
+    while e is not None and seen < 20:
+        found = _GATEWAY_REFUSAL.search(str(e.getMessage() or ""))
+        if found is not None:
+            path, status, message = found.groups()
+            kind = "forbidden" if status == "403" else "not authorized" if status == "401" else "catalog error"
+            return CatalogAccessError(f"access to {path} refused (HTTP {status}): {message}", kind, GATEWAY_EXCEPTION)
+        e = e.getCause()
+        seen += 1
+    return None
+
+
 def convert_exception(e: Any) -> captured.CapturedException:
     found = _iceberg_cause(e)
     if found is not None:
         cause, cls = found
         message = str(cause.getMessage() or "")
         return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
+    refused = _gateway_refusal(e)
+    if refused is not None:
+        return refused
     return _original(e)
 
 
