@@ -199,9 +199,10 @@ def test_a_native_scan_running_across_several_credential_lifetimes_completes(
     handle, log = cat
     spark = users["alice"].spark()
     spark.sql("CREATE TABLE lake_alice.na.long (id BIGINT, v DOUBLE) USING iceberg")
-    spark.sql("INSERT INTO lake_alice.na.long SELECT /*+ REPARTITION(16) */ id, id * 2.0 FROM range(32000)")
-    # the store answers Comet's reads of this table slowly: the query spans > 2 lifetimes (2 x 30 s)
-    log.delay = lambda method, path, agent: 1.5 if not agent and "/wh/na/long/data/" in path else 0.0
+    spark.sql("INSERT INTO lake_alice.na.long SELECT /*+ REPARTITION(64) */ id, id * 2.0 FROM range(32000)")
+    # the store answers Comet's reads of this table slowly (2 s, within its 5 s deadline; two tasks read
+    # one request at a time each): the 64 files take > 2 lifetimes (2 x 30 s)
+    log.delay = lambda method, path, agent: 2.0 if not agent and "/wh/na/long/data/" in path else 0.0
     since = time.time()
     try:
         df = spark.sql("SELECT count(*), sum(v) FROM lake_alice.na.long")
