@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import lakesession  # noqa: E402
-from lakesession.reference import bootstrap, start  # noqa: E402
+import lakesession
+from lakesession.reference import bootstrap, start
 
 POLICY = """
 principals:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                         results[comet] = rows
                         if i:
                             times[comet].append(took)
-                assert results[True] == results[False] or name == "q1" and _close(results[True], results[False])
+                assert results[True] == results[False] or (name == "q1" and _close(results[True], results[False]))
                 comet_s, jvm_s = statistics.median(times[True]), statistics.median(times[False])
                 ratios.append(comet_s / jvm_s)
                 print(

@@ -60,7 +60,9 @@ def build(out: Path = OUT) -> Path:
             ["javac", "--release", "17", "-Xlint:all", "-Werror", "-d", classes, "-cp", class_path, *sources],
             check=True,
         )
-        manifest = f"Manifest-Version: 1.0\r\nCreated-By: lakesession java/build.py\r\n{HASH_ATTR}: {source_hash()}\r\n\r\n"
+        manifest = (
+            f"Manifest-Version: 1.0\r\nCreated-By: lakesession java/build.py\r\n{HASH_ATTR}: {source_hash()}\r\n\r\n"
+        )
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", STAMP), manifest, zipfile.ZIP_DEFLATED)

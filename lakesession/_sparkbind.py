@@ -72,7 +72,11 @@ def bind(
             from ._spark.jars import resolve_jars
 
             spark, created = build_spark(
-                {**base_conf(catalog_name, resolve_jars(jars)), **_static(spark_conf), **_comet_launch(comet, spark_conf)},
+                {
+                    **base_conf(catalog_name, resolve_jars(jars)),
+                    **_static(spark_conf),
+                    **_comet_launch(comet, spark_conf),
+                },
                 master=master,
             )
             from pyspark import __version__

@@ -132,7 +132,7 @@ def fetch(group: str, artifact: str, version: str) -> Path:
     url = f"{MAVEN}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
     fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{artifact}-", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=120) as resp:  # noqa: S310 (https URL)
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=120) as resp:
             while chunk := resp.read(1 << 20):
                 out.write(chunk)
         got = _sha1(Path(tmp))
@@ -140,9 +140,7 @@ def fetch(group: str, artifact: str, version: str) -> Path:
             raise JarResolutionError(f"{url}: sha1 {got} does not match Maven Central's {expected}")
         os.replace(tmp, path)
     except OSError as exc:
-        raise JarResolutionError(
-            f"could not download {url} ({exc}); with no network, put the jar at {path}"
-        ) from exc
+        raise JarResolutionError(f"could not download {url} ({exc}); with no network, put the jar at {path}") from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

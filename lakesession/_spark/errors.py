@@ -66,7 +66,9 @@ def _iceberg_cause(e: Any) -> tuple[Any, str] | None:
 
 
 # lakesession's JVM credential provider (java/src: GatewayClient.GatewayException), however Comet or S3A wrap it
-_GATEWAY_REFUSAL = re.compile(r"lakesession: access to (\S+) refused by the session's gateway \(HTTP (\d{3})\): ([^\n]*)")
+_GATEWAY_REFUSAL = re.compile(
+    r"lakesession: access to (\S+) refused by the session's gateway \(HTTP (\d{3})\): ([^\n]*)"
+)
 GATEWAY_EXCEPTION = "dev.lakesession.jvm.GatewayClient$GatewayException"
 
 
