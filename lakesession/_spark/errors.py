@@ -86,13 +86,39 @@ def _gateway_refusal(e: Any) -> CatalogAccessError | None:
     return None
 
 
+_STORE_REFUSAL = re.compile(r"^(s3a://\S+?):? \S+ on s3a://")
+STORE_DENIED = "java.nio.file.AccessDeniedException"
+
+
+def _store_refusal(e: Any) -> CatalogAccessError | None:
+    """S3A's AccessDeniedException for an s3a:// path: the store refused the session's credentials there."""
+    from py4j.java_gateway import is_instance_of
+    from pyspark import SparkContext
+
+    seen = 0
+    while e is not None and seen < 20:
+        if is_instance_of(SparkContext._gateway, e, STORE_DENIED):
+            found = _STORE_REFUSAL.match(str(e.getMessage() or ""))
+            if found is not None:
+                return CatalogAccessError(
+                    f"access to {found.group(1)} refused by the store: no grant of this session covers it "
+                    "(raw paths need a LOCATION_READ/LOCATION_WRITE grant on a registered location; S3A reads a "
+                    "bucket with one location's credentials: see docs/comet.md)",
+                    "forbidden",
+                    STORE_DENIED,
+                )
+        e = e.getCause()
+        seen += 1
+    return None
+
+
 def convert_exception(e: Any) -> captured.CapturedException:
     found = _iceberg_cause(e)
     if found is not None:
         cause, cls = found
         message = str(cause.getMessage() or "")
         return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
-    refused = _gateway_refusal(e)
+    refused = _gateway_refusal(e) or _store_refusal(e)
     if refused is not None:
         return refused
     return _original(e)
