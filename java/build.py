@@ -70,7 +70,9 @@ def build(out: Path = OUT) -> Path:
                 info = zipfile.ZipInfo(cls.relative_to(classes).as_posix(), STAMP)
                 z.writestr(info, cls.read_bytes(), zipfile.ZIP_DEFLATED)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(buf.getvalue())
+        tmp = out.with_suffix(".jar.tmp")  # renamed into place: a running JVM keeps its open copy
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(out)
     return out
 
 

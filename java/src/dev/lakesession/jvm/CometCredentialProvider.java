@@ -25,6 +25,7 @@ public final class CometCredentialProvider implements CometS3LocationScopedCrede
   private static final AtomicLong CALLS = new AtomicLong();
 
   private volatile CredentialCache cache;
+  private volatile boolean closed;
 
   @Override
   public void initialize(Map<String, String> properties) {
@@ -36,10 +37,7 @@ public final class CometCredentialProvider implements CometS3LocationScopedCrede
   @Override
   public CometS3Credentials getCredentialsForPath(CometS3CredentialContext context) throws Exception {
     CALLS.incrementAndGet();
-    CredentialCache c = cache;
-    if (c == null) {
-      throw new IllegalStateException("lakesession credential provider used before initialize()");
-    }
+    CredentialCache c = live();
     String mode = context.getMode() == CometS3AccessMode.WRITE ? "write" : "read";
     Creds creds = c.get(location(context.getBucket(), context.getPath()), mode);
     return new CometS3Credentials(
@@ -61,10 +59,7 @@ public final class CometCredentialProvider implements CometS3LocationScopedCrede
   @Override
   /** The granted prefixes in {@code bucket}, as keys (Comet asks credentials for each on its own). */
   public List<String> getPolicyLocations(String bucket) throws Exception {
-    CredentialCache c = cache;
-    if (c == null) {
-      throw new IllegalStateException("lakesession credential provider used before initialize()");
-    }
+    CredentialCache c = live();
     List<String> out = new ArrayList<>();
     String root = "s3://" + bucket + "/";
     for (String loc : c.gateway().policyLocations()) {
@@ -83,6 +78,17 @@ public final class CometCredentialProvider implements CometS3LocationScopedCrede
     return out;
   }
 
+  private CredentialCache live() {
+    CredentialCache c = cache;
+    if (c == null) {
+      throw new IllegalStateException(
+          closed
+              ? "lakesession credential provider is closed"
+              : "lakesession credential provider used before initialize()");
+    }
+    return c;
+  }
+
   /** How often Comet asked any instance for credentials in this JVM (benchmarks read it). */
   public static long providerCalls() {
     return CALLS.get();
@@ -95,6 +101,7 @@ public final class CometCredentialProvider implements CometS3LocationScopedCrede
 
   @Override
   public void close() {
+    closed = true;
     CredentialCache c = cache;
     cache = null;
     if (c != null) {
