@@ -48,6 +48,7 @@ def connect(
     gateway_options: Mapping[str, Any] | None = None,
     assumed_credential_ttl: float | None = None,
     access: Literal["vended-credentials", "remote-signing"] | None = None,
+    comet: bool | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     storage: Literal["s3-emulator", "file"] | None = None,
     credential_ttl: int | None = None,
@@ -63,7 +64,8 @@ def connect(
     ``jars``, ``master``, ``remote``, ``gateway_host``, ``gateway_clients``, ``spark_conf``. ``assumed_credential_ttl``: seconds
     to assume vended keys live when the catalog states no expiry (Nessie 0.99). ``access="remote-signing"``:
     Spark and ``table()`` hold no storage credentials, the catalog signs each S3 request. Embedded
-    default only: ``data_dir``, ``storage``, ``credential_ttl``, ``access_token_ttl``.
+    default only: ``data_dir``, ``storage``, ``credential_ttl``, ``access_token_ttl``. ``comet=True``: Apache
+    DataFusion Comet's native scans and raw ``s3a://`` paths, credentials from the gateway (docs: Comet).
     """
     given = {k: v for k, v in locals().items() if k != "catalog"}
     return connect_with(Settings.resolve(catalog, given), catalog=catalog)
@@ -183,6 +185,7 @@ def spark(
     gateway_options: Mapping[str, Any] | None = None,
     assumed_credential_ttl: float | None = None,
     access: Literal["vended-credentials", "remote-signing"] | None = None,
+    comet: bool | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     storage: Literal["s3-emulator", "file"] | None = None,
     credential_ttl: int | None = None,

@@ -91,6 +91,11 @@ class Settings:
     access: str = _opt(
         "spark", "`vended-credentials` or `remote-signing` (no storage credentials at all).", default=ACCESS_MODES[0]
     )
+    comet: bool = _opt(
+        "spark",
+        "Apache DataFusion Comet's native scans and raw `s3a://` paths, credentials from the gateway (Spark 4.1).",
+        default=False,
+    )
     # the embedded default (no uri)
     data_dir: str | os.PathLike[str] | None = _opt(
         "embedded", "Embedded catalog state (default `~/.local/share/lakesession/embedded`).", "LAKESESSION_HOME"
@@ -138,7 +143,7 @@ class Settings:
 
     def session_options(self) -> dict[str, Any]:
         names = ["catalog_name", "jars", "master", "remote", "gateway_host", "gateway_clients"]
-        names += ["assumed_credential_ttl", "access"]
+        names += ["assumed_credential_ttl", "access", "comet"]
         opts: dict[str, Any] = {n: getattr(self, n) for n in names}
         opts["spark_conf"] = dict(self.spark_conf or {})
         opts["gateway_options"] = dict(self.gateway_options or {})

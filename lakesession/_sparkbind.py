@@ -43,6 +43,7 @@ def bind(
     spark_conf: Mapping[str, str],
     master: str | None,
     remote: str | None,
+    comet: bool = False,
 ) -> SparkSession:
     """A SparkSession of its own for ``holder`` whose ``catalog_name`` catalog is ``catalog_conf()``.
 
@@ -64,12 +65,19 @@ def bind(
             bound.add(id(holder))
             return spark
         if SparkContext._active_spark_context is not None:
+            if comet:
+                _check_running_comet(SparkContext._active_spark_context)
             spark = _child(catalog_name, catalog_conf(), spark_conf)
         else:
             from ._spark.jars import resolve_jars
 
             spark, created = build_spark(
-                {**base_conf(catalog_name, resolve_jars(jars)), **_static(spark_conf)}, master=master
+                {
+                    **base_conf(catalog_name, resolve_jars(jars)),
+                    **_static(spark_conf),
+                    **_comet_launch(comet, spark_conf),
+                },
+                master=master,
             )
             from pyspark import __version__
 
@@ -159,6 +167,40 @@ def _warm_catalog_classes(spark: SparkSession, catalog_name: str, catalog_conf: 
             logger.debug("warming catalog %s failed (%s)", catalog_name, type(exc).__name__)
 
     threading.Thread(target=warm, name="lakesession-catalog-warm", daemon=True).start()
+
+
+def _comet_launch(comet: bool, spark_conf: Mapping[str, str]) -> dict[str, str]:
+    """Comet's jars and settings for a JVM launched here (``comet=True``), or just lakesession's provider
+    and the raw-path jars when the user's own ``spark_conf`` already loads Comet."""
+    from ._spark import comet as _comet
+
+    if not comet and not _comet.names_comet(spark_conf):
+        return {}
+    from ._spark.jars import detect_spark
+
+    info = detect_spark()
+    return _comet.launch_conf(_comet.resolve(info.minor, info.scala, info.version, comet=comet), spark_conf)
+
+
+def _check_running_comet(sc: Any) -> None:
+    """``comet=True`` on a running SparkContext: its JVM must already have loaded Comet (a plugin is static)."""
+    from ._spark.comet import PLUGIN
+    from .errors import ConfigError
+
+    if PLUGIN not in (sc.getConf().get("spark.plugins") or ""):
+        raise ConfigError(
+            "comet=True, but Spark is already running without Comet (spark.plugins is static): close the "
+            "Session that started Spark (or stop the SparkContext), then start again with comet=True"
+        )
+
+
+def comet_conf(comet: bool, catalog_name: str, gateway: Any, spark_conf: Mapping[str, str]) -> dict[str, str]:
+    """The runtime conf wiring lakesession's credential providers to this session's gateway (or nothing)."""
+    from ._spark import comet as _comet
+
+    if not comet and not _comet.names_comet(spark_conf):
+        return {}
+    return _comet.session_conf(catalog_name, gateway.uri, gateway.secret, spark_conf)
 
 
 def _static(spark_conf: Mapping[str, str]) -> dict[str, str]:

@@ -54,6 +54,8 @@ class Session:
         access: How Spark and ``table()`` reach storage: ``vended-credentials`` (per-table credentials
             from the catalog) or ``remote-signing`` (no storage credentials at all: the catalog signs
             each S3 request; Spark's signer calls go through the gateway, as the user).
+        comet: Apache DataFusion Comet's native scans, with credentials from the gateway, and raw
+            ``s3a://`` paths (docs/how-to/comet.md). Spark 4.1 only; a ConfigError elsewhere.
     """
 
     def __init__(
@@ -74,7 +76,13 @@ class Session:
         gateway_options: dict[str, Any] | None = None,
         assumed_credential_ttl: float | None = None,
         access: str = "vended-credentials",
+        comet: bool = False,
     ):
+        if comet:
+            from ._spark.comet import check_available
+
+            check_available(remote)  # before anything starts: a Spark line without Comet is a ConfigError
+        self._comet = comet
         if access not in ACCESS_MODES:
             raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {access!r}")
         self.access = access
@@ -222,7 +230,8 @@ class Session:
                             self._gateway = pending.result()
                         assert self._gateway is not None
                         gw = self._gateway
-                        return catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse, self.access)
+                        conf = catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse, self.access)
+                        return {**conf, **_sparkbind.comet_conf(self._comet, self.catalog_name, gw, self._spark_conf)}
 
                     try:
                         self._spark = _sparkbind.bind(
@@ -233,6 +242,7 @@ class Session:
                             spark_conf=self._spark_conf,
                             master=self._master,
                             remote=self._remote,
+                            comet=self._comet,
                         )
                     finally:
                         if pending is not None and self._gateway is None:

@@ -12,6 +12,7 @@ catalog's own message — and the object store's refusals of a job's reads and w
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pyspark.errors.exceptions import captured
@@ -104,6 +105,53 @@ def _iceberg_cause(e: Any) -> tuple[Any, str] | None:
     return None
 
 
+# lakesession's JVM credential provider (java/src: GatewayClient.GatewayException), however Comet or S3A wrap it
+_GATEWAY_REFUSAL = re.compile(
+    r"lakesession: access to (\S+) refused by the session's gateway \(HTTP (\d{3})\): ([^\n]*)"
+)
+GATEWAY_EXCEPTION = "dev.lakesession.jvm.GatewayClient$GatewayException"
+
+
+def _gateway_refusal(e: Any) -> CatalogAccessError | None:
+    """A path the session's gateway refused (raw s3a:// or Comet reads): the catalog's message, not a JVM trace."""
+    seen = 0
+    while e is not None and seen < 20:
+        found = _GATEWAY_REFUSAL.search(str(e.getMessage() or ""))
+        if found is not None:
+            path, status, message = found.groups()
+            kind = "forbidden" if status == "403" else "not authorized" if status == "401" else "catalog error"
+            return CatalogAccessError(f"access to {path} refused (HTTP {status}): {message}", kind, GATEWAY_EXCEPTION)
+        e = e.getCause()
+        seen += 1
+    return None
+
+
+_STORE_REFUSAL = re.compile(r"^(s3a://\S+?):? \S+ on s3a://")
+STORE_DENIED = "java.nio.file.AccessDeniedException"
+
+
+def _store_refusal(e: Any) -> CatalogAccessError | None:
+    """S3A's AccessDeniedException for an s3a:// path: the store refused the session's credentials there."""
+    from py4j.java_gateway import is_instance_of
+    from pyspark import SparkContext
+
+    seen = 0
+    while e is not None and seen < 20:
+        if is_instance_of(SparkContext._gateway, e, STORE_DENIED):
+            found = _STORE_REFUSAL.match(str(e.getMessage() or ""))
+            if found is not None:
+                return CatalogAccessError(
+                    f"access to {found.group(1)} refused by the store: no grant of this session covers it "
+                    "(raw paths need a LOCATION_READ/LOCATION_WRITE grant on a registered location; S3A reads a "
+                    "bucket with one location's credentials: see docs/how-to/comet.md)",
+                    "forbidden",
+                    STORE_DENIED,
+                )
+        e = e.getCause()
+        seen += 1
+    return None
+
+
 def convert_exception(e: Any) -> captured.CapturedException:
     unoffered = _capability(e)
     if unoffered is not None:
@@ -113,6 +161,9 @@ def convert_exception(e: Any) -> captured.CapturedException:
         cause, cls = found
         message = str(cause.getMessage() or "")
         return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
+    refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path
+    if refused is not None:
+        return refused
     try:
         from ._denials import spark_denial
 

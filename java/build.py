@@ -1,0 +1,80 @@
+"""Build lakesession's JVM credential provider jar from ``java/src`` (run after editing the sources).
+
+    python java/build.py          # writes lakesession/_spark/jvm/lakesession-jvm.jar (committed)
+
+Compiles with ``javac --release 17`` against the compile-time jars from Maven Central (Comet's SPI,
+the AWS SDK v2 in iceberg-aws-bundle, Hadoop's client API), fetched and sha1-checked like the jars
+``comet=True`` uses. At run time the provider needs only the JDK (and those classes on Spark's class
+path). The jar's manifest records a hash of the sources: a fast test proves the committed jar is
+built from the committed sources. Entries carry a fixed timestamp, so a rebuild is byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE / "src"
+OUT = HERE.parent / "lakesession" / "_spark" / "jvm" / "lakesession-jvm.jar"
+COMPILE = (
+    ("org.apache.datafusion", "comet-spark-spark4.1_2.13", "1.2.0"),
+    ("org.apache.iceberg", "iceberg-aws-bundle", "1.12.0"),
+    ("org.apache.hadoop", "hadoop-client-api", "3.4.2"),
+)
+STAMP = (2020, 1, 1, 0, 0, 0)
+HASH_ATTR = "Lakesession-Source-SHA256"
+
+
+def source_hash(src: Path = SRC) -> str:
+    """SHA-256 over every source file's relative path and bytes, in sorted order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in src.rglob("*.java") if p.is_file()):
+        digest.update(path.relative_to(src).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def jar_source_hash(jar: Path = OUT) -> str | None:
+    """The source hash recorded in a built jar's manifest."""
+    with zipfile.ZipFile(jar) as z:
+        for line in z.read("META-INF/MANIFEST.MF").decode().splitlines():
+            if line.startswith(HASH_ATTR + ":"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def build(out: Path = OUT) -> Path:
+    sys.path.insert(0, str(HERE.parent))
+    from lakesession._spark.comet import fetch
+
+    class_path = ":".join(str(fetch(*c)) for c in COMPILE)
+    sources = sorted(str(p) for p in SRC.rglob("*.java"))
+    with tempfile.TemporaryDirectory() as classes:
+        subprocess.run(
+            ["javac", "--release", "17", "-Xlint:all", "-Werror", "-d", classes, "-cp", class_path, *sources],
+            check=True,
+        )
+        manifest = (
+            f"Manifest-Version: 1.0\r\nCreated-By: lakesession java/build.py\r\n{HASH_ATTR}: {source_hash()}\r\n\r\n"
+        )
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", STAMP), manifest, zipfile.ZIP_DEFLATED)
+            for cls in sorted(Path(classes).rglob("*.class")):
+                info = zipfile.ZipInfo(cls.relative_to(classes).as_posix(), STAMP)
+                z.writestr(info, cls.read_bytes(), zipfile.ZIP_DEFLATED)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".jar.tmp")  # renamed into place: a running JVM keeps its open copy
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(out)
+    return out
+
+
+if __name__ == "__main__":
+    print(build())

@@ -1,0 +1,240 @@
+"""Apache DataFusion Comet and raw ``s3a://`` paths: the jars and settings ``comet=True`` adds.
+
+Comet's native scans (Iceberg via iceberg-rust/opendal, raw Parquet via object_store) bypass
+Iceberg's S3FileIO and Hadoop S3A, so vended credentials reach them only through Comet's credential
+SPI. lakesession ships its own provider (``jvm/lakesession-jvm.jar``, built from ``java/`` by
+``java/build.py``) which asks the session's gateway — with the session secret, never the user's
+token — for credentials scoped to the path being read.
+
+Jars are fetched from Maven Central once into ``<cache>/maven`` and checked against pinned sha1s;
+they go on the driver's class path (Comet's plugin and shuffle manager load before
+``spark.jars``), which keeps the class cache's key stable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import tempfile
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from lakesession.errors import ConfigError, JarResolutionError
+
+from .versions import GROUP, MAVEN_ICEBERG, MAVEN_SHA1, maven_artifacts
+
+MAVEN = "https://repo1.maven.org/maven2"
+PLUGIN = "org.apache.spark.CometPlugin"
+SHUFFLE_MANAGER = "org.apache.spark.sql.comet.execution.shuffle.CometShuffleManager"
+COMET_PROVIDER = "dev.lakesession.jvm.CometCredentialProvider"
+S3A_PROVIDER = "dev.lakesession.jvm.S3ACredentialsProvider"
+PROVIDER_JAR = "lakesession-jvm.jar"
+IO_TIMEOUT = "spark.comet.iceberg.ioTimeout"
+DEFAULT_IO_TIMEOUT = 30  # seconds: Comet's default I/O deadline for opendal requests
+MARGIN = 10  # seconds a credential must outlive the deadline by
+
+# spark minor -> scala -> Comet release on Maven Central (the Spark 3.5/4.0 builds of 1.2.0 are not served here)
+MAVEN_COMET: dict[str, dict[str, str]] = {"4.1": {"2.13": "1.2.0"}}
+HADOOP_FOR_SPARK = {"4.1": "3.4.2"}  # pyspark's bundled Hadoop (hadoop-aws must match it)
+# AWS SDK v2 of the iceberg-aws-bundle in use: hadoop-aws takes the rest of the SDK from that bundle
+SDK_FOR_ICEBERG = {"1.12.0": "2.54.17"}
+SHA1: dict[tuple[str, str, str], str] = {  # (group, artifact, version) -> Maven Central's .sha1
+    ("org.apache.datafusion", "comet-spark-spark4.1_2.13", "1.2.0"): "0353906ed7ac1b65ea00c5669045cf3c55dbd364",
+    ("org.apache.hadoop", "hadoop-aws", "3.4.2"): "16f9de6da5c7862241d55a13d34843404d0cbb88",
+    ("org.apache.hadoop", "hadoop-client-api", "3.4.2"): "d49afafdccb52bddde866ea0f341e6b31edc97fe",
+    ("software.amazon.awssdk", "apache-client", "2.54.17"): "382ee44d0e6f806cf895942098e513c31fbd01cd",
+    ("software.amazon.awssdk", "s3-transfer-manager", "2.54.17"): "c72805ac1c7d7d2c74e32baee0830868ebf0c59c",
+    **{(GROUP, a, v): sha1 for (a, v), sha1 in MAVEN_SHA1.items()},
+}
+
+
+def supported() -> str:
+    """Spark lines with a Comet release lakesession can fetch, for error messages."""
+    return ", ".join(f"Spark {m}.x (Scala {s}, Comet {v})" for m, by in MAVEN_COMET.items() for s, v in by.items())
+
+
+def comet_for(minor: str, scala: str, version: str = "") -> str:
+    """The Comet release for this Spark line; ConfigError naming the supported lines if there is none."""
+    try:
+        return MAVEN_COMET[minor][scala]
+    except KeyError:
+        raise ConfigError(
+            f"comet=True: no Apache DataFusion Comet release for Spark {version or minor} (Scala {scala}) is "
+            f"available from Maven Central; lakesession supports Comet on {supported()}. Install "
+            "'pyspark>=4.1,<4.2' (pip install 'pyspark>=4.1,<4.2'), or drop comet=True"
+        ) from None
+
+
+def check_available(remote: str | None = None) -> None:
+    """``comet=True``: fail before anything starts if this installation cannot have Comet."""
+    if remote is not None:
+        raise ConfigError(
+            "comet=True starts Comet in a JVM this process launches; a Spark Connect server loads its own "
+            "plugins: configure Comet on the server (docs/how-to/comet.md) and drop comet=True"
+        )
+    from .jars import detect_spark
+
+    info = detect_spark()
+    comet_for(info.minor, info.scala, info.version)
+
+
+@dataclass(frozen=True)
+class CometJars:
+    """Jar paths for the driver's class path (local mode: the executors share it)."""
+
+    comet: Path | None
+    raw: tuple[Path, ...]  # Iceberg's runtime and AWS bundle, hadoop-aws and the AWS SDK modules it adds
+    provider: Path
+
+    def class_path(self) -> list[Path]:
+        return [p for p in (self.provider, self.comet, *self.raw) if p is not None]
+
+
+def maven_dir() -> Path:
+    from .jars import cache_dir
+
+    return cache_dir() / "maven"
+
+
+def _sha1(path: Path) -> str:
+    h = hashlib.sha1(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch(group: str, artifact: str, version: str) -> Path:
+    """``group:artifact:version`` from the cache, else Maven Central; verified against its pinned sha1.
+
+    Written to a temporary file and renamed: concurrent fetches never see a partial jar. A stamp
+    (size, mtime) next to a verified jar spares re-hashing it on later launches.
+    """
+    expected = SHA1.get((group, artifact, version))
+    if expected is None:
+        raise JarResolutionError(f"no pinned sha1 for {group}:{artifact}:{version} (lakesession/_spark/comet.py)")
+    root = maven_dir()
+    path = root / f"{group}_{artifact}-{version}.jar"
+    stamp = path.with_suffix(".verified")
+    if path.is_file():
+        st = path.stat()
+        if stamp.is_file() and stamp.read_text() == f"{expected} {st.st_size} {st.st_mtime_ns}":
+            return path
+        if _sha1(path) == expected:
+            _write_atomic(stamp, f"{expected} {st.st_size} {st.st_mtime_ns}".encode())
+            return path
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    url = f"{MAVEN}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{artifact}-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=120) as resp:
+            while chunk := resp.read(1 << 20):
+                out.write(chunk)
+        got = _sha1(Path(tmp))
+        if got != expected:
+            raise JarResolutionError(f"{url}: sha1 {got} does not match Maven Central's {expected}")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise JarResolutionError(f"could not download {url} ({exc}); with no network, put the jar at {path}") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    st = path.stat()
+    _write_atomic(stamp, f"{expected} {st.st_size} {st.st_mtime_ns}".encode())
+    return path
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def provider_jar() -> Path:
+    """lakesession's compiled JVM provider, shipped in the wheel (users need no JDK)."""
+    return Path(str(resources.files("lakesession._spark").joinpath("jvm", PROVIDER_JAR)))
+
+
+def resolve(minor: str, scala: str, version: str = "", *, comet: bool = True) -> CometJars:
+    """The jars for Comet (if ``comet``) and raw s3a:// paths on this Spark line."""
+    release = comet_for(minor, scala, version)
+    hadoop = HADOOP_FOR_SPARK[minor]
+    sdk = SDK_FOR_ICEBERG[MAVEN_ICEBERG[minor][scala]]
+    # on the same (system) class path as Comet and S3A: SDK classes loaded by Spark's child loader
+    # (spark.jars) are invisible to hadoop-aws there (NoClassDefFoundError: ExecutionInterceptor)
+    iceberg = tuple(fetch(GROUP, a, v) for a, v in maven_artifacts(minor, scala, version))
+    raw = (
+        *iceberg,
+        fetch("org.apache.hadoop", "hadoop-aws", hadoop),
+        fetch("software.amazon.awssdk", "apache-client", sdk),
+        fetch("software.amazon.awssdk", "s3-transfer-manager", sdk),
+    )
+    comet_jar = fetch("org.apache.datafusion", f"comet-spark-spark{minor}_{scala}", release) if comet else None
+    return CometJars(comet_jar, raw, provider_jar())
+
+
+def names_comet(spark_conf: Mapping[str, str]) -> bool:
+    """Whether the user's own Spark conf already loads Comet (then its provider is wired too)."""
+    return PLUGIN in spark_conf.get("spark.plugins", "")
+
+
+def launch_conf(jars: CometJars, user: Mapping[str, str]) -> dict[str, str]:
+    """Static conf for a JVM this process launches: class path, plugin, shuffle manager, off-heap memory."""
+    extra = [str(p) for p in jars.class_path()]
+    conf: dict[str, str] = {}
+    for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
+        mine = os.pathsep.join(extra)
+        conf[key] = f"{user[key]}{os.pathsep}{mine}" if user.get(key) else mine
+    if jars.comet is not None:
+        plugins = [p for p in user.get("spark.plugins", "").split(",") if p.strip()]
+        conf["spark.plugins"] = ",".join([*plugins, PLUGIN] if PLUGIN not in plugins else plugins)
+        conf["spark.shuffle.manager"] = user.get("spark.shuffle.manager", SHUFFLE_MANAGER)
+        conf["spark.memory.offHeap.enabled"] = user.get("spark.memory.offHeap.enabled", "true")
+        conf["spark.memory.offHeap.size"] = user.get("spark.memory.offHeap.size", "2g")
+        conf["spark.comet.exec.shuffle.enabled"] = user.get("spark.comet.exec.shuffle.enabled", "true")
+    return conf
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def min_valid_seconds(user: Mapping[str, str]) -> int:
+    """How long a credential handed to Comet must still be valid: its I/O deadline plus a margin.
+
+    ``spark.comet.iceberg.ioTimeout`` is a Spark time conf: a bare number is milliseconds.
+    """
+    raw = user.get(IO_TIMEOUT, "").strip().lower()
+    if not raw:
+        return DEFAULT_IO_TIMEOUT + MARGIN
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h)?", raw)
+    if m is None:
+        raise ConfigError(f"{IO_TIMEOUT}={user[IO_TIMEOUT]!r}: give a Spark duration, e.g. '30s' or '30000' (ms)")
+    seconds = float(m.group(1)) * _UNITS[m.group(2) or "ms"]
+    return math.ceil(seconds) + MARGIN
+
+
+def session_conf(catalog_name: str, gateway_uri: str, secret: str, user: Mapping[str, str]) -> dict[str, str]:
+    """Runtime conf of one SparkSession: its catalog's and its raw paths' providers, bound to its gateway.
+
+    Hadoop keys set as SQL conf reach only this session's Hadoop conf (``newHadoopConf``), and S3A's
+    filesystem cache is off for it: a cached S3AFileSystem (per bucket and OS user) would carry
+    another session's provider.
+    """
+    min_valid = str(min_valid_seconds(user))
+    p = f"spark.sql.catalog.{catalog_name}"
+    return {
+        f"{p}.s3.comet.credential.provider.class": COMET_PROVIDER,
+        f"{p}.lakesession.min-valid-seconds": min_valid,
+        "fs.s3a.comet.credential.provider.class": COMET_PROVIDER,
+        "fs.s3a.aws.credentials.provider": S3A_PROVIDER,
+        "fs.s3a.lakesession.gateway.uri": gateway_uri,
+        "fs.s3a.lakesession.gateway.token": secret,
+        "fs.s3a.lakesession.min-valid-seconds": min_valid,
+        "fs.s3a.impl.disable.cache": "true",
+    }
