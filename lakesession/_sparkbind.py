@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +29,35 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
-_lock = threading.Lock()
-_holders: set[int] = set()  # ids of the Sessions holding a SparkSession on the running local SparkContext
-_created: Any = None  # the SparkSession lakesession created (its SparkContext is lakesession's to stop)
-_remote_bound: dict[str, set[int]] = {}  # Spark Connect URL -> Sessions bound to it
+
+
+class SparkRegistry:
+    """The process-wide Spark state lakesession keeps, in one place and weakly keyed by Session.
+
+    A Session collected without ``close()`` simply drops out (an ``id()`` could be reused by another
+    object after collection, a weak reference cannot). One instance per process, ``REGISTRY``.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders: weakref.WeakSet[Any] = weakref.WeakSet()  # Sessions on the running local SparkContext
+        self.created: Any = None  # the SparkSession lakesession created (its SparkContext is lakesession's to stop)
+        self.remote_bound: dict[str, weakref.WeakSet[Any]] = {}  # Spark Connect URL -> Sessions bound to it
+
+    def release(self, holder: object) -> None:
+        """``holder`` no longer uses Spark; stop the SparkContext lakesession started if nobody else does."""
+        with self.lock:
+            for bound in self.remote_bound.values():
+                bound.discard(holder)
+            if holder not in self.holders:
+                return
+            self.holders.discard(holder)
+            if not self.holders and self.created is not None:
+                created, self.created = self.created, None
+                created.stop()
+
+
+REGISTRY = SparkRegistry()
 
 
 def bind(
@@ -49,20 +75,19 @@ def bind(
 
     ``catalog_conf`` is called once Spark is up (the JVM starts first; the gateway it names may still
     be starting meanwhile), and registered as runtime SQL conf of that session alone."""
-    global _created
     from pyspark import SparkContext
 
     from ._spark.session import base_conf, build_spark
 
-    with _lock:
+    with REGISTRY.lock:
         if remote is not None:
-            bound = _remote_bound.setdefault(remote, set())
+            bound = REGISTRY.remote_bound.setdefault(remote, weakref.WeakSet())
             if bound:  # the process's Connect session already acts for another Session: a server-side one of its own
                 spark = _connect_session(remote, catalog_name, catalog_conf(), spark_conf)
             else:
                 spark, _ = build_spark({**base_conf(catalog_name, None), **_static(spark_conf)}, remote=remote)
                 _register(spark, catalog_name, catalog_conf(), spark_conf)
-            bound.add(id(holder))
+            bound.add(holder)
             return spark
         if SparkContext._active_spark_context is not None:
             if comet:
@@ -86,10 +111,10 @@ def bind(
                 _warm_catalog_classes(spark, catalog_name, catalog_conf())
             _register(spark, catalog_name, catalog_conf(), spark_conf)
             if created:
-                _created = spark
+                REGISTRY.created = spark
             if preload:
                 _preload(spark, catalog_name)
-        _holders.add(id(holder))
+        REGISTRY.holders.add(holder)
         return spark
 
 
@@ -217,17 +242,8 @@ def _register(
 
 
 def release(holder: object) -> None:
-    """``holder`` no longer uses Spark; stop the SparkContext lakesession started if nobody else does."""
-    global _created
-    with _lock:
-        for bound in _remote_bound.values():
-            bound.discard(id(holder))
-        if id(holder) not in _holders:
-            return
-        _holders.discard(id(holder))
-        if not _holders and _created is not None:
-            created, _created = _created, None
-            created.stop()
+    """``holder`` no longer uses Spark (``REGISTRY.release``)."""
+    REGISTRY.release(holder)
 
 
 def _apply(
