@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from .._redact import quiet_botocore_bodies
 from . import store
 from .audit import AuditLog
+from .cloudvending import vendor_for
 from .context import CachingVerifier, Deferred, Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
@@ -103,7 +104,14 @@ def build_services(
 ) -> tuple[Services, EmbeddedIssuer | None]:
     private_state(settings.db_url, key_path.parent if key_path is not None else None)
     engine = store.make_engine(settings.db_url)
-    file_io = settings.s3.catalog_file_io() if settings.s3 is not None else {}
+    cloud_vendor = vendor_for(settings.warehouse, adls=settings.adls, gcs=settings.gcs)
+    file_io = (
+        settings.s3.catalog_file_io()
+        if settings.s3 is not None
+        else cloud_vendor.catalog_file_io()
+        if cloud_vendor is not None
+        else {}
+    )
 
     def make_catalog() -> Any:
         from .sqlcatalog import CachingSqlCatalog
@@ -120,7 +128,7 @@ def build_services(
         verifier: Any = issuer
     else:
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
-    vendor = CredentialVendor(settings.s3) if settings.s3 is not None else None
+    vendor = CredentialVendor(settings.s3) if settings.s3 is not None else cloud_vendor
     if settings.s3 is not None:
         quiet_botocore_bodies()  # the vending and signing clients hold the catalog's own and vended keys
     services = Services(
