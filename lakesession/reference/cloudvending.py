@@ -287,6 +287,26 @@ class DownscopedTokenSource:
     def __init__(self, credentials: Any = None):
         self._credentials = credentials
 
+    @staticmethod
+    def boundary(bucket: str, prefix: str, write: bool) -> Any:
+        """The Credential Access Boundary for one table: its bucket, objects under its prefix only."""
+        from google.auth import downscoped
+
+        role = "inRole:roles/storage.objectAdmin" if write else "inRole:roles/storage.objectViewer"
+        under = prefix.strip("/") + "/"
+        rule = downscoped.AccessBoundaryRule(
+            available_resource=f"//storage.googleapis.com/projects/_/buckets/{bucket}",
+            available_permissions=[role],
+            availability_condition=downscoped.AvailabilityCondition(
+                expression=(
+                    f"resource.name.startsWith('projects/_/buckets/{bucket}/objects/{under}') || "
+                    f"api.getAttribute('storage.googleapis.com/objectListPrefix', '').startsWith('{under}')"
+                ),
+                title="lakesession table prefix",
+            ),
+        )
+        return downscoped.CredentialAccessBoundary(rules=[rule])
+
     def token(self, bucket: str, prefix: str, write: bool, ttl: int) -> tuple[str, float]:
         import google.auth
         import google.auth.transport.requests
@@ -295,20 +315,8 @@ class DownscopedTokenSource:
         source = self._credentials
         if source is None:
             source, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        role = "inRole:roles/storage.objectAdmin" if write else "inRole:roles/storage.objectViewer"
-        objects = f"projects/_/buckets/{bucket}/objects/{prefix.rstrip('/')}/"
-        rule = downscoped.AccessBoundaryRule(
-            available_resource=f"//storage.googleapis.com/projects/_/buckets/{bucket}",
-            available_permissions=[role],
-            availability_condition=downscoped.AvailabilityCondition(
-                expression=(
-                    f"resource.name.startsWith('{objects}') || "
-                    f"api.getAttribute('storage.googleapis.com/objectListPrefix', '').startsWith('{prefix.rstrip('/')}/')"
-                ),
-            ),
-        )
         creds = downscoped.Credentials(
-            source_credentials=source, credential_access_boundary=downscoped.CredentialAccessBoundary(rules=[rule])
+            source_credentials=source, credential_access_boundary=self.boundary(bucket, prefix, write)
         )
         creds.refresh(google.auth.transport.requests.Request())
         expiry = creds.expiry.replace(tzinfo=dt.UTC).timestamp() if creds.expiry else time.time() + ttl
