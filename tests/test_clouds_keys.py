@@ -52,7 +52,10 @@ def test_gateway_cache_expiry_injection_and_reload_for_cloud_credentials() -> No
     assert cred["prefix"] == f"abfss://lake@{HOST}/wh/t" and cred["config"][f"adls.sas-token.{HOST}"]
     gcs = json.dumps({"metadata": {"location": "gs://b/wh/t"}, "config": GCS_CFG}).encode()
     assert earliest_expiry(gcs) == pytest.approx((NOW_MS + 30_000) / 1000)
-    assert "S3-only" in (signing_unsupported(gcs) or "") and signing_unsupported(b'{"metadata":{"location":"s3://b/t"}}') is None
+    assert (
+        "S3-only" in (signing_unsupported(gcs) or "")
+        and signing_unsupported(b'{"metadata":{"location":"s3://b/t"}}') is None
+    )
 
 
 def test_abfs_locations_and_settings_never_show_the_key() -> None:
