@@ -93,3 +93,20 @@ def test_a_cloud_warehouse_without_its_settings_is_refused_before_serving() -> N
 
     with pytest.raises(ValueError, match="adls=AdlsSettings"):
         start(f"abfss://lake@{HOST}/wh")
+
+
+def test_serve_prints_what_it_vends_for_cloud_warehouses() -> None:
+    from types import SimpleNamespace
+
+    from lakesession.cli import _vending_line
+
+    def handle(warehouse: str, **clouds: object) -> SimpleNamespace:
+        base: dict[str, object] = {"s3": None, "adls": None, "gcs": None, **clouds}
+        return SimpleNamespace(settings=SimpleNamespace(warehouse=warehouse, **base))
+
+    adls = AdlsSettings("acct", "S3CR3TKEY==", sas_scope="container", credential_ttl=900)
+    line = _vending_line(handle(f"abfss://lake@{HOST}/wh", adls=adls)) or ""
+    assert "ADLS SAS" in line and "container (sr=c)" in line and "900 s" in line and "S3CR3TKEY" not in line
+    line = _vending_line(handle("gs://b/wh", gcs=GcsSettings(token_source=LocalTokenSource(), credential_ttl=60))) or ""
+    assert "GCS OAuth tokens from LocalTokenSource" in line and "S3 only" in line
+    assert _vending_line(handle("file:///tmp/wh")) is None
