@@ -23,7 +23,7 @@ from lakesession.catalog._tables import create_table, load_table
 from lakesession.credentials import REVOKED, CredentialsError, CredentialsRevokedError, CredentialStore, VendedFileIO
 from lakesession.identity import ClientCredentials
 from lakesession.reference import bootstrap, start
-from lakesession.reference.cloudvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
+from lakesession.reference.gcsvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
 from tests._fakegcs import FakeGcs, fake_gcs
 
 pytestmark = pytest.mark.slow  # fake-gcs-server start, waits across token lifetimes

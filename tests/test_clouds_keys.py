@@ -12,7 +12,8 @@ from lakesession._cloudkeys import expiry_seconds, holds_credential, refresh_end
 from lakesession.credentials import is_secret_key, public_config
 from lakesession.gateway._credcache import earliest_expiry
 from lakesession.gateway._rewrite import credentials_from_table, rewrite_table_config, signing_unsupported
-from lakesession.reference.cloudvending import AdlsSettings, GcsSettings, LocalTokenSource, parse_abfs
+from lakesession.reference.cloudvending import AdlsSettings, parse_abfs
+from lakesession.reference.gcsvending import GcsSettings, LocalTokenSource
 from lakesession.reference.serveconfig import ConfigError, adls_settings, gcs_settings, resolve
 
 HOST = "acct.dfs.core.windows.net"

@@ -17,7 +17,8 @@ import pytest
 
 import lakesession
 from lakesession.reference import bootstrap, start
-from lakesession.reference.cloudvending import AdlsSettings, GcsSettings, LocalTokenSource
+from lakesession.reference.cloudvending import AdlsSettings
+from lakesession.reference.gcsvending import GcsSettings, LocalTokenSource
 from tests._azurite import azurite
 from tests._fakegcs import fake_gcs
 from tests.conftest import SPARK_TEST_CONF

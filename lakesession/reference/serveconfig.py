@@ -369,7 +369,7 @@ def adls_settings(adls: AdlsConfig, credential_ttl: int) -> Any:
 
 def gcs_settings(gcs: GcsConfig, credential_ttl: int) -> Any:
     """GCS vending settings: downscoped tokens from the catalog's ADC, or (emulators) local ones."""
-    from .cloudvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
+    from .gcsvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
 
     if gcs.token_source == "local" and not gcs.endpoint:
         raise ConfigError("gcs.token_source: local mints tokens no GCS accepts: only with gcs.endpoint (an emulator)")
