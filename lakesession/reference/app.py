@@ -20,10 +20,11 @@ from sqlalchemy.engine import make_url
 from .._redact import quiet_botocore_bodies
 from . import store
 from .audit import AuditLog
-from .cloudvending import vendor_for
+from .cloudvending import ADLS_SCHEMES, AdlsVendor
 from .context import CachingVerifier, Deferred, Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
+from .gcsvending import GcsVendor
 from .guard import RequestGuard
 from .idp import EmbeddedIssuer, RemoteVerifier
 from .openapi import install_openapi
@@ -104,7 +105,11 @@ def build_services(
 ) -> tuple[Services, EmbeddedIssuer | None]:
     private_state(settings.db_url, key_path.parent if key_path is not None else None)
     engine = store.make_engine(settings.db_url)
-    cloud_vendor = vendor_for(settings.warehouse, adls=settings.adls, gcs=settings.gcs)
+    cloud_vendor: Any = None  # ADLS SAS / GCS token vending (S3: CredentialVendor below)
+    if settings.warehouse.startswith(ADLS_SCHEMES) and settings.adls is not None:
+        cloud_vendor = AdlsVendor(settings.adls)
+    elif settings.warehouse.startswith("gs://") and settings.gcs is not None:
+        cloud_vendor = GcsVendor(settings.gcs)
     file_io = (
         settings.s3.catalog_file_io()
         if settings.s3 is not None

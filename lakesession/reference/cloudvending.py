@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from .._cloudkeys import (
@@ -245,14 +244,3 @@ class AdlsVendor(CloudVendor):
                 f"AccountKey={s.account_key};BlobEndpoint={s.blob_endpoint};"
             )
         return props
-
-
-def vendor_for(warehouse: str, *, s3: Any = None, adls: AdlsSettings | None = None, gcs: Any = None) -> Any:
-    """The cloud vendor for a warehouse (None: no vending, e.g. ``file://``); S3 is ``vending``'s."""
-    if warehouse.startswith(ADLS_SCHEMES) and adls is not None:
-        return AdlsVendor(adls)
-    if warehouse.startswith(GCS_SCHEMES) and gcs is not None:
-        from .gcsvending import GcsVendor
-
-        return GcsVendor(gcs)
-    return None
