@@ -42,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from .reference import BootstrapError, start
-    from .reference.serveconfig import ConfigError, resolve, s3_settings
+    from .reference.serveconfig import ConfigError, adls_settings, gcs_settings, resolve, s3_settings
     from .reference.workers import Workers, WorkersError, check_workers, freeze_startup_objects
 
     stop = threading.Event()
@@ -67,6 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         s3_config = kwargs.pop("s3_config", None)
         if s3_config is not None and not kwargs["s3_emulator"]:
             kwargs["s3"] = s3_settings(s3_config, kwargs["credential_ttl"] or 3600)
+        if (adls_config := kwargs.pop("adls_config", None)) is not None:
+            kwargs["adls"] = adls_settings(adls_config, kwargs["credential_ttl"] or 3600)
+        if (gcs_config := kwargs.pop("gcs_config", None)) is not None:
+            kwargs["gcs"] = gcs_settings(gcs_config, kwargs["credential_ttl"] or 3600)
         if kwargs["data_dir"] is None:
             kwargs["data_dir"] = _default_data_dir()
         kwargs["s3_emulator_persist"] = True  # a served emulator keeps its objects in the data dir across restarts
@@ -131,6 +135,9 @@ def _print_client_settings(handle: object, worker_pids: list[int] | None = None)
     mode = _storage_credentials_mode(h)
     if mode:
         lines.append(("storage credentials", mode))
+    vending = _vending_line(h)
+    if vending:
+        lines.append(("vending", vending))
     if h.bind_url != h.uri:
         lines.append(("listening", h.bind_url))
     if worker_pids:
@@ -167,6 +174,20 @@ def _storage_credentials_mode(h: Any) -> str | None:
         return str(s3.web_identity.describe(s3.role_arn))
     where = "the AWS default chain" if s3.access_key_id else "none found in the AWS default chain"
     return f"standing key ({where}); AssumeRole {s3.role_arn} (s3.web_identity needs no key)"
+
+
+def _vending_line(h: Any) -> str | None:
+    """What the catalog vends for its warehouse (printed so operators see the cloud and the scope)."""
+    adls, gcs, s3 = h.settings.adls, h.settings.gcs, h.settings.s3
+    if s3 is not None:
+        return f"S3 STS credentials scoped to each table's prefix (role {s3.role_arn}, {s3.credential_ttl} s)"
+    if adls is not None and h.settings.warehouse.startswith(("abfss://", "abfs://")):
+        scope = "the table's directory (sr=d)" if adls.sas_scope == "directory" else "the container (sr=c)"
+        return f"ADLS SAS tokens on {scope}, signed with account {adls.account_name}'s key ({adls.credential_ttl} s)"
+    if gcs is not None and h.settings.warehouse.startswith("gs://"):
+        src = type(gcs.token_source).__name__ if gcs.token_source is not None else "DownscopedTokenSource"
+        return f"GCS OAuth tokens from {src} ({gcs.credential_ttl} s; remote signing: S3 only)"
+    return None
 
 
 def cmd_jars(args: argparse.Namespace) -> int:

@@ -111,6 +111,8 @@ def test_maven_packages_match_spark_and_scala(version, scala, iceberg):
     assert J.maven_packages(J.SparkInfo(version, scala, Path("/x"))) == (
         f"org.apache.iceberg:iceberg-spark-runtime-{minor}_{scala}:{iceberg}",
         f"org.apache.iceberg:iceberg-aws-bundle:{iceberg}",
+        "org.apache.iceberg:iceberg-azure-bundle:1.10.0",  # ADLSFileIO's Azure SDK (SDK only: any runtime)
+        "org.apache.iceberg:iceberg-gcp-bundle:1.11.0",  # GCSFileIO's Google SDK
     )
     # every pair in the table has Maven Central's sha1 pinned (the verified-cache check needs it)
     for artifact, v in versions.maven_artifacts(minor, scala):

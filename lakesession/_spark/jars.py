@@ -1,4 +1,4 @@
-"""JVM dependencies for Spark + Iceberg REST catalog + S3FileIO.
+"""JVM dependencies for Spark + Iceberg REST catalog + S3FileIO (ADLSFileIO and GCSFileIO with Maven jars).
 
 ``resolve_jars()`` returns a :class:`JarSet` whose ``spark_conf()`` goes into the
 SparkSession builder. Where the jars come from (``mode``):
@@ -6,7 +6,7 @@ SparkSession builder. Where the jars come from (``mode``):
 * ``"auto"`` (default): ``LAKESESSION_JARS`` if set; else a verified cache (the
   Maven jars in the Ivy cache, checked against Maven Central's sha1, or a valid
   offline set); else Maven coordinates if Maven Central answers within 2 s;
-  else offline assembly from PyPI/Debian packages (Spark 3.5 only).
+  else offline assembly from PyPI/Debian packages (Spark 3.5 only; S3 only: no Azure/GCS SDKs).
 * ``"offline"``: the cached offline set, assembling it first if needed (Spark 3.5).
 * ``"maven"``: Maven coordinates for Spark's own resolver (``spark.jars.packages``),
   with its Ivy cache under ``<cache>/ivy`` so repeat runs need no network.

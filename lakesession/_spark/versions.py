@@ -7,6 +7,10 @@ and 4.1; Spark 4.0 and Spark 3.5 on Scala 2.13 stop at 1.11.0. Spark 4.2/4.3 hav
 no Iceberg runtime yet. The sha1 values are Maven Central's own, so a jar found in
 the Ivy cache can be trusted without the network.
 
+Azure and GCS: the Spark runtime jar already holds Iceberg's ``ADLSFileIO`` and ``GCSFileIO``; the
+``iceberg-azure-bundle`` / ``iceberg-gcp-bundle`` jars add only the (relocated) cloud SDKs they call,
+so one bundle release serves every runtime: the newest on Maven Central (``CLOUD_BUNDLES``).
+
 Nothing here imports the rest of ``lakesession._spark`` (``jars`` and ``_assemble``
 both import from here).
 """
@@ -30,7 +34,11 @@ MAVEN_SHA1: dict[tuple[str, str], str] = {  # (artifact, version) -> Maven Centr
     ("iceberg-spark-runtime-4.1_2.13", "1.12.0"): "9e395e373a9a99643bf413ca1f74fa0c034887b4",
     ("iceberg-aws-bundle", "1.11.0"): "afe5b22dd5bc2d2c0639049b06a92dae2545cac7",
     ("iceberg-aws-bundle", "1.12.0"): "64d5012217035a60924feb633636b744d318eb0a",
+    ("iceberg-azure-bundle", "1.10.0"): "95898d896ce5d94e18ff5b89b85cc2b4ee0a2897",
+    ("iceberg-gcp-bundle", "1.11.0"): "11493e2804467aa65e36fc6f423e28d87ceefca7",
 }
+# SDK-only bundles for ADLSFileIO / GCSFileIO (newest releases Maven Central serves: Azure's stops at 1.10.0)
+CLOUD_BUNDLES: tuple[tuple[str, str], ...] = (("iceberg-azure-bundle", "1.10.0"), ("iceberg-gcp-bundle", "1.11.0"))
 SUPPORTED_SPARK = tuple(MAVEN_ICEBERG)
 DEFAULT_SPARK = "4.1"  # the install default (pyproject's pyspark range resolves to it)
 PYSPARK_RANGE = "pyspark>=3.5,<4.2"
@@ -60,4 +68,4 @@ def iceberg_for(minor: str, scala: str, version: str = "") -> str:
 def maven_artifacts(minor: str, scala: str, version: str = "") -> tuple[tuple[str, str], ...]:
     """(artifact, version) pairs Spark needs from Maven Central for this Spark line."""
     iceberg = iceberg_for(minor, scala, version)
-    return ((f"iceberg-spark-runtime-{minor}_{scala}", iceberg), ("iceberg-aws-bundle", iceberg))
+    return ((f"iceberg-spark-runtime-{minor}_{scala}", iceberg), ("iceberg-aws-bundle", iceberg), *CLOUD_BUNDLES)

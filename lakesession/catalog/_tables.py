@@ -37,13 +37,15 @@ from pyiceberg.typedef import Identifier
 from requests import HTTPError
 from typing_extensions import override
 
+from .._cloudkeys import cloud_of
+from .._cloudkeys import refresh_endpoint as cloud_refresh_endpoint
 from ..credentials import (
+    CredentialsError,
     CredentialStore,
     is_secret_key,
     public_config,
     resolve_endpoint,
 )
-from ..credentials._store import REFRESH_ENDPOINT
 from ..errors import ConfigError
 from ._capabilities import remote_signing_unavailable
 from ._pyiceberg import TokenSourceAuthManager
@@ -121,8 +123,8 @@ def _refresh_url(catalog: RestCatalog, ident: Identifier, response: TableRespons
     """Where the table's credentials come from again: the endpoint the catalog named for it, else the
     spec's loadCredentials route when the catalog's ``/v1/config`` lists it, else the table itself
     (catalogs without ``/credentials``, e.g. SeaweedFS: a reload vends fresh credentials)."""
-    endpoint = response.config.get(REFRESH_ENDPOINT) or next(
-        (c.config[REFRESH_ENDPOINT] for c in response.storage_credentials if c.config.get(REFRESH_ENDPOINT)), None
+    endpoint = cloud_refresh_endpoint(response.config) or next(
+        (e for c in response.storage_credentials for e in [cloud_refresh_endpoint(c.config)] if e), None
     )
     if endpoint is None:
         path = catalog._split_identifier_for_path(ident)
@@ -171,6 +173,13 @@ def load_table(
     props = {**metadata.properties, **config}
     io: Any
     if access == SIGNING:
+        if cloud_of(metadata.location) in ("adls", "gcs"):
+            raise CredentialsError(
+                f"Remote signing is S3-only: table {name} lives on {metadata.location.split('://')[0]}:// "
+                f"({cloud_of(metadata.location).upper()}). Load it with access='vended-credentials' "
+                f"(SAS / OAuth tokens, refreshed ahead of expiry).",
+                name,
+            )
         if str(config.get("s3.remote-signing-enabled", "")).lower() != "true":
             raise remote_signing_unavailable(catalog, catalog_uri, name)
         io_props = {

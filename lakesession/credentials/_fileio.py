@@ -1,4 +1,4 @@
-"""pyiceberg FileIOs that read and write with per-table credentials that stay fresh.
+"""pyiceberg FileIOs that read and write with per-table credentials that stay fresh (S3, ADLS, GCS).
 
 ``VendedFileIO`` (a ``PyArrowFileIO``): before every ``new_input``/``new_output``/
 ``delete`` on ``s3://`` it asks the ``CredentialStore`` for a fresh credential of
@@ -11,6 +11,11 @@ keep the first, soon-expired keys forever.
 Seams of pyiceberg 0.12 relied on: every data, manifest and metadata file access goes
 through ``FileIO.new_input``/``new_output``/``delete``; ``PyArrowFile(location, path, fs,
 buffer_size)``; ``PyArrowFileIO._initialize_s3_fs(netloc)`` reads only ``self.properties``.
+
+The same holds on ``abfss://`` (ADLS: a SAS per table, through adlfs wrapped as a pyarrow filesystem —
+pyarrow's own ``AzureFileSystem`` drops SAS tokens on container URLs, and pyiceberg's pyarrow path
+keeps ``container@account`` in the path) and ``gs://`` (GCS: an OAuth token per table, pyarrow's
+``GcsFileSystem``; gcsfs would look the token up at Google first). See ``_cloudfs``.
 
 ``SigningFileIO`` (an ``FsspecFileIO``, in ``_signing``): remote signing, no credentials on
 the client; the catalog signs each S3 request, asked with the user's current token.
@@ -30,6 +35,7 @@ from pyiceberg.typedef import EMPTY_DICT, Properties
 from typing_extensions import override
 
 from ..errors import ConfigError, StorageAccessError
+from ._cloudfs import ADLS_SCHEMES, GCS_SCHEMES, adls_filesystem, adls_path, gcs_filesystem
 from ._denials import DELETE, READ, WRITE, likely_cause, parse_denial, storage_error
 from ._signing import AsyncRestSigner, SigningFileIO, signing_s3
 from ._states import REVOKED
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncRestSigner", "SigningFileIO", "VendedFileIO", "signing_s3"]
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+VENDED_SCHEMES = S3_SCHEMES | ADLS_SCHEMES | GCS_SCHEMES
 BUFFER_SIZE = "buffer-size"
 
 
@@ -127,15 +134,23 @@ class VendedFileIO(PyArrowFileIO):
 
     def _fs_for(self, location: str) -> tuple[FileSystem, str]:
         scheme, netloc, path = self.parse_location(location, self.properties)
-        if scheme not in S3_SCHEMES:
+        if scheme not in VENDED_SCHEMES:
             return self.fs_by_scheme(scheme, netloc), path
         cred = self._store.credential_for(self._table, location)  # refreshes when due; raises when revoked/expired
+        if scheme in ADLS_SCHEMES:
+            path = adls_path(location)
         key = (scheme, netloc, cred.prefix)
         with self._fs_lock:
             hit = self._s3_fs.get(key)
             if hit is not None and hit[0] == cred.generation:
                 return hit[1], path
-            fs = _s3_filesystem({**self.properties, **cred.config}, netloc)
+            props = {**self.properties, **cred.config}
+            if scheme in ADLS_SCHEMES:
+                fs = adls_filesystem(props, netloc)
+            elif scheme in GCS_SCHEMES:
+                fs = gcs_filesystem(props)
+            else:
+                fs = _s3_filesystem(props, netloc)
             self._s3_fs[key] = (cred.generation, fs)
         return fs, path
 

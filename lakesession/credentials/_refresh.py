@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from .._cloudkeys import holds_credential
 from ..errors import LakesessionError
 from ._errors import CredentialsError, CredentialsRefreshError, CredentialsRevokedError
 from ._states import FAILED, REFRESHING, REVOKED, VALID, TableCredentials
@@ -281,11 +282,9 @@ def _reloaded(doc: dict[str, Any]) -> list[dict[str, Any]]:
     (``storage-credentials``, else the table config's keys for the table's location)."""
     creds = doc.get("storage-credentials") or []
     config = {k: v for k, v in (doc.get("config") or {}).items() if isinstance(v, str)}
-    if not creds and any(k.endswith(_CREDENTIAL_KEYS) for k in config):
+    if not creds and holds_credential(config):
         creds = [{"prefix": doc["metadata"]["location"], "config": config}]
     return list(creds)
 
-
-_CREDENTIAL_KEYS = ("access-key-id", "secret-access-key", "session-token", "sas-token")
 
 __all__ = ["Refresher", "resolve_endpoint"]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from .._cloudkeys import expiry_seconds, is_expiry_key
 from ..errors import ConfigError
 from ._errors import CredentialsError
 from ._states import (
@@ -37,16 +38,27 @@ log = logging.getLogger("lakesession.credentials")
 EXPIRES_AT_MS = "s3.session-token-expires-at-ms"
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 
-_SECRET_MARKERS = ("secret", "token", "access-key", "password", "account-key", "sas", "credential", "private")
+_SECRET_MARKERS = (
+    "secret",
+    "token",
+    "access-key",
+    "password",
+    "account-key",
+    "sas",
+    "credential",
+    "private",
+    "connection-string",
+)
 _S3_ALIASES = ("s3a://", "s3n://")
 
 Listener = Callable[[str, str, str], None]  # (table, old state, new state)
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether a FileIO / vended config key carries a secret (keys, tokens, passwords)."""
+    """Whether a FileIO / vended config key carries a secret (keys, SAS and OAuth tokens, passwords,
+    Azure connection strings, which may hold an account key)."""
     k = key.lower()
-    if k.endswith(("expires-at-ms", "endpoint", ".uri", "-enabled")):
+    if is_expiry_key(k) or k.endswith(("endpoint", ".uri", "-enabled")):
         return False
     return any(m in k for m in _SECRET_MARKERS)
 
@@ -72,9 +84,9 @@ def covers(prefix: str, path: str) -> bool:
 
 
 def expiry_of(config: Mapping[str, str]) -> float | None:
-    """Earliest ``*expires-at-ms`` in a credential config, as epoch seconds."""
-    times = [int(v) / 1000 for k, v in config.items() if k.endswith("expires-at-ms") and str(v).strip().isdigit()]
-    return min(times) if times else None
+    """Earliest expiry in a credential config (S3 ``*expires-at-ms``, ADLS ``adls.sas-token-expires-at-ms.<host>``,
+    GCS ``gcs.oauth2.token-expires-at``), as epoch seconds."""
+    return expiry_seconds(config)
 
 
 def _pairs(storage_credentials: Iterable[Any]) -> list[tuple[str, Mapping[str, str]]]:

@@ -40,6 +40,7 @@ from ._rewrite import (
     namespace_separator,
     offers_credentials,
     rewrite_table_config,
+    signing_unsupported,
     stamp_expiry,
     with_separator,
 )
@@ -316,6 +317,10 @@ class GatewayApp:
                 via = "shared" if shared else "upstream"
         else:
             status, content, out_headers = self._forward(method, path, query, headers, body)
+            if self.access == SIGNING and status == 200 and what and what[0] in ("load_table", "create_table"):
+                refusal = signing_unsupported(content)
+                if refusal is not None:  # Spark would fail later with an opaque Azure/Google auth error
+                    status, content, out_headers = error_reply(400, "BadRequestException", refusal)
             if what and what[0] == "load_table" and method == "GET" and self.access != SIGNING:
                 self._note_load(path, query, req_headers, (status, content, out_headers))
             elif what and what[0] == "load_table" and method == "GET" and status == 200:  # a remote-signing session

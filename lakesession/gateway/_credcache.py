@@ -1,4 +1,4 @@
-"""The gateway's cache of vended credentials, per table.
+"""The gateway's cache of vended credentials (S3 keys, ADLS SAS tokens, GCS OAuth tokens), per table.
 
 Iceberg's S3FileIO asks for new credentials on *every* request once fewer than
 five minutes remain (and short TTLs are always under five minutes). The gateway
@@ -21,6 +21,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .._cloudkeys import expiry_seconds
+
 Reply = tuple[int, bytes, dict[str, str]]
 REFRESH_AT_FRACTION_LEFT = 0.15
 DEFAULT_MIN_VALID = 60.0  # seconds of life a handed-out credential keeps, unless its lifetime is too short
@@ -34,17 +36,15 @@ def required_life(lifetime: float, min_valid: float = DEFAULT_MIN_VALID) -> floa
 
 
 def earliest_expiry(body: bytes) -> float | None:
-    """Earliest ``*expires-at-ms`` in a credentials or load-table body, as epoch seconds."""
-    if b"expires-at-ms" not in body:
+    """Earliest expiry (S3, ADLS SAS or GCS token) in a credentials or load-table body, as epoch seconds."""
+    if b"expires-at" not in body:
         return None
     try:
         doc = json.loads(body)
     except ValueError:
         return None
     configs = [doc.get("config") or {}] + [c.get("config") or {} for c in doc.get("storage-credentials") or []]
-    times = [
-        int(v) / 1000 for cfg in configs for k, v in cfg.items() if k.endswith("expires-at-ms") and str(v).isdigit()
-    ]
+    times = [t for cfg in configs if isinstance(cfg, dict) for t in [expiry_seconds(cfg)] if t is not None]
     return min(times) if times else None
 
 

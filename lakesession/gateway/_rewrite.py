@@ -9,6 +9,8 @@ import re
 import time
 from typing import Any
 
+from .._cloudkeys import ADLS_REFRESH, CREDENTIAL_MARKERS, GCS_REFRESH, REFRESH_KEYS, cloud_of, holds_credential
+
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"
 JVM_SEPARATOR = "%1F"  # how Iceberg Java (< 1.11) joins namespace levels in a path, always
@@ -41,8 +43,8 @@ def rewrite_table_config(
     inject = (
         refresh_endpoint is not None
         and b"refresh-credentials-endpoint" not in body
-        and b"access-key-id" in body
-        and b"expires-at-ms" in body
+        and any(m.encode() in body for m in CREDENTIAL_MARKERS)
+        and b"expires-at" in body
     )
     if not urls and not inject and (region is None or b'"client.region"' in body):
         return body
@@ -63,7 +65,11 @@ def rewrite_table_config(
         doc["config"] = {**(doc.get("config") or {}), "client.region": named or region}
         changed = True
     if inject and "metadata" in doc:
-        doc["config"] = {**(doc.get("config") or {}), REFRESH_ENDPOINT: refresh_endpoint}
+        # each cloud's FileIO reads its own key (Iceberg Java: ADLS and GCS never read the client.* one)
+        keys = [REFRESH_ENDPOINT] + [
+            k for k, m in ((ADLS_REFRESH, b"adls.sas-token"), (GCS_REFRESH, b"gcs.oauth2")) if m in body
+        ]
+        doc["config"] = {**(doc.get("config") or {}), **dict.fromkeys(keys, refresh_endpoint)}
         changed = True
     return json.dumps(doc).encode() if changed else body
 
@@ -73,8 +79,8 @@ def credentials_from_table(body: bytes) -> bytes:
     catalogs without ``/credentials``): its ``storage-credentials``, else the config's keys for the table."""
     doc = json.loads(body)
     creds = doc.get("storage-credentials") or []
-    config = {k: v for k, v in (doc.get("config") or {}).items() if isinstance(v, str) and k != REFRESH_ENDPOINT}
-    if not creds and any(k.endswith(("access-key-id", "secret-access-key", "session-token")) for k in config):
+    config = {k: v for k, v in (doc.get("config") or {}).items() if isinstance(v, str) and k not in REFRESH_KEYS}
+    if not creds and holds_credential(config):
         creds = [{"prefix": doc["metadata"]["location"], "config": config}]
     return json.dumps({"storage-credentials": creds}).encode()
 
@@ -139,3 +145,18 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def signing_unsupported(body: bytes) -> str | None:
+    """Why a remote-signing session cannot use the table in ``body`` (on ADLS or GCS: signing is S3-only)."""
+    doc = _json_object(body)
+    location = (
+        (doc or {}).get("metadata", {}).get("location") if isinstance((doc or {}).get("metadata"), dict) else None
+    )
+    cloud = cloud_of(location) if isinstance(location, str) else "other"
+    if cloud not in ("adls", "gcs"):
+        return None
+    return (
+        f"Remote signing is S3-only: this table lives on {cloud.upper()} ({location}). Start the session with "
+        "access='vended-credentials' (the default): the catalog then vends SAS / OAuth tokens that refresh."
+    )

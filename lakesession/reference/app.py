@@ -20,9 +20,11 @@ from sqlalchemy.engine import make_url
 from .._redact import quiet_botocore_bodies
 from . import store
 from .audit import AuditLog
+from .cloudvending import ADLS_SCHEMES, AdlsVendor
 from .context import CachingVerifier, Deferred, Services
 from .directory import Directory
 from .errors import BadRequest, install_error_handlers
+from .gcsvending import GcsVendor
 from .guard import RequestGuard
 from .idp import EmbeddedIssuer, RemoteVerifier
 from .openapi import install_openapi
@@ -111,7 +113,18 @@ def build_services(
 ) -> tuple[Services, EmbeddedIssuer | None]:
     private_state(settings.db_url, key_path.parent if key_path is not None else None)
     engine = store.make_engine(settings.db_url)
-    file_io = settings.s3.catalog_file_io() if settings.s3 is not None else {}
+    cloud_vendor: Any = None  # ADLS SAS / GCS token vending (S3: CredentialVendor below)
+    if settings.warehouse.startswith(ADLS_SCHEMES) and settings.adls is not None:
+        cloud_vendor = AdlsVendor(settings.adls)
+    elif settings.warehouse.startswith("gs://") and settings.gcs is not None:
+        cloud_vendor = GcsVendor(settings.gcs)
+    file_io = (
+        settings.s3.catalog_file_io()
+        if settings.s3 is not None
+        else cloud_vendor.catalog_file_io()
+        if cloud_vendor is not None
+        else {}
+    )
     directory = Directory(engine)
     issuer: EmbeddedIssuer | None = None
     if settings.uses_embedded_issuer:
@@ -119,8 +132,10 @@ def build_services(
         verifier: Any = issuer
     else:
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
-    vendor = _vendor(settings, issuer)
+    vendor: Any = _vendor(settings, issuer)
     own_session = vendor.identity.file_io if vendor is not None and vendor.identity is not None else None
+    if vendor is None:
+        vendor = cloud_vendor
 
     def make_catalog() -> Any:
         from .sqlcatalog import CachingSqlCatalog

@@ -167,7 +167,7 @@ class Services:
     else:
         catalog: SqlCatalog = _BuiltOnFirstUse()  # a value, or a Deferred built at first read
     verifier: TokenVerifier
-    vendor: Any = None  # vending.CredentialVendor when the warehouse is on S3
+    vendor: Any = None  # vending.CredentialVendor (S3), cloudvending.AdlsVendor / GcsVendor
     extras: dict[str, Any] = field(default_factory=dict)
 
 

@@ -5,6 +5,7 @@ warehouse: s3://lake/wh
 db_url: postgresql+psycopg://catalog@db.internal/lakesession
 s3_emulator: true                  # or s3: {role_arn: arn:aws:iam::…:role/vend, region: eu-west-1}
                                    # (s3.web_identity: true: no storage key, docs/serve-web-identity.md)
+                                   # abfss://…: adls: {account_name: …}; gs://…: gcs: {project_id: …}
 trusted_engines: [{principal: engine}]
 view_owner_property: trino.run-as-owner
 access_token_ttl: 900
@@ -84,6 +85,27 @@ class S3Config(BaseModel):
         return None if self.web_identity is None else WebIdentity(**self.web_identity.model_dump())
 
 
+class AdlsConfig(BaseModel):
+    """The ``adls:`` section (``abfss://`` warehouse). The account key comes from the environment variable
+    ``account_key_env`` (default ``AZURE_STORAGE_KEY``), never the file."""
+
+    model_config = ConfigDict(extra="forbid")
+    account_name: str
+    account_key_env: str = "AZURE_STORAGE_KEY"
+    endpoint: str | None = None
+    sas_scope: Literal["directory", "container"] = "directory"
+
+
+class GcsConfig(BaseModel):
+    """The ``gcs:`` section (``gs://`` warehouse): ``token_source: downscoped`` (the catalog's Application
+    Default Credentials, narrowed per table) or ``local`` (emulators only: opaque tokens no store checks)."""
+
+    model_config = ConfigDict(extra="forbid")
+    project_id: str | None = None
+    endpoint: str | None = None
+    token_source: Literal["downscoped", "local"] = "downscoped"
+
+
 _EngineKey = Literal["principal", "issuer", "audience", "subject"]
 
 # Settings of the process (not of the catalog): where it listens and keeps its state.
@@ -118,6 +140,8 @@ def _build_model() -> type[BaseModel]:
         hint = hints[f.name]
         if f.name == "s3":
             fields["s3"] = (S3Config | None, None)
+        elif f.name in ("adls", "gcs"):
+            fields[f.name] = ((AdlsConfig if f.name == "adls" else GcsConfig) | None, None)
         elif f.name == "trusted_engines":  # stricter than the dataclass: a typo must not silently trust nobody
             fields[f.name] = (list[dict[_EngineKey, str | list[str]]] | None, None)
         elif dataclasses.is_dataclass(hint) and isinstance(hint, type):
@@ -293,7 +317,7 @@ def resolve(
         problems = [f"{located.where(tuple(err['loc']))}: {_hint(err, tuple(err['loc']))}" for err in e.errors()]
         raise ConfigError("\n".join(problems)) from None
     values = cfg.model_dump(exclude_unset=True)
-    kwargs: dict[str, Any] = {k: v for k, v in values.items() if k not in ("bootstrap", "s3", "db_url")}
+    kwargs: dict[str, Any] = {k: v for k, v in values.items() if k not in ("bootstrap", "s3", "adls", "gcs", "db_url")}
     for k, (_, default) in _PROCESS_FIELDS.items():
         kwargs.setdefault(k, default)
     kwargs.pop("bootstrap", None)
@@ -314,6 +338,9 @@ def resolve(
     if cfg.s3 is not None:  # type: ignore[attr-defined]
         kwargs["s3_config"] = cfg.s3  # type: ignore[attr-defined]
         _check_web_identity(cfg, located)
+    for cloud in ("adls", "gcs"):
+        if getattr(cfg, cloud) is not None:
+            kwargs[f"{cloud}_config"] = getattr(cfg, cloud)
     return Resolved(kwargs, {".".join(k): v for k, v in located.overrides.items()}, located)
 
 
@@ -388,3 +415,28 @@ def s3_settings(s3: S3Config, credential_ttl: int) -> Any:
         path_style=s3.path_style if s3.path_style is not None else s3.endpoint is not None,
         credential_ttl=credential_ttl,
     )
+
+
+def adls_settings(adls: AdlsConfig, credential_ttl: int) -> Any:
+    """ADLS vending settings; the account key from the environment (never the file, never printed)."""
+    from .cloudvending import AdlsSettings
+
+    key = os.environ.get(adls.account_key_env)
+    if not key:
+        raise ConfigError(
+            f"adls: the storage account key is not in the environment: set {adls.account_key_env}=<account key> "
+            "(or adls.account_key_env to the variable that holds it)"
+        )
+    return AdlsSettings(
+        adls.account_name, key, endpoint=adls.endpoint, sas_scope=adls.sas_scope, credential_ttl=credential_ttl
+    )
+
+
+def gcs_settings(gcs: GcsConfig, credential_ttl: int) -> Any:
+    """GCS vending settings: downscoped tokens from the catalog's ADC, or (emulators) local ones."""
+    from .gcsvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
+
+    if gcs.token_source == "local" and not gcs.endpoint:
+        raise ConfigError("gcs.token_source: local mints tokens no GCS accepts: only with gcs.endpoint (an emulator)")
+    source = LocalTokenSource() if gcs.token_source == "local" else DownscopedTokenSource()
+    return GcsSettings(gcs.project_id, gcs.endpoint, source, credential_ttl=credential_ttl)

@@ -264,6 +264,8 @@ def start(
     given, and with ``s3_emulator_persist`` (``lakesession serve``) keeps its objects under
     ``DATA_DIR/s3-emulator``, so a restart with the same data dir serves them again.
     ``credential_ttl`` sets the lifetime of vended credentials (default: ``s3``'s own, else 3600 s).
+    An ``abfss://container@account.dfs.core.windows.net/…`` warehouse vends SAS tokens (``adls=AdlsSettings``),
+    a ``gs://bucket/…`` one OAuth tokens (``gcs=GcsSettings``): see ``cloudvending``.
     ``serve=False`` prepares everything (state, emulator, bound socket ``handle.sock``) but serves nothing
     in this process: ``serve --workers`` serves from worker processes. ``lazy_catalog`` (the embedded
     catalog) imports and mounts the Iceberg routers (pyiceberg) at the first request needing them, and
@@ -295,6 +297,17 @@ def start(
         emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0, lazy=lazy_catalog)
     elif s3 is not None and credential_ttl is not None and s3.credential_ttl != credential_ttl:
         s3 = replace(s3, credential_ttl=credential_ttl)
+    for cloud in ("adls", "gcs"):  # cloudvending.AdlsSettings / GcsSettings (abfss:// and gs:// warehouses)
+        if settings.get(cloud) is not None and credential_ttl is not None:
+            settings[cloud] = replace(settings[cloud], credential_ttl=credential_ttl)
+    if (
+        warehouse.startswith(("abfss://", "abfs://", "gs://"))
+        and settings.get("adls" if warehouse.startswith("abfs") else "gcs") is None
+    ):
+        raise ValueError(
+            "an abfss:// warehouse needs adls=AdlsSettings(...) (serve: an adls: section), "
+            "a gs:// warehouse gcs=GcsSettings(...) (serve: a gcs: section)"
+        )
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
     base_url = settings.pop("base_url", None) or f"http://{url_host(host)}:{bound_port}"  # public URL behind a proxy

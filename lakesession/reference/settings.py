@@ -61,6 +61,8 @@ class ServerSettings:
         namespace_separator: How multi-level namespaces are joined in URLs (spec default ``%1F``).
         extra_config: Extra properties added to every ``/v1/config`` answer's ``defaults``.
         s3: ``vending.S3Settings`` when the warehouse is on S3 (enables credential vending and signing).
+        adls: ``cloudvending.AdlsSettings`` when the warehouse is on ADLS (``abfss://``): SAS vending.
+        gcs: ``cloudvending.GcsSettings`` when the warehouse is on GCS (``gs://``): OAuth token vending.
         trusted_engines: Callers whose ``referenced-by`` view chains are honoured and who may set the view
             owner property: ``{"principal": name}`` or ``{"issuer": iss, "audience": aud}`` /
             ``{"issuer": iss, "subject": sub}`` (see ``viewsecurity``).
@@ -87,6 +89,8 @@ class ServerSettings:
     namespace_separator: str = "%1F"
     extra_config: dict[str, str] = field(default_factory=dict)
     s3: Any = None
+    adls: Any = None
+    gcs: Any = None
     trusted_engines: list[dict[str, Any]] = field(default_factory=list)
     view_owner_property: str = "trino.run-as-owner"
     abuse: AbuseLimits = field(default_factory=AbuseLimits)

@@ -1,7 +1,7 @@
 """Vended credentials: attached to table loads and served by ``GET …/tables/{table}/credentials``.
 
 Vending happens only when the client asks (``X-Iceberg-Access-Delegation:
-vended-credentials``) and the warehouse is on S3; the mode follows the
+vended-credentials``) and the warehouse is on S3, ADLS or GCS (``cloudvending``); the mode follows the
 principal's privilege: TABLE_WRITE_DATA → read-write, TABLE_READ_DATA →
 read-only, otherwise nothing.
 """
@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..authz import Privilege as P
 from ..authz import Securable
+from ..cloudvending import CloudVendor
 from ..context import RequestContext, in_context
 from ..errors import NoSuchTable
 from ..locations import Owner
@@ -79,7 +80,7 @@ def vend(
     chain the load came through) is kept on the refresh endpoint, so refreshes are authorized
     through the same chain."""
     vendor = ctx.services.vendor
-    if vendor is None or not location or not location.startswith(("s3://", "s3a://", "s3n://")):
+    if vendor is None or not location or not _vends_for(vendor, location):
         return {}, []
     sec = Securable.table(ns, name)
     who = principal_name or ctx.principal.name
@@ -103,8 +104,17 @@ def vend(
         },
     )
     endpoint = table_endpoint(ctx, ns, name, "credentials", referenced_by, location if staged else None)
-    config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: endpoint}
+    if isinstance(vendor, CloudVendor):
+        config = vendor.table_config(cred, endpoint)
+    else:
+        config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: endpoint}
     return config, [{"prefix": cred.prefix, "config": config}]
+
+
+def _vends_for(vendor: Any, location: str) -> bool:
+    if isinstance(vendor, CloudVendor):
+        return vendor.handles(location)
+    return location.startswith(("s3://", "s3a://", "s3n://"))
 
 
 def signing_config(
@@ -122,7 +132,11 @@ def signing_config(
     signer endpoint keeps the chain so that every signature is authorized through it."""
     vendor = ctx.services.vendor
     who = principal_name or ctx.principal.name
-    if vendor is None or not location or not ctx.allowed_for(who, P.TABLE_READ_DATA, Securable.table(ns, name)):
+    if (
+        getattr(vendor, "s3", None) is None
+        or not location
+        or not ctx.allowed_for(who, P.TABLE_READ_DATA, Securable.table(ns, name))
+    ):
         return {}
     s3 = vendor.s3
     endpoint = table_endpoint(ctx, ns, name, "sign", referenced_by)

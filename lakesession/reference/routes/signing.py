@@ -88,8 +88,11 @@ def _staged_location(ctx: RequestContext, ns: Namespace, name: str) -> str:
 
 
 def _require_signing(ctx: RequestContext) -> None:
-    if ctx.services.vendor is None:
-        raise BadRequest("Remote signing needs an S3 warehouse; this catalog's warehouse is not on S3")
+    if getattr(ctx.services.vendor, "s3", None) is None:  # ADLS and GCS vendors sign nothing: S3 only
+        raise BadRequest(
+            "Remote signing is S3-only and needs an S3 warehouse; this catalog's warehouse is not on S3 "
+            "(use X-Iceberg-Access-Delegation: vended-credentials)"
+        )
 
 
 @router.post("/v1/{prefix}/namespaces/{namespace}/tables/{table}/sign")
