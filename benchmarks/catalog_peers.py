@@ -10,7 +10,8 @@ with the same schema and ``--snapshots`` snapshots (the same REST commits), then
 clients in a separate process (they never share a server's GIL or CPU accounting):
 
 * loadTable (``GET …/namespaces/bench/tables/t``, keep-alive client per thread): p50/p99 and req/s
-  with 1 client and with ``--clients`` clients, after ``--warmup`` requests per client (JIT, caches);
+  with 1 client and with ``--clients`` clients, after ``--warm-requests`` unmeasured ones (Nessie's C2
+  JIT, both sides' caches) and ``--warmup`` requests per client (their connections);
 * commit under contention: ``--committers`` clients appending to one table (the body pyiceberg's
   fast append sends, ``assert-ref-snapshot-id``), reloading and retrying on 409 until each lands;
   p50 of the landed commit (its retries included) and of each attempt, and landed commits/s.
@@ -97,7 +98,7 @@ def prepare(peer: Peer, snapshots: int) -> int:
         r = http.post(ns_path, json={"namespace": [NS]})
         if r.status_code not in (200, 409):
             raise SystemExit(f"{peer.name}: create namespace: {r.status_code} {r.text[:300]}")
-        r = http.post(f"{ns_path}/{NS}/tables", json={"name": TABLE, "schema": SCHEMA})
+        r = http.post(f"{ns_path}/{NS}/tables", json={"name": TABLE, "schema": SCHEMA, "stage-create": False})
         if r.status_code != 200:
             raise SystemExit(f"{peer.name}: create table: {r.status_code} {r.text[:300]}")
         meta = r.json()["metadata"]
@@ -162,9 +163,9 @@ def contended_commits(peer: Peer, committers: int, commits: int) -> dict[str, fl
     attempts = [x for r in results for x in r["attempts"]]
     wall = max(r["wall"] for r in results)
     return {
-        "commit_p50": pct(landed, 50) * 1000,
-        "commit_p99": pct(landed, 99) * 1000,
-        "attempt_p50": pct(attempts, 50) * 1000,
+        "commit_p50": pct(landed, 50),
+        "commit_p99": pct(landed, 99),
+        "attempt_p50": pct(attempts, 50),
         "commits_per_s": len(landed) / wall,
         "conflicts_per_commit": sum(r["conflicts"] for r in results) / len(landed),
     }
@@ -172,10 +173,12 @@ def contended_commits(peer: Peer, committers: int, commits: int) -> dict[str, fl
 
 def measure(peer: Peer, args: argparse.Namespace) -> None:
     path = peer.table_path()
+    if args.warm_requests:  # unmeasured: JIT compilation (C2) and every cache on both sides
+        run_elsewhere(peer.origin, path, peer.headers, args.clients, max(1, args.warm_requests // args.clients), 0)
     for clients, per_client in ((1, args.requests), (args.clients, args.per_client or max(1, args.requests // 5))):
         lat, wall = run_elsewhere(peer.origin, path, peer.headers, clients, per_client, args.warmup)
-        peer.figures[f"p50_{clients}"] = pct(lat, 50) * 1000
-        peer.figures[f"p99_{clients}"] = pct(lat, 99) * 1000
+        peer.figures[f"p50_{clients}"] = pct(lat, 50)
+        peer.figures[f"p99_{clients}"] = pct(lat, 99)
         peer.figures[f"rps_{clients}"] = len(lat) / wall
         peer.loads[f"load_{clients}"] = load_avg()
     peer.figures.update(contended_commits(peer, args.committers, args.commits))
@@ -186,7 +189,7 @@ class Stack:
     """The emulator, ``lakesession serve`` and Nessie, each its own process; stopped in reverse order."""
 
     def __init__(self, tmp: Path):
-        from tests._nessie import nessie, nessie_properties
+        from tests._nessie import SERVER_JVM_OPTIONS, _java_major, java_for_nessie, nessie, nessie_properties
         from tests._serve import Served
 
         self._stack: list[Any] = []
@@ -219,7 +222,8 @@ class Stack:
             credential_ttl=900,
         )
         props["quarkus.log.console.level"] = "WARN"
-        self._nessie_cm = nessie(tmp / "nessie", props, timeout=300)
+        self.jvm = f"Java {_java_major(java_for_nessie())} {' '.join(SERVER_JVM_OPTIONS)}"
+        self._nessie_cm = nessie(tmp / "nessie", props, timeout=300, jvm_options=SERVER_JVM_OPTIONS)
         self.nessie = self._nessie_cm.__enter__()
 
     def close(self) -> None:
@@ -267,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=1000, help="single-client loadTable requests (default 1000)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent loadTable clients (default 16)")
     ap.add_argument("--per-client", type=int, default=None, help="requests per concurrent client (default requests/5)")
-    ap.add_argument("--warmup", type=int, default=200, help="warm-up requests per client (default 200: Nessie's JIT)")
+    ap.add_argument("--warmup", type=int, default=200, help="warm-up requests per client (default 200)")
+    ap.add_argument(
+        "--warm-requests", type=int, default=4000, help="unmeasured loadTable requests first (default 4000)"
+    )
     ap.add_argument("--snapshots", type=int, default=5, help="snapshots in the benchmark table (default 5)")
     ap.add_argument("--committers", type=int, default=8, help="concurrent writers of one table (default 8)")
     ap.add_argument("--commits", type=int, default=40, help="commits landed per writer (default 40)")
@@ -284,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             sizes = {p.name: prepare(p, args.snapshots) for p in (ref, nes)}
             print(
                 f"reference catalog: lakesession serve (1 worker, SQLite) at {ref.root}; Nessie at {nes.root} "
-                f"(in-memory store, Java 21+); one S3/STS emulator process; clients in separate processes; "
+                f"(in-memory version store, no authorization rules, {stack.jvm}); one S3/STS emulator process; clients in separate processes; "
                 f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; stack up in {time.monotonic() - started:.0f} s",
                 flush=True,
             )

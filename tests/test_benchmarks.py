@@ -46,7 +46,20 @@ SMOKES = [
     ),
     Smoke(
         "catalog_peers.py",
-        ("--requests", "40", "--clients", "4", "--warmup", "20", "--committers", "3", "--commits", "4"),
+        (
+            "--requests",
+            "40",
+            "--clients",
+            "4",
+            "--warmup",
+            "5",
+            "--warm-requests",
+            "40",
+            "--committers",
+            "3",
+            "--commits",
+            "4",
+        ),
         (
             rf"loadTable p99 ms, 1 client\s+{NUM}\s+{NUM}\s+{NUM}",
             rf"loadTable req/s, 4 clients\s+{NUM}\s+{NUM}\s+{NUM}",
