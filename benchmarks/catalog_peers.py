@@ -112,11 +112,24 @@ def prepare(peer: Peer, snapshots: int) -> int:
 
 def _committer(origin: str, path: str, headers: dict[str, str], commits: int, barrier: Any, out: Any) -> None:
     """One contending writer (own process, own connection): ``commits`` appends, each retried on 409."""
+    try:
+        _commit_loop(origin, path, headers, commits, barrier, out)
+    except Exception as e:  # reported by the parent, with the catalog's name
+        out.send({"error": f"{type(e).__name__}: {e}"})
+
+
+def _metadata(r: httpx.Response) -> dict[str, Any]:
+    if r.status_code != 200:
+        raise RuntimeError(f"{r.request.method} {r.status_code}: {r.text[:300]}")
+    return dict(r.json()["metadata"])
+
+
+def _commit_loop(origin: str, path: str, headers: dict[str, str], commits: int, barrier: Any, out: Any) -> None:
     landed: list[float] = []
     attempts: list[float] = []
     conflicts = 0
     with httpx.Client(base_url=origin, headers=headers, timeout=60) as http:
-        meta = http.get(path).json()["metadata"]
+        meta = _metadata(http.get(path))
         barrier.wait()
         t_start = time.perf_counter()
         for _ in range(commits):
@@ -127,7 +140,7 @@ def _committer(origin: str, path: str, headers: dict[str, str], commits: int, ba
                 r = http.post(path, json=append_body(meta, 1))
                 attempts.append(time.perf_counter() - a0)
                 if r.status_code == 200:
-                    meta = r.json()["metadata"]
+                    meta = _metadata(r)
                     break
                 if r.status_code != 409:
                     out.send({"error": f"commit {r.status_code} {r.text[:300]}"})
@@ -135,7 +148,7 @@ def _committer(origin: str, path: str, headers: dict[str, str], commits: int, ba
                 conflicts += 1
                 time.sleep(delay * random.random())  # jittered backoff, then reload, as Iceberg clients do
                 delay = min(delay * 2, 0.2)
-                meta = http.get(path).json()["metadata"]
+                meta = _metadata(http.get(path))
             landed.append(time.perf_counter() - t0)
         wall = time.perf_counter() - t_start
     out.send({"landed": landed, "attempts": attempts, "conflicts": conflicts, "wall": wall})
@@ -222,6 +235,9 @@ class Stack:
             credential_ttl=900,
         )
         props["quarkus.log.console.level"] = "WARN"
+        # no access delegation asked, no vending on either side: Nessie 0.99 would still assume a role per load
+        # and then refuses its own cached STS credential once it has less than the session duration left
+        props["nessie.catalog.service.s3.default-options.client-iam.enabled"] = "false"
         self.jvm = f"Java {_java_major(java_for_nessie())} {' '.join(SERVER_JVM_OPTIONS)}"
         self._nessie_cm = nessie(tmp / "nessie", props, timeout=300, jvm_options=SERVER_JVM_OPTIONS)
         self.nessie = self._nessie_cm.__enter__()
