@@ -66,6 +66,8 @@ class Peer:
     root: str  # e.g. http://127.0.0.1:p  or  http://127.0.0.1:p/iceberg
     warehouse: str
     headers: dict[str, str]
+    pid: int = 0  # the catalog's server process (CPU accounting)
+    store_pid: int = 0  # the S3 emulator's
     prefix: str = ""
     figures: dict[str, float] = field(default_factory=dict)
     loads: dict[str, float] = field(default_factory=dict)  # load average beside each figure group
@@ -85,6 +87,24 @@ class Peer:
 
 def load_avg() -> float:
     return os.getloadavg()[0]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_in(workdir: Path) -> int:
+    """The process whose working directory is ``workdir`` (the Nessie JVM the launcher started there)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cwd").resolve() == workdir.resolve():
+                return int(proc.name)
+        except OSError:
+            continue
+    raise RuntimeError(f"no process runs in {workdir}")
 
 
 def prepare(peer: Peer, snapshots: int) -> int:
@@ -188,13 +208,21 @@ def measure(peer: Peer, args: argparse.Namespace) -> None:
     path = peer.table_path()
     if args.warm_requests:  # unmeasured: JIT compilation (C2) and every cache on both sides
         run_elsewhere(peer.origin, path, peer.headers, args.clients, max(1, args.warm_requests // args.clients), 0)
+    cpu0, store0, n = cpu_seconds(peer.pid), cpu_seconds(peer.store_pid), 0
     for clients, per_client in ((1, args.requests), (args.clients, args.per_client or max(1, args.requests // 5))):
         lat, wall = run_elsewhere(peer.origin, path, peer.headers, clients, per_client, args.warmup)
+        n += len(lat) + clients * args.warmup
         peer.figures[f"p50_{clients}"] = pct(lat, 50)
         peer.figures[f"p99_{clients}"] = pct(lat, 99)
         peer.figures[f"rps_{clients}"] = len(lat) / wall
         peer.loads[f"load_{clients}"] = load_avg()
+    peer.figures["cpu_per_load"] = (cpu_seconds(peer.pid) - cpu0) / n * 1000
+    peer.figures["store_cpu_per_load"] = (cpu_seconds(peer.store_pid) - store0) / n * 1000
+    cpu0, store0 = cpu_seconds(peer.pid), cpu_seconds(peer.store_pid)
     peer.figures.update(contended_commits(peer, args.committers, args.commits))
+    landed = args.committers * args.commits
+    peer.figures["cpu_per_commit"] = (cpu_seconds(peer.pid) - cpu0) / landed * 1000
+    peer.figures["store_cpu_per_commit"] = (cpu_seconds(peer.store_pid) - store0) / landed * 1000
     peer.loads["commit"] = load_avg()
 
 
@@ -241,6 +269,7 @@ class Stack:
         self.jvm = f"Java {_java_major(java_for_nessie())} {' '.join(SERVER_JVM_OPTIONS)}"
         self._nessie_cm = nessie(tmp / "nessie", props, timeout=300, jvm_options=SERVER_JVM_OPTIONS)
         self.nessie = self._nessie_cm.__enter__()
+        self.nessie_pid = pid_in(tmp / "nessie")
 
     def close(self) -> None:
         try:
@@ -268,6 +297,10 @@ def table(ref: Peer, nessie: Peer, args: argparse.Namespace) -> list[str]:
         (f"commit attempt p50 ms, {w} writers", "attempt_p50", "commit", False),
         (f"commits landed/s, {w} writers", "commits_per_s", "commit", True),
         (f"409s per landed commit, {w} writers", "conflicts_per_commit", "commit", False),
+        ("catalog CPU ms per loadTable", "cpu_per_load", f"load_{args.clients}", False),
+        ("S3 store CPU ms per loadTable", "store_cpu_per_load", f"load_{args.clients}", False),
+        ("catalog CPU ms per landed commit", "cpu_per_commit", "commit", False),
+        ("S3 store CPU ms per landed commit", "store_cpu_per_commit", "commit", False),
     ]
     head = f"{'':40} {'reference':>10} {'Nessie':>10} {'ref÷Nessie':>11}   load avg (ref / Nessie)"
     out = [head, "-" * len(head)]
@@ -302,8 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             token = stack.served.admin_token()
             auth = {"Authorization": f"Bearer {token}"}
-            ref = Peer("reference", stack.served.uri, stack.served.lines["warehouse"], auth)
-            nes = Peer("Nessie", stack.nessie.iceberg_uri, "warehouse", auth)
+            ref = Peer("reference", stack.served.uri, stack.served.lines["warehouse"], auth, stack.served.proc.pid)
+            nes = Peer("Nessie", stack.nessie.iceberg_uri, "warehouse", auth, stack.nessie_pid)
+            ref.store_pid = nes.store_pid = stack.store.pid
             sizes = {p.name: prepare(p, args.snapshots) for p in (ref, nes)}
             print(
                 f"reference catalog: lakesession serve (1 worker, SQLite) at {ref.root}; Nessie at {nes.root} "
