@@ -48,14 +48,26 @@ def engine(tmp_path: Path) -> Engine:
     return store.make_engine(store.sqlite_url(tmp_path / "catalog.db"))
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
+def any_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
+    """Both backends ``serve`` runs on (``--workers`` needs PostgreSQL; the upserts differ by dialect)."""
+    if request.param == "sqlite":
+        return store.make_engine(store.sqlite_url(tmp_path / "catalog.db"))
+    from ._pg import new_database
+
+    return store.make_engine(new_database("vendcache"))
+
+
 def worker(s3: S3Settings, engine: Engine, data_dir: Path) -> CredentialVendor:
     """What ``build_services`` makes in each serve worker: its own vendor, the shared tier under it."""
     data_dir.mkdir(exist_ok=True)
     return CredentialVendor(s3, shared=SharedVendCache(engine, load_key(data_dir), s3.min_remaining))
 
 
-def test_a_second_worker_hands_out_the_first_workers_credential(s3: S3Settings, engine: Engine, tmp_path: Path) -> None:
-    a, b = worker(s3, engine, tmp_path), worker(s3, engine, tmp_path)
+def test_a_second_worker_hands_out_the_first_workers_credential(
+    s3: S3Settings, any_engine: Engine, tmp_path: Path
+) -> None:
+    a, b = worker(s3, any_engine, tmp_path), worker(s3, any_engine, tmp_path)
     first, hit_a = a.vend("alice", "table sales.orders", LOC, READ)
     second, hit_b = b.vend("alice", "table sales.orders", LOC, READ)
     assert (hit_a, hit_b) == (False, True)
@@ -68,8 +80,8 @@ def test_a_second_worker_hands_out_the_first_workers_credential(s3: S3Settings, 
     assert a.sts_calls + b.sts_calls == 3
 
 
-def test_racing_workers_make_one_sts_call(s3: S3Settings, engine: Engine, tmp_path: Path) -> None:
-    vendors = [worker(s3, engine, tmp_path) for _ in range(3)]
+def test_racing_workers_make_one_sts_call(s3: S3Settings, any_engine: Engine, tmp_path: Path) -> None:
+    vendors = [worker(s3, any_engine, tmp_path) for _ in range(3)]
     start = threading.Barrier(12)
     keys: list[str] = []
 
@@ -86,9 +98,9 @@ def test_racing_workers_make_one_sts_call(s3: S3Settings, engine: Engine, tmp_pa
     assert sum(v.sts_calls for v in vendors) == 1
 
 
-def test_a_stale_shared_credential_is_replaced_once(s3: S3Settings, engine: Engine, tmp_path: Path) -> None:
+def test_a_stale_shared_credential_is_replaced_once(s3: S3Settings, any_engine: Engine, tmp_path: Path) -> None:
     short = replace(s3, credential_ttl=10)  # reused while 9 s of 10 remain: stale after ~1 s
-    a, b = worker(short, engine, tmp_path), worker(short, engine, tmp_path)
+    a, b = worker(short, any_engine, tmp_path), worker(short, any_engine, tmp_path)
     old, _ = a.vend("alice", "table sales.orders", LOC, READ)
     time.sleep(1.5)
     new, hit = b.vend("alice", "table sales.orders", LOC, READ)
@@ -99,19 +111,19 @@ def test_a_stale_shared_credential_is_replaced_once(s3: S3Settings, engine: Engi
 
 
 def test_an_abandoned_claim_delays_a_load_but_never_fails_it(
-    s3: S3Settings, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3: S3Settings, any_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker that claimed a key and died: the next one waits its bounded wait, then issues itself."""
     monkeypatch.setattr(vendcache, "WAIT_SECONDS", 0.3)
-    dead = SharedVendCache(engine, load_key(tmp_path), s3.min_remaining)
+    dead = SharedVendCache(any_engine, load_key(tmp_path), s3.min_remaining)
     key = ("alice", "table sales.orders", LOC, READ)
     assert dead.claim(key)
-    live = worker(s3, engine, tmp_path)
+    live = worker(s3, any_engine, tmp_path)
     t0 = time.monotonic()
     cred, hit = live.vend(*key)
     assert not hit and cred.access_key_id and live.sts_calls == 1
     assert time.monotonic() - t0 >= 0.3
-    assert worker(s3, engine, tmp_path).vend(*key)[0].access_key_id == cred.access_key_id  # and it is shared
+    assert worker(s3, any_engine, tmp_path).vend(*key)[0].access_key_id == cred.access_key_id  # and it is shared
 
 
 def test_a_database_dump_reveals_no_keys_and_no_who_loaded_what(s3: S3Settings, engine: Engine, tmp_path: Path) -> None:
@@ -135,22 +147,22 @@ def test_a_database_dump_reveals_no_keys_and_no_who_loaded_what(s3: S3Settings, 
     assert key_file.read_text().strip().encode() not in raw
 
 
-def test_a_row_moved_to_another_principal_is_not_handed_out(s3: S3Settings, engine: Engine, tmp_path: Path) -> None:
+def test_a_row_moved_to_another_principal_is_not_handed_out(s3: S3Settings, any_engine: Engine, tmp_path: Path) -> None:
     """Write access to the database: copy alice's sealed write credential into bob's read row."""
-    v = worker(s3, engine, tmp_path)
+    v = worker(s3, any_engine, tmp_path)
     alice, _ = v.vend("alice", "table sales.orders", LOC, WRITE)
     bob, _ = v.vend("bob", "table sales.orders", LOC, READ)
     t = store.vended_credentials
     shared = v.shared
     assert shared is not None
-    with engine.begin() as conn:
+    with any_engine.begin() as conn:
         payload = conn.execute(
             select(t.c.payload).where(t.c.id == shared._id(("alice", "table sales.orders", LOC, WRITE)))
         ).scalar_one()
         conn.execute(
             update(t).where(t.c.id == shared._id(("bob", "table sales.orders", LOC, READ))).values(payload=payload)
         )
-    fresh_worker = worker(s3, engine, tmp_path)  # no in-memory copy: reads the tampered row
+    fresh_worker = worker(s3, any_engine, tmp_path)  # no in-memory copy: reads the tampered row
     got, hit = fresh_worker.vend("bob", "table sales.orders", LOC, READ)
     assert got.access_key_id not in (alice.access_key_id, bob.access_key_id)
     assert not hit and got.mode == READ and fresh_worker.sts_calls == 1

@@ -133,8 +133,8 @@ class SharedVendCache:
             set_={"claimed_until": now + CLAIM_SECONDS},
             where=(t.c.claimed_until < now) & self._stale_where(t, now),
         )
-        with self._engine.begin() as conn:
-            won = conn.execute(stmt).rowcount == 1
+        with self._engine.begin() as conn:  # RETURNING, not rowcount: psycopg reports -1 for an upsert
+            won = conn.execute(stmt.returning(t.c.id)).first() is not None
         self.claims += won
         return won
 
