@@ -68,6 +68,12 @@ SMOKES = [
         ),
     ),
     Smoke(
+        "comet_scan.py",
+        ("--rows", "20000", "--repeat", "1"),
+        (rf"q1: Comet native {NUM} s, Spark JVM {NUM} s, ratio {NUM}", rf"geometric mean ratio: {NUM}"),
+        spark=True,
+    ),
+    Smoke(
         "embedded_start.py",
         ("--runs", "1"),
         (rf"CPU-s\s+median {NUM}", rf"wall s median {NUM}", r"load average at the end"),
