@@ -31,6 +31,7 @@ class Smoke:
     spark: bool = False
     exits: tuple[int, ...] = (0,)
     timeout: float = 900
+    spark_line: str | None = None  # only under this Spark line (e.g. Comet: 4.1 only on Maven Central)
 
 
 SMOKES = [
@@ -72,6 +73,7 @@ SMOKES = [
         ("--rows", "20000", "--repeat", "1"),
         (rf"q1: Comet native {NUM} s, Spark JVM {NUM} s, ratio {NUM}", rf"geometric mean ratio: {NUM}"),
         spark=True,
+        spark_line="4.1",
     ),
     Smoke(
         "embedded_start.py",
@@ -145,6 +147,11 @@ def _param(s: Smoke) -> object:
     marks = [pytest.mark.slow] if s.slow or s.spark else []
     if s.spark:
         marks.append(pytest.mark.spark)
+    if s.spark_line is not None:
+        import pyspark
+
+        line = ".".join(pyspark.__version__.split(".")[:2])
+        marks.append(pytest.mark.skipif(line != s.spark_line, reason=f"{s.script} needs Spark {s.spark_line}"))
     return pytest.param(s, id=s.script.removesuffix(".py"), marks=marks)
 
 
