@@ -62,13 +62,18 @@ def rest_catalog(handle):  # type: ignore[no-untyped-def]
 
 
 def synthetic_history(handle, snapshots: int) -> str:  # type: ignore[no-untyped-def]
-    """Register a table whose metadata carries ``snapshots`` snapshots (written straight to storage)."""
+    """Register a table whose metadata carries ``snapshots`` snapshots (written straight to storage).
+
+    A table owns its storage prefix, so the metadata is written under a location of its own (beside the
+    seed table's, whose metadata it starts from), never inside the seed's."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
     cat = rest_catalog(handle)
-    base = cat.create_table(("bench", "seed"), Schema(NestedField(1, "x", LongType(), required=False)))
-    meta = json.loads(base.metadata.model_dump_json())
+    seed = cat.create_table(("bench", "seed"), Schema(NestedField(1, "x", LongType(), required=False)))
+    meta = json.loads(seed.metadata.model_dump_json())
+    own = f"{seed.location().rsplit('/', 1)[0]}/history-{uuid.uuid4().hex[:8]}"
+    meta["location"] = own
     now = int(time.time() * 1000)
     snaps, log, parent = [], [], None
     for i in range(snapshots):
@@ -77,7 +82,7 @@ def synthetic_history(handle, snapshots: int) -> str:  # type: ignore[no-untyped
             "snapshot-id": sid,
             "sequence-number": i + 1,
             "timestamp-ms": now - (snapshots - i) * 1000,
-            "manifest-list": f"{base.location()}/metadata/snap-{sid}-1-{uuid.uuid4()}.avro",
+            "manifest-list": f"{own}/metadata/snap-{sid}-1-{uuid.uuid4()}.avro",
             "summary": {"operation": "append", "added-records": "1"},
             "schema-id": 0,
         }
@@ -95,8 +100,11 @@ def synthetic_history(handle, snapshots: int) -> str:  # type: ignore[no-untyped
             "refs": {"main": {"snapshot-id": parent, "type": "branch"}},
         }
     )
-    location = f"{base.location()}/metadata/99999-{uuid.uuid4()}.metadata.json"
-    out = base.io.new_output(location)
+    location = f"{own}/metadata/99999-{uuid.uuid4()}.metadata.json"
+    from pyiceberg.io import load_file_io
+
+    # the catalog's own keys (the emulator's admin): the seed table's vended ones cover only its prefix
+    out = load_file_io(handle.settings.s3.catalog_file_io(), location).new_output(location)
     with out.create(overwrite=True) as f:
         f.write(json.dumps(meta).encode())
     cat.register_table(("bench", "history"), location)
@@ -300,8 +308,10 @@ def _compare_reads(handle, cat, megabytes: int, rounds: int) -> None:  # type: i
         Schema(NestedField(1, "a", LongType(), required=False), NestedField(2, "b", LongType(), required=False)),
     )
     rng = np.random.default_rng(7)
-    rows_per_chunk = 50 * 1024 * 1024 // 16  # 50 MB of random (incompressible) longs per append
-    for _ in range(max(1, megabytes // 50)):
+    chunk_mb = max(1, min(50, megabytes))  # up to 50 MB of random (incompressible) longs per append
+    rows_per_chunk = chunk_mb * 1024 * 1024 // 16
+    chunks = max(1, megabytes // chunk_mb)
+    for _ in range(chunks):
         table.append(
             pa.table({"a": rng.integers(0, 2**62, rows_per_chunk), "b": rng.integers(0, 2**62, rows_per_chunk)})
         )
@@ -311,7 +321,7 @@ def _compare_reads(handle, cat, megabytes: int, rounds: int) -> None:  # type: i
     token = ClientCredentials(f"{handle.issuer_uri}/token", "etl", "bench-secret-1", scope="catalog").token
     store = CredentialStore()
     fsspec_cat = RestCatalogFsspec(handle)
-    expected = rows_per_chunk * max(1, megabytes // 50)
+    expected = rows_per_chunk * chunks
     loaders = {
         "vended, pyarrow S3": lambda: load_table(cat, ("bench", "big"), store, token, handle.uri),
         "vended, fsspec S3": lambda: fsspec_cat.load_table(("bench", "big")),

@@ -21,7 +21,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,8 @@ MAVEN_URL = f"https://repo1.maven.org/maven2/org/projectnessie/nessie/nessie-qua
 MIN_JAVA = 21
 WAREHOUSE = "warehouse"  # Nessie's warehouse name: what clients pass as ``warehouse``
 SECRET_PREFIX = "lakesession-test-secrets.s3"  # the Quarkus keys holding the store's key pair
+TEST_JVM_OPTIONS = ("-Xmx512m", "-XX:TieredStopAtLevel=1")  # quick start, C1 only: for short tests
+SERVER_JVM_OPTIONS = ("-Xmx1g",)  # the JVM's defaults (C2 after warm-up), as a deployment runs it
 
 
 @dataclass(frozen=True)
@@ -176,8 +178,16 @@ def _write_properties(path: Path, props: Mapping[str, str]) -> None:
 
 
 @contextmanager
-def nessie(workdir: Path, properties: Mapping[str, str], *, timeout: float = 120.0) -> Iterator[Nessie]:
-    """Run Nessie in ``workdir`` with ``properties`` until the block ends; waits for ``/q/health/ready``."""
+def nessie(
+    workdir: Path,
+    properties: Mapping[str, str],
+    *,
+    timeout: float = 120.0,
+    jvm_options: Sequence[str] = TEST_JVM_OPTIONS,
+) -> Iterator[Nessie]:
+    """Run Nessie in ``workdir`` with ``properties`` until the block ends; waits for ``/q/health/ready``.
+
+    ``jvm_options``: the tests' default starts fast (C1 only); a benchmark passes ``SERVER_JVM_OPTIONS``."""
     java = java_for_nessie()
     jar = nessie_jar()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -196,7 +206,7 @@ def nessie(workdir: Path, properties: Mapping[str, str], *, timeout: float = 120
     log = log_path.open("wb")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "QUARKUS_", "NESSIE_"))}
     proc = subprocess.Popen(
-        [java, "-Xmx512m", "-XX:TieredStopAtLevel=1", "-jar", str(jar)],
+        [java, *jvm_options, "-jar", str(jar)],
         cwd=workdir,
         env=env,
         stdout=log,

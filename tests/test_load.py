@@ -4,6 +4,7 @@ dir, as replicas do), clients in separate processes — the suite's version of `
 
 Nothing may be lost (each table's rows and snapshots exactly what the clients were acknowledged), the
 only errors are 409s and each is retried to success, and every request is in the audit log.
+STS: one AssumeRole per table for both workers (the shared vending cache).
 Also: ``--workers`` refuses SQLite before binding anything.
 """
 
@@ -45,6 +46,7 @@ def test_fifty_sessions_commit_load_and_refresh_without_loss(tmp_path: Path) -> 
         tally = load.run_clients(server.uri, token, tables, 5, 10, SECONDS, 2.0)  # 50 sessions, 5 processes
         problems = load.verify_rows(server.uri, server.admin_token(), tables, tally)
         audited = load.audited_ids(db, since)
+        vended, sts = load.sts_calls(db, since)
     finally:
         server.stop()
 
@@ -58,6 +60,9 @@ def test_fifty_sessions_commit_load_and_refresh_without_loss(tmp_path: Path) -> 
     missing = [r for r in tally.request_ids if r not in audited]
     assert not missing, f"{len(missing)} of {len(tally.request_ids)} requests not audited"
     assert len(tally.request_ids) == sum(tally.statuses.values())
+    # the vending cache is shared through the database: one AssumeRole per table for both workers (each
+    # worker caching alone made two); within 60 s of a 900 s TTL no credential needs replacing
+    assert vended > 100 and sts == len(tables), (sts, vended)
 
 
 def test_workers_need_postgresql(tmp_path: Path) -> None:

@@ -133,6 +133,10 @@ def build_services(
     else:
         verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
     vendor: Any = _vendor(settings, issuer)
+    if vendor is not None and key_path is not None:  # the data directory workers and replicas share holds its key
+        from .vendcache import SharedVendCache, load_key
+
+        vendor.shared = SharedVendCache(engine, load_key(key_path.parent), vendor.s3.min_remaining)
     own_session = vendor.identity.file_io if vendor is not None and vendor.identity is not None else None
     if vendor is None:
         vendor = cloud_vendor

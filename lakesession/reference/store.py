@@ -134,6 +134,21 @@ idempotency = Table(
 )
 
 
+# The vending cache shared by serve workers and replicas (``vendcache.py``): one row per (principal, table,
+# location, mode), keyed by an HMAC of those; ``payload`` is the credential sealed with AES-GCM (NULL while a
+# process only holds the claim to issue it).
+vended_credentials = Table(
+    "ls_vended_credentials",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("owner", String(64), nullable=False),  # HMAC of the principal alone: invalidate one principal's
+    Column("payload", LargeBinary, nullable=True),
+    Column("issued_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("claimed_until", Float, nullable=False),
+)
+
+
 def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).resolve()}"
 

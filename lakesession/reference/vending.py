@@ -9,6 +9,9 @@ rarely; concurrent misses for one key share one STS call. STS then sees about
 ten calls per TTL per table and principal under continuous load, however hard
 engines refresh.
 
+With a ``shared`` tier (``vendcache.SharedVendCache``: the catalog database, encrypted), a miss here asks
+the processes' common cache before STS, and one process issues for all (``serve --workers``, replicas).
+
 botocore logs whole STS responses at DEBUG (the vended secret key and session
 token among them); ``quiet_botocore_bodies`` keeps those records out of the logs.
 """
@@ -131,15 +134,22 @@ def _session_name(principal: str) -> str:
 class CredentialVendor:
     """Issues and caches table-scoped STS credentials."""
 
-    def __init__(self, s3: S3Settings, sts_client: Any | None = None, identity: CatalogIdentity | None = None):
+    def __init__(
+        self,
+        s3: S3Settings,
+        sts_client: Any | None = None,
+        identity: CatalogIdentity | None = None,
+        shared: Any | None = None,
+    ):
         self.s3 = s3
         self._sts = sts_client
         self.identity = identity  # web identity mode: no standing key, tokens of the catalog's own issuer
         if s3.web_identity is not None and identity is None:
             raise ValueError("s3.web_identity needs the catalog's identity (the embedded issuer signs its tokens)")
+        self.shared = shared  # vendcache.SharedVendCache, or None (this process's cache only)
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str, str, str], VendedCredential] = {}
-        self._flights: SingleFlight[VendedCredential] = SingleFlight()
+        self._flights: SingleFlight[tuple[VendedCredential, bool]] = SingleFlight()
         self.sts_calls = 0
 
     def _client(self) -> Any:
@@ -171,15 +181,36 @@ class CredentialVendor:
             if hit is not None and hit.expires_at - now >= self.s3.min_remaining * (hit.expires_at - hit.issued_at):
                 return hit, True
 
-        def issue() -> VendedCredential:
-            cred = self._assume(principal, location, mode)
+        def issue() -> tuple[VendedCredential, bool]:
+            cred = self._shared_hit(key, now) if self.shared is not None else None
+            if cred is not None:
+                hit = True
+            else:
+                hit = False
+                try:
+                    cred = self._assume(principal, location, mode)
+                except BaseException:
+                    if self.shared is not None:
+                        self.shared.release(key)
+                    raise
+                if self.shared is not None:
+                    self.shared.put(key, cred)
             with self._lock:
                 self._cache[key] = cred
                 if len(self._cache) > 10_000:
                     self._evict(now)
-            return cred
+            return cred, hit
 
-        return self._flights.do(key, issue)
+        (issued, from_cache), joined = self._flights.do(key, issue)
+        return issued, from_cache or joined
+
+    def _shared_hit(self, key: tuple[str, str, str, str], now: float) -> VendedCredential | None:
+        """The processes' common credential for ``key``: a fresh one, or the one another process is issuing."""
+        assert self.shared is not None
+        cred: VendedCredential | None = self.shared.fresh(key, now)
+        if cred is None and not self.shared.claim(key, now):
+            cred = self.shared.wait(key)  # None: its issuer is slow or gone, so this process issues
+        return cred
 
     def _evict(self, now: float) -> None:
         for k in [k for k, v in self._cache.items() if v.expires_at <= now]:
@@ -235,3 +266,5 @@ class CredentialVendor:
         with self._lock:
             for k in [k for k in self._cache if principal is None or k[0] == principal]:
                 del self._cache[k]
+        if self.shared is not None:  # other processes keep their in-memory copies until they age out
+            self.shared.invalidate(principal)

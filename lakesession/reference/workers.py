@@ -9,7 +9,8 @@ once (migrations, admin principal, bootstrap, the S3 emulator if any), then star
 
 What stays per process (see the README's serve section): pending device codes of the embedded
 issuer, its rate-limit counters, and the caches (verified tokens, grants for a second or two,
-vended STS credentials, immutable metadata files).
+immutable metadata files). Vended STS credentials are cached per process *and* in the database
+(``vendcache``), so one worker's STS call serves all of them.
 """
 
 from __future__ import annotations
