@@ -20,7 +20,6 @@ from typing import Any
 from pydantic import BaseModel
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1, TableMetadataV2, TableMetadataV3
-from pyiceberg.typedef import IcebergBaseModel
 from pyiceberg.table.update import (
     AddSchemaUpdate,
     AddSnapshotUpdate,
@@ -29,6 +28,7 @@ from pyiceberg.table.update import (
     _apply_table_update,
     _TableMetadataUpdateContext,
 )
+from pyiceberg.typedef import IcebergBaseModel
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
 ROW_LINEAGE_VERSION = 3  # the first format version that tracks row lineage
