@@ -143,3 +143,25 @@ def test_spark_upgrades_a_written_v2_table(lake, spark) -> None:  # type: ignore
     assert table.metadata.next_row_id is not None and table.metadata.next_row_id >= 1
     v3_snapshots = [s for s in table.metadata.snapshots if s.first_row_id is not None]
     assert v3_snapshots, "no snapshot after the upgrade carries row lineage"
+
+
+def test_ctas_at_v3_and_a_default_added_by_pyiceberg(lake, spark) -> None:  # type: ignore[no-untyped-def]
+    """CTAS is Iceberg Java's create-through-commit (upgrade-format-version 3 + add-snapshot in one commit);
+    a column pyiceberg adds with an initial default reads as that default in Spark for the older rows."""
+    from pyiceberg.types import IntegerType
+
+    spark.sql("DROP TABLE IF EXISTS lake.v3s.ctas")
+    spark.sql(
+        "CREATE TABLE lake.v3s.ctas USING iceberg TBLPROPERTIES ('format-version'='3') "
+        "AS SELECT id, CAST(id AS string) AS s FROM range(5)"
+    )
+    table = lake.table("v3s.ctas")
+    assert table.format_version == 3
+    check_row_lineage(table.metadata)
+    assert table.metadata.next_row_id == 5
+    with table.update_schema() as update:
+        update.add_column("n", IntegerType(), required=True, default_value=7)
+    spark.sql("REFRESH TABLE lake.v3s.ctas")
+    assert [tuple(r) for r in spark.sql("SELECT id, n FROM lake.v3s.ctas ORDER BY id").collect()] == [
+        (i, 7) for i in range(5)
+    ]
