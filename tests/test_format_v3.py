@@ -429,3 +429,39 @@ def test_v3_answers_are_checked_against_the_spec(http: httpx.Client, etl) -> Non
     del body["metadata"]["next-row-id"]
     body["metadata"]["format-version"] = 4
     assert validate_exchange(replace(load, body=json.dumps(body).encode()))
+
+
+@pytest.mark.parametrize(
+    "update, status",
+    [
+        ({"action": "add-encryption-key", "encryption-key": {"key-id": "k", "encrypted-key-metadata": "AA=="}}, 400),
+        ({"action": "remove-encryption-key", "key-id": "k"}, 400),
+        ({"action": "add-schema", "schema": {**SCHEMA_JSON, "fields": [{**TS_NS, "type": "variant"}]}}, 400),
+        ({"action": "add-schema", "schema": {**SCHEMA_JSON, "fields": [{**TS_NS, "type": "geometry"}]}}, 200),
+    ],
+    ids=["add-encryption-key", "remove-encryption-key", "variant", "geometry"],
+)
+def test_v3_parts_this_catalog_lacks_are_400_never_500(http: httpx.Client, etl, update, status: int) -> None:  # type: ignore[no-untyped-def]
+    """What pyiceberg 0.12 (the catalog's metadata engine) cannot represent is a client error, named."""
+    assert create(http, etl, "lacks", "3").status_code == 200
+    r = commit(http, etl, "lacks", update)
+    assert r.status_code == status, r.text
+    if status == 400:
+        bad_request(r)
+
+
+def test_pyiceberg_cannot_append_to_v3_yet(catalog: ReferenceCatalog) -> None:
+    """The documented client limit (docs/format-versions.md): pyiceberg 0.12 reads v3 but writes no v3 data."""
+    import pyarrow as pa
+
+    cat = rest_catalog(catalog, "etl")
+    try:
+        cat.drop_table(f"{NS}.pyappend")
+    except NoSuchTableError:
+        pass
+    table = cat.create_table(
+        f"{NS}.pyappend", Schema(NestedField(1, "id", LongType(), required=False)), properties={"format-version": "3"}
+    )
+    with pytest.raises(ValueError, match="Cannot write manifest for table version: 3"):
+        table.append(pa.table({"id": pa.array([1], pa.int64())}))
+    assert cat.load_table(f"{NS}.pyappend").metadata.snapshots == []
