@@ -129,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests._pyiceberg_suite", description=__doc__)
     parser.add_argument("--spark", action="store_true", help="also the tests over Spark-written tables")
     parser.add_argument("--connect-port", type=int, default=15002)
+    parser.add_argument("--s3-emulator", action="store_true", help="s3:// warehouse (as pyiceberg's docker setup)")
     args = parser.parse_args(argv)
     root = prepare()
     with tempfile.TemporaryDirectory() as base:
-        with Served(["--port", "0", "--data-dir", f"{base}/data"]) as served:
+        store = ["--s3-emulator", "--warehouse", "s3://pyiceberg/wh"] if args.s3_emulator else []
+        with Served(["--port", "0", "--data-dir", f"{base}/data", *store]) as served:
             uri = served.uri
             secret = Path(served.lines["admin credentials"].split(" ")[0]).read_text().strip()
             env = catalog_env(uri, secret)
@@ -149,9 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                     text=True,
                     timeout=1800,
                 )
-                print(
-                    "provision.py (rest catalog only):", "ok" if provision.returncode == 0 else provision.stderr[-2000:]
-                )
+                failure = [line for line in provision.stderr.splitlines() if "Exception:" in line][:3]
+                print("provision.py (rest catalog only):", "ok" if provision.returncode == 0 else failure)
                 selections.append(WITH_SPARK)
             try:
                 worst = 0
@@ -183,6 +184,7 @@ def start_connect(uri: str, secret: str, port: int) -> subprocess.Popen[bytes]:
         f"{c}.oauth2-server-uri": f"{uri}/oidc/token",
         f"{c}.scope": "catalog",
         f"{c}.cache-enabled": "false",
+        f"{c}.header.X-Iceberg-Access-Delegation": "vended-credentials",
         "spark.sql.defaultCatalog": "rest",
         "spark.sql.ansi.enabled": "false",  # provision.py was written for Spark 3.5's default
         "spark.sql.shuffle.partitions": "2",
