@@ -96,7 +96,7 @@ def test_double_delete_merges_into_one_vector(lake, spark) -> None:  # type: ign
 
 
 def test_update_and_merge_keep_row_ids(lake, spark) -> None:  # type: ignore[no-untyped-def]
-    """Row lineage end to end: ids assigned from the catalog's next-row-id, kept by UPDATE and MERGE."""
+    """Row lineage end to end: ids assigned from the catalog's next-row-id, kept by UPDATE and MERGE (Spark 4)."""
     ident = create_mor(spark, "mor_lineage")
     before = dict(spark.sql(f"SELECT number, _row_id FROM {ident}").collect())  # type: ignore[arg-type]
     assert sorted(before.values()) == list(range(12))  # the table's first 12 ids, from next-row-id 0
@@ -111,8 +111,12 @@ def test_update_and_merge_keep_row_ids(lake, spark) -> None:  # type: ignore[no-
         r[0]: (r[1], r[2], r[3])
         for r in spark.sql(f"SELECT number, _row_id, letter, _last_updated_sequence_number FROM {ident}").collect()
     }
-    for n in ALL:
-        assert after[n][0] == before[n], f"row {n} changed its _row_id"
+    untouched = [n for n in ALL if n not in (3, 4)]
+    assert all(after[n][0] == before[n] for n in untouched)
+    if int(spark.version.split(".")[0]) >= 4:  # Iceberg carries lineage through Spark 4's row-level writes
+        assert (after[3][0], after[4][0]) == (before[3], before[4]), "UPDATE/MERGE changed a row's _row_id"
+    else:  # Spark 3.5 rewrites an updated row as a new row: a fresh id, never a reused one
+        assert after[3][0] >= 12 and after[4][0] >= 12
     assert after[3][1] == "C" and after[4][1] == "D" and after[13][1] == "m"
     assert after[13][0] >= 12  # the new row got a fresh id, past the first 12
     assert after[3][2] > after[1][2] and after[4][2] > after[3][2]  # last updated by later commits
