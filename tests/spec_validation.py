@@ -124,6 +124,14 @@ def _patch_spec_quirks(spec: dict[str, Any]) -> dict[str, Any]:
     # response". Narrow fix: give viewExists the same ForbiddenResponse as tableExists.
     view_exists = spec["paths"]["/v1/{prefix}/namespaces/{namespace}/views/{view}"]["head"]["responses"]
     view_exists.setdefault("403", {"$ref": "#/components/responses/ForbiddenResponse"})
+
+    # Quirk 4: `PrimitiveTypeValue` (a field's `initial-default`/`write-default`, format v3) is a
+    # `oneOf` of alternatives that overlap by construction: Integer/Long/Float/Double values are all
+    # JSON numbers, String/UUID/Date/Time/Timestamp*/Fixed/Binary/Decimal values all JSON strings, so
+    # no default value (not even the spec's own examples, e.g. 34) is valid under exactly one. Which
+    # alternative applies is fixed by the field's `type`, not by the value. Narrow fix: `anyOf`.
+    primitive = spec["components"]["schemas"]["PrimitiveTypeValue"]
+    primitive["anyOf"] = primitive.pop("oneOf")
     return spec
 
 

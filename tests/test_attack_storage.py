@@ -498,14 +498,18 @@ def test_objects_made_before_the_index_are_indexed_on_first_use(tmp_path: Path) 
 
 
 # ---------------------------------------------------------------- format version
-def test_format_version_3_is_a_bad_request(s3cat: ReferenceCatalog) -> None:
-    r = create(s3cat, "v3", properties={"format-version": "3"})
-    assert refused(r), r.text
-    assert "format-version" in r.json()["error"]["message"]
-    assert refused(create(s3cat, "vx", properties={"format-version": "x"}))
+def test_unsupported_format_versions_are_bad_requests(s3cat: ReferenceCatalog) -> None:
+    """v1–v3 are supported (tests/test_format_v3.py); anything else is a 400, never a 500."""
+    for version in ("4", "x", "0"):
+        r = create(s3cat, f"v{version}", properties={"format-version": version})
+        assert refused(r), r.text
+        assert "format-version" in r.json()["error"]["message"]
     assert create(s3cat, "v2", properties={"format-version": "2"}).status_code == 200
-    up = commit(s3cat, "v2", {"action": "upgrade-format-version", "format-version": 3})
+    up = commit(s3cat, "v2", {"action": "upgrade-format-version", "format-version": 4})
     assert refused(up), up.text
+    assert commit(s3cat, "v2", {"action": "upgrade-format-version", "format-version": 3}).status_code == 200
+    down = commit(s3cat, "v2", {"action": "upgrade-format-version", "format-version": 2})
+    assert refused(down) and "downgrade" in down.json()["error"]["message"], down.text
 
 
 # ---------------------------------------------------------------- names (shared catalog)

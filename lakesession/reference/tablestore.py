@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError, ValidationError
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 from sqlalchemy import and_, insert, or_, select
@@ -218,7 +218,7 @@ class TableStore:
             raise Conflict(str(e)) from None
         except NoSuchTableError as e:
             raise NoSuchTable(str(e)) from None
-        except (ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError, ValidationError) as e:
             raise BadRequest(f"Invalid table update: {e}") from None
         return resp.metadata_location, self.cache.get(resp.metadata_location, self.catalog.properties, self._ios)
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from fastapi import Request, Response
 from pydantic import BaseModel, ValidationError
 
-from .. import nskeys
+from .. import formatversion, nskeys
 from ..context import RequestContext, Services
 from ..errors import BadRequest, NoSuchNamespace, NotFound
 from ..locations import PATH_PROPERTIES, LocationIndex, Owner, normalize, path_locations
@@ -169,16 +169,13 @@ def path_items(properties: dict[str, str] | None, kind: str = "table") -> list[t
     return [(str(v), f"{kind} property {k}") for k, v in (properties or {}).items() if k.lower() in PATH_PROPERTIES]
 
 
-SUPPORTED_FORMAT_VERSIONS = ("1", "2")
-
-
 def check_format_version(version: object) -> None:
-    """pyiceberg 0.12 (our metadata writer) and Iceberg 1.10 engines do not fully handle v3 tables."""
-    if version is not None and str(version).strip() not in SUPPORTED_FORMAT_VERSIONS:
-        raise BadRequest(
-            f"Unsupported format-version {version!r}: this catalog creates and upgrades tables to format "
-            f"versions {' and '.join(SUPPORTED_FORMAT_VERSIONS)} only"
-        )
+    """Format versions 1–3 (``formatversion`` fills pyiceberg 0.12's v3 gaps); anything else is a 400."""
+    if version is not None:
+        try:
+            formatversion.parse_format_version(version)
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
 
 
 def check_path_properties(services: Services, properties: dict[str, str] | None, kind: str = "table") -> None:

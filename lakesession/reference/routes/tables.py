@@ -18,6 +18,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from starlette.concurrency import run_in_threadpool
 
+from .. import formatversion
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context, in_context
@@ -154,7 +155,7 @@ def create_table(
             staged = ts.catalog._create_staged_table(sql_ident(ns, name), **args)
         except (ValueError, NotImplementedError) as e:
             raise BadRequest(f"Invalid table definition: {e}") from None
-        raw = staged.metadata.model_dump_json().encode()
+        raw = formatversion.dump(staged.metadata)
         ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
         return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials", staged=True)
     try:
