@@ -13,7 +13,6 @@ they go on the driver's class path (Comet's plugin and shuffle manager load befo
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from lakesession.errors import ConfigError, JarResolutionError
 
+from .jars import _sha1
 from .versions import GROUP, MAVEN_ICEBERG, MAVEN_SHA1, maven_artifacts
 
 MAVEN = "https://repo1.maven.org/maven2"
@@ -99,14 +99,6 @@ def maven_dir() -> Path:
     from .jars import cache_dir
 
     return cache_dir() / "maven"
-
-
-def _sha1(path: Path) -> str:
-    h = hashlib.sha1(usedforsecurity=False)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fetch(group: str, artifact: str, version: str) -> Path:
