@@ -159,3 +159,34 @@ def test_a_foreign_cache_root_is_refused_with_a_fix(tmp_path: Path, monkeypatch:
     monkeypatch.delenv("LAKESESSION_JARS", raising=False)
     with pytest.raises(JarResolutionError, match="LAKESESSION_CACHE_DIR"):
         J.resolve_jars("cache")
+
+
+def test_a_cache_behind_a_symlink_is_checked_where_it_points(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A cache moved to another disk (a symlink of the user's) works; its target gets the same checks."""
+    from lakesession._spark._owned import UntrustedCache, private_dir
+
+    target = tmp_path / "disk" / "ivy"
+    target.mkdir(parents=True)
+    (target / "planted.jar").write_bytes(b"jar")
+    link = tmp_path / "cache" / "ivy"
+    link.parent.mkdir(mode=0o700)
+    link.symlink_to(target)
+    os.chmod(target, 0o700)
+    assert private_dir(link, "Ivy cache") == link and (target / "planted.jar").exists()  # private: used as is
+    os.chmod(target, 0o777)
+    with caplog.at_level(logging.WARNING):
+        private_dir(link, "Ivy cache")
+    assert not (target / "planted.jar").exists() and stat.S_IMODE(target.stat().st_mode) == 0o700
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    other_link = tmp_path / "cache" / "jars"
+    other_link.symlink_to(theirs)
+    as_another_user(theirs)
+    private_dir(other_link, "jar cache")  # another user's target: the link is set aside, a private dir made
+    assert not other_link.is_symlink() and stat.S_IMODE(other_link.stat().st_mode) == 0o700
+    assert theirs.exists()  # never touched
+    if os.getuid() != 0:
+        pytest.fail("making a link another user's needs root (lchown), as in CI")
+    os.lchown(link, NOBODY, NOBODY)
+    with pytest.raises(UntrustedCache, match="symlink owned by uid"):
+        private_dir(link, "Ivy cache")

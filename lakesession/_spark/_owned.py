@@ -23,7 +23,7 @@ LOOSE = stat.S_IWGRP | stat.S_IWOTH
 
 
 class UntrustedCache(OSError):
-    """A cache directory that cannot be made the user's alone (owned by another user, a symlink, a file)."""
+    """A cache directory that cannot be made the user's alone (another user's, or a file, or another user's link)."""
 
 
 def _uid() -> int | None:
@@ -45,8 +45,15 @@ def private_dir(path: Path, what: str) -> Path:
         except FileExistsError:
             pass  # created meanwhile (by us or someone else): checked below like any existing one
         st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise UntrustedCache(f"the {what} {path} is not a plain directory (a symlink or a file): remove it")
+    if stat.S_ISLNK(st.st_mode):  # e.g. a cache moved to another disk: the link must be ours, its target is checked
+        if st.st_uid != uid:
+            raise UntrustedCache(f"the {what} {path} is a symlink owned by uid {st.st_uid}, not by you: remove it")
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise UntrustedCache(f"the {what} {path} is a symlink to nothing usable ({exc}): remove it") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UntrustedCache(f"the {what} {path} is not a directory: remove it")
     if st.st_uid != uid:
         _set_aside(path, what, f"owned by uid {st.st_uid}, not by you (uid {uid})")
         return private_dir(path, what)
