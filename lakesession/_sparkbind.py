@@ -241,6 +241,19 @@ def _register(
         spark.conf.set(key, value)
 
 
+def activate(spark: SparkSession) -> None:
+    """Make ``spark`` the JVM's active session on this thread (classic Spark; Connect has no JVM here).
+
+    Spark resolves the current catalog through the thread's *active* session's conf (``SQLConf.get``), and
+    pyspark leaves whichever session last ran ``createDataFrame`` active for good: another Session's catalog
+    API calls (``spark.catalog.currentCatalog()``) would then load that session's catalog, perhaps through a
+    gateway already closed. pyspark's own ``createDataFrame`` does the same before its work."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    jvm = getattr(spark, "_jvm", None)
+    if jsession is not None and jvm is not None:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
+
+
 def release(holder: object) -> None:
     """``holder`` no longer uses Spark (``REGISTRY.release``)."""
     REGISTRY.release(holder)

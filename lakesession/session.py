@@ -334,9 +334,11 @@ class Session:
         return str((getattr(self.catalog, "properties", {}) or {}).get(key, default))
 
     def _expand(self, query: str, client: Any, spark: SparkSession) -> Any:
+        from . import _sparkbind
         from .catalog._expand import expand, unquoted
 
         current = None
+        _sparkbind.activate(spark)  # the catalog API resolves through the thread's active session
         if spark.catalog.currentCatalog() == self.catalog_name:
             current = unquoted(spark.catalog.currentDatabase())  # `a.b` for a level containing '.'
         return expand(

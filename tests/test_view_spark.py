@@ -274,3 +274,15 @@ def test_remote_signing_through_a_chain(views: Any) -> None:
     assert sign("GET", f"{s3}/{bucket}/{key}").status_code == 200
     assert sign("GET", f"{s3}/{bucket}/{key}", chain=False).status_code == 403  # alice alone
     assert sign("PUT", f"{s3}/{bucket}/{key.rsplit('/', 1)[0]}/evil.parquet").status_code == 403  # read-only chain
+
+
+def test_a_closed_sessions_leftover_active_spark_session_does_not_redirect_sql(
+    alice: lakesession.Session, views: Any
+) -> None:
+    """pyspark's createDataFrame leaves its session active on the JVM thread for good; Spark resolves the
+    current catalog through the active session's conf. Session.sql must still resolve as its own session,
+    not through the other (closed) session's catalog and dead gateway (seen on Spark 3.5)."""
+    other = lakesession.connect(uri=views.uri, token=views.admin.token_for("bob"), catalog_name="as_bob_gone")
+    other.spark().createDataFrame([(1,)], "id BIGINT").collect()  # makes bob's session the thread's active one
+    other.close()
+    assert ids(alice.sql("SELECT * FROM sales.v_public")) == [7]
