@@ -163,7 +163,7 @@ def test_a_foreign_cache_root_is_refused_with_a_fix(tmp_path: Path, monkeypatch:
 
 def test_a_cache_behind_a_symlink_is_checked_where_it_points(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A cache moved to another disk (a symlink of the user's) works; its target gets the same checks."""
-    from lakesession._spark._owned import UntrustedCache, private_dir
+    from lakesession._spark._owned import _UntrustedCache, private_dir
 
     target = tmp_path / "disk" / "ivy"
     target.mkdir(parents=True)
@@ -188,5 +188,5 @@ def test_a_cache_behind_a_symlink_is_checked_where_it_points(tmp_path: Path, cap
     if os.getuid() != 0:
         pytest.fail("making a link another user's needs root (lchown), as in CI")
     os.lchown(link, NOBODY, NOBODY)
-    with pytest.raises(UntrustedCache, match="symlink owned by uid"):
+    with pytest.raises(_UntrustedCache, match="symlink owned by uid"):
         private_dir(link, "Ivy cache")

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._owned import UntrustedCache, private_dir, trusted_file
+from ._owned import _UntrustedCache, private_dir, trusted_file
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def plan(conf: Mapping[str, str], java: str, java_version: str, spark_home: str,
         if claim is None:
             return Plan()
         return Plan(f"-XX:ArchiveClassesAtExit={_dump_of(claim)} {QUIET}", claim=claim)
-    except UntrustedCache as exc:
+    except _UntrustedCache as exc:
         logger.warning("JVM class cache not used: %s", exc)
         return Plan()
     except OSError as exc:  # a read-only or full cache only costs speed

@@ -22,7 +22,7 @@ logger = logging.getLogger("lakesession.cache")
 LOOSE = stat.S_IWGRP | stat.S_IWOTH
 
 
-class UntrustedCache(OSError):
+class _UntrustedCache(OSError):
     """A cache directory that cannot be made the user's alone (another user's, or a file, or another user's link)."""
 
 
@@ -31,7 +31,7 @@ def _uid() -> int | None:
 
 
 def private_dir(path: Path, what: str) -> Path:
-    """``path`` as a directory only this user can write (created 0700 if missing), or ``UntrustedCache``."""
+    """``path`` as a directory only this user can write (created 0700 if missing), or ``_UntrustedCache``."""
     uid = _uid()
     if uid is None:
         path.mkdir(parents=True, exist_ok=True)
@@ -47,13 +47,13 @@ def private_dir(path: Path, what: str) -> Path:
         st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):  # e.g. a cache moved to another disk: the link must be ours, its target is checked
         if st.st_uid != uid:
-            raise UntrustedCache(f"the {what} {path} is a symlink owned by uid {st.st_uid}, not by you: remove it")
+            raise _UntrustedCache(f"the {what} {path} is a symlink owned by uid {st.st_uid}, not by you: remove it")
         try:
             st = os.stat(path)
         except OSError as exc:
-            raise UntrustedCache(f"the {what} {path} is a symlink to nothing usable ({exc}): remove it") from None
+            raise _UntrustedCache(f"the {what} {path} is a symlink to nothing usable ({exc}): remove it") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise UntrustedCache(f"the {what} {path} is not a directory: remove it")
+        raise _UntrustedCache(f"the {what} {path} is not a directory: remove it")
     if st.st_uid != uid:
         _set_aside(path, what, f"owned by uid {st.st_uid}, not by you (uid {uid})")
         return private_dir(path, what)
@@ -88,9 +88,9 @@ def _set_aside(path: Path, what: str, why: str) -> None:
     try:
         pst = os.lstat(parent)
     except OSError as exc:
-        raise UntrustedCache(f"the {what} {path} is {why}, and its parent cannot be checked: {exc}") from None
+        raise _UntrustedCache(f"the {what} {path} is {why}, and its parent cannot be checked: {exc}") from None
     if pst.st_uid != _uid() or pst.st_mode & LOOSE:
-        raise UntrustedCache(
+        raise _UntrustedCache(
             f"the {what} {path} is {why}: refusing to use it. Fix: remove it, or point LAKESESSION_CACHE_DIR "
             "at a directory of your own"
         )

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakesession._spark import _assemble
-from lakesession._spark._owned import UntrustedCache, private_dir
+from lakesession._spark._owned import _UntrustedCache, private_dir
 from lakesession._spark.versions import (
     GROUP,
     MAVEN_SHA1,
@@ -282,7 +282,7 @@ def _trust_caches() -> None:
         private_dir(cache_dir(), "lakesession cache")
         private_dir(cache_dir() / "jars", "jar cache")
         private_dir(ivy_dir(), "Ivy cache")
-    except UntrustedCache as exc:
+    except _UntrustedCache as exc:
         raise JarResolutionError(f"{exc} (or {_EXPLICIT_HELP})") from None
     except OSError as exc:
         raise JarResolutionError(f"cannot prepare lakesession's cache {cache_dir()}: {exc}") from None
