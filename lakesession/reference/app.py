@@ -136,7 +136,9 @@ def build_services(
     if vendor is not None and key_path is not None:  # the data directory workers and replicas share holds its key
         from .vendcache import SharedVendCache, load_key
 
-        vendor.shared = SharedVendCache(engine, load_key(key_path.parent), vendor.s3.min_remaining)
+        vendor.shared = SharedVendCache(
+            engine, load_key(key_path.parent), vendor.s3.min_remaining, realm=vendor.s3.sts_realm
+        )
     own_session = vendor.identity.file_io if vendor is not None and vendor.identity is not None else None
     if vendor is None:
         vendor = cloud_vendor

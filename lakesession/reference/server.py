@@ -378,5 +378,6 @@ def _start_emulator(
         secret_access_key=admin.secret_access_key,
         path_style=True,
         credential_ttl=credential_ttl,
+        sts_realm=f"emulator-{secrets.token_hex(8)}",  # its STS sessions die with it
     )
     return emulator, settings

@@ -75,11 +75,12 @@ def load_key(data_dir: Path) -> bytes:
 class SharedVendCache:
     """The database tier of the vending cache (see the module docstring)."""
 
-    def __init__(self, engine: Engine, key: bytes, min_remaining: float):
+    def __init__(self, engine: Engine, key: bytes, min_remaining: float, *, realm: str = ""):
         self._engine = engine
         self._aead = AESGCM(hashlib.sha256(b"lakesession vend-cache aead\0" + key).digest())
         self._id_key = hashlib.sha256(b"lakesession vend-cache id\0" + key).digest()
         self._min_remaining = min_remaining
+        self._realm = realm  # the STS instance (S3Settings.sts_realm): another one's rows are never read
         self._purged = time.time()
         backend = engine.dialect.name
         self._insert: Any = postgresql.insert if backend == "postgresql" else sqlite.insert
@@ -89,7 +90,7 @@ class SharedVendCache:
         return f"SharedVendCache(backend={self._engine.dialect.name!r})"
 
     def _id(self, key: CacheKey) -> str:
-        return hmac.new(self._id_key, json.dumps(list(key)).encode(), hashlib.sha256).hexdigest()
+        return hmac.new(self._id_key, json.dumps([self._realm, *key]).encode(), hashlib.sha256).hexdigest()
 
     def _owner(self, principal: str) -> str:
         return hmac.new(self._id_key, json.dumps([principal]).encode(), hashlib.sha256).hexdigest()

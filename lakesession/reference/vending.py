@@ -50,6 +50,9 @@ class S3Settings:
         path_style: Path-style addressing (emulators, MinIO).
         credential_ttl: Lifetime of vended credentials in seconds.
         min_remaining: Fraction of their lifetime cached credentials must still have to be handed out again.
+        sts_realm: Names the STS instance that mints the sessions; part of the shared vending cache's row id.
+            The embedded emulator forgets its sessions when it stops, so each start has a realm of its own: a
+            restarted catalog never hands out credentials its store no longer knows (workers share the realm).
     """
 
     role_arn: str
@@ -63,6 +66,7 @@ class S3Settings:
     credential_ttl: int = 3600
     min_remaining: float = 0.9
     web_identity: WebIdentity | None = None
+    sts_realm: str = ""  # which STS instance mints the sessions (the embedded emulator: one per start)
 
     def __post_init__(self) -> None:
         if self.web_identity is not None and (self.access_key_id or self.secret_access_key or self.session_token):
