@@ -126,19 +126,25 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     session.close()
 
 
+# Comet is launch-time for the JVM (the suite's shared SparkContext may already run without it); the
+# web-identity module's catalog wrote with an AccessDenied session only after the whole suite had run before
+# it (passes alone; not yet understood — see the closing note of session 6)
+ISOLATED = {"test_comet_spark.py", "test_webidentity.py"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test on the shared SparkSession belongs to the Spark group (``-m spark``: .ci/spark-matrix).
 
-    tests/test_comet_spark.py runs in a child process with a JVM of its own (Comet is launch-time): in the
-    parent only its launcher test is collected, in the child (``LAKESESSION_TEST_COMET_CHILD=1``) all but it."""
-    in_child = os.environ.get("LAKESESSION_TEST_COMET_CHILD") == "1"
+    Modules in ISOLATED run in a child pytest (tests/support.run_module_in_child): in the parent only their
+    launcher test (``test_module_in_a_process_of_its_own``) is collected, in the child all but it."""
+    child = os.environ.get("LAKESESSION_TEST_CHILD")
     kept, dropped = [], []
     for item in items:
         if "lake" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-        if item.path.name == "test_comet_spark.py":
-            launcher = item.name == "test_comet_tests_pass_in_a_jvm_of_their_own"
-            if launcher == in_child:
+        if item.path.name in ISOLATED:
+            launcher = item.name == "test_module_in_a_process_of_its_own"
+            if launcher == (child == item.path.name):
                 dropped.append(item)
                 continue
         kept.append(item)

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +26,7 @@ import lakesession
 from lakesession.errors import CatalogAccessError
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 from tests.conftest import SPARK_TEST_CONF
+from tests.support import run_module_in_child
 
 _SPARK_LINE = ".".join(__import__("pyspark").__version__.split(".")[:2])
 pytestmark = [
@@ -38,21 +36,11 @@ pytestmark = [
     pytest.mark.skipif(_SPARK_LINE != "4.1", reason=f"no Comet release for Spark {_SPARK_LINE} on Maven Central"),
 ]
 
-# Comet must be on the JVM's class path and in its plugins from launch, and the suite shares one SparkContext
-# (the `lake` fixture) that other modules start first: so this module's tests run in a child pytest with a JVM
-# of their own, and the parent runs only the one test that launches it (conftest deselects the rest there).
-CHILD_ENV = "LAKESESSION_TEST_COMET_CHILD"
-IN_CHILD = os.environ.get(CHILD_ENV) == "1"
 
-
-def test_comet_tests_pass_in_a_jvm_of_their_own() -> None:
-    """The parent's view of this module: every test below, run in a child process (its output on failure)."""
-    assert not IN_CHILD
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow", "-rfE", __file__]
-    done = subprocess.run(cmd, env={**os.environ, CHILD_ENV: "1"}, capture_output=True, text=True, timeout=2400)
-    tail = (done.stdout + done.stderr)[-6000:]
-    assert done.returncode == 0, f"the Comet tests failed in their own JVM:\n{tail}"
-    assert " passed" in tail and "4 passed" in tail, tail  # all four ran: none skipped or deselected
+def test_module_in_a_process_of_its_own() -> None:
+    """Comet must be on the JVM's class path and in its plugins from launch, and the suite shares one
+    SparkContext (the `lake` fixture) that other modules start first: the tests below run in a child pytest."""
+    run_module_in_child(__file__, expected_passed=4)
 
 
 TTL = 30  # seconds: vended credentials' lifetime

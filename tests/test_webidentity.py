@@ -40,6 +40,7 @@ from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import CatalogIdentity, WebIdentity
 from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, free_port, seaweedfs
 from tests._serve import Served
+from tests.support import run_module_in_child
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +70,11 @@ class Clock:
 
     def __call__(self) -> float:
         return time.time() + self.offset
+
+
+def test_module_in_a_process_of_its_own() -> None:
+    """Run in a child pytest (see tests/conftest.py ISOLATED)."""
+    run_module_in_child(__file__, expected_passed=4)
 
 
 @pytest.fixture(scope="module")
