@@ -361,7 +361,7 @@ bootstrap:
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(
-        AWS_ACCESS_KEY_ID="AKIADECOYDECOYDECOY0",  # if used, SeaweedFS refuses them: the test would fail
+        AWS_ACCESS_KEY_ID="DECOYKEYDECOYKEYDECO",  # if used, SeaweedFS refuses them: the test would fail
         AWS_SECRET_ACCESS_KEY="decoy-secret-not-a-real-key",
         AWS_CONFIG_FILE=str(tmp_path / "none"),
         AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),

@@ -36,10 +36,10 @@ def _s3(tmp_path: Path, web: str, extra: str = "", environ: dict[str, str] | Non
 
 
 def test_web_identity_settings_and_no_key_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIADECOYDECOYDECOY0")  # what a standing-key catalog would take
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "DECOYKEYDECOYKEYDECO")  # what a standing-key catalog would take
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "decoy-secret")
     standing = _s3(tmp_path, "")
-    assert standing.web_identity is None and standing.access_key_id == "AKIADECOYDECOYDECOY0"
+    assert standing.web_identity is None and standing.access_key_id == "DECOYKEYDECOYKEYDECO"
     keyless = _s3(tmp_path, "  web_identity: true\n")
     assert keyless.web_identity == WebIdentity() and keyless.access_key_id is None
     assert keyless.secret_access_key is None and keyless.session_token is None
