@@ -63,16 +63,31 @@ def _sources(under: Path) -> list[Path]:
     return sorted(p for p in under.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def test_client_pyproject_is_a_subset_of_the_full_one() -> None:
-    full, client = _project(ROOT / "pyproject.toml"), _project(ROOT / "client" / "pyproject.toml")
-    assert client["name"] == "lakesession-client" and full["name"] == "lakesession"
-    assert client["version"] == full["version"]
-    full_deps, client_deps = _dependency_names(full), _dependency_names(client)
-    assert not set(client_deps) - set(full_deps), "the full distribution must carry every client dependency"
-    assert not SERVER_STACK & set(client_deps)
-    for name, req in client_deps.items():  # extras of the client's pins (pyiceberg[pyarrow]) are in the full set
-        assert req.extras <= full_deps[name].extras, name
-    assert (ROOT / "client" / "lakesession").resolve() == PACKAGE.resolve(), "client/lakesession links the package"
+#: what only the client needs: the catalog server's distribution must not pull it
+CLIENT_STACK = {"pyspark", "pandas", "hypercorn", "s3fs", "ipython", "jupyterhub", "jupyterlab"}
+
+
+def test_the_slim_pyprojects_are_subsets_of_the_full_one() -> None:
+    full = _project(ROOT / "pyproject.toml")
+    full_deps = _dependency_names(full)
+    for folder, name, excluded in (
+        ("client", "lakesession-client", SERVER_STACK),
+        ("catalog", "lakesession-catalog", CLIENT_STACK),
+    ):
+        slim = _project(ROOT / folder / "pyproject.toml")
+        assert slim["name"] == name and slim["version"] == full["version"]
+        deps = _dependency_names(slim)
+        assert not set(deps) - set(full_deps), f"the full distribution must carry every {name} dependency"
+        assert not excluded & set(deps), name
+        for dep, req in deps.items():  # extras (pyiceberg[pyarrow]) and pins are the full set's
+            assert req.extras <= full_deps[dep].extras, dep
+            assert str(req.specifier) == str(full_deps[dep].specifier) or dep == "s3fs", dep
+        assert (ROOT / folder / "lakesession").resolve() == PACKAGE.resolve(), f"{folder}/lakesession links the package"
+    scripts = full["scripts"]  # type: ignore[index]
+    assert (
+        scripts["lakesession-catalog"]
+        == _project(ROOT / "catalog" / "pyproject.toml")["scripts"]["lakesession-catalog"]
+    )  # type: ignore[index]
 
 
 def test_the_server_imports_only_itself_and_the_wire_rules() -> None:
@@ -151,3 +166,18 @@ def test_without_the_server_the_embedded_default_and_serve_say_so_in_one_line(tm
     code, _, message = lines["SERVE"].partition(" ")
     assert code == "2" and message.startswith("lakesession serve: `lakesession serve` needs lakesession's catalog")
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_containerfile_installs_the_catalog_and_runs_its_script() -> None:
+    """No container runtime on the CI machines: the image's recipe is checked against the repository
+    (what it copies exists, what it installs is the catalog distribution, what it runs is its script);
+    ``test_slim_install.py`` runs that very install and script for real."""
+    text = (ROOT / "Containerfile").read_text()
+    copies = [line.split()[1] for line in text.splitlines() if line.startswith("COPY ")]
+    assert copies and all((ROOT / c).exists() for c in copies)
+    assert {"catalog", "lakesession"} <= set(copies)
+    assert 'pip install "/src/catalog[postgres]"' in text
+    entry = next(line for line in text.splitlines() if line.startswith("ENTRYPOINT"))
+    script = entry.split('"')[1]
+    assert script in _project(ROOT / "catalog" / "pyproject.toml")["scripts"]  # type: ignore[operator]
+    assert "USER catalog" in text  # not root

@@ -1,7 +1,8 @@
-"""The slim ``lakesession-client`` distribution, installed for real into a clean venv as the docs say
-(``pip install ./client``), works against a running ``lakesession serve`` and carries none of the server.
+"""The two slim distributions, each installed for real into a clean venv as the docs say: the client
+(``pip install ./client``) carries none of the server's stack, the catalog (``pip install ./catalog``) none of
+Spark, and the one works against the other (``lakesession-catalog`` serving, the client connecting).
 
-Slow: a venv and an install (wheels come from pip's cache after the first run).
+Slow: two venvs and two installs (wheels come from pip's cache after the first run).
 """
 
 from __future__ import annotations
@@ -52,15 +53,13 @@ session.close()
 """
 
 
-@pytest.fixture(scope="module")
-def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A clean venv with ``pip install ./client`` from this checkout, exactly as the docs say."""
-    where = tmp_path_factory.mktemp("slim") / "venv"
+def _install(where: Path, folder: str) -> Path:
+    """A clean venv with ``pip install ./<folder>`` from this checkout, exactly as the docs say."""
     venv.EnvBuilder(with_pip=True).create(where)
     python = where / "bin" / "python"
     env = _clean_env()
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(ROOT / "client")],
+        [str(python), "-m", "pip", "install", "-q", str(ROOT / folder)],
         capture_output=True,
         text=True,
         timeout=1200,
@@ -69,6 +68,16 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return python
+
+
+@pytest.fixture(scope="module")
+def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _install(tmp_path_factory.mktemp("slim") / "venv", "client")
+
+
+@pytest.fixture(scope="module")
+def catalog_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _install(tmp_path_factory.mktemp("catalog") / "venv", "catalog")
 
 
 def _pip_list(python: Path) -> set[str]:
@@ -102,7 +111,16 @@ def test_the_client_install_holds_none_of_the_server(client_venv: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_client_install_works_against_a_running_serve(client_venv: Path, tmp_path: Path) -> None:
+def test_the_catalog_install_holds_no_spark(catalog_venv: Path) -> None:
+    installed = _pip_list(catalog_venv)
+    assert {"lakesession-catalog", "fastapi", "uvicorn", "moto"} <= installed
+    assert installed & {"pyspark", "py4j", "hypercorn", "ipython", "jupyterlab"} == set()
+
+
+@pytest.mark.slow
+def test_the_client_install_works_against_the_catalog_install(
+    client_venv: Path, catalog_venv: Path, tmp_path: Path
+) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         "principals:\n  - {name: etl, type: service, client_id: etl, client_secret: etl-pw-1}\n"
@@ -110,7 +128,8 @@ def test_the_client_install_works_against_a_running_serve(client_venv: Path, tmp
         "grants:\n  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}\n"
     )
     args = ["--port", "0", "--data-dir", str(tmp_path / "d"), "--bootstrap", str(policy)]
-    with Served([*args, "--warehouse", "s3://slim-lake/wh", "--s3-emulator"]) as served:
+    command = [str(catalog_venv.parent / "lakesession-catalog")]
+    with Served([*args, "--warehouse", "s3://slim-lake/wh", "--s3-emulator"], _clean_env(), command=command) as served:
         out = subprocess.run(
             [
                 str(client_venv),

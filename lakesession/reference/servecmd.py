@@ -193,3 +193,58 @@ def _vending_line(h: Any) -> str | None:
         src = type(gcs.token_source).__name__ if gcs.token_source is not None else "DownscopedTokenSource"
         return f"GCS OAuth tokens from {src} ({gcs.credential_ttl} s; remote signing: S3 only)"
     return None
+
+
+def build_parser(prog: str = "lakesession-catalog") -> argparse.ArgumentParser:
+    """The catalog server's flags (``lakesession serve`` and ``lakesession-catalog`` share them)."""
+    serve = argparse.ArgumentParser(
+        prog=prog,
+        description="Run the reference Iceberg REST catalog (with OIDC issuer). "
+        "Flags win over LAKESESSION_SERVE__<KEY> environment variables, which win over --config.",
+    )
+    serve.add_argument("--config", type=Path, default=None, help="YAML file of every server setting (and bootstrap:)")
+    serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port (default 8181; 0 picks a free one)")
+    serve.add_argument(
+        "--workers", type=int, default=None, help="server processes sharing the port (default 1; >1 needs PostgreSQL)"
+    )
+    serve.add_argument("--warehouse", default=None, help="warehouse base URI (default file://DATA_DIR/warehouse)")
+    serve.add_argument("--db", default=None, help="SQLAlchemy URL for catalog state (default sqlite in DATA_DIR)")
+    serve.add_argument(
+        "--data-dir", type=Path, default=None, help="state directory (default $XDG_DATA_HOME/lakesession/serve)"
+    )
+    serve.add_argument("--bootstrap", type=Path, default=None, help="YAML file of principals, roles and grants")
+    serve.add_argument("--issuer-url", default=None, help="trust this external OIDC issuer instead of the embedded one")
+    serve.add_argument("--token-ttl", type=int, default=None, help="access token lifetime in seconds (embedded issuer)")
+    serve.add_argument(
+        "--s3-emulator",
+        action="store_true",
+        default=None,
+        help="serve an s3:// warehouse from the embedded S3/STS emulator (enforces scoped, expiring credentials)",
+    )
+    serve.add_argument("--s3-emulator-port", type=int, default=None, help="emulator port (default: any free port)")
+    serve.add_argument("--credential-ttl", type=int, default=None, help="lifetime of vended credentials in seconds")
+    serve.add_argument(
+        "--s3-role-arn",
+        default=None,
+        help="vend from real S3/STS: the role to assume (the catalog's own keys: AWS default chain)",
+    )
+    serve.add_argument("--s3-endpoint", default=None, help="S3/STS endpoint for S3-compatible stores (path-style)")
+    serve.add_argument("--s3-region", default=None, help="S3 region (default us-east-1)")
+    serve.add_argument(
+        "--s3-web-identity",
+        action="store_true",
+        default=None,
+        help="no storage key: STS AssumeRoleWithWebIdentity with the catalog's own issuer's tokens",
+    )
+    serve.add_argument(
+        "--trusted-proxies",
+        default=None,
+        help="comma-separated addresses/networks of reverse proxies whose X-Forwarded-For is believed (default none)",
+    )
+    return serve
+
+
+def main(argv: list[str] | None = None, prog: str = "lakesession-catalog") -> int:
+    """The ``lakesession-catalog`` console script (and ``lakesession serve``): a container's entry point."""
+    return serve(build_parser(prog).parse_args(argv))
