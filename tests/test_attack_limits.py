@@ -102,10 +102,10 @@ def test_a_named_trusted_proxy_forwards_client_addresses(tmp_path_factory) -> No
 
 
 def test_serve_flag_and_config_key_name_trusted_proxies() -> None:
-    from lakesession.cli import build_parser
     from lakesession.reference.serveconfig import resolve
+    from lakesession.reference.servecmd import build_parser
 
-    args = build_parser().parse_args(["serve", "--trusted-proxies", "10.0.0.1, 10.1.0.0/16"])
+    args = build_parser().parse_args(["--trusted-proxies", "10.0.0.1, 10.1.0.0/16"])
     assert args.trusted_proxies == "10.0.0.1, 10.1.0.0/16"
     resolved = resolve(None, flags={"trusted_proxies": ("--trusted-proxies", ["10.0.0.1", "10.1.0.0/16"])})
     assert resolved.start_kwargs["trusted_proxies"] == ["10.0.0.1", "10.1.0.0/16"]
