@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference import bootstrap as bootstrap_mod
+from lakesession.reference import ReferenceCatalog
 from tests._matrix import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (the Spark support matrix)
+from tests.factories import make_catalog
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 # `venv/bin/python -m pytest` without activating the venv (.ci/spark-matrix does so) must still find the
@@ -61,13 +61,8 @@ def _recorder() -> object | None:
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     _spec.recorder = _recorder()
     wrap = getattr(_spec.recorder, "wrap", None)
-    handle = start(
-        data_dir=tmp_path_factory.mktemp("catalog"),
-        bootstrap=bootstrap_mod.parse(BOOTSTRAP),
-        wrap_app=wrap,
-    )
-    yield handle
-    handle.stop()
+    with make_catalog(BOOTSTRAP, data_dir=tmp_path_factory.mktemp("catalog"), wrap_app=wrap) as handle:
+        yield handle
 
 
 @pytest.fixture(scope="session", autouse=True)

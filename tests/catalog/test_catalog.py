@@ -13,10 +13,10 @@ from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference import bootstrap as bootstrap_mod
+from lakesession.reference import ReferenceCatalog
 from tests._pg import new_database
 from tests.conftest import BOOTSTRAP, _spec, bearer, rest_catalog
+from tests.factories import make_catalog
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -36,14 +36,13 @@ def catalog(request: pytest.FixtureRequest, catalog: ReferenceCatalog, tmp_path_
     if request.param == "sqlite":
         yield catalog
         return
-    handle = start(
+    with make_catalog(
+        BOOTSTRAP,
         data_dir=tmp_path_factory.mktemp("catalog-pg"),
         db=new_database("catalog"),
-        bootstrap=bootstrap_mod.parse(BOOTSTRAP),
         wrap_app=getattr(_spec.recorder, "wrap", None),
-    )
-    yield handle
-    handle.stop()
+    ) as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from lakesession.reference import ReferenceCatalog, idempotency, start, store
-from lakesession.reference import bootstrap as bootstrap_mod
+from lakesession.reference import ReferenceCatalog, idempotency, store
 from tests._pg import new_database
 from tests.conftest import BOOTSTRAP, _spec, bearer
+from tests.factories import make_catalog
 
 P = "/v1/lakesession"
 SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -34,14 +34,13 @@ def catalog(
     if request.param == "sqlite":
         yield catalog
         return
-    handle = start(
+    with make_catalog(
+        BOOTSTRAP,
         data_dir=tmp_path_factory.mktemp("catalog-idem-pg"),
         db=new_database("idem"),
-        bootstrap=bootstrap_mod.parse(BOOTSTRAP),
         wrap_app=getattr(_spec.recorder, "wrap", None),
-    )
-    yield handle
-    handle.stop()
+    ) as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")

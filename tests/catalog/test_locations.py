@@ -20,8 +20,9 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
 from tests.conftest import bearer
+from tests.factories import make_catalog
 
 POLICY = """
 principals:
@@ -57,34 +58,33 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
 
     recorder = SpecRecorder()
     emulator_bucket = "raw-bucket"
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=WH,
         s3_emulator=True,
         credential_ttl=900,
         data_dir=tmp_path_factory.mktemp("locations"),
-        bootstrap=bootstrap.parse(POLICY),
         wrap_app=recorder.wrap,
-    )
-    handle.s3_emulator.create_bucket(emulator_bucket)
-    admin = handle.s3_emulator.client()
-    for key in ("landing/a.txt", "landing_archive/b.txt", "secret/c.txt", "other/d.txt"):
-        admin.put_object(Bucket=emulator_bucket, Key=key, Body=b"x")
-    etl = RestCatalog(
-        "loc-etl",
-        uri=handle.uri,
-        warehouse="lakesession",
-        credential="etl:etl-secret-xyz",
-        **{
-            "oauth2-server-uri": f"{handle.issuer_uri}/token",
-            "header.X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
-    etl.create_namespace("shop")
-    etl.create_namespace("scratch")
-    etl.create_table(("shop", "orders"), SCHEMA).append(ROWS)
-    etl.create_table(("shop", "orders_archive"), SCHEMA).append(ROWS)
-    yield handle
-    handle.stop()
+    ) as handle:
+        handle.s3_emulator.create_bucket(emulator_bucket)
+        admin = handle.s3_emulator.client()
+        for key in ("landing/a.txt", "landing_archive/b.txt", "secret/c.txt", "other/d.txt"):
+            admin.put_object(Bucket=emulator_bucket, Key=key, Body=b"x")
+        etl = RestCatalog(
+            "loc-etl",
+            uri=handle.uri,
+            warehouse="lakesession",
+            credential="etl:etl-secret-xyz",
+            **{
+                "oauth2-server-uri": f"{handle.issuer_uri}/token",
+                "header.X-Iceberg-Access-Delegation": "vended-credentials",
+            },
+        )
+        etl.create_namespace("shop")
+        etl.create_namespace("scratch")
+        etl.create_table(("shop", "orders"), SCHEMA).append(ROWS)
+        etl.create_table(("shop", "orders_archive"), SCHEMA).append(ROWS)
+        yield handle
     errors = recorder.validate_all()
     assert not errors, "responses violating the Iceberg REST spec:\n" + "\n".join(errors[:20])
 

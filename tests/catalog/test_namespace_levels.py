@@ -25,11 +25,12 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from lakesession.reference import ReferenceCatalog, bootstrap, nskeys, start
+from lakesession.reference import ReferenceCatalog, nskeys
 from lakesession.reference.authz import Securable
 from lakesession.reference.errors import BadRequest
 from lakesession.reference.viewsecurity import parse_referenced_by
 from tests.conftest import bearer, rest_catalog
+from tests.factories import make_catalog
 
 P = "/v1/lakesession"
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -244,28 +245,27 @@ WH = f"s3://{BUCKET}/wh"
 
 @pytest.fixture(scope="module")
 def s3cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=WH,
         s3_emulator=True,
         credential_ttl=900,
         data_dir=tmp_path_factory.mktemp("dots"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    etl = RestCatalog(
-        "dots-etl",
-        uri=handle.uri,
-        warehouse="lakesession",
-        credential="etl:etl-secret-xyz",
-        **{
-            "oauth2-server-uri": f"{handle.issuer_uri}/token",
-            "header.X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
-    for ns in (("a",), ("a", "b"), ("a.b",)):
-        etl.create_namespace(ns)
-    etl.create_table(("a", "b", "t"), SCHEMA).append(ROWS)  # the victim: ["a", "b"].t
-    yield handle
-    handle.stop()
+    ) as handle:
+        etl = RestCatalog(
+            "dots-etl",
+            uri=handle.uri,
+            warehouse="lakesession",
+            credential="etl:etl-secret-xyz",
+            **{
+                "oauth2-server-uri": f"{handle.issuer_uri}/token",
+                "header.X-Iceberg-Access-Delegation": "vended-credentials",
+            },
+        )
+        for ns in (("a",), ("a", "b"), ("a.b",)):
+            etl.create_namespace(ns)
+        etl.create_table(("a", "b", "t"), SCHEMA).append(ROWS)  # the victim: ["a", "b"].t
+        yield handle
 
 
 def _headers(handle: ReferenceCatalog, who: str) -> dict[str, str]:

@@ -36,8 +36,8 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform, TruncateTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
-from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference import bootstrap as bootstrap_mod
+from lakesession.reference import ReferenceCatalog
+from tests.factories import make_catalog
 from tests.spec_validation import SpecRecorder, validate_exchange
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
@@ -79,13 +79,8 @@ def recorder() -> SpecRecorder:
 
 @pytest.fixture(scope="module")
 def handle(recorder: SpecRecorder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    h = start(
-        data_dir=tmp_path_factory.mktemp("conformance"),
-        bootstrap=bootstrap_mod.parse(POLICY),
-        wrap_app=recorder.wrap,
-    )
-    yield h
-    h.stop()
+    with make_catalog(POLICY, data_dir=tmp_path_factory.mktemp("conformance"), wrap_app=recorder.wrap) as h:
+        yield h
 
 
 def _catalog(h: ReferenceCatalog, client_id: str, secret: str) -> RestCatalog:

@@ -14,7 +14,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from lakesession.reference import bootstrap, start
+from tests.factories import make_catalog
 
 POLICY = """
 principals:
@@ -35,19 +35,18 @@ P = "/v1/lakesession"
 
 @pytest.fixture(scope="module")
 def s3cat(tmp_path_factory):  # type: ignore[no-untyped-def]
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse="s3://lake-bucket/wh",
         s3_emulator=True,
         credential_ttl=900,
         data_dir=tmp_path_factory.mktemp("s3cat"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    etl = client(handle, "etl", "etl-secret-xyz")
-    etl.create_namespace("shop")
-    for name in ("orders", "orders_archive", "returns"):
-        etl.create_table(("shop", name), SCHEMA).append(ROWS)
-    yield handle
-    handle.stop()
+    ) as handle:
+        etl = client(handle, "etl", "etl-secret-xyz")
+        etl.create_namespace("shop")
+        for name in ("orders", "orders_archive", "returns"):
+            etl.create_table(("shop", name), SCHEMA).append(ROWS)
+        yield handle
 
 
 def client(handle, who: str, secret: str, **extra: str) -> RestCatalog:  # type: ignore[no-untyped-def]

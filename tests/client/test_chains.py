@@ -13,8 +13,8 @@ from lakesession.catalog._chains import (
     encode_referenced_by,
     references,
 )
-from lakesession.reference import bootstrap, start
 from lakesession.reference.viewsecurity import parse_referenced_by
+from tests.factories import make_catalog
 from tests.support import catalog_as, create_view, policy, seed_chain_grants, view_body
 
 POLICY = policy(
@@ -60,46 +60,45 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    handle = start(
+    with make_catalog(
+        POLICY,
         data_dir=tmp_path_factory.mktemp("chains"),
-        bootstrap=bootstrap.parse(POLICY),
         trusted_engines=[{"principal": ["alice", "bob", "carol", "dave", "erin", "admin"]}],
-    )
-    lk = Lake(handle)
-    admin = lk.catalog("admin")
-    schema = Schema(NestedField(1, "id", LongType(), required=False))
-    for ns in ("sales", "loops", "other"):
-        admin.create_namespace(ns)
-    admin.create_namespace(("sales", "eu"))
-    for t in ("sales.t_chain", "sales.orders", "other.events"):
-        admin.create_table(t, schema)
-    for body in (
-        view_body("v1", "SELECT * FROM v2", "bob"),
-        view_body("v2", "SELECT id FROM sales.v3 WHERE id > 0"),
-        view_body("v3", "WITH recent AS (SELECT id FROM t_chain) SELECT r.id FROM recent r", "carol"),
-        view_body("v_dave", "SELECT id FROM sales.orders", "dave", dialect="trino"),
-        view_body("v_top", "SELECT * FROM v_hidden", dialect="flink"),
-        view_body("v_hidden", "SELECT id FROM orders"),
-    ):
-        lk.create_view("sales", body)
-    eu = view_body("v_eu", "SELECT id FROM v_eu_t")  # unqualified: the two-level default namespace
-    eu["view-version"]["default-namespace"] = ["sales", "eu"]
-    lk.create_view("sales%1Feu", eu)
-    admin.create_table("sales.eu.v_eu_t", schema)
-    lk.create_view("loops", view_body("a", "SELECT * FROM b", namespace="loops"))
-    lk.create_view("loops", view_body("b", "SELECT * FROM loops.a JOIN other.events e ON true", namespace="loops"))
-    lk.create_view(
-        "other",
-        view_body(
-            "unq",
-            "SELECT id FROM events UNION ALL SELECT id FROM remote.db.t UNION ALL SELECT id FROM lake.other.events",
-            namespace="other",
-            default_catalog="lake",
-        ),
-    )
-    lk.create_view("other", view_body("weird<b>", "SELECT id FROM events", namespace="other"))
-    yield lk
-    handle.stop()
+    ) as handle:
+        lk = Lake(handle)
+        admin = lk.catalog("admin")
+        schema = Schema(NestedField(1, "id", LongType(), required=False))
+        for ns in ("sales", "loops", "other"):
+            admin.create_namespace(ns)
+        admin.create_namespace(("sales", "eu"))
+        for t in ("sales.t_chain", "sales.orders", "other.events"):
+            admin.create_table(t, schema)
+        for body in (
+            view_body("v1", "SELECT * FROM v2", "bob"),
+            view_body("v2", "SELECT id FROM sales.v3 WHERE id > 0"),
+            view_body("v3", "WITH recent AS (SELECT id FROM t_chain) SELECT r.id FROM recent r", "carol"),
+            view_body("v_dave", "SELECT id FROM sales.orders", "dave", dialect="trino"),
+            view_body("v_top", "SELECT * FROM v_hidden", dialect="flink"),
+            view_body("v_hidden", "SELECT id FROM orders"),
+        ):
+            lk.create_view("sales", body)
+        eu = view_body("v_eu", "SELECT id FROM v_eu_t")  # unqualified: the two-level default namespace
+        eu["view-version"]["default-namespace"] = ["sales", "eu"]
+        lk.create_view("sales%1Feu", eu)
+        admin.create_table("sales.eu.v_eu_t", schema)
+        lk.create_view("loops", view_body("a", "SELECT * FROM b", namespace="loops"))
+        lk.create_view("loops", view_body("b", "SELECT * FROM loops.a JOIN other.events e ON true", namespace="loops"))
+        lk.create_view(
+            "other",
+            view_body(
+                "unq",
+                "SELECT id FROM events UNION ALL SELECT id FROM remote.db.t UNION ALL SELECT id FROM lake.other.events",
+                namespace="other",
+                default_catalog="lake",
+            ),
+        )
+        lk.create_view("other", view_body("weird<b>", "SELECT id FROM events", namespace="other"))
+        yield lk
 
 
 # ---------------------------------------------------------------- referenced-by (no server)

@@ -16,7 +16,8 @@ import pytest
 
 from lakesession._spark import comet
 from lakesession.gateway import Gateway
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
+from tests.factories import make_catalog
 
 pytestmark = pytest.mark.slow  # a catalog, the S3 emulator and a JVM (no Spark)
 
@@ -35,15 +36,14 @@ grants:
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse="s3://prov-wh/wh",
         s3_emulator=True,
         credential_ttl=900,
         data_dir=tmp_path_factory.mktemp("provider"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    yield handle
-    handle.stop()
+    ) as handle:
+        yield handle
 
 
 def test_provider_single_flight_min_life_refusals_and_no_secret_in_messages(

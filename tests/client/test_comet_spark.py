@@ -24,8 +24,9 @@ import pytest
 
 import lakesession
 from lakesession.errors import CatalogAccessError
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
 from tests.conftest import SPARK_TEST_CONF
+from tests.factories import make_catalog
 from tests.support import run_module_in_child
 
 _SPARK_LINE = ".".join(__import__("pyspark").__version__.split(".")[:2])
@@ -133,27 +134,26 @@ def _parquet(rows: int, start_at: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReferenceCatalog, StoreLog]]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=WH,
         s3_emulator=True,
         credential_ttl=TTL,
         data_dir=tmp_path_factory.mktemp("comet"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    emu = handle.s3_emulator
-    emu.create_bucket(RAW)
-    admin = emu.client()
-    admin.put_object(Bucket=RAW, Key="landing/part-0.parquet", Body=_parquet(1000, 0))
-    admin.put_object(Bucket=RAW, Key="landing/part-1.parquet", Body=_parquet(1000, 1000))
-    admin.put_object(Bucket=RAW, Key="secret/part-0.parquet", Body=_parquet(10, 0))
-    etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
-    for ns in ("na", "nb"):
-        r = httpx.post(f"{handle.uri}/v1/lakesession/namespaces", json={"namespace": [ns]}, headers=etl, timeout=30)
-        assert r.status_code == 200, r.text
-    log = StoreLog(emu._server.app)
-    emu._server.app = log
-    yield handle, log
-    handle.stop()
+    ) as handle:
+        emu = handle.s3_emulator
+        emu.create_bucket(RAW)
+        admin = emu.client()
+        admin.put_object(Bucket=RAW, Key="landing/part-0.parquet", Body=_parquet(1000, 0))
+        admin.put_object(Bucket=RAW, Key="landing/part-1.parquet", Body=_parquet(1000, 1000))
+        admin.put_object(Bucket=RAW, Key="secret/part-0.parquet", Body=_parquet(10, 0))
+        etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
+        for ns in ("na", "nb"):
+            r = httpx.post(f"{handle.uri}/v1/lakesession/namespaces", json={"namespace": [ns]}, headers=etl, timeout=30)
+            assert r.status_code == 200, r.text
+        log = StoreLog(emu._server.app)
+        emu._server.app = log
+        yield handle, log
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from lakesession.catalog import rest_catalog
 from lakesession.catalog._tables import SessionTable, create_table, load_table
 from lakesession.credentials import (
     FAILED,
@@ -34,62 +33,29 @@ from lakesession.credentials import (
     refresh_margin,
 )
 from lakesession.errors import ConfigError
-from lakesession.identity import ClientCredentials
-from lakesession.reference import bootstrap, start
+from tests.factories import Lake, make_catalog, shop_policy
 
 TTL = 4
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-"""
+POLICY = shop_policy("xyz")
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
 ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
 SECRET_KEYS = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token")
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-class Lake:
-    def __init__(self, handle: Any):
-        self.handle = handle
-        self.ids = {
-            who: ClientCredentials(f"{handle.issuer_uri}/token", who, f"{who}-secret-xyz", scope="catalog")
-            for who in ("etl", "reader")
-        }
-        self.catalogs = {
-            who: rest_catalog(f"lake-{who}", handle.uri, src, warehouse=handle.warehouse)
-            for who, src in self.ids.items()
-        }
-
-    def load(self, who: str, name: str, store: CredentialStore, **kw: Any) -> Any:
-        return load_table(self.catalogs[who], name, store, self.ids[who].token, self.handle.uri, **kw)
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
-    handle = start(
-        warehouse="s3://lake-bucket/wh",
-        s3_emulator=True,
-        credential_ttl=TTL,
-        data_dir=tmp_path_factory.mktemp("credcat"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    lk = Lake(handle)
-    etl = lk.catalogs["etl"]
-    etl.create_namespace("shop")
-    store = CredentialStore()
-    for name in ("orders", "orders_archive", "returns"):
-        t = create_table(etl, f"shop.{name}", SCHEMA, store, lk.ids["etl"].token, handle.uri, mode="write")
-        assert isinstance(t.io, VendedFileIO)
-        t.append(ROWS)
-    yield lk
-    handle.stop()
+    options = {"warehouse": "s3://lake-bucket/wh", "s3_emulator": True, "credential_ttl": TTL}
+    with make_catalog(POLICY, data_dir=tmp_path_factory.mktemp("credcat"), **options) as handle:
+        lk = Lake(handle, POLICY.secrets())
+        etl = lk.catalogs["etl"]
+        etl.create_namespace("shop")
+        store = CredentialStore()
+        for name in ("orders", "orders_archive", "returns"):
+            t = create_table(etl, f"shop.{name}", SCHEMA, store, lk.ids["etl"].token, handle.uri, mode="write")
+            assert isinstance(t.io, VendedFileIO)
+            t.append(ROWS)
+        yield lk
 
 
 def secrets_of(store: CredentialStore, *tables: str) -> list[str]:

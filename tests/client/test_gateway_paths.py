@@ -24,7 +24,8 @@ from pyiceberg.types import LongType, NestedField
 
 from lakesession.gateway import Gateway
 from lakesession.gateway._credcache import required_life
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
+from tests.factories import make_catalog
 
 POLICY = """
 principals:
@@ -50,31 +51,30 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=WH,
         s3_emulator=True,
         credential_ttl=900,
         data_dir=tmp_path_factory.mktemp("gwpaths"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    handle.s3_emulator.create_bucket("gw-raw")
-    admin = handle.s3_emulator.client()
-    for key in ("landing/a.txt", "landing_archive/b.txt", "secret/c.txt"):
-        admin.put_object(Bucket="gw-raw", Key=key, Body=b"x")
-    etl = RestCatalog(
-        "gw-etl",
-        uri=handle.uri,
-        warehouse="lakesession",
-        credential="etl:etl-secret-xyz",
-        **{
-            "oauth2-server-uri": f"{handle.issuer_uri}/token",
-            "header.X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
-    etl.create_namespace("shop")
-    etl.create_table(("shop", "orders"), SCHEMA).append(pa.table({"id": pa.array([1], pa.int64())}))
-    yield handle
-    handle.stop()
+    ) as handle:
+        handle.s3_emulator.create_bucket("gw-raw")
+        admin = handle.s3_emulator.client()
+        for key in ("landing/a.txt", "landing_archive/b.txt", "secret/c.txt"):
+            admin.put_object(Bucket="gw-raw", Key=key, Body=b"x")
+        etl = RestCatalog(
+            "gw-etl",
+            uri=handle.uri,
+            warehouse="lakesession",
+            credential="etl:etl-secret-xyz",
+            **{
+                "oauth2-server-uri": f"{handle.issuer_uri}/token",
+                "header.X-Iceberg-Access-Delegation": "vended-credentials",
+            },
+        )
+        etl.create_namespace("shop")
+        etl.create_table(("shop", "orders"), SCHEMA).append(pa.table({"id": pa.array([1], pa.int64())}))
+        yield handle
 
 
 @pytest.fixture()

@@ -24,7 +24,7 @@ from lakesession.catalog import rest_catalog
 from lakesession.catalog._tables import create_table, load_table
 from lakesession.credentials import CredentialStore, SigningFileIO, _signing
 from lakesession.identity import ClientCredentials
-from lakesession.reference import bootstrap, start
+from tests.factories import make_catalog
 
 POLICY = """
 principals:
@@ -61,24 +61,23 @@ class Lake:
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse="s3://perf-bucket/wh",
         s3_emulator=True,
         credential_ttl=300,
         data_dir=tmp_path_factory.mktemp("signperf"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    lk = Lake(handle)
-    etl = lk.catalogs["etl"]
-    etl.create_namespace("perf")
-    store = CredentialStore()
-    for name in ("wide", "other"):
-        t = create_table(etl, f"perf.{name}", SCHEMA, store, lk.ids["etl"].token, handle.uri, mode="write")
-        for i in range(FILES):
-            t.append(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}))
-    store.close()
-    yield lk
-    handle.stop()
+    ) as handle:
+        lk = Lake(handle)
+        etl = lk.catalogs["etl"]
+        etl.create_namespace("perf")
+        store = CredentialStore()
+        for name in ("wide", "other"):
+            t = create_table(etl, f"perf.{name}", SCHEMA, store, lk.ids["etl"].token, handle.uri, mode="write")
+            for i in range(FILES):
+                t.append(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}))
+        store.close()
+        yield lk
 
 
 class ClientCount:

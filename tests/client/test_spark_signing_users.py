@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 import lakesession
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
 from tests.conftest import SPARK_TEST_CONF
+from tests.factories import make_catalog
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -43,20 +44,19 @@ USERS = {"alice": "na", "bob": "nb"}
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse="s3://two-signers/wh",
         s3_emulator=True,
         data_dir=tmp_path_factory.mktemp("two-signers"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    import httpx
+    ) as handle:
+        import httpx
 
-    etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
-    for ns in USERS.values():
-        r = httpx.post(f"{handle.uri}/v1/lakesession/namespaces", json={"namespace": [ns]}, headers=etl, timeout=30)
-        assert r.status_code == 200, r.text
-    yield handle
-    handle.stop()
+        etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
+        for ns in USERS.values():
+            r = httpx.post(f"{handle.uri}/v1/lakesession/namespaces", json={"namespace": [ns]}, headers=etl, timeout=30)
+            assert r.status_code == 200, r.text
+        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,9 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 import lakesession
 from lakesession.errors import LakesessionError, StorageAccessError
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
 from tests.conftest import SPARK_TEST_CONF
+from tests.factories import make_catalog
 
 pytestmark = pytest.mark.slow
 
@@ -54,18 +55,17 @@ def connect(handle: ReferenceCatalog, who: str, secret: str, **kw: Any) -> lakes
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse="s3://denials-bucket/wh",
         s3_emulator=True,
         data_dir=tmp_path_factory.mktemp("denials"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    with connect(handle, "etl", "etl-secret-dn") as etl:
-        etl.catalog.create_namespace("shop")
-        etl.catalog.create_table(("shop", "orders"), SCHEMA)
-        etl.table("shop.orders").append(ROWS)
-    yield handle
-    handle.stop()
+    ) as handle:
+        with connect(handle, "etl", "etl-secret-dn") as etl:
+            etl.catalog.create_namespace("shop")
+            etl.catalog.create_table(("shop", "orders"), SCHEMA)
+            etl.table("shop.orders").append(ROWS)
+        yield handle
 
 
 @pytest.fixture(scope="module")

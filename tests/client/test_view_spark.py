@@ -19,7 +19,7 @@ import lakesession
 from lakesession._spark.errors import CatalogAccessError
 from lakesession.catalog._chains import ViewChainError
 from lakesession.errors import ConfigError
-from lakesession.reference import bootstrap, start
+from tests.factories import make_catalog
 from tests.support import create_view, policy, seed_chain_grants, view_body
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -46,43 +46,42 @@ POLICY = policy(
 
 @pytest.fixture(scope="module")
 def views(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse="s3://views-bucket/wh",
         s3_emulator=True,
         data_dir=tmp_path_factory.mktemp("views"),
-        bootstrap=bootstrap.parse(POLICY),
         trusted_engines=[{"principal": ["alice", "bob", "carol", "admin"]}],
-    )
-    admin = lakesession.connect(uri=handle.uri, token=handle.admin.token_for("admin"))
-    cat = admin.catalog
-    cat.create_namespace("sales")
-    cat.create_namespace("loops")
-    cat.create_namespace("deep")
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField
+    ) as handle:
+        admin = lakesession.connect(uri=handle.uri, token=handle.admin.token_for("admin"))
+        cat = admin.catalog
+        cat.create_namespace("sales")
+        cat.create_namespace("loops")
+        cat.create_namespace("deep")
+        from pyiceberg.schema import Schema
+        from pyiceberg.types import LongType, NestedField
 
-    schema = Schema(NestedField(1, "id", LongType(), required=False))
-    for name, ids in (("t_chain", [1, 2, 3]), ("orders", [10, 20, 30, 40]), ("public", [7])):
-        cat.create_table(f"sales.{name}", schema)
-        admin.table(f"sales.{name}").append(pa.table({"id": pa.array(ids, pa.int64())}))
-    bodies = [
-        ("sales", view_body("v1", "SELECT * FROM v2", "bob")),
-        ("sales", view_body("v2", "SELECT id FROM sales.v3 WHERE id > 1")),
-        ("sales", view_body("v3", "WITH recent AS (SELECT id FROM t_chain) SELECT r.id FROM recent r", "carol")),
-        ("sales", view_body("v_orders", "SELECT o.id FROM orders o WHERE o.id >= 20", "bob")),
-        ("sales", view_body("v_invoker", "SELECT id FROM orders")),
-        ("sales", view_body("v_public", "SELECT id FROM sales.public")),
-        ("loops", view_body("a", "SELECT * FROM b", namespace="loops")),
-        ("loops", view_body("b", "SELECT * FROM a", namespace="loops")),
-    ]
-    for i in range(11):  # deep.d0 -> deep.d1 -> ... -> deep.d10 -> sales.t_chain
-        nxt = f"d{i + 1}" if i < 10 else "sales.t_chain"
-        bodies.append(("deep", view_body(f"d{i}", f"SELECT * FROM {nxt}", namespace="deep")))
-    for ns, body in bodies:
-        create_view(handle, ns, body)
-    admin.close()
-    yield handle
-    handle.stop()
+        schema = Schema(NestedField(1, "id", LongType(), required=False))
+        for name, ids in (("t_chain", [1, 2, 3]), ("orders", [10, 20, 30, 40]), ("public", [7])):
+            cat.create_table(f"sales.{name}", schema)
+            admin.table(f"sales.{name}").append(pa.table({"id": pa.array(ids, pa.int64())}))
+        bodies = [
+            ("sales", view_body("v1", "SELECT * FROM v2", "bob")),
+            ("sales", view_body("v2", "SELECT id FROM sales.v3 WHERE id > 1")),
+            ("sales", view_body("v3", "WITH recent AS (SELECT id FROM t_chain) SELECT r.id FROM recent r", "carol")),
+            ("sales", view_body("v_orders", "SELECT o.id FROM orders o WHERE o.id >= 20", "bob")),
+            ("sales", view_body("v_invoker", "SELECT id FROM orders")),
+            ("sales", view_body("v_public", "SELECT id FROM sales.public")),
+            ("loops", view_body("a", "SELECT * FROM b", namespace="loops")),
+            ("loops", view_body("b", "SELECT * FROM a", namespace="loops")),
+        ]
+        for i in range(11):  # deep.d0 -> deep.d1 -> ... -> deep.d10 -> sales.t_chain
+            nxt = f"d{i + 1}" if i < 10 else "sales.t_chain"
+            bodies.append(("deep", view_body(f"d{i}", f"SELECT * FROM {nxt}", namespace="deep")))
+        for ns, body in bodies:
+            create_view(handle, ns, body)
+        admin.close()
+        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -33,9 +33,9 @@ from lakesession.credentials import (
     VendedFileIO,
 )
 from lakesession.identity import ClientCredentials
-from lakesession.reference import bootstrap, start
 from lakesession.reference.cloudvending import AdlsSettings, AdlsVendor
 from tests._azurite import Azurite, azurite
+from tests.factories import make_catalog
 
 pytestmark = pytest.mark.slow  # Azurite start, waits across SAS lifetimes
 TTL = 6
@@ -81,22 +81,21 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         settings = AdlsSettings(
             az.account, az.account_key, endpoint=az.endpoint, sas_scope="container", credential_ttl=TTL
         )
-        handle = start(
+        with make_catalog(
+            POLICY,
             warehouse=f"abfss://lake@{az.host}/wh",
             adls=settings,
             data_dir=tmp_path_factory.mktemp("adlscat"),
-            bootstrap=bootstrap.parse(POLICY),
-        )
-        lk = Lake(handle, az)
-        etl = lk.catalogs["etl"]
-        etl.create_namespace("shop")
-        store = CredentialStore()
-        for name in ("orders", "returns"):
-            t = create_table(etl, f"shop.{name}", SCHEMA, store, lk.ids["etl"].token, handle.uri, mode="write")
-            assert isinstance(t.io, VendedFileIO)
-            t.append(ROWS)
-        yield lk
-        handle.stop()
+        ) as handle:
+            lk = Lake(handle, az)
+            etl = lk.catalogs["etl"]
+            etl.create_namespace("shop")
+            store = CredentialStore()
+            for name in ("orders", "returns"):
+                t = create_table(etl, f"shop.{name}", SCHEMA, store, lk.ids["etl"].token, handle.uri, mode="write")
+                assert isinstance(t.io, VendedFileIO)
+                t.append(ROWS)
+            yield lk
 
 
 def _blob(az: Azurite, path: str, sas: str) -> BlobClient:

@@ -22,9 +22,9 @@ from lakesession.catalog import rest_catalog
 from lakesession.catalog._tables import create_table, load_table
 from lakesession.credentials import REVOKED, CredentialsError, CredentialsRevokedError, CredentialStore, VendedFileIO
 from lakesession.identity import ClientCredentials
-from lakesession.reference import bootstrap, start
 from lakesession.reference.gcsvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
 from tests._fakegcs import FakeGcs, fake_gcs
+from tests.factories import make_catalog
 
 pytestmark = pytest.mark.slow  # fake-gcs-server start, waits across token lifetimes
 TTL = 6
@@ -68,23 +68,22 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with fake_gcs(tmp_path_factory.mktemp("fakegcs")) as fg:
         fg.create_bucket("lake")
         source = LocalTokenSource()
-        handle = start(
+        with make_catalog(
+            POLICY,
             warehouse="gs://lake/wh",
             gcs=GcsSettings(project_id="test", endpoint=fg.url, token_source=source, credential_ttl=TTL),
             data_dir=tmp_path_factory.mktemp("gcscat"),
-            bootstrap=bootstrap.parse(POLICY),
-        )
-        lk = Lake(handle, fg, source)
-        lk.catalogs["etl"].create_namespace("shop")
-        store = CredentialStore()
-        for name in ("orders", "returns"):
-            t = create_table(
-                lk.catalogs["etl"], f"shop.{name}", SCHEMA, store, lk.ids["etl"].token, handle.uri, mode="write"
-            )
-            assert isinstance(t.io, VendedFileIO)
-            t.append(ROWS)
-        yield lk
-        handle.stop()
+        ) as handle:
+            lk = Lake(handle, fg, source)
+            lk.catalogs["etl"].create_namespace("shop")
+            store = CredentialStore()
+            for name in ("orders", "returns"):
+                t = create_table(
+                    lk.catalogs["etl"], f"shop.{name}", SCHEMA, store, lk.ids["etl"].token, handle.uri, mode="write"
+                )
+                assert isinstance(t.io, VendedFileIO)
+                t.append(ROWS)
+            yield lk
 
 
 def test_load_vends_a_token_with_iceberg_keys(lake: Lake) -> None:

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pytest
 
 import lakesession
-from lakesession.reference import bootstrap, start
 from lakesession.reference.cloudvending import AdlsSettings
 from lakesession.reference.gcsvending import GcsSettings, LocalTokenSource
 from tests._azurite import azurite
 from tests._fakegcs import fake_gcs
 from tests.conftest import SPARK_TEST_CONF
+from tests.factories import make_catalog
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 TTL = 25  # SAS / token lifetime: each test runs Spark queries across more than two of them
@@ -53,16 +53,15 @@ def _session(handle: Any, who: str, name: str) -> lakesession.Session:
 def adls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
     with azurite(tmp_path_factory.mktemp("azurite")) as az:
         az.create_container("lake")
-        handle = start(
+        with make_catalog(
+            POLICY,
             warehouse=f"abfss://lake@{az.host}/wh",
             adls=AdlsSettings(
                 az.account, az.account_key, endpoint=az.endpoint, sas_scope="container", credential_ttl=TTL
             ),
             data_dir=tmp_path_factory.mktemp("adls-spark"),
-            bootstrap=bootstrap.parse(POLICY),
-        )
-        yield handle, az
-        handle.stop()
+        ) as handle:
+            yield handle, az
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +69,13 @@ def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, Lo
     with fake_gcs(tmp_path_factory.mktemp("fakegcs")) as fg:
         fg.create_bucket("lake")
         source = LocalTokenSource()
-        handle = start(
+        with make_catalog(
+            POLICY,
             warehouse="gs://lake/wh",
             gcs=GcsSettings(project_id="test", endpoint=fg.url, token_source=source, credential_ttl=TTL),
             data_dir=tmp_path_factory.mktemp("gcs-spark"),
-            bootstrap=bootstrap.parse(POLICY),
-        )
-        yield handle, fg, source
-        handle.stop()
+        ) as handle:
+            yield handle, fg, source
 
 
 def _crud_across_lifetimes(session: lakesession.Session, handle: Any, cat: str) -> dict[str, Any]:

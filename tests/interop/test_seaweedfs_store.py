@@ -25,10 +25,11 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
 from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import WebIdentity
 from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, free_port, seaweedfs
+from tests.factories import make_catalog
 
 pytestmark = pytest.mark.slow
 
@@ -86,25 +87,24 @@ def cat(
             credential_ttl=900,  # SeaweedFS's minimum
         )
         port = 0
-    handle = start(
-        warehouse=f"s3://{store.bucket}/wh-{request.param}",  # one prefix per catalog: they share the bucket
+    with make_catalog(
+        POLICY,
+        warehouse=f"s3://{store.bucket}/wh-{request.param}",
         s3=settings,
         port=port,
         data_dir=tmp_path_factory.mktemp("swcat"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    etl = _client(handle, "etl", "etl-secret-sw")
-    etl.create_namespace("shop")
-    for name in ("orders", "orders_archive"):
-        etl.create_table(("shop", name), SCHEMA).append(ROWS)
-    identity = handle.services.vendor.identity
-    if request.param == "web-identity":  # no key anywhere: every credential came from a web identity exchange
-        assert handle.settings.s3.access_key_id is None and handle.settings.s3.secret_access_key is None
-        assert identity is not None and identity.sts_calls >= 2  # its own session, and at least one vended
-    else:
-        assert identity is None
-    yield handle
-    handle.stop()
+    ) as handle:
+        etl = _client(handle, "etl", "etl-secret-sw")
+        etl.create_namespace("shop")
+        for name in ("orders", "orders_archive"):
+            etl.create_table(("shop", name), SCHEMA).append(ROWS)
+        identity = handle.services.vendor.identity
+        if request.param == "web-identity":  # no key anywhere: every credential came from a web identity exchange
+            assert handle.settings.s3.access_key_id is None and handle.settings.s3.secret_access_key is None
+            assert identity is not None and identity.sts_calls >= 2  # its own session, and at least one vended
+        else:
+            assert identity is None
+        yield handle
 
 
 def _client(handle: ReferenceCatalog, who: str, secret: str) -> RestCatalog:

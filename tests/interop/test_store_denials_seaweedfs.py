@@ -15,11 +15,12 @@ import pytest
 
 import lakesession
 from lakesession.errors import CapabilityError, StorageAccessError
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
 from lakesession.reference.vending import S3Settings
 from tests._seaweedfs import SeaweedFS, create_table_bucket, seaweedfs
 from tests.client.test_store_denials import POLICY, ROWS, SCHEMA, assert_readable, connect, one_line_in_ipython
 from tests.conftest import SPARK_TEST_CONF
+from tests.factories import make_catalog
 
 pytestmark = pytest.mark.slow
 
@@ -40,18 +41,17 @@ def cat(store: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         path_style=True,
         credential_ttl=900,  # SeaweedFS's minimum
     )
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=f"s3://{store.bucket}/wh",
         s3=settings,
         data_dir=tmp_path_factory.mktemp("sw-denials-cat"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    with connect(handle, "etl", "etl-secret-dn") as etl:
-        etl.catalog.create_namespace("shop")
-        etl.catalog.create_table(("shop", "orders"), SCHEMA)
-        etl.table("shop.orders").append(ROWS)
-    yield handle
-    handle.stop()
+    ) as handle:
+        with connect(handle, "etl", "etl-secret-dn") as etl:
+            etl.catalog.create_namespace("shop")
+            etl.catalog.create_table(("shop", "orders"), SCHEMA)
+            etl.table("shop.orders").append(ROWS)
+        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -34,12 +34,13 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference.errors import ServiceUnavailable
 from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import CatalogIdentity, WebIdentity
 from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, free_port, seaweedfs
 from tests._serve import Served
+from tests.factories import make_catalog
 from tests.support import run_module_in_child
 
 pytestmark = pytest.mark.slow
@@ -108,18 +109,17 @@ def _settings(store: SeaweedFS) -> S3Settings:
 def cat(
     store: SeaweedFS, ports: tuple[int, int], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ReferenceCatalog]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=f"s3://{store.bucket}/wh-wi",
         s3=_settings(store),
         port=ports[0],
         data_dir=tmp_path_factory.mktemp("wicat"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    etl = _client(handle.uri, handle.issuer_uri, "etl", "etl-secret-wi")
-    etl.create_namespace("shop")
-    etl.create_table(("shop", "orders"), SCHEMA).append(ROWS)
-    yield handle
-    handle.stop()
+    ) as handle:
+        etl = _client(handle.uri, handle.issuer_uri, "etl", "etl-secret-wi")
+        etl.create_namespace("shop")
+        etl.create_table(("shop", "orders"), SCHEMA).append(ROWS)
+        yield handle
 
 
 def _identity(cat: ReferenceCatalog) -> CatalogIdentity:

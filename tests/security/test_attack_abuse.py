@@ -31,6 +31,7 @@ from joserfc.jwk import KeySet
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
 from lakesession.reference.settings import AbuseLimits
+from tests.factories import make_catalog
 
 P = "/v1/lakesession"
 DEVICE = "urn:ietf:params:oauth:grant-type:device_code"
@@ -60,9 +61,9 @@ def from_address(handle: ReferenceCatalog, address: str = "127.0.0.1") -> httpx.
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     """A catalog with low limits, so a flood of a few hundred calls is enough to trip them."""
-    handle = start(
+    with make_catalog(
+        POLICY,
         data_dir=tmp_path_factory.mktemp("limited"),
-        bootstrap=bootstrap_mod.parse(POLICY),
         abuse=AbuseLimits(
             device_rate_per_client_address="30/minute",
             device_rate_per_address="100/minute",
@@ -70,9 +71,8 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatal
             token_failures_per_client_address="10/minute",
             token_failures_per_address="40/minute",
         ),
-    )
-    yield handle
-    handle.stop()
+    ) as handle:
+        yield handle
 
 
 def device_authorization(c: httpx.Client, client_id: str, **headers: str) -> httpx.Response:

@@ -26,6 +26,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 from tests.conftest import bearer
+from tests.factories import make_catalog
 
 POLICY = """
 principals:
@@ -60,30 +61,29 @@ def s3cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog
     from tests.spec_validation import SpecRecorder
 
     recorder = SpecRecorder()
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=WH,
         s3_emulator=True,
         credential_ttl=900,
         data_dir=tmp_path_factory.mktemp("attack"),
-        bootstrap=bootstrap.parse(POLICY),
         wrap_app=recorder.wrap,
-    )
-    etl = RestCatalog(
-        "attack-etl",
-        uri=handle.uri,
-        warehouse="lakesession",
-        credential="etl:etl-secret-xyz",
-        **{
-            "oauth2-server-uri": f"{handle.issuer_uri}/token",
-            "header.X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
-    etl.create_namespace("shop")
-    etl.create_namespace("scratch")
-    for name in ("orders", "orders_archive"):
-        etl.create_table(("shop", name), SCHEMA).append(ROWS)
-    yield handle
-    handle.stop()
+    ) as handle:
+        etl = RestCatalog(
+            "attack-etl",
+            uri=handle.uri,
+            warehouse="lakesession",
+            credential="etl:etl-secret-xyz",
+            **{
+                "oauth2-server-uri": f"{handle.issuer_uri}/token",
+                "header.X-Iceberg-Access-Delegation": "vended-credentials",
+            },
+        )
+        etl.create_namespace("shop")
+        etl.create_namespace("scratch")
+        for name in ("orders", "orders_archive"):
+            etl.create_table(("shop", name), SCHEMA).append(ROWS)
+        yield handle
     errors = recorder.validate_all()
     assert not errors, "responses violating the Iceberg REST spec:\n" + "\n".join(errors[:20])
 

@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 from lakesession.reference.viewsecurity import TrustConfigurationError
+from tests.factories import make_catalog
 
 OWNER = "trino.run-as-owner"
 P = "/v1/lakesession"
@@ -86,29 +87,28 @@ class Lake:
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=f"s3://{BUCKET}/wh",
         s3_emulator=True,
         data_dir=tmp_path_factory.mktemp("atk-trust"),
-        bootstrap=bootstrap.parse(POLICY),
         trusted_engines=[{"principal": ["engine", "alice"]}],
-    )
-    lk = Lake(handle, handle.s3_emulator.client(), {})
-    for ns in ("sales", "hr"):
-        assert lk.call("POST", "/namespaces", "engine", {"namespace": [ns]}).status_code == 200
-    for ns, t in (("sales", "orders"), ("hr", "salaries")):
-        r = lk.call("POST", f"/namespaces/{ns}/tables", "engine", {"name": t, "schema": SCHEMA})
-        assert r.status_code == 200, r.text
-        lk.loc[t] = r.json()["metadata"]["location"].split(f"s3://{BUCKET}/", 1)[1].rstrip("/")
-        lk.s3.put_object(Bucket=BUCKET, Key=f"{lk.loc[t]}/data/{t}.parquet", Body=t.encode())
-    for body in (
-        view_body("v_orders", "SELECT o.id FROM orders o WHERE o.id > 10", "bob"),
-        view_body("v_private", "SELECT * FROM v_orders", "bob"),
-    ):
-        r = lk.call("POST", "/namespaces/sales/views", "engine", body)
-        assert r.status_code == 200, r.text
-    yield lk
-    handle.stop()
+    ) as handle:
+        lk = Lake(handle, handle.s3_emulator.client(), {})
+        for ns in ("sales", "hr"):
+            assert lk.call("POST", "/namespaces", "engine", {"namespace": [ns]}).status_code == 200
+        for ns, t in (("sales", "orders"), ("hr", "salaries")):
+            r = lk.call("POST", f"/namespaces/{ns}/tables", "engine", {"name": t, "schema": SCHEMA})
+            assert r.status_code == 200, r.text
+            lk.loc[t] = r.json()["metadata"]["location"].split(f"s3://{BUCKET}/", 1)[1].rstrip("/")
+            lk.s3.put_object(Bucket=BUCKET, Key=f"{lk.loc[t]}/data/{t}.parquet", Body=t.encode())
+        for body in (
+            view_body("v_orders", "SELECT o.id FROM orders o WHERE o.id > 10", "bob"),
+            view_body("v_private", "SELECT * FROM v_orders", "bob"),
+        ):
+            r = lk.call("POST", "/namespaces/sales/views", "engine", body)
+            assert r.status_code == 200, r.text
+        yield lk
 
 
 # ---------------------------------------------------------------- chain links are verified on the server

@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 from lakesession.reference.vending import S3Settings
 from tests._seaweedfs import seaweedfs
+from tests.factories import make_catalog
 
 POLICY = """
 principals:
@@ -53,15 +54,14 @@ def _prepare(handle: ReferenceCatalog) -> ReferenceCatalog:
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse="s3://uploads-bucket/wh",
         s3_emulator=True,
         credential_ttl=900,
         data_dir=tmp_path_factory.mktemp("uploads"),
-        bootstrap=bootstrap.parse(POLICY),
-    )
-    yield _prepare(handle)
-    handle.stop()
+    ) as handle:
+        yield _prepare(handle)
 
 
 def vended_s3(handle: ReferenceCatalog, who: str, ns: str, table: str) -> tuple[Any, str, str]:

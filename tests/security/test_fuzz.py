@@ -33,6 +33,7 @@ from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
 from lakesession.reference.openapi import spec_openapi
 from lakesession.reference.settings import AbuseLimits
+from tests.factories import make_catalog
 from tests.spec_validation import SpecRecorder
 
 pytestmark = pytest.mark.slow
@@ -241,19 +242,18 @@ CONTENT_TYPES = ["application/x-www-form-urlencoded", "application/json", "multi
 def idp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     """A catalog whose limits stay out of the way, so generated requests reach the grants."""
     unlimited = "100000/minute"
-    h = start(
+    with make_catalog(
+        POLICY,
         data_dir=tmp_path_factory.mktemp("fuzz-idp"),
-        bootstrap=bootstrap_mod.parse(POLICY),
         abuse=AbuseLimits(
             device_rate_per_client_address=unlimited,
             device_rate_per_address=unlimited,
             token_failures_per_client_address=unlimited,
             token_failures_per_address=unlimited,
         ),
-    )
-    with httpx.Client(base_url=h.uri, timeout=30) as c:
-        yield c
-    h.stop()
+    ) as h:
+        with httpx.Client(base_url=h.uri, timeout=30) as c:
+            yield c
 
 
 def _basic(user: str, secret: str) -> str:

@@ -22,7 +22,8 @@ from fastapi import FastAPI, Request
 from lakesession._background import BackgroundServer, bind
 from lakesession.gateway import Gateway
 from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing, signer_path
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog
+from tests.factories import make_catalog
 
 POLICY = """
 principals:
@@ -75,26 +76,25 @@ class Lake:
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     calls = Calls()
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse=f"s3://{BUCKET}/wh",
         s3_emulator=True,
         data_dir=tmp_path_factory.mktemp("gw-signer"),
-        bootstrap=bootstrap.parse(POLICY),
         wrap_app=calls.wrap,
-    )
-    etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
-    assert httpx.post(f"{handle.uri}{P}/namespaces", json={"namespace": ["ns"]}, headers=etl).status_code == 200
-    loc = {}
-    for t in ("orders", "secret"):
-        r = httpx.post(f"{handle.uri}{P}/namespaces/ns/tables", json={"name": t, "schema": SCHEMA}, headers=etl)
-        assert r.status_code == 200, r.text
-        loc[t] = r.json()["metadata"]["location"].split(f"s3://{BUCKET}/", 1)[1].rstrip("/")
-    emu = handle.s3_emulator
-    s3 = emu.client()
-    for t in loc:
-        s3.put_object(Bucket=BUCKET, Key=f"{loc[t]}/data/{t}.parquet", Body=f"{t} rows".encode())
-    yield Lake(handle, s3, emu.endpoint, emu.region, loc, calls)
-    handle.stop()
+    ) as handle:
+        etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
+        assert httpx.post(f"{handle.uri}{P}/namespaces", json={"namespace": ["ns"]}, headers=etl).status_code == 200
+        loc = {}
+        for t in ("orders", "secret"):
+            r = httpx.post(f"{handle.uri}{P}/namespaces/ns/tables", json={"name": t, "schema": SCHEMA}, headers=etl)
+            assert r.status_code == 200, r.text
+            loc[t] = r.json()["metadata"]["location"].split(f"s3://{BUCKET}/", 1)[1].rstrip("/")
+        emu = handle.s3_emulator
+        s3 = emu.client()
+        for t in loc:
+            s3.put_object(Bucket=BUCKET, Key=f"{loc[t]}/data/{t}.parquet", Body=f"{t} rows".encode())
+        yield Lake(handle, s3, emu.endpoint, emu.region, loc, calls)
 
 
 @pytest.fixture()

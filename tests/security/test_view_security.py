@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 
-from lakesession.reference import bootstrap, start
 from lakesession.reference.errors import BadRequest
 from lakesession.reference.settings import ServerSettings
 from lakesession.reference.viewsecurity import (
@@ -23,6 +22,7 @@ from lakesession.reference.viewsecurity import (
     is_trusted,
     parse_referenced_by,
 )
+from tests.factories import make_catalog
 from tests.support import OWNER, SCHEMA, policy, seed_chain_grants
 from tests.support import view_body as support_view_body
 
@@ -92,48 +92,46 @@ def setup_content(api: Api, views: list[tuple[str, str | None, str]], tables: li
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    handle = start(
+    with make_catalog(
+        POLICY,
         warehouse="s3://vs-bucket/wh",
         s3_emulator=True,
         data_dir=tmp_path_factory.mktemp("lake"),
-        bootstrap=bootstrap.parse(POLICY),
         trusted_engines=[{"principal": "spark-engine"}, {"principal": ["alice", "bob", "carol"]}],
-    )
-    api = Api(handle)
-    setup_content(
-        api,
-        [
-            ("inv", None, "SELECT id FROM t_inv"),
-            ("def_bob", "bob", "SELECT id FROM db.t_def"),
-            ("v1", "bob", "SELECT * FROM v2"),
-            ("v2", None, "SELECT id FROM db.v3 WHERE id > 0"),
-            ("v3", "carol", "WITH recent AS (SELECT id FROM t_chain) SELECT id FROM recent"),
-            ("ghost", "dave", "SELECT id FROM t_def"),
-        ],
-        ["t_inv", "t_def", "t_chain"],
-    )
-    handle.services.directory.delete_principal("dave")  # ghost's owner no longer resolves
-    yield api
-    handle.stop()
+    ) as handle:
+        api = Api(handle)
+        setup_content(
+            api,
+            [
+                ("inv", None, "SELECT id FROM t_inv"),
+                ("def_bob", "bob", "SELECT id FROM db.t_def"),
+                ("v1", "bob", "SELECT * FROM v2"),
+                ("v2", None, "SELECT id FROM db.v3 WHERE id > 0"),
+                ("v3", "carol", "WITH recent AS (SELECT id FROM t_chain) SELECT id FROM recent"),
+                ("ghost", "dave", "SELECT id FROM t_def"),
+            ],
+            ["t_inv", "t_def", "t_chain"],
+        )
+        handle.services.directory.delete_principal("dave")  # ghost's owner no longer resolves
+        yield api
 
 
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    handle = start(
+    with make_catalog(
+        POLICY,
         data_dir=tmp_path_factory.mktemp("strict"),
-        bootstrap=bootstrap.parse(POLICY),
         trusted_engines=[
             {"principal": "spark-engine"},
             {"issuer": "https://elsewhere.example", "audience": "lakesession"},
         ],
         view_owner_property=OWNER,
-    )
-    api = Api(handle)
-    setup_content(
-        api, [("inv", None, "SELECT id FROM t_inv"), ("def_bob", "bob", "SELECT id FROM t_def")], ["t_inv", "t_def"]
-    )
-    yield api
-    handle.stop()
+    ) as handle:
+        api = Api(handle)
+        setup_content(
+            api, [("inv", None, "SELECT id FROM t_inv"), ("def_bob", "bob", "SELECT id FROM t_def")], ["t_inv", "t_def"]
+        )
+        yield api
 
 
 def steps(records: list[Any], action: str) -> list[tuple[str, str, str, bool]]:

@@ -1,0 +1,143 @@
+"""The suite's shared factories: one ``free_port``, one policy builder, one ``make_catalog``, one ``Lake``.
+
+Every module that needs a loopback port, a bootstrap policy or a reference catalog of its own takes it
+from here, so a catalog's start (and its stop) reads the same everywhere and a policy is data, not a
+copied YAML string.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from lakesession.reference import ReferenceCatalog, start
+from lakesession.reference import bootstrap as bootstrap_mod
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on loopback right now (for a server that must be told its port before it starts)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Policy:
+    """A bootstrap document (principals, roles, grants) built in code instead of copied YAML.
+
+    ``Policy().service("etl", "etl-secret", role="eng").grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")``
+    """
+
+    principals: list[dict[str, Any]] = field(default_factory=list)
+    roles: dict[str, list[str]] = field(default_factory=dict)
+    grants: list[dict[str, str]] = field(default_factory=list)
+
+    def principal(
+        self, name: str, kind: str, secret: str | None = None, *, role: str | None = None, **extra: Any
+    ) -> Policy:
+        """Add a principal (with client credentials when ``secret`` is given) and put it in ``role``."""
+        entry: dict[str, Any] = {"name": name, "type": kind}
+        if secret is not None:
+            entry.update(client_id=name, client_secret=secret)
+        entry.update(extra)
+        self.principals.append(entry)
+        if role is not None:
+            self.member(role, name)
+        return self
+
+    def user(self, name: str, secret: str | None = None, *, role: str | None = None, **extra: Any) -> Policy:
+        return self.principal(name, "user", secret, role=role, **extra)
+
+    def service(self, name: str, secret: str | None = None, *, role: str | None = None, **extra: Any) -> Policy:
+        return self.principal(name, "service", secret, role=role, **extra)
+
+    def member(self, role: str, *names: str) -> Policy:
+        """Declare ``role`` (possibly empty) with ``names`` among its members."""
+        self.roles.setdefault(role, []).extend(names)
+        return self
+
+    def grant(self, role: str, privilege: str, on: str) -> Policy:
+        self.grants.append({"role": role, "privilege": privilege, "on": on})
+        return self
+
+    def grant_all(self, role: str, privileges: Iterable[str], on: str) -> Policy:
+        for privilege in privileges:
+            self.grant(role, privilege, on)
+        return self
+
+    def secrets(self, *names: str) -> dict[str, str]:
+        """principal → client secret, for ``names`` (every principal with a secret when none are given)."""
+        found = {p["name"]: p["client_secret"] for p in self.principals if "client_secret" in p}
+        return {n: found[n] for n in names} if names else found
+
+    def document(self) -> dict[str, Any]:
+        roles = [{"name": name, "members": members} for name, members in self.roles.items()]
+        return {"principals": self.principals, "roles": roles, "grants": self.grants}
+
+    def yaml(self) -> str:
+        """The bootstrap file's text (what ``lakesession serve --bootstrap`` reads)."""
+        return yaml.safe_dump(self.document(), sort_keys=False)
+
+    def parse(self) -> bootstrap_mod.Bootstrap:
+        return bootstrap_mod.parse(self.yaml())
+
+
+def shop_policy(suffix: str, *, others: Iterable[str] = ()) -> Policy:
+    """The suite's most common policy: service ``etl`` manages the catalog, user ``reader`` reads
+    ``shop.orders``; secrets are ``<who>-secret-<suffix>``; ``others`` are users without grants."""
+    policy = (
+        Policy()
+        .service("etl", f"etl-secret-{suffix}", role="eng")
+        .user("reader", f"reader-secret-{suffix}", role="readers")
+    )
+    for name in others:
+        policy.user(name, f"{name}-secret-{suffix}")
+    return policy.grant("eng", "CATALOG_MANAGE_CONTENT", "catalog").grant(
+        "readers", "TABLE_READ_DATA", "table shop.orders"
+    )
+
+
+@contextmanager
+def make_catalog(policy: Policy | str | None = None, **options: Any) -> Iterator[ReferenceCatalog]:
+    """A reference catalog on loopback (``lakesession.reference.start``) with ``policy`` bootstrapped,
+    stopped when the block ends; ``options`` go to ``start`` (``data_dir``, ``warehouse``, ``s3_emulator`` …)."""
+    if isinstance(policy, Policy):
+        options["bootstrap"] = policy.parse()
+    elif policy is not None:
+        options["bootstrap"] = bootstrap_mod.parse(policy)
+    handle = start(**options)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+class Lake:
+    """Principals of one catalog, each with client credentials at its issuer and a pyiceberg catalog.
+
+    ``secrets`` maps principal → client secret; ``load`` loads a table through lakesession's vending path.
+    """
+
+    def __init__(self, handle: ReferenceCatalog, secrets: dict[str, str], prefix: str = "lake") -> None:
+        from lakesession.catalog import rest_catalog
+        from lakesession.identity import ClientCredentials
+
+        self.handle = handle
+        self.ids = {
+            who: ClientCredentials(f"{handle.issuer_uri}/token", who, secret, scope="catalog")
+            for who, secret in secrets.items()
+        }
+        self.catalogs = {
+            who: rest_catalog(f"{prefix}-{who}", handle.uri, src, warehouse=handle.warehouse)
+            for who, src in self.ids.items()
+        }
+
+    def load(self, who: str, name: str, store: Any, **kw: Any) -> Any:
+        from lakesession.catalog._tables import load_table
+
+        return load_table(self.catalogs[who], name, store, self.ids[who].token, self.handle.uri, **kw)
