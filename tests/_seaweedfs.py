@@ -104,11 +104,6 @@ def _web_identity(issuers: Sequence[str]) -> tuple[list[dict[str, Any]], dict[st
     return providers, role
 
 
-def free_port() -> int:
-    """A free loopback port for a server SeaweedFS must know before it starts (a catalog's issuer)."""
-    return _free_ports(1)[0]
-
-
 def _iam_config(oidc_issuers: Sequence[str] = ()) -> dict[str, object]:
     """One vending role, for the reference catalog's key and for SeaweedFS's own Iceberg catalog;
     its policy covers the store, and every vended credential narrows it with a session policy.

@@ -13,7 +13,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from lakesession.identity import IdentityError, JupyterHubToken
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
 from tests._node import npm_tool
+from tests.factories import free_port
 from tests.hub.kernel import Kernel
 
 HERE = Path(__file__).parents[1]  # tests/ (its hub/ configs)
@@ -150,10 +150,6 @@ def test_connect_picks_the_hub_identity_from_the_environment(catalog: ReferenceC
 
 
 # -- the real hub -----------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -181,7 +177,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     chp = npm_tool("configurable-http-proxy", CHP_VERSION)
     run_dir = tmp_path_factory.mktemp("hub")
     cat = start(data_dir=run_dir / "catalog", bootstrap=bootstrap_mod.parse(BOOTSTRAP), access_token_ttl=TOKEN_TTL)
-    port, crypt_key, service_token = _free_port(), secrets.token_hex(32), secrets.token_hex(24)
+    port, crypt_key, service_token = free_port(), secrets.token_hex(32), secrets.token_hex(24)
     resolve_jars()  # a fresh machine assembles the jar cache here, not inside the kernel
     env = {
         k: v
@@ -193,8 +189,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
             "JUPYTERHUB_CRYPT_KEY": crypt_key,
             "LAKESESSION_TEST_HUB_DIR": str(run_dir),
             "LAKESESSION_TEST_HUB_PORT": str(port),
-            "LAKESESSION_TEST_HUB_API_PORT": str(_free_port()),
-            "LAKESESSION_TEST_HUB_PROXY_API_PORT": str(_free_port()),
+            "LAKESESSION_TEST_HUB_API_PORT": str(free_port()),
+            "LAKESESSION_TEST_HUB_PROXY_API_PORT": str(free_port()),
             "LAKESESSION_TEST_HUB_CHP": str(chp),
             "LAKESESSION_TEST_HUB_ISSUER": cat.issuer_uri,
             "LAKESESSION_TEST_HUB_CATALOG": cat.uri,

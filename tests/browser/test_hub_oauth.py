@@ -35,7 +35,6 @@ from tests.browser.test_hub import (
     Hub,
     Login,
     Notebook,
-    _free_port,
     _healthy,
     _seed,
     _spawn,
@@ -45,6 +44,7 @@ from tests.browser.test_hub import (
     sha,
 )
 from tests.catalog.test_authcode import form_fields
+from tests.factories import free_port
 from tests.hub.kernel import Kernel
 
 TOKEN_TTL = 20  # seconds: the hub refreshes within half of it, the kernel re-reads 2 s before expiry
@@ -71,7 +71,7 @@ grants:
 def oauth_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     chp = npm_tool("configurable-http-proxy", CHP_VERSION)
     run_dir = tmp_path_factory.mktemp("hub-oauth")
-    port, crypt_key, service_token = _free_port(), secrets.token_hex(32), secrets.token_hex(24)
+    port, crypt_key, service_token = free_port(), secrets.token_hex(32), secrets.token_hex(24)
     callback = f"http://127.0.0.1:{port}/hub/oauth_callback"
     cat = start(
         data_dir=run_dir / "catalog", bootstrap=bootstrap_mod.parse(_bootstrap(callback)), access_token_ttl=TOKEN_TTL
@@ -87,8 +87,8 @@ def oauth_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
             "JUPYTERHUB_CRYPT_KEY": crypt_key,
             "LAKESESSION_TEST_HUB_DIR": str(run_dir),
             "LAKESESSION_TEST_HUB_PORT": str(port),
-            "LAKESESSION_TEST_HUB_API_PORT": str(_free_port()),
-            "LAKESESSION_TEST_HUB_PROXY_API_PORT": str(_free_port()),
+            "LAKESESSION_TEST_HUB_API_PORT": str(free_port()),
+            "LAKESESSION_TEST_HUB_PROXY_API_PORT": str(free_port()),
             "LAKESESSION_TEST_HUB_CHP": str(chp),
             "LAKESESSION_TEST_HUB_ISSUER": cat.issuer_uri,
             "LAKESESSION_TEST_HUB_CATALOG": cat.uri,

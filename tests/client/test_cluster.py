@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.factories import free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 SPARK_CLASS = Path(__import__("pyspark").__file__).parent / "bin" / "spark-class"
@@ -55,12 +57,6 @@ DRIVER = textwrap.dedent("""
                       "rows": spark.sql("SELECT count(*) FROM lake.cl.t").collect()[0][0]}))
     s.close()
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_port(port: int, timeout: float = 60) -> None:

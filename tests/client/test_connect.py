@@ -22,6 +22,7 @@ import pytest
 
 from lakesession._spark import jars as J
 from lakesession._spark.connect_server import server_command, server_env
+from tests.factories import free_port
 
 SPARK = J.detect_spark()
 pytestmark = [
@@ -75,12 +76,6 @@ CLIENT = textwrap.dedent("""
     print("RESULT " + json.dumps(out), flush=True)
     s.close()
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 240) -> None:

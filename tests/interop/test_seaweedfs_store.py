@@ -28,8 +28,8 @@ from pyiceberg.types import LongType, NestedField, StringType
 from lakesession.reference import ReferenceCatalog
 from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import WebIdentity
-from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, free_port, seaweedfs
-from tests.factories import make_catalog
+from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, seaweedfs
+from tests.factories import free_port, make_catalog
 
 pytestmark = pytest.mark.slow
 

@@ -38,9 +38,9 @@ from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference.errors import ServiceUnavailable
 from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import CatalogIdentity, WebIdentity
-from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, free_port, seaweedfs
+from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, seaweedfs
 from tests._serve import Served
-from tests.factories import make_catalog
+from tests.factories import free_port, make_catalog
 from tests.support import run_module_in_child
 
 pytestmark = pytest.mark.slow
