@@ -13,10 +13,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import yaml
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
+
+#: the ``shop.orders`` table of ``shop_policy``: its schema and two rows
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
+ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -87,9 +94,9 @@ class Policy:
         return bootstrap_mod.parse(self.yaml())
 
 
-def shop_policy(suffix: str, *, others: Iterable[str] = ()) -> Policy:
+def shop_policy(suffix: str, *, others: Iterable[str] = (), reads: str = "table shop.orders") -> Policy:
     """The suite's most common policy: service ``etl`` manages the catalog, user ``reader`` reads
-    ``shop.orders``; secrets are ``<who>-secret-<suffix>``; ``others`` are users without grants."""
+    ``reads``; secrets are ``<who>-secret-<suffix>``; ``others`` are users without grants."""
     policy = (
         Policy()
         .service("etl", f"etl-secret-{suffix}", role="eng")
@@ -103,9 +110,14 @@ def shop_policy(suffix: str, *, others: Iterable[str] = ()) -> Policy:
 
 
 @contextmanager
-def make_catalog(policy: Policy | str | None = None, **options: Any) -> Iterator[ReferenceCatalog]:
+def make_catalog(
+    policy: Policy | str | None = None, *, bucket: str | None = None, **options: Any
+) -> Iterator[ReferenceCatalog]:
     """A reference catalog on loopback (``lakesession.reference.start``) with ``policy`` bootstrapped,
-    stopped when the block ends; ``options`` go to ``start`` (``data_dir``, ``warehouse``, ``s3_emulator`` …)."""
+    stopped when the block ends. ``bucket`` puts the warehouse at ``s3://<bucket>/wh`` on the embedded S3
+    emulator; ``options`` go to ``start`` (``data_dir``, ``warehouse``, ``s3``, ``credential_ttl`` …)."""
+    if bucket is not None:
+        options.update(warehouse=f"s3://{bucket}/wh", s3_emulator=True)
     if isinstance(policy, Policy):
         options["bootstrap"] = policy.parse()
     elif policy is not None:

@@ -246,11 +246,7 @@ WH = f"s3://{BUCKET}/wh"
 @pytest.fixture(scope="module")
 def s3cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     with make_catalog(
-        POLICY,
-        warehouse=WH,
-        s3_emulator=True,
-        credential_ttl=900,
-        data_dir=tmp_path_factory.mktemp("dots"),
+        POLICY, warehouse=WH, s3_emulator=True, credential_ttl=900, data_dir=tmp_path_factory.mktemp("dots")
     ) as handle:
         etl = RestCatalog(
             "dots-etl",

@@ -6,41 +6,21 @@ import time
 
 import boto3
 import httpx
-import pyarrow as pa
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
-from tests.factories import make_catalog
+from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-xyz}
-  - {name: nobody, type: user, client_id: nobody, client_secret: nobody-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-"""
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
-ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
+POLICY = shop_policy("xyz", others=["nobody"])
 P = "/v1/lakesession"
 
 
 @pytest.fixture(scope="module")
 def s3cat(tmp_path_factory):  # type: ignore[no-untyped-def]
     with make_catalog(
-        POLICY,
-        warehouse="s3://lake-bucket/wh",
-        s3_emulator=True,
-        credential_ttl=900,
-        data_dir=tmp_path_factory.mktemp("s3cat"),
+        POLICY, bucket="lake-bucket", credential_ttl=900, data_dir=tmp_path_factory.mktemp("s3cat")
     ) as handle:
         etl = client(handle, "etl", "etl-secret-xyz")
         etl.create_namespace("shop")

@@ -37,11 +37,7 @@ grants:
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     with make_catalog(
-        POLICY,
-        warehouse="s3://prov-wh/wh",
-        s3_emulator=True,
-        credential_ttl=900,
-        data_dir=tmp_path_factory.mktemp("provider"),
+        POLICY, bucket="prov-wh", credential_ttl=900, data_dir=tmp_path_factory.mktemp("provider")
     ) as handle:
         yield handle
 

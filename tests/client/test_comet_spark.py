@@ -135,11 +135,7 @@ def _parquet(rows: int, start_at: int) -> bytes:
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReferenceCatalog, StoreLog]]:
     with make_catalog(
-        POLICY,
-        warehouse=WH,
-        s3_emulator=True,
-        credential_ttl=TTL,
-        data_dir=tmp_path_factory.mktemp("comet"),
+        POLICY, warehouse=WH, s3_emulator=True, credential_ttl=TTL, data_dir=tmp_path_factory.mktemp("comet")
     ) as handle:
         emu = handle.s3_emulator
         emu.create_bucket(RAW)

@@ -13,10 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pytest
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.catalog._tables import SessionTable, create_table, load_table
 from lakesession.credentials import (
@@ -33,12 +30,10 @@ from lakesession.credentials import (
     refresh_margin,
 )
 from lakesession.errors import ConfigError
-from tests.factories import Lake, make_catalog, shop_policy
+from tests.factories import ROWS, SCHEMA, Lake, make_catalog, shop_policy
 
 TTL = 4
 POLICY = shop_policy("xyz")
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
-ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
 SECRET_KEYS = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token")
 
 

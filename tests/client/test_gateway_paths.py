@@ -52,11 +52,7 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     with make_catalog(
-        POLICY,
-        warehouse=WH,
-        s3_emulator=True,
-        credential_ttl=900,
-        data_dir=tmp_path_factory.mktemp("gwpaths"),
+        POLICY, warehouse=WH, s3_emulator=True, credential_ttl=900, data_dir=tmp_path_factory.mktemp("gwpaths")
     ) as handle:
         handle.s3_emulator.create_bucket("gw-raw")
         admin = handle.s3_emulator.client()

@@ -24,19 +24,9 @@ from lakesession.catalog import rest_catalog
 from lakesession.catalog._tables import create_table, load_table
 from lakesession.credentials import CredentialStore, SigningFileIO, _signing
 from lakesession.identity import ClientCredentials
-from tests.factories import make_catalog
+from tests.factories import make_catalog, shop_policy
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-perf}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-perf}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table perf.wide}
-"""
+POLICY = shop_policy("perf", reads="table perf.wide")
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 FILES = 4  # one data file and one manifest per append: a scan reads them from several threads
 
@@ -62,11 +52,7 @@ class Lake:
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(
-        POLICY,
-        warehouse="s3://perf-bucket/wh",
-        s3_emulator=True,
-        credential_ttl=300,
-        data_dir=tmp_path_factory.mktemp("signperf"),
+        POLICY, bucket="perf-bucket", credential_ttl=300, data_dir=tmp_path_factory.mktemp("signperf")
     ) as handle:
         lk = Lake(handle)
         etl = lk.catalogs["etl"]

@@ -44,12 +44,7 @@ USERS = {"alice": "na", "bob": "nb"}
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    with make_catalog(
-        POLICY,
-        warehouse="s3://two-signers/wh",
-        s3_emulator=True,
-        data_dir=tmp_path_factory.mktemp("two-signers"),
-    ) as handle:
+    with make_catalog(POLICY, bucket="two-signers", data_dir=tmp_path_factory.mktemp("two-signers")) as handle:
         import httpx
 
         etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}

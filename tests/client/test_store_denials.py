@@ -15,32 +15,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
 import lakesession
 from lakesession.errors import LakesessionError, StorageAccessError
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import SPARK_TEST_CONF
-from tests.factories import make_catalog
+from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
 
 pytestmark = pytest.mark.slow
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-dn}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-dn}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-"""
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
-ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
+POLICY = shop_policy("dn")
 
 
 def connect(handle: ReferenceCatalog, who: str, secret: str, **kw: Any) -> lakesession.Session:
@@ -55,12 +40,7 @@ def connect(handle: ReferenceCatalog, who: str, secret: str, **kw: Any) -> lakes
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    with make_catalog(
-        POLICY,
-        warehouse="s3://denials-bucket/wh",
-        s3_emulator=True,
-        data_dir=tmp_path_factory.mktemp("denials"),
-    ) as handle:
+    with make_catalog(POLICY, bucket="denials-bucket", data_dir=tmp_path_factory.mktemp("denials")) as handle:
         with connect(handle, "etl", "etl-secret-dn") as etl:
             etl.catalog.create_namespace("shop")
             etl.catalog.create_table(("shop", "orders"), SCHEMA)

@@ -48,8 +48,7 @@ POLICY = policy(
 def views(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with make_catalog(
         POLICY,
-        warehouse="s3://views-bucket/wh",
-        s3_emulator=True,
+        bucket="views-bucket",
         data_dir=tmp_path_factory.mktemp("views"),
         trusted_engines=[{"principal": ["alice", "bob", "carol", "admin"]}],
     ) as handle:

@@ -16,12 +16,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
-import pyarrow as pa
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobClient
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.catalog import rest_catalog
 from lakesession.catalog._tables import create_table, load_table
@@ -35,23 +32,11 @@ from lakesession.credentials import (
 from lakesession.identity import ClientCredentials
 from lakesession.reference.cloudvending import AdlsSettings, AdlsVendor
 from tests._azurite import Azurite, azurite
-from tests.factories import make_catalog
+from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
 
 pytestmark = pytest.mark.slow  # Azurite start, waits across SAS lifetimes
 TTL = 6
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-"""
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
-ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
+POLICY = shop_policy("xyz")
 
 
 class Lake:
@@ -82,10 +67,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
             az.account, az.account_key, endpoint=az.endpoint, sas_scope="container", credential_ttl=TTL
         )
         with make_catalog(
-            POLICY,
-            warehouse=f"abfss://lake@{az.host}/wh",
-            adls=settings,
-            data_dir=tmp_path_factory.mktemp("adlscat"),
+            POLICY, warehouse=f"abfss://lake@{az.host}/wh", adls=settings, data_dir=tmp_path_factory.mktemp("adlscat")
         ) as handle:
             lk = Lake(handle, az)
             etl = lk.catalogs["etl"]

@@ -13,10 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pytest
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.catalog import rest_catalog
 from lakesession.catalog._tables import create_table, load_table
@@ -24,23 +21,11 @@ from lakesession.credentials import REVOKED, CredentialsError, CredentialsRevoke
 from lakesession.identity import ClientCredentials
 from lakesession.reference.gcsvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
 from tests._fakegcs import FakeGcs, fake_gcs
-from tests.factories import make_catalog
+from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
 
 pytestmark = pytest.mark.slow  # fake-gcs-server start, waits across token lifetimes
 TTL = 6
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-"""
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
-ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
+POLICY = shop_policy("xyz")
 
 
 class Lake:

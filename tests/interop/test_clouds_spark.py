@@ -21,21 +21,11 @@ from lakesession.reference.gcsvending import GcsSettings, LocalTokenSource
 from tests._azurite import azurite
 from tests._fakegcs import fake_gcs
 from tests.conftest import SPARK_TEST_CONF
-from tests.factories import make_catalog
+from tests.factories import make_catalog, shop_policy
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 TTL = 25  # SAS / token lifetime: each test runs Spark queries across more than two of them
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: namespace sp}
-"""
+POLICY = shop_policy("xyz", reads="namespace sp")
 
 
 def _session(handle: Any, who: str, name: str) -> lakesession.Session:

@@ -17,35 +17,20 @@ from collections.abc import Iterator
 
 import boto3
 import httpx
-import pyarrow as pa
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog
 from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import WebIdentity
 from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, seaweedfs
-from tests.factories import free_port, make_catalog
+from tests.factories import ROWS, SCHEMA, free_port, make_catalog, shop_policy
 
 pytestmark = pytest.mark.slow
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-sw}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-sw}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-"""
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
-ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
+POLICY = shop_policy("sw")
 
 
 @pytest.fixture(scope="module")

@@ -42,10 +42,7 @@ def cat(store: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         credential_ttl=900,  # SeaweedFS's minimum
     )
     with make_catalog(
-        POLICY,
-        warehouse=f"s3://{store.bucket}/wh",
-        s3=settings,
-        data_dir=tmp_path_factory.mktemp("sw-denials-cat"),
+        POLICY, warehouse=f"s3://{store.bucket}/wh", s3=settings, data_dir=tmp_path_factory.mktemp("sw-denials-cat")
     ) as handle:
         with connect(handle, "etl", "etl-secret-dn") as etl:
             etl.catalog.create_namespace("shop")

@@ -24,15 +24,12 @@ from typing import Any
 
 import boto3
 import httpx
-import pyarrow as pa
 import pytest
 from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from joserfc import jwt
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference.errors import ServiceUnavailable
@@ -40,25 +37,13 @@ from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import CatalogIdentity, WebIdentity
 from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, seaweedfs
 from tests._serve import Served
-from tests.factories import free_port, make_catalog
+from tests.factories import ROWS, SCHEMA, free_port, make_catalog, shop_policy
 from tests.support import run_module_in_child
 
 pytestmark = pytest.mark.slow
 
 P = "/v1/lakesession"
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-wi}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-wi}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [reader]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-"""
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
-ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
+POLICY = shop_policy("wi")
 EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
 

@@ -120,12 +120,7 @@ def refused(r: httpx.Response, s3: httpx.Response | None) -> str:
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
-    with make_catalog(
-        POLICY,
-        warehouse=f"s3://{BUCKET}/wh",
-        s3_emulator=True,
-        data_dir=tmp_path_factory.mktemp("atk-signer"),
-    ) as handle:
+    with make_catalog(POLICY, bucket=BUCKET, data_dir=tmp_path_factory.mktemp("atk-signer")) as handle:
         etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
         assert httpx.post(f"{handle.uri}{P}/namespaces", json={"namespace": ["ns"]}, headers=etl).status_code == 200
         loc = {}

@@ -21,12 +21,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 from tests.conftest import bearer
-from tests.factories import make_catalog
+from tests.factories import ROWS, SCHEMA, make_catalog
 
 POLICY = """
 principals:
@@ -49,8 +47,6 @@ grants:
 BUCKET = "attack-bucket"
 WH = f"s3://{BUCKET}/wh"
 P = "/v1/lakesession"
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "item", StringType(), required=False))
-ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "item": ["apple", "pear"]})
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 VICTIM = "wh/shop/orders/"  # the victim table's key prefix
 CANARY = VICTIM + "data/canary.txt"

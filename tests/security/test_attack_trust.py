@@ -89,8 +89,7 @@ class Lake:
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(
         POLICY,
-        warehouse=f"s3://{BUCKET}/wh",
-        s3_emulator=True,
+        bucket=BUCKET,
         data_dir=tmp_path_factory.mktemp("atk-trust"),
         trusted_engines=[{"principal": ["engine", "alice"]}],
     ) as handle:

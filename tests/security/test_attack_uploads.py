@@ -55,11 +55,7 @@ def _prepare(handle: ReferenceCatalog) -> ReferenceCatalog:
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     with make_catalog(
-        POLICY,
-        warehouse="s3://uploads-bucket/wh",
-        s3_emulator=True,
-        credential_ttl=900,
-        data_dir=tmp_path_factory.mktemp("uploads"),
+        POLICY, bucket="uploads-bucket", credential_ttl=900, data_dir=tmp_path_factory.mktemp("uploads")
     ) as handle:
         yield _prepare(handle)
 

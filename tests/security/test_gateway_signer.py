@@ -77,11 +77,7 @@ class Lake:
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     calls = Calls()
     with make_catalog(
-        POLICY,
-        warehouse=f"s3://{BUCKET}/wh",
-        s3_emulator=True,
-        data_dir=tmp_path_factory.mktemp("gw-signer"),
-        wrap_app=calls.wrap,
+        POLICY, bucket=BUCKET, data_dir=tmp_path_factory.mktemp("gw-signer"), wrap_app=calls.wrap
     ) as handle:
         etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
         assert httpx.post(f"{handle.uri}{P}/namespaces", json={"namespace": ["ns"]}, headers=etl).status_code == 200

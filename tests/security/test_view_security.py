@@ -94,8 +94,7 @@ def setup_content(api: Api, views: list[tuple[str, str | None, str]], tables: li
 def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     with make_catalog(
         POLICY,
-        warehouse="s3://vs-bucket/wh",
-        s3_emulator=True,
+        bucket="vs-bucket",
         data_dir=tmp_path_factory.mktemp("lake"),
         trusted_engines=[{"principal": "spark-engine"}, {"principal": ["alice", "bob", "carol"]}],
     ) as handle:
