@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.factories import free_port
+from tests.factories import free_port, stop_process
 
 AZURITE_VERSION = "3.35.0"
 ACCOUNT = "devstoreaccount1"
@@ -130,10 +130,5 @@ def azurite(tmp: Path) -> Iterator[Azurite]:
                 time.sleep(0.2)
         yield Azurite(port)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
         log.close()

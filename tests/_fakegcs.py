@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.factories import free_port
+from tests.factories import free_port, stop_process
 
 
 @dataclass
@@ -78,10 +78,5 @@ def fake_gcs(tmp: Path) -> Iterator[FakeGcs]:
             time.sleep(0.2)
         yield FakeGcs(f"http://127.0.0.1:{port}")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
         log.close()

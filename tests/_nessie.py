@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from lakesession._spark.jars import cache_dir
-from tests.factories import free_port
+from tests.factories import free_port, stop_process
 
 NESSIE_VERSION = "0.99.0"
 JAR_NAME = f"nessie-quarkus-{NESSIE_VERSION}-runner.jar"
@@ -224,10 +224,5 @@ def nessie(
             time.sleep(0.5)
         yield handle
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 20)
         log.close()

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from tests.factories import stop_process
+
 ADMIN_KEY = "lakeadmin"
 ADMIN_SECRET = "lakeadmin-secret-0123456789"  # loopback-only test store
 ROLE_ARN = "arn:aws:iam::000000000000:role/lakesession-vendor"
@@ -233,10 +235,5 @@ def seaweedfs(
             filer=f"127.0.0.1:{filer}",
         )
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15)
         log.close()

@@ -16,7 +16,7 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog
 from tests._matrix import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (the Spark support matrix)
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 # `venv/bin/python -m pytest` without activating the venv (.ci/spark-matrix does so) must still find the
@@ -25,21 +25,16 @@ _bin = os.path.dirname(sys.executable)
 if _bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")
 
-BOOTSTRAP = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-123}
-  - {name: alice, type: user, client_id: alice, client_secret: alice-secret-123}
-  - {name: bob, type: user, client_id: bob, client_secret: bob-secret-123}
-roles:
-  - {name: engineers, members: [etl]}
-  - {name: analysts, members: [alice]}
-grants:
-  - {role: engineers, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: analysts, privilege: TABLE_READ_DATA, on: namespace sales}
-  - {role: analysts, privilege: TABLE_LIST, on: namespace sales}
-"""
+BOOTSTRAP = (
+    Policy()
+    .service("etl", "etl-secret-123", role="engineers")
+    .user("alice", "alice-secret-123", role="analysts")
+    .user("bob", "bob-secret-123")
+    .grant("engineers", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant_all("analysts", ["TABLE_READ_DATA", "TABLE_LIST"], "namespace sales")
+)
 
-SECRETS = {"etl": "etl-secret-123", "alice": "alice-secret-123", "bob": "bob-secret-123"}
+SECRETS = BOOTSTRAP.secrets()
 
 
 @dataclass

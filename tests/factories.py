@@ -8,6 +8,7 @@ copied YAML string.
 from __future__ import annotations
 
 import socket
+import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if ``proc`` has not exited within ``timeout`` s: no server outlives its test."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @dataclass
 class Policy:
     """A bootstrap document (principals, roles, grants) built in code instead of copied YAML.
@@ -43,6 +54,7 @@ class Policy:
     principals: list[dict[str, Any]] = field(default_factory=list)
     roles: dict[str, list[str]] = field(default_factory=dict)
     grants: list[dict[str, str]] = field(default_factory=list)
+    locations: list[str] = field(default_factory=list)
 
     def principal(
         self, name: str, kind: str, secret: str | None = None, *, role: str | None = None, **extra: Any
@@ -72,6 +84,11 @@ class Policy:
         self.grants.append({"role": role, "privilege": privilege, "on": on})
         return self
 
+    def location(self, *urls: str) -> Policy:
+        """Register storage locations (``s3://bucket/prefix/``) that grants may then name."""
+        self.locations.extend(urls)
+        return self
+
     def grant_all(self, role: str, privileges: Iterable[str], on: str) -> Policy:
         for privilege in privileges:
             self.grant(role, privilege, on)
@@ -84,7 +101,10 @@ class Policy:
 
     def document(self) -> dict[str, Any]:
         roles = [{"name": name, "members": members} for name, members in self.roles.items()]
-        return {"principals": self.principals, "roles": roles, "grants": self.grants}
+        doc: dict[str, Any] = {"principals": self.principals, "roles": roles, "grants": self.grants}
+        if self.locations:
+            doc["locations"] = [{"location": url} for url in self.locations]
+        return doc
 
     def yaml(self) -> str:
         """The bootstrap file's text (what ``lakesession serve --bootstrap`` reads)."""

@@ -22,30 +22,21 @@ from pyiceberg.types import LongType, NestedField
 
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import bearer
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: alice, type: user, client_id: alice, client_secret: alice-secret-xyz}
-  - {name: bob, type: user, client_id: bob, client_secret: bob-secret-xyz}
-  - {name: carol, type: user, client_id: carol, client_secret: carol-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [alice]}
-  - {name: writers, members: [bob]}
-  - {name: scratchers, members: [carol]}
-locations:
-  - {location: s3://raw-bucket/landing/}
-  - {location: s3://raw-bucket/secret/}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: LOCATION_READ, on: location s3://raw-bucket/landing/}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-  - {role: writers, privilege: LOCATION_WRITE, on: location s3://raw-bucket/landing}
-  - {role: scratchers, privilege: TABLE_CREATE, on: namespace scratch}
-  - {role: scratchers, privilege: TABLE_WRITE_DATA, on: namespace scratch}
-"""
+POLICY = (
+    Policy()
+    .service("etl", "etl-secret-xyz", role="eng")
+    .user("alice", "alice-secret-xyz", role="readers")
+    .user("bob", "bob-secret-xyz", role="writers")
+    .user("carol", "carol-secret-xyz", role="scratchers")
+    .location("s3://raw-bucket/landing/", "s3://raw-bucket/secret/")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant("readers", "LOCATION_READ", "location s3://raw-bucket/landing/")
+    .grant("readers", "TABLE_READ_DATA", "table shop.orders")
+    .grant("writers", "LOCATION_WRITE", "location s3://raw-bucket/landing")
+    .grant_all("scratchers", ["TABLE_CREATE", "TABLE_WRITE_DATA"], "namespace scratch")
+)
 WH = "s3://loc-bucket/wh"
 P = "/v1/lakesession"
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))

@@ -30,7 +30,7 @@ from lakesession.reference.authz import Securable
 from lakesession.reference.errors import BadRequest
 from lakesession.reference.viewsecurity import parse_referenced_by
 from tests.conftest import bearer, rest_catalog
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
 P = "/v1/lakesession"
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -225,20 +225,14 @@ def test_pyiceberg_with_a_dotted_namespace_tuple(catalog: ReferenceCatalog) -> N
 
 
 # ---------------------------------------------------------------- attacked: storage and grants (S3 emulator)
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: mallory, type: user, client_id: mallory, client_secret: mallory-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: dotters, members: [mallory]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: dotters, privilege: TABLE_WRITE_DATA, on: 'namespace ["a.b"]'}
-  - {role: dotters, privilege: TABLE_CREATE, on: 'namespace ["a.b"]'}
-  - {role: dotters, privilege: TABLE_LIST, on: 'namespace ["a.b"]'}
-  - {role: dotters, privilege: NAMESPACE_LIST, on: catalog}
-"""
+POLICY = (
+    Policy()
+    .service("etl", "etl-secret-xyz", role="eng")
+    .user("mallory", "mallory-secret-xyz", role="dotters")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant_all("dotters", ["TABLE_WRITE_DATA", "TABLE_CREATE", "TABLE_LIST"], 'namespace ["a.b"]')
+    .grant("dotters", "NAMESPACE_LIST", "catalog")
+)
 BUCKET = "dots-bucket"
 WH = f"s3://{BUCKET}/wh"
 

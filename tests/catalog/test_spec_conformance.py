@@ -37,7 +37,7 @@ from pyiceberg.transforms import IdentityTransform, TruncateTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 from tests.spec_validation import SpecRecorder, validate_exchange
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
@@ -45,16 +45,12 @@ os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 P = "/v1/lakesession"
 SEP = "%1F"
 
-POLICY = """
-principals:
-  - {name: nogrants, type: user, client_id: nogrants, client_secret: nogrants-secret-1}
-  - {name: reader, type: user, client_id: reader, client_secret: reader-secret-1}
-roles:
-  - {name: readers, members: [reader]}
-grants:
-  - {role: readers, privilege: TABLE_READ_DATA, on: namespace conf}
-  - {role: readers, privilege: TABLE_LIST, on: namespace conf}
-"""
+POLICY = (
+    Policy()
+    .user("nogrants", "nogrants-secret-1")
+    .user("reader", "reader-secret-1", role="readers")
+    .grant_all("readers", ["TABLE_READ_DATA", "TABLE_LIST"], "namespace conf")
+)
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

@@ -17,21 +17,16 @@ import pytest
 from lakesession._spark import comet
 from lakesession.gateway import Gateway
 from lakesession.reference import ReferenceCatalog
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
 pytestmark = pytest.mark.slow  # a catalog, the S3 emulator and a JVM (no Spark)
 
-POLICY = """
-principals:
-  - {name: alice, type: user, client_id: alice, client_secret: alice-secret-xyz}
-roles:
-  - {name: readers, members: [alice]}
-locations:
-  - {location: s3://prov-raw/landing/}
-  - {location: s3://prov-raw/secret/}
-grants:
-  - {role: readers, privilege: LOCATION_READ, on: location s3://prov-raw/landing/}
-"""
+POLICY = (
+    Policy()
+    .user("alice", "alice-secret-xyz", role="readers")
+    .location("s3://prov-raw/landing/", "s3://prov-raw/secret/")
+    .grant("readers", "LOCATION_READ", "location s3://prov-raw/landing/")
+)
 
 
 @pytest.fixture(scope="module")

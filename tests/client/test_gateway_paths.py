@@ -25,26 +25,19 @@ from pyiceberg.types import LongType, NestedField
 from lakesession.gateway import Gateway
 from lakesession.gateway._credcache import required_life
 from lakesession.reference import ReferenceCatalog
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: alice, type: user, client_id: alice, client_secret: alice-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: readers, members: [alice]}
-locations:
-  - {location: s3://gw-raw/landing/}
-  - {location: s3://gw-raw/secret/}
-  - {location: s3://gw-raw/churn/}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: readers, privilege: LOCATION_READ, on: location s3://gw-raw/landing/}
-  - {role: readers, privilege: LOCATION_READ, on: location s3://gw-raw/churn/}
-  - {role: readers, privilege: TABLE_READ_DATA, on: table shop.orders}
-  - {role: readers, privilege: TABLE_READ_PROPERTIES, on: namespace shop}
-"""
+POLICY = (
+    Policy()
+    .service("etl", "etl-secret-xyz", role="eng")
+    .user("alice", "alice-secret-xyz", role="readers")
+    .location("s3://gw-raw/landing/", "s3://gw-raw/secret/", "s3://gw-raw/churn/")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant("readers", "LOCATION_READ", "location s3://gw-raw/landing/")
+    .grant("readers", "LOCATION_READ", "location s3://gw-raw/churn/")
+    .grant("readers", "TABLE_READ_DATA", "table shop.orders")
+    .grant("readers", "TABLE_READ_PROPERTIES", "namespace shop")
+)
 WH = "s3://gw-bucket/wh"
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 

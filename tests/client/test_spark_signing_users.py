@@ -21,24 +21,19 @@ import pytest
 import lakesession
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import SPARK_TEST_CONF
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-POLICY = """
-principals:
-  - {name: etl, type: service}
-  - {name: alice, type: user, client_id: alice, client_secret: alice-signing-123}
-  - {name: bob, type: user, client_id: bob, client_secret: bob-signing-123}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: r_alice, members: [alice]}
-  - {name: r_bob, members: [bob]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: r_alice, privilege: CATALOG_MANAGE_CONTENT, on: namespace na}
-  - {role: r_bob, privilege: CATALOG_MANAGE_CONTENT, on: namespace nb}
-"""
+POLICY = (
+    Policy()
+    .service("etl", role="eng")
+    .user("alice", "alice-signing-123", role="r_alice")
+    .user("bob", "bob-signing-123", role="r_bob")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant("r_alice", "CATALOG_MANAGE_CONTENT", "namespace na")
+    .grant("r_bob", "CATALOG_MANAGE_CONTENT", "namespace nb")
+)
 USERS = {"alice": "na", "bob": "nb"}
 
 

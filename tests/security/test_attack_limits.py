@@ -17,19 +17,17 @@ import httpx
 import pytest
 
 from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference import bootstrap as bootstrap_mod
 from lakesession.reference.settings import AbuseLimits
+from tests.factories import Policy
 
 DEVICE = "urn:ietf:params:oauth:grant-type:device_code"
-POLICY = """
-principals:
-  - {name: broker, type: service, client_id: broker, client_secret: broker-secret-limits-1}
-  - {name: alice, type: user, client_id: alice, client_secret: alice-secret-limits-1}
-roles:
-  - {name: readers, members: [alice, broker]}
-grants:
-  - {role: readers, privilege: NAMESPACE_LIST, on: catalog}
-"""
+POLICY = (
+    Policy()
+    .service("broker", "broker-secret-limits-1")
+    .user("alice", "alice-secret-limits-1")
+    .member("readers", "alice", "broker")
+    .grant("readers", "NAMESPACE_LIST", "catalog")
+)
 BROKER_SECRET = "broker-secret-limits-1"
 
 
@@ -53,7 +51,7 @@ def addresses(first: int, n: int) -> list[str]:
 @pytest.fixture(scope="module")
 def defaults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     """A catalog with the shipped limits (the findings were made against them)."""
-    handle = start(data_dir=tmp_path_factory.mktemp("defaults"), bootstrap=bootstrap_mod.parse(POLICY))
+    handle = start(data_dir=tmp_path_factory.mktemp("defaults"), bootstrap=POLICY.parse())
     yield handle
     handle.stop()
 
@@ -63,7 +61,7 @@ def defaults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCata
 def test_forwarded_for_from_a_local_process_does_not_escape_the_address_limit(tmp_path_factory) -> None:
     handle = start(
         data_dir=tmp_path_factory.mktemp("xff"),
-        bootstrap=bootstrap_mod.parse(POLICY),
+        bootstrap=POLICY.parse(),
         abuse=AbuseLimits(token_failures_per_client_address="5/minute", token_failures_per_address="10/minute"),
     )
     try:
@@ -82,7 +80,7 @@ def test_forwarded_for_from_a_local_process_does_not_escape_the_address_limit(tm
 def test_a_named_trusted_proxy_forwards_client_addresses(tmp_path_factory) -> None:
     handle = start(
         data_dir=tmp_path_factory.mktemp("proxy"),
-        bootstrap=bootstrap_mod.parse(POLICY),
+        bootstrap=POLICY.parse(),
         abuse=AbuseLimits(token_failures_per_client_address="3/minute", token_failures_per_address="3/minute"),
         trusted_proxies=["127.0.0.5"],
     )
@@ -154,7 +152,7 @@ def test_device_flood_from_many_addresses_does_not_lock_out_the_public_client(de
 def test_a_full_device_store_evicts_the_flooders_codes(tmp_path_factory) -> None:
     handle = start(
         data_dir=tmp_path_factory.mktemp("pending-total"),
-        bootstrap=bootstrap_mod.parse(POLICY),
+        bootstrap=POLICY.parse(),
         abuse=AbuseLimits(device_pending_per_address=10, device_pending_total=30),
     )
     try:

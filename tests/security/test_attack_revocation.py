@@ -54,7 +54,7 @@ def test_replayed_code_revokes_a_token_the_catalog_already_cached(catalog: Refer
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[tuple[ReferenceCatalog, ReferenceCatalog]]:
     """Two replicas sharing one data dir (SQLite database and issuer key) and one public URL (A's)."""
-    policy = bootstrap_mod.parse(BOOTSTRAP)
+    policy = BOOTSTRAP.parse()
     a = start(data_dir=tmp_path, bootstrap=policy)
     try:
         b = start(data_dir=tmp_path, base_url=a.uri)

@@ -15,29 +15,25 @@ from typing import Any
 import httpx
 import pytest
 
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog, start
+from tests.factories import Policy
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-squat}
-  - {name: mallory, type: user, client_id: mallory, client_secret: mallory-secret-squat}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: scratchers, members: [mallory]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: scratchers, privilege: TABLE_CREATE, on: namespace scratch}
-  - {role: scratchers, privilege: TABLE_WRITE_PROPERTIES, on: namespace scratch}
-  - {role: scratchers, privilege: TABLE_WRITE_DATA, on: namespace scratch}
-  - {role: scratchers, privilege: VIEW_CREATE, on: namespace scratch}
-"""
+POLICY = (
+    Policy()
+    .service("etl", "etl-secret-squat", role="eng")
+    .user("mallory", "mallory-secret-squat", role="scratchers")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant_all(
+        "scratchers", ["TABLE_CREATE", "TABLE_WRITE_PROPERTIES", "TABLE_WRITE_DATA", "VIEW_CREATE"], "namespace scratch"
+    )
+)
 P = "/v1/lakesession"
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    handle = start(data_dir=tmp_path_factory.mktemp("squat"), bootstrap=bootstrap.parse(POLICY))
+    handle = start(data_dir=tmp_path_factory.mktemp("squat"), bootstrap=POLICY.parse())
     etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
     assert httpx.post(f"{handle.uri}{P}/namespaces", headers=etl, json={"namespace": ["scratch"]}).is_success
     yield handle

@@ -22,28 +22,30 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog, start
 from tests.conftest import bearer
-from tests.factories import ROWS, SCHEMA, make_catalog
+from tests.factories import ROWS, SCHEMA, Policy, make_catalog
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-xyz}
-  - {name: mallory, type: user, client_id: mallory, client_secret: mallory-secret-xyz}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: scratchers, members: [mallory]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: scratchers, privilege: TABLE_CREATE, on: namespace scratch}
-  - {role: scratchers, privilege: TABLE_WRITE_DATA, on: namespace scratch}
-  - {role: scratchers, privilege: TABLE_DROP, on: namespace scratch}
-  - {role: scratchers, privilege: TABLE_LIST, on: namespace scratch}
-  - {role: scratchers, privilege: NAMESPACE_CREATE, on: namespace scratch}
-  - {role: scratchers, privilege: NAMESPACE_WRITE_PROPERTIES, on: namespace scratch}
-  - {role: scratchers, privilege: NAMESPACE_LIST, on: namespace scratch}
-  - {role: scratchers, privilege: VIEW_CREATE, on: namespace scratch}
-"""
+POLICY = (
+    Policy()
+    .service("etl", "etl-secret-xyz", role="eng")
+    .user("mallory", "mallory-secret-xyz", role="scratchers")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant_all(
+        "scratchers",
+        [
+            "TABLE_CREATE",
+            "TABLE_WRITE_DATA",
+            "TABLE_DROP",
+            "TABLE_LIST",
+            "NAMESPACE_CREATE",
+            "NAMESPACE_WRITE_PROPERTIES",
+            "NAMESPACE_LIST",
+            "VIEW_CREATE",
+        ],
+        "namespace scratch",
+    )
+)
 BUCKET = "attack-bucket"
 WH = f"s3://{BUCKET}/wh"
 P = "/v1/lakesession"
@@ -474,7 +476,7 @@ def test_objects_made_before_the_index_are_indexed_on_first_use(tmp_path: Path) 
 
     from lakesession.reference import store
 
-    handle = start(data_dir=tmp_path / "old", bootstrap=bootstrap.parse(POLICY))
+    handle = start(data_dir=tmp_path / "old", bootstrap=POLICY.parse())
     try:
         etl = bearer(handle, "etl")
         wh = handle.settings.warehouse

@@ -20,29 +20,23 @@ from botocore.exceptions import ClientError
 
 from lakesession.reference import ReferenceCatalog, bootstrap, start
 from lakesession.reference.viewsecurity import TrustConfigurationError
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
 OWNER = "trino.run-as-owner"
 P = "/v1/lakesession"
 BUCKET = "atk-trust-bucket"
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
-POLICY = """
-principals:
-  - {name: engine, type: service}
-  - {name: alice, type: user}
-  - {name: bob, type: user}
-roles:
-  - {name: platform, members: [engine]}
-  - {name: r_alice, members: [alice]}
-  - {name: r_bob, members: [bob]}
-grants:
-  - {role: platform, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: r_alice, privilege: VIEW_READ, on: view sales.v_orders}
-  - {role: r_bob, privilege: VIEW_READ, on: namespace sales}
-  - {role: r_bob, privilege: TABLE_READ_DATA, on: table sales.orders}
-  - {role: r_bob, privilege: TABLE_WRITE_DATA, on: table sales.orders}
-  - {role: r_bob, privilege: TABLE_READ_DATA, on: table hr.salaries}
-"""
+POLICY = (
+    Policy()
+    .service("engine", role="platform")
+    .user("alice", role="r_alice")
+    .user("bob", role="r_bob")
+    .grant("platform", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant("r_alice", "VIEW_READ", "view sales.v_orders")
+    .grant("r_bob", "VIEW_READ", "namespace sales")
+    .grant_all("r_bob", ["TABLE_READ_DATA", "TABLE_WRITE_DATA"], "table sales.orders")
+    .grant("r_bob", "TABLE_READ_DATA", "table hr.salaries")
+)
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 CHAIN = "sales%1Fv_orders"
 

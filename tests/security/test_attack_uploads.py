@@ -17,27 +17,20 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference.vending import S3Settings
 from tests._seaweedfs import seaweedfs
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
-POLICY = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-up}
-  - {name: hr, type: user, client_id: hr, client_secret: hr-secret-up}
-  - {name: sales, type: user, client_id: sales, client_secret: sales-secret-up}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: hr-writers, members: [hr]}
-  - {name: sales-writers, members: [sales]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: hr-writers, privilege: TABLE_READ_DATA, on: namespace hr}
-  - {role: hr-writers, privilege: TABLE_WRITE_DATA, on: namespace hr}
-  - {role: sales-writers, privilege: TABLE_READ_DATA, on: namespace sales}
-  - {role: sales-writers, privilege: TABLE_WRITE_DATA, on: namespace sales}
-"""
+POLICY = (
+    Policy()
+    .service("etl", "etl-secret-up", role="eng")
+    .user("hr", "hr-secret-up", role="hr-writers")
+    .user("sales", "sales-secret-up", role="sales-writers")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant_all("hr-writers", ["TABLE_READ_DATA", "TABLE_WRITE_DATA"], "namespace hr")
+    .grant_all("sales-writers", ["TABLE_READ_DATA", "TABLE_WRITE_DATA"], "namespace sales")
+)
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
@@ -135,7 +128,7 @@ def test_write_credentials_do_not_list_other_tables_uploads_seaweedfs(
             warehouse=f"s3://{store.bucket}/wh",
             s3=settings,
             data_dir=tmp_path_factory.mktemp("sw-uploads"),
-            bootstrap=bootstrap.parse(POLICY),
+            bootstrap=POLICY.parse(),
         )
         try:
             attack(_prepare(handle))

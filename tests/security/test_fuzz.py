@@ -30,10 +30,9 @@ from openapi_spec_validator import validate as validate_openapi
 from schemathesis.checks import not_a_server_error
 
 from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference import bootstrap as bootstrap_mod
 from lakesession.reference.openapi import spec_openapi
 from lakesession.reference.settings import AbuseLimits
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 from tests.spec_validation import SpecRecorder
 
 pytestmark = pytest.mark.slow
@@ -45,10 +44,7 @@ ADMIN_EXAMPLES = int(os.environ.get("LAKESESSION_FUZZ_EXAMPLES", "25"))
 NOBODY_EXAMPLES = max(1, ADMIN_EXAMPLES // 3)
 SEED = 20240601
 
-POLICY = """
-principals:
-  - {name: nobody, type: user, client_id: nobody, client_secret: nobody-secret-1}
-"""
+POLICY = Policy().user("nobody", "nobody-secret-1")
 
 # Objects that exist, so generated requests reach past "not found" (the prefix above all),
 # and names at the edge of validity (blank levels, separators, dots, unicode) that random
@@ -68,7 +64,7 @@ def recorder() -> SpecRecorder:
 
 @pytest.fixture(scope="module")
 def handle(recorder: SpecRecorder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    h = start(data_dir=tmp_path_factory.mktemp("fuzz"), bootstrap=bootstrap_mod.parse(POLICY), wrap_app=recorder.wrap)
+    h = start(data_dir=tmp_path_factory.mktemp("fuzz"), bootstrap=POLICY.parse(), wrap_app=recorder.wrap)
     _seed(h)
     yield h
     h.stop()

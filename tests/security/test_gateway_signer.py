@@ -23,20 +23,15 @@ from lakesession._background import BackgroundServer, bind
 from lakesession.gateway import Gateway
 from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing, signer_path
 from lakesession.reference import ReferenceCatalog
-from tests.factories import make_catalog
+from tests.factories import Policy, make_catalog
 
-POLICY = """
-principals:
-  - {name: etl, type: service}
-  - {name: mallory, type: user}
-roles:
-  - {name: eng, members: [etl]}
-  - {name: r_mallory, members: [mallory]}
-grants:
-  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: r_mallory, privilege: TABLE_READ_DATA, on: table ns.orders}
-  - {role: r_mallory, privilege: TABLE_WRITE_DATA, on: table ns.orders}
-"""
+POLICY = (
+    Policy()
+    .service("etl", role="eng")
+    .user("mallory", role="r_mallory")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant_all("r_mallory", ["TABLE_READ_DATA", "TABLE_WRITE_DATA"], "table ns.orders")
+)
 BUCKET = "gw-signer-bucket"
 P = "/v1/lakesession"
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
