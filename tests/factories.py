@@ -124,9 +124,7 @@ def shop_policy(suffix: str, *, others: Iterable[str] = (), reads: str = "table 
     )
     for name in others:
         policy.user(name, f"{name}-secret-{suffix}")
-    return policy.grant("eng", "CATALOG_MANAGE_CONTENT", "catalog").grant(
-        "readers", "TABLE_READ_DATA", "table shop.orders"
-    )
+    return policy.grant("eng", "CATALOG_MANAGE_CONTENT", "catalog").grant("readers", "TABLE_READ_DATA", reads)
 
 
 @contextmanager
