@@ -147,6 +147,43 @@ def make_catalog(
         handle.stop()
 
 
+def vended_catalog(handle: Any, name: str, credential: str, **properties: str) -> Any:
+    """A plain pyiceberg RestCatalog on ``handle`` logging in with ``credential`` (``who:secret``) at its
+    issuer and asking for vended credentials (what pyiceberg users configure)."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return RestCatalog(
+        name,
+        uri=handle.uri,
+        warehouse="lakesession",
+        credential=credential,
+        **{
+            "oauth2-server-uri": f"{handle.issuer_uri}/token",
+            "header.X-Iceberg-Access-Delegation": "vended-credentials",
+            **properties,
+        },
+    )
+
+
+def vended_s3_client(endpoint: str, cfg: dict[str, str], region: str = "us-east-1", retries: int | None = 1) -> Any:
+    """A boto3 S3 client holding exactly the vended credentials in ``cfg`` (a storage-credential config)."""
+    import boto3
+    from botocore.config import Config
+
+    options: dict[str, Any] = {"s3": {"addressing_style": "path"}}
+    if retries is not None:
+        options["retries"] = {"max_attempts": retries}
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=region,
+        aws_access_key_id=cfg["s3.access-key-id"],
+        aws_secret_access_key=cfg["s3.secret-access-key"],
+        aws_session_token=cfg["s3.session-token"],
+        config=Config(**options),
+    )
+
+
 class Lake:
     """Principals of one catalog, each with client credentials at its issuer and a pyiceberg catalog.
 

@@ -10,19 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import httpx
 import pyarrow as pa
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
-from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import bearer
-from tests.factories import Policy, make_catalog
+from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
 
 POLICY = (
     Policy()
@@ -61,16 +58,7 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
         admin = handle.s3_emulator.client()
         for key in ("landing/a.txt", "landing_archive/b.txt", "secret/c.txt", "other/d.txt"):
             admin.put_object(Bucket=emulator_bucket, Key=key, Body=b"x")
-        etl = RestCatalog(
-            "loc-etl",
-            uri=handle.uri,
-            warehouse="lakesession",
-            credential="etl:etl-secret-xyz",
-            **{
-                "oauth2-server-uri": f"{handle.issuer_uri}/token",
-                "header.X-Iceberg-Access-Delegation": "vended-credentials",
-            },
-        )
+        etl = vended_catalog(handle, "loc-etl", "etl:etl-secret-xyz")
         etl.create_namespace("shop")
         etl.create_namespace("scratch")
         etl.create_table(("shop", "orders"), SCHEMA).append(ROWS)
@@ -87,15 +75,7 @@ def ask(handle: ReferenceCatalog, who: str, location: str, mode: str | None = No
 
 def s3_with(handle: ReferenceCatalog, response: httpx.Response) -> Any:
     cfg = response.json()["storage-credentials"][0]["config"]
-    return boto3.client(
-        "s3",
-        endpoint_url=handle.s3_emulator.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=cfg["s3.access-key-id"],
-        aws_secret_access_key=cfg["s3.secret-access-key"],
-        aws_session_token=cfg["s3.session-token"],
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
+    return vended_s3_client(handle.s3_emulator.endpoint, cfg)
 
 
 def denied(call: Any) -> bool:

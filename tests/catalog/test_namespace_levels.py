@@ -14,13 +14,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import boto3
 import httpx
 import pyarrow as pa
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
-from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
@@ -30,7 +27,7 @@ from lakesession.reference.authz import Securable
 from lakesession.reference.errors import BadRequest
 from lakesession.reference.viewsecurity import parse_referenced_by
 from tests.conftest import bearer, rest_catalog
-from tests.factories import Policy, make_catalog
+from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
 
 P = "/v1/lakesession"
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -242,16 +239,7 @@ def s3cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog
     with make_catalog(
         POLICY, warehouse=WH, s3_emulator=True, credential_ttl=900, data_dir=tmp_path_factory.mktemp("dots")
     ) as handle:
-        etl = RestCatalog(
-            "dots-etl",
-            uri=handle.uri,
-            warehouse="lakesession",
-            credential="etl:etl-secret-xyz",
-            **{
-                "oauth2-server-uri": f"{handle.issuer_uri}/token",
-                "header.X-Iceberg-Access-Delegation": "vended-credentials",
-            },
-        )
+        etl = vended_catalog(handle, "dots-etl", "etl:etl-secret-xyz")
         for ns in (("a",), ("a", "b"), ("a.b",)):
             etl.create_namespace(ns)
         etl.create_table(("a", "b", "t"), SCHEMA).append(ROWS)  # the victim: ["a", "b"].t
@@ -263,14 +251,8 @@ def _headers(handle: ReferenceCatalog, who: str) -> dict[str, str]:
 
 
 def _s3(handle: ReferenceCatalog, cfg: dict[str, str]) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=cfg.get("s3.endpoint", handle.s3_emulator.endpoint),
-        region_name=cfg.get("client.region", "us-east-1"),
-        aws_access_key_id=cfg["s3.access-key-id"],
-        aws_secret_access_key=cfg["s3.secret-access-key"],
-        aws_session_token=cfg["s3.session-token"],
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    return vended_s3_client(
+        cfg.get("s3.endpoint", handle.s3_emulator.endpoint), cfg, cfg.get("client.region", "us-east-1")
     )
 
 
@@ -347,16 +329,7 @@ def test_a_grant_on_the_dotted_namespace_does_not_reach_its_dot_split_twin(s3cat
 
 
 def test_vended_credentials_work_in_a_dotted_namespace(s3cat: ReferenceCatalog) -> None:
-    cat = RestCatalog(
-        "dots-mallory",
-        uri=s3cat.uri,
-        warehouse="lakesession",
-        credential="mallory:mallory-secret-xyz",
-        **{
-            "oauth2-server-uri": f"{s3cat.issuer_uri}/token",
-            "header.X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
+    cat = vended_catalog(s3cat, "dots-mallory", "mallory:mallory-secret-xyz")
     t = cat.create_table(("a.b", "written"), SCHEMA)
     t.append(ROWS)
     assert cat.load_table(("a.b", "written")).scan().to_arrow().num_rows == 3

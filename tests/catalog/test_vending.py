@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import time
 
-import boto3
 import httpx
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 
-from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
+from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy, vended_s3_client
 
 POLICY = shop_policy("xyz", others=["nobody"])
 P = "/v1/lakesession"
@@ -51,15 +49,7 @@ def load(handle, who: str, table: str, delegation: str = "vended-credentials") -
 
 
 def s3_with(handle, cfg: dict[str, str]):  # type: ignore[no-untyped-def]
-    return boto3.client(
-        "s3",
-        endpoint_url=cfg["s3.endpoint"],
-        region_name=cfg["client.region"],
-        aws_access_key_id=cfg["s3.access-key-id"],
-        aws_secret_access_key=cfg["s3.secret-access-key"],
-        aws_session_token=cfg["s3.session-token"],
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    return vended_s3_client(cfg["s3.endpoint"], cfg, cfg["client.region"], retries=None)
 
 
 def denied(fn) -> bool:  # type: ignore[no-untyped-def]

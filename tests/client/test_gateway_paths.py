@@ -12,20 +12,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import httpx
 import pyarrow as pa
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
-from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from lakesession.gateway import Gateway
 from lakesession.gateway._credcache import required_life
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, make_catalog
+from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
 
 POLICY = (
     Policy()
@@ -51,16 +48,7 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
         admin = handle.s3_emulator.client()
         for key in ("landing/a.txt", "landing_archive/b.txt", "secret/c.txt"):
             admin.put_object(Bucket="gw-raw", Key=key, Body=b"x")
-        etl = RestCatalog(
-            "gw-etl",
-            uri=handle.uri,
-            warehouse="lakesession",
-            credential="etl:etl-secret-xyz",
-            **{
-                "oauth2-server-uri": f"{handle.issuer_uri}/token",
-                "header.X-Iceberg-Access-Delegation": "vended-credentials",
-            },
-        )
+        etl = vended_catalog(handle, "gw-etl", "etl:etl-secret-xyz")
         etl.create_namespace("shop")
         etl.create_table(("shop", "orders"), SCHEMA).append(pa.table({"id": pa.array([1], pa.int64())}))
         yield handle
@@ -80,15 +68,7 @@ def creds(c: httpx.Client, path: str, **extra: Any) -> httpx.Response:
 def s3_from(cat: ReferenceCatalog, r: httpx.Response) -> Any:
     (entry,) = r.json()["storage-credentials"]
     cfg = entry["config"]
-    return boto3.client(
-        "s3",
-        endpoint_url=cat.s3_emulator.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=cfg["s3.access-key-id"],
-        aws_secret_access_key=cfg["s3.secret-access-key"],
-        aws_session_token=cfg["s3.session-token"],
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
+    return vended_s3_client(cat.s3_emulator.endpoint, cfg)
 
 
 def refused(call: Any) -> bool:

@@ -26,7 +26,7 @@ from lakesession.reference import ReferenceCatalog
 from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import WebIdentity
 from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, seaweedfs
-from tests.factories import ROWS, SCHEMA, free_port, make_catalog, shop_policy
+from tests.factories import ROWS, SCHEMA, free_port, make_catalog, shop_policy, vended_catalog, vended_s3_client
 
 pytestmark = pytest.mark.slow
 
@@ -93,16 +93,7 @@ def cat(
 
 
 def _client(handle: ReferenceCatalog, who: str, secret: str) -> RestCatalog:
-    return RestCatalog(
-        f"sw-{who}-{time.monotonic_ns()}",
-        uri=handle.uri,
-        warehouse="lakesession",
-        credential=f"{who}:{secret}",
-        **{
-            "oauth2-server-uri": f"{handle.issuer_uri}/token",
-            "header.X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
+    return vended_catalog(handle, f"sw-{who}-{time.monotonic_ns()}", f"{who}:{secret}")
 
 
 def _vended(handle: ReferenceCatalog, who: str, table: str) -> tuple[dict[str, str], str]:
@@ -125,15 +116,7 @@ def _vended(handle: ReferenceCatalog, who: str, table: str) -> tuple[dict[str, s
 
 
 def _s3(store: SeaweedFS, cfg: dict[str, str]):  # type: ignore[no-untyped-def]
-    return boto3.client(
-        "s3",
-        endpoint_url=store.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=cfg["s3.access-key-id"],
-        aws_secret_access_key=cfg["s3.secret-access-key"],
-        aws_session_token=cfg["s3.session-token"],
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
+    return vended_s3_client(store.endpoint, cfg)
 
 
 def _key(location: str) -> str:

@@ -14,17 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import pyarrow as pa
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
-from pyiceberg.catalog.rest import RestCatalog
 
 from lakesession.reference import ReferenceCatalog, start
 from tests.conftest import bearer
-from tests.factories import ROWS, SCHEMA, Policy, make_catalog
+from tests.factories import ROWS, SCHEMA, Policy, make_catalog, vended_catalog, vended_s3_client
 
 POLICY = (
     Policy()
@@ -67,16 +64,7 @@ def s3cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog
         data_dir=tmp_path_factory.mktemp("attack"),
         wrap_app=recorder.wrap,
     ) as handle:
-        etl = RestCatalog(
-            "attack-etl",
-            uri=handle.uri,
-            warehouse="lakesession",
-            credential="etl:etl-secret-xyz",
-            **{
-                "oauth2-server-uri": f"{handle.issuer_uri}/token",
-                "header.X-Iceberg-Access-Delegation": "vended-credentials",
-            },
-        )
+        etl = vended_catalog(handle, "attack-etl", "etl:etl-secret-xyz")
         etl.create_namespace("shop")
         etl.create_namespace("scratch")
         for name in ("orders", "orders_archive"):
@@ -117,14 +105,8 @@ def commit(handle: ReferenceCatalog, table: str, *updates: dict[str, Any]) -> ht
 
 
 def s3_for(handle: ReferenceCatalog, cfg: dict[str, str]) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=cfg.get("s3.endpoint", handle.s3_emulator.endpoint),
-        region_name=cfg.get("client.region", "us-east-1"),
-        aws_access_key_id=cfg["s3.access-key-id"],
-        aws_secret_access_key=cfg["s3.secret-access-key"],
-        aws_session_token=cfg["s3.session-token"],
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    return vended_s3_client(
+        cfg.get("s3.endpoint", handle.s3_emulator.endpoint), cfg, cfg.get("client.region", "us-east-1")
     )
 
 
@@ -293,16 +275,7 @@ def test_purge_deletes_only_the_tables_own_files(s3cat: ReferenceCatalog) -> Non
         if o["Key"].endswith(".parquet")
     ]
     assert create(s3cat, "purger").status_code == 200
-    cat = RestCatalog(
-        "attack-mallory",
-        uri=s3cat.uri,
-        warehouse="lakesession",
-        credential="mallory:mallory-secret-xyz",
-        **{
-            "oauth2-server-uri": f"{s3cat.issuer_uri}/token",
-            "header.X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
+    cat = vended_catalog(s3cat, "attack-mallory", "mallory:mallory-secret-xyz")
     t = cat.load_table(("scratch", "purger"))
     t.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
     own = next(iter(t.scan().plan_files())).file

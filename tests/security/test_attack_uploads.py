@@ -11,16 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import httpx
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference.vending import S3Settings
 from tests._seaweedfs import seaweedfs
-from tests.factories import Policy, make_catalog
+from tests.factories import Policy, make_catalog, vended_s3_client
 
 POLICY = (
     Policy()
@@ -70,14 +68,8 @@ def vended_s3(handle: ReferenceCatalog, who: str, ns: str, table: str) -> tuple[
         cfg.update(cred["config"])
     assert cfg.get("s3.session-token"), "no credentials were vended"
     bucket, _, key = body["metadata"]["location"].split("://", 1)[1].partition("/")
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=cfg.get("s3.endpoint") or handle.settings.s3.endpoint,
-        region_name=cfg.get("client.region", "us-east-1"),
-        aws_access_key_id=cfg["s3.access-key-id"],
-        aws_secret_access_key=cfg["s3.secret-access-key"],
-        aws_session_token=cfg["s3.session-token"],
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    s3 = vended_s3_client(
+        cfg.get("s3.endpoint") or handle.settings.s3.endpoint, cfg, cfg.get("client.region", "us-east-1")
     )
     return s3, bucket, key.rstrip("/") + "/"
 
