@@ -16,7 +16,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,10 +28,9 @@ from traitlets.config import Config
 import lakesession.hub
 from lakesession._spark.jars import cache_dir, resolve_jars
 from lakesession.identity import IdentityError, JupyterHubToken
-from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference import bootstrap as bootstrap_mod
+from lakesession.reference import ReferenceCatalog
 from tests._node import npm_tool
-from tests.factories import free_port
+from tests.factories import free_port, make_catalog
 from tests.hub.kernel import Kernel
 
 HERE = Path(__file__).parents[1]  # tests/ (its hub/ configs)
@@ -174,15 +174,33 @@ class Hub:
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    chp = npm_tool("configurable-http-proxy", CHP_VERSION)
     run_dir = tmp_path_factory.mktemp("hub")
-    cat = start(data_dir=run_dir / "catalog", bootstrap=bootstrap_mod.parse(BOOTSTRAP), access_token_ttl=TOKEN_TTL)
-    port, crypt_key, service_token = free_port(), secrets.token_hex(32), secrets.token_hex(24)
+    with make_catalog(BOOTSTRAP, data_dir=run_dir / "catalog", access_token_ttl=TOKEN_TTL) as cat:
+        with run_hub(run_dir, free_port(), cat, "jupyterhub_config.py", extra_secrets=[ALICE_SECRET]) as handle:
+            yield handle
+
+
+@contextmanager
+def run_hub(
+    run_dir: Path,
+    port: int,
+    cat: ReferenceCatalog,
+    config: str,
+    *,
+    drop: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+    extra_secrets: Iterable[str] = (),
+) -> Iterator[Hub]:
+    """A JupyterHub on ``port`` configured by ``tests/hub/<config>``, its users logging in at ``cat``'s
+    issuer; seeded and healthy when yielded, stopped when the block ends. ``drop``: more variable prefixes
+    the hub must not inherit; ``extra_secrets``: the users' secrets, watched for in every output."""
+    chp = npm_tool("configurable-http-proxy", CHP_VERSION)
+    crypt_key, service_token = secrets.token_hex(32), secrets.token_hex(24)
     resolve_jars()  # a fresh machine assembles the jar cache here, not inside the kernel
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("AWS_", "JUPYTERHUB_", "LAKESESSION_")) or k == "LAKESESSION_JARS"
+        if not k.startswith(("AWS_", "JUPYTERHUB_", "LAKESESSION_", *drop)) or k == "LAKESESSION_JARS"
     }
     env.update(
         {
@@ -197,33 +215,27 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
             "LAKESESSION_TEST_HUB_WAREHOUSE": cat.warehouse,
             "LAKESESSION_TEST_HUB_CACHE_DIR": str(cache_dir()),
             "LAKESESSION_TEST_HUB_SERVICE_TOKEN": service_token,
+            **(extra_env or {}),
         }
     )
     log = run_dir / "hub.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(HERE / "hub" / "jupyterhub_config.py")],
+            [sys.executable, "-m", "jupyterhub", "-f", str(HERE / "hub" / config)],
             cwd=run_dir,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    handle = Hub(
-        f"http://127.0.0.1:{port}",
-        cat,
-        log,
-        proc,
-        service_token,
-        {crypt_key, service_token, ALICE_SECRET, cat.admin_credentials.client_secret},
-    )
+    watched = {crypt_key, service_token, cat.admin_credentials.client_secret, *extra_secrets}
+    handle = Hub(f"http://127.0.0.1:{port}", cat, log, proc, service_token, watched)
     try:
         _seed(cat)  # while the hub starts
         _wait_until(lambda: _healthy(handle), 90, f"the hub did not come up; log:\n{_tail(log)}")
         yield handle
     finally:
         _stop(proc)
-        cat.stop()
 
 
 def _seed(cat: ReferenceCatalog) -> None:

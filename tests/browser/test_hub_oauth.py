@@ -9,10 +9,7 @@ runs ``lakesession.spark()`` as that user and keeps working across token refresh
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
@@ -20,13 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from lakesession._spark.jars import cache_dir, resolve_jars
-from lakesession.reference import bootstrap as bootstrap_mod
-from lakesession.reference import start
-from tests._node import npm_tool
 from tests.browser.test_hub import (
-    CHP_VERSION,
-    HERE,
     KERNEL_AFTER_REFRESH,
     KERNEL_REFRESH,
     KERNEL_SCAN,
@@ -35,16 +26,13 @@ from tests.browser.test_hub import (
     Hub,
     Login,
     Notebook,
-    _healthy,
-    _seed,
     _spawn,
-    _stop,
     _tail,
-    _wait_until,
+    run_hub,
     sha,
 )
 from tests.catalog.test_authcode import form_fields
-from tests.factories import free_port
+from tests.factories import free_port, make_catalog
 from tests.hub.kernel import Kernel
 
 TOKEN_TTL = 20  # seconds: the hub refreshes within half of it, the kernel re-reads 2 s before expiry
@@ -69,60 +57,21 @@ grants:
 
 @pytest.fixture(scope="module")
 def oauth_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    chp = npm_tool("configurable-http-proxy", CHP_VERSION)
     run_dir = tmp_path_factory.mktemp("hub-oauth")
-    port, crypt_key, service_token = free_port(), secrets.token_hex(32), secrets.token_hex(24)
+    port = free_port()
     callback = f"http://127.0.0.1:{port}/hub/oauth_callback"
-    cat = start(
-        data_dir=run_dir / "catalog", bootstrap=bootstrap_mod.parse(_bootstrap(callback)), access_token_ttl=TOKEN_TTL
-    )
-    resolve_jars()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AWS_", "JUPYTERHUB_", "LAKESESSION_", "OAUTH")) or k == "LAKESESSION_JARS"
-    }
-    env.update(
-        {
-            "JUPYTERHUB_CRYPT_KEY": crypt_key,
-            "LAKESESSION_TEST_HUB_DIR": str(run_dir),
-            "LAKESESSION_TEST_HUB_PORT": str(port),
-            "LAKESESSION_TEST_HUB_API_PORT": str(free_port()),
-            "LAKESESSION_TEST_HUB_PROXY_API_PORT": str(free_port()),
-            "LAKESESSION_TEST_HUB_CHP": str(chp),
-            "LAKESESSION_TEST_HUB_ISSUER": cat.issuer_uri,
-            "LAKESESSION_TEST_HUB_CATALOG": cat.uri,
-            "LAKESESSION_TEST_HUB_WAREHOUSE": cat.warehouse,
-            "LAKESESSION_TEST_HUB_CACHE_DIR": str(cache_dir()),
-            "LAKESESSION_TEST_HUB_SERVICE_TOKEN": service_token,
-            "LAKESESSION_TEST_HUB_CLIENT_SECRET": HUB_CLIENT_SECRET,
-        }
-    )
-    log = run_dir / "hub.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(HERE / "hub" / "jupyterhub_oauth_config.py")],
-            cwd=run_dir,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    handle = Hub(
-        f"http://127.0.0.1:{port}",
-        cat,
-        log,
-        proc,
-        service_token,
-        {crypt_key, service_token, ALICE_SECRET, HUB_CLIENT_SECRET, cat.admin_credentials.client_secret},
-    )
-    try:
-        _seed(cat)
-        _wait_until(lambda: _healthy(handle), 90, f"the hub did not come up; log:\n{_tail(log)}")
-        yield handle
-    finally:
-        _stop(proc)
-        cat.stop()
+    policy = _bootstrap(callback)
+    with make_catalog(policy, data_dir=run_dir / "catalog", access_token_ttl=TOKEN_TTL) as cat:
+        with run_hub(
+            run_dir,
+            port,
+            cat,
+            "jupyterhub_oauth_config.py",
+            drop=("OAUTH",),
+            extra_env={"LAKESESSION_TEST_HUB_CLIENT_SECRET": HUB_CLIENT_SECRET},
+            extra_secrets=[ALICE_SECRET, HUB_CLIENT_SECRET],
+        ) as handle:
+            yield handle
 
 
 def _oauth_login(hub: Hub, user: str, password: str) -> Login:

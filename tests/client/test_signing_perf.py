@@ -20,10 +20,9 @@ from pyiceberg.exceptions import SignError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from lakesession.catalog import rest_catalog
 from lakesession.catalog._tables import create_table, load_table
 from lakesession.credentials import CredentialStore, SigningFileIO, _signing
-from lakesession.identity import ClientCredentials
+from tests.factories import Lake as SharedLake
 from tests.factories import make_catalog, shop_policy
 
 POLICY = shop_policy("perf", reads="table perf.wide")
@@ -31,17 +30,9 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 FILES = 4  # one data file and one manifest per append: a scan reads them from several threads
 
 
-class Lake:
+class Lake(SharedLake):
     def __init__(self, handle: Any):
-        self.handle = handle
-        self.ids = {
-            who: ClientCredentials(f"{handle.issuer_uri}/token", who, f"{who}-secret-perf", scope="catalog")
-            for who in ("etl", "reader")
-        }
-        self.catalogs = {
-            who: rest_catalog(f"perf-{who}", handle.uri, src, warehouse=handle.warehouse)
-            for who, src in self.ids.items()
-        }
+        super().__init__(handle, POLICY.secrets("etl", "reader"), prefix="perf")
 
     def signed(self, who: str, name: str) -> Any:
         return load_table(

@@ -20,8 +20,7 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobClient
 
-from lakesession.catalog import rest_catalog
-from lakesession.catalog._tables import create_table, load_table
+from lakesession.catalog._tables import create_table
 from lakesession.credentials import (
     REVOKED,
     CredentialsError,
@@ -29,30 +28,20 @@ from lakesession.credentials import (
     CredentialStore,
     VendedFileIO,
 )
-from lakesession.identity import ClientCredentials
 from lakesession.reference.cloudvending import AdlsSettings, AdlsVendor
 from tests._azurite import Azurite, azurite
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
+from tests.factories import Lake as SharedLake
 
 pytestmark = pytest.mark.slow  # Azurite start, waits across SAS lifetimes
 TTL = 6
 POLICY = shop_policy("xyz")
 
 
-class Lake:
+class Lake(SharedLake):
     def __init__(self, handle: Any, az: Azurite):
-        self.handle, self.az = handle, az
-        self.ids = {
-            who: ClientCredentials(f"{handle.issuer_uri}/token", who, f"{who}-secret-xyz", scope="catalog")
-            for who in ("etl", "reader")
-        }
-        self.catalogs = {
-            who: rest_catalog(f"adls-{who}", handle.uri, src, warehouse=handle.warehouse)
-            for who, src in self.ids.items()
-        }
-
-    def load(self, who: str, name: str, store: CredentialStore, **kw: Any) -> Any:
-        return load_table(self.catalogs[who], name, store, self.ids[who].token, self.handle.uri, **kw)
+        super().__init__(handle, POLICY.secrets("etl", "reader"), prefix="adls")
+        self.az = az
 
     def sas_of(self, store: CredentialStore, table: str) -> str:
         (cred,) = store.entry(table).credentials

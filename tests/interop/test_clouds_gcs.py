@@ -15,33 +15,22 @@ from typing import Any
 import httpx
 import pytest
 
-from lakesession.catalog import rest_catalog
-from lakesession.catalog._tables import create_table, load_table
+from lakesession.catalog._tables import create_table
 from lakesession.credentials import REVOKED, CredentialsError, CredentialsRevokedError, CredentialStore, VendedFileIO
-from lakesession.identity import ClientCredentials
 from lakesession.reference.gcsvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
 from tests._fakegcs import FakeGcs, fake_gcs
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
+from tests.factories import Lake as SharedLake
 
 pytestmark = pytest.mark.slow  # fake-gcs-server start, waits across token lifetimes
 TTL = 6
 POLICY = shop_policy("xyz")
 
 
-class Lake:
+class Lake(SharedLake):
     def __init__(self, handle: Any, fg: FakeGcs, source: LocalTokenSource):
-        self.handle, self.fg, self.source = handle, fg, source
-        self.ids = {
-            who: ClientCredentials(f"{handle.issuer_uri}/token", who, f"{who}-secret-xyz", scope="catalog")
-            for who in ("etl", "reader")
-        }
-        self.catalogs = {
-            who: rest_catalog(f"gcs-{who}", handle.uri, src, warehouse=handle.warehouse)
-            for who, src in self.ids.items()
-        }
-
-    def load(self, who: str, name: str, store: CredentialStore, **kw: Any) -> Any:
-        return load_table(self.catalogs[who], name, store, self.ids[who].token, self.handle.uri, **kw)
+        super().__init__(handle, POLICY.secrets("etl", "reader"), prefix="gcs")
+        self.fg, self.source = fg, source
 
     def token_of(self, store: CredentialStore, table: str) -> str:
         (cred,) = store.entry(table).credentials
