@@ -69,6 +69,29 @@ def _spec_conformance_at_end(request: pytest.FixtureRequest) -> Iterator[None]:
         assert not errors, "responses violating the Iceberg REST spec:\n" + "\n".join(errors[:20])
 
 
+#: the params of a module's own ``catalog`` fixture that runs its tests on both databases
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)]
+
+
+def catalog_on(
+    backend: str, shared: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[ReferenceCatalog]:
+    """The shared SQLite catalog, or (``postgresql``) one like it on a fresh database of a real PostgreSQL
+    server, its responses recorded for the spec check too: ``yield from`` it in a module's fixture."""
+    if backend == "sqlite":
+        yield shared
+        return
+    from tests._pg import new_database
+
+    with make_catalog(
+        BOOTSTRAP,
+        data_dir=tmp_path_factory.mktemp(f"{name}-pg"),
+        db=new_database(name),
+        wrap_app=getattr(_spec.recorder, "wrap", None),
+    ) as handle:
+        yield handle
+
+
 def rest_catalog(handle: ReferenceCatalog, principal: str, name: str | None = None):  # type: ignore[no-untyped-def]
     """A pyiceberg RestCatalog acting as ``principal`` via client credentials at the issuer."""
     from pyiceberg.catalog.rest import RestCatalog

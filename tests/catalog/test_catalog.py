@@ -14,9 +14,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog
-from tests._pg import new_database
-from tests.conftest import BOOTSTRAP, _spec, bearer, rest_catalog
-from tests.factories import make_catalog
+from tests.conftest import BACKENDS, bearer, catalog_on, rest_catalog
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -30,19 +28,10 @@ def uniq(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=BACKENDS)
 def catalog(request: pytest.FixtureRequest, catalog: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """Every test here runs on the shared SQLite catalog and on one backed by a real PostgreSQL server."""
-    if request.param == "sqlite":
-        yield catalog
-        return
-    with make_catalog(
-        BOOTSTRAP,
-        data_dir=tmp_path_factory.mktemp("catalog-pg"),
-        db=new_database("catalog"),
-        wrap_app=getattr(_spec.recorder, "wrap", None),
-    ) as handle:
-        yield handle
+    yield from catalog_on(request.param, catalog, tmp_path_factory, "catalog")
 
 
 @pytest.fixture(scope="module")

@@ -19,28 +19,17 @@ import pytest
 from sqlalchemy import select, update
 
 from lakesession.reference import ReferenceCatalog, idempotency, store
-from tests._pg import new_database
-from tests.conftest import BOOTSTRAP, _spec, bearer
-from tests.factories import make_catalog
+from tests.conftest import BACKENDS, bearer, catalog_on
 
 P = "/v1/lakesession"
 SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=BACKENDS)
 def catalog(
     request: pytest.FixtureRequest, catalog: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ReferenceCatalog]:
-    if request.param == "sqlite":
-        yield catalog
-        return
-    with make_catalog(
-        BOOTSTRAP,
-        data_dir=tmp_path_factory.mktemp("catalog-idem-pg"),
-        db=new_database("idem"),
-        wrap_app=getattr(_spec.recorder, "wrap", None),
-    ) as handle:
-        yield handle
+    yield from catalog_on(request.param, catalog, tmp_path_factory, "idem")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 
 from lakesession._spark import _classcache
 from lakesession._spark.jars import cache_dir, check_java, java_executable
-from tests.support import run_cold_child
+from tests.support import dump_class_archive, fake_spark_home, run_cold_child
 
 JAVA = java_executable()
 VERSION = check_java()
@@ -29,18 +29,12 @@ def _key_files(root: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def real_dump(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """The bytes of a complete archive, as a JVM writes it at exit."""
-    path = tmp_path_factory.mktemp("dump") / "a.jsa"
-    subprocess.run(
-        [JAVA, f"-XX:ArchiveClassesAtExit={path}", _classcache.QUIET, "-version"], check=True, capture_output=True
-    )
-    return path.read_bytes()
+    return dump_class_archive(tmp_path_factory.mktemp("dump") / "a.jsa")
 
 
 @pytest.fixture()
 def spark_home(tmp_path: Path) -> Path:
-    (tmp_path / "spark" / "jars").mkdir(parents=True)
-    (tmp_path / "spark" / "jars" / "spark-core.jar").write_bytes(b"jar")
-    return tmp_path / "spark"
+    return fake_spark_home(tmp_path)
 
 
 def _plan(cache: Path, home: Path, conf: dict[str, str] | None = None) -> _classcache.Plan:

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from lakesession._spark import jars as J
 from lakesession._spark.jars import check_java, java_executable
 from lakesession._spark.versions import GROUP, maven_artifacts
 from lakesession.errors import JarResolutionError
+from tests.support import dump_class_archive, fake_spark_home
 
 JAVA = java_executable()
 VERSION = check_java()
@@ -40,18 +40,12 @@ def as_another_user(*paths: Path) -> None:
 @pytest.fixture(scope="module")
 def archive_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """A real, mappable archive: what an attacker would plant (its classes are theirs to choose)."""
-    path = tmp_path_factory.mktemp("evil") / "evil.jsa"
-    subprocess.run(
-        [JAVA, f"-XX:ArchiveClassesAtExit={path}", _classcache.QUIET, "-version"], check=True, capture_output=True
-    )
-    return path.read_bytes()
+    return dump_class_archive(tmp_path_factory.mktemp("evil") / "evil.jsa")
 
 
 @pytest.fixture()
 def spark_home(tmp_path: Path) -> Path:
-    (tmp_path / "spark" / "jars").mkdir(parents=True)
-    (tmp_path / "spark" / "jars" / "spark-core.jar").write_bytes(b"jar")
-    return tmp_path / "spark"
+    return fake_spark_home(tmp_path)
 
 
 def plant_archive(cache: Path, spark_home: Path, data: bytes, dir_mode: int) -> tuple[Path, Path]:
