@@ -147,6 +147,26 @@ def make_catalog(
         handle.stop()
 
 
+def seed_tables(handle: Any, bucket: str, tables: Iterable[str], namespace: str = "ns") -> dict[str, str]:
+    """Create ``namespace`` and ``tables`` over real HTTP as ``etl`` and put one data object in each on the
+    S3 emulator (``<prefix>/data/<table>.parquet``); returns table → key prefix inside ``bucket``."""
+    import httpx
+
+    p = f"{handle.uri}/v1/lakesession"
+    etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
+    assert httpx.post(f"{p}/namespaces", json={"namespace": [namespace]}, headers=etl).status_code == 200
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+    loc = {}
+    for t in tables:
+        r = httpx.post(f"{p}/namespaces/{namespace}/tables", json={"name": t, "schema": schema}, headers=etl)
+        assert r.status_code == 200, r.text
+        loc[t] = r.json()["metadata"]["location"].split(f"s3://{bucket}/", 1)[1].rstrip("/")
+    s3 = handle.s3_emulator.client()
+    for t in loc:
+        s3.put_object(Bucket=bucket, Key=f"{loc[t]}/data/{t}.parquet", Body=f"{t} rows".encode())
+    return loc
+
+
 def vended_catalog(handle: Any, name: str, credential: str, **properties: str) -> Any:
     """A plain pyiceberg RestCatalog on ``handle`` logging in with ``credential`` (``who:secret``) at its
     issuer and asking for vended credentials (what pyiceberg users configure)."""

@@ -23,7 +23,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, make_catalog
+from tests.factories import Policy, make_catalog, seed_tables
 
 POLICY = (
     Policy()
@@ -116,17 +116,9 @@ def refused(r: httpx.Response, s3: httpx.Response | None) -> str:
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(POLICY, bucket=BUCKET, data_dir=tmp_path_factory.mktemp("atk-signer")) as handle:
-        etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
-        assert httpx.post(f"{handle.uri}{P}/namespaces", json={"namespace": ["ns"]}, headers=etl).status_code == 200
-        loc = {}
-        for t in ("orders", "orders_archive", "secret"):
-            r = httpx.post(f"{handle.uri}{P}/namespaces/ns/tables", json={"name": t, "schema": SCHEMA}, headers=etl)
-            assert r.status_code == 200, r.text
-            loc[t] = r.json()["metadata"]["location"].split(f"s3://{BUCKET}/", 1)[1].rstrip("/")
+        loc = seed_tables(handle, BUCKET, ("orders", "orders_archive", "secret"))
         emu = handle.s3_emulator
         s3 = emu.client()
-        for t in loc:
-            s3.put_object(Bucket=BUCKET, Key=f"{loc[t]}/data/{t}.parquet", Body=f"{t} rows".encode())
         yield Lake(handle, s3, emu.endpoint, emu.region, loc)
 
 

@@ -23,15 +23,9 @@ from lakesession._background import BackgroundServer, bind
 from lakesession.gateway import Gateway
 from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing, signer_path
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, make_catalog
+from tests.factories import make_catalog, seed_tables
+from tests.security.test_attack_signer import POLICY
 
-POLICY = (
-    Policy()
-    .service("etl", role="eng")
-    .user("mallory", role="r_mallory")
-    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
-    .grant_all("r_mallory", ["TABLE_READ_DATA", "TABLE_WRITE_DATA"], "table ns.orders")
-)
 BUCKET = "gw-signer-bucket"
 P = "/v1/lakesession"
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -74,17 +68,9 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(
         POLICY, bucket=BUCKET, data_dir=tmp_path_factory.mktemp("gw-signer"), wrap_app=calls.wrap
     ) as handle:
-        etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
-        assert httpx.post(f"{handle.uri}{P}/namespaces", json={"namespace": ["ns"]}, headers=etl).status_code == 200
-        loc = {}
-        for t in ("orders", "secret"):
-            r = httpx.post(f"{handle.uri}{P}/namespaces/ns/tables", json={"name": t, "schema": SCHEMA}, headers=etl)
-            assert r.status_code == 200, r.text
-            loc[t] = r.json()["metadata"]["location"].split(f"s3://{BUCKET}/", 1)[1].rstrip("/")
+        loc = seed_tables(handle, BUCKET, ("orders", "secret"))
         emu = handle.s3_emulator
         s3 = emu.client()
-        for t in loc:
-            s3.put_object(Bucket=BUCKET, Key=f"{loc[t]}/data/{t}.parquet", Body=f"{t} rows".encode())
         yield Lake(handle, s3, emu.endpoint, emu.region, loc, calls)
 
 
