@@ -399,9 +399,14 @@ class Notebook:
 def notebook(hub: Hub) -> Iterator[Notebook]:
     """alice logs in, her server spawns, and a kernel there runs ``lakesession.spark()`` and some SQL."""
     _connect_from_hub_environment(hub.catalog)  # fail fast (not after a kernel timeout) if not wired
-    login = _login(hub, "alice", ALICE_SECRET)
+    yield from alice_notebook(hub, _login(hub, "alice", ALICE_SECRET))
+
+
+def alice_notebook(hub: Hub, login: Login) -> Iterator[Notebook]:
+    """With alice logged in: her server spawns and a kernel there runs ``lakesession.spark()`` and some SQL
+    (the login's tokens are collected, to look for them in the logs later); ``yield from`` it in a fixture."""
     hub.secrets.add(login.api_token)
-    hub.auth_state("alice")  # collect the login's tokens (to look for them in the logs later)
+    hub.auth_state("alice")
     _spawn(hub, login, "alice")
     kernel = Kernel(f"{hub.url}/user/alice", login.api_token)
     try:

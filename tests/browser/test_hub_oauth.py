@@ -21,19 +21,16 @@ from tests.browser.test_hub import (
     KERNEL_AFTER_REFRESH,
     KERNEL_REFRESH,
     KERNEL_SCAN,
-    KERNEL_SPARK,
-    KERNEL_START,
     Hub,
     Login,
     Notebook,
-    _spawn,
     _tail,
+    alice_notebook,
     run_hub,
     sha,
 )
 from tests.catalog.test_authcode import form_fields
 from tests.factories import free_port, make_catalog
-from tests.hub.kernel import Kernel
 
 TOKEN_TTL = 20  # seconds: the hub refreshes within half of it, the kernel re-reads 2 s before expiry
 ALICE_SECRET = "alice-oauth-secret-" + secrets.token_hex(8)
@@ -104,20 +101,7 @@ def _oauth_login(hub: Hub, user: str, password: str) -> Login:
 @pytest.fixture(scope="module")
 def oauth_notebook(oauth_hub: Hub) -> Iterator[Notebook]:
     """alice logs in through GenericOAuthenticator, her server spawns, a kernel runs ``lakesession.spark()``."""
-    login = _oauth_login(oauth_hub, "alice", ALICE_SECRET)
-    oauth_hub.secrets.add(login.api_token)
-    oauth_hub.auth_state("alice")
-    _spawn(oauth_hub, login, "alice")
-    kernel = Kernel(f"{oauth_hub.url}/user/alice", login.api_token)
-    try:
-        started = kernel.check(KERNEL_START, timeout=180).json_lines()[-1]
-        oauth_hub.auth_state("alice")
-        since = time.time()
-        done = kernel.check(KERNEL_SPARK, timeout=180).json_lines()[-1]
-        yield Notebook(kernel, login, started, done, since)
-    finally:
-        kernel.close()
-        login.browser.close()
+    yield from alice_notebook(oauth_hub, _oauth_login(oauth_hub, "alice", ALICE_SECRET))
 
 
 @pytest.mark.slow
