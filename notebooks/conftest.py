@@ -1,6 +1,6 @@
 """nbval runs these notebooks; here each is marked slow and, after its last cell, scanned for secrets.
 
-The scan step runs the collector from tests/test_notebook_secrets.py in the notebook's still
+The scan step runs the collector from tests/security/test_notebook_secrets.py in the notebook's still
 running kernel (so the notebooks execute only once), then looks for every secret it found in
 the outputs nbval recorded for that notebook's cells.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_notebook_secrets import COLLECT, output_texts, scan
+from tests.security.test_notebook_secrets import COLLECT, output_texts, scan
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

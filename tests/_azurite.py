@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.factories import free_port, stop_process
+
 AZURITE_VERSION = "3.35.0"
 ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development account key (public, documented by Microsoft; loopback only)
@@ -61,12 +63,6 @@ def azurite_binary() -> Path:
     return binary
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Azurite:
     port: int
@@ -102,7 +98,7 @@ class Azurite:
 def azurite(tmp: Path) -> Iterator[Azurite]:
     """Azurite's blob service on a free loopback port, in memory, until the block ends."""
     binary = azurite_binary()
-    port = _free_port()
+    port = free_port()
     log = open(tmp / "azurite.log", "wb")
     proc = subprocess.Popen(
         [
@@ -134,10 +130,5 @@ def azurite(tmp: Path) -> Iterator[Azurite]:
                 time.sleep(0.2)
         yield Azurite(port)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
         log.close()

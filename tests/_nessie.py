@@ -18,7 +18,6 @@ import hashlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -29,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from lakesession._spark.jars import cache_dir
+from tests.factories import free_port, stop_process
 
 NESSIE_VERSION = "0.99.0"
 JAR_NAME = f"nessie-quarkus-{NESSIE_VERSION}-runner.jar"
@@ -113,12 +113,6 @@ def java_for_nessie() -> str:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def nessie_properties(
     *,
     issuer: str,
@@ -191,7 +185,7 @@ def nessie(
     java = java_for_nessie()
     jar = nessie_jar()
     workdir.mkdir(parents=True, exist_ok=True)
-    port, management = _free_port(), _free_port()
+    port, management = free_port(), free_port()
     _write_properties(
         workdir / "config" / "application.properties",
         {
@@ -230,10 +224,5 @@ def nessie(
             time.sleep(0.5)
         yield handle
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 20)
         log.close()

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.factories import stop_process
+
 VERSION = "1.11.0"
 HERE = Path(__file__).parent / "fixtures" / "restfixture"
 POM = HERE / "pom.xml"
@@ -165,12 +167,7 @@ def restfixture(workdir: Path, *, timeout: float = 90.0, env: dict[str, str] | N
         uri = _wait_ready(proc, log, timeout)
         yield RestFixture(uri=uri, warehouse=warehouse, log=log, requests=requests)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15)
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> str:

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from tests.factories import stop_process
+
 ADMIN_KEY = "lakeadmin"
 ADMIN_SECRET = "lakeadmin-secret-0123456789"  # loopback-only test store
 ROLE_ARN = "arn:aws:iam::000000000000:role/lakesession-vendor"
@@ -102,11 +104,6 @@ def _web_identity(issuers: Sequence[str]) -> tuple[list[dict[str, Any]], dict[st
         "attachedPolicies": ["lake-all"],
     }
     return providers, role
-
-
-def free_port() -> int:
-    """A free loopback port for a server SeaweedFS must know before it starts (a catalog's issuer)."""
-    return _free_ports(1)[0]
 
 
 def _iam_config(oidc_issuers: Sequence[str] = ()) -> dict[str, object]:
@@ -238,10 +235,5 @@ def seaweedfs(
             filer=f"127.0.0.1:{filer}",
         )
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15)
         log.close()

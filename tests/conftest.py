@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference import bootstrap as bootstrap_mod
+from lakesession.reference import ReferenceCatalog
 from tests._matrix import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (the Spark support matrix)
+from tests.factories import Policy, make_catalog
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 # `venv/bin/python -m pytest` without activating the venv (.ci/spark-matrix does so) must still find the
@@ -25,21 +25,16 @@ _bin = os.path.dirname(sys.executable)
 if _bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")
 
-BOOTSTRAP = """
-principals:
-  - {name: etl, type: service, client_id: etl, client_secret: etl-secret-123}
-  - {name: alice, type: user, client_id: alice, client_secret: alice-secret-123}
-  - {name: bob, type: user, client_id: bob, client_secret: bob-secret-123}
-roles:
-  - {name: engineers, members: [etl]}
-  - {name: analysts, members: [alice]}
-grants:
-  - {role: engineers, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-  - {role: analysts, privilege: TABLE_READ_DATA, on: namespace sales}
-  - {role: analysts, privilege: TABLE_LIST, on: namespace sales}
-"""
+BOOTSTRAP = (
+    Policy()
+    .service("etl", "etl-secret-123", role="engineers")
+    .user("alice", "alice-secret-123", role="analysts")
+    .user("bob", "bob-secret-123")
+    .grant("engineers", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant_all("analysts", ["TABLE_READ_DATA", "TABLE_LIST"], "namespace sales")
+)
 
-SECRETS = {"etl": "etl-secret-123", "alice": "alice-secret-123", "bob": "bob-secret-123"}
+SECRETS = BOOTSTRAP.secrets()
 
 
 @dataclass
@@ -61,13 +56,8 @@ def _recorder() -> object | None:
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     _spec.recorder = _recorder()
     wrap = getattr(_spec.recorder, "wrap", None)
-    handle = start(
-        data_dir=tmp_path_factory.mktemp("catalog"),
-        bootstrap=bootstrap_mod.parse(BOOTSTRAP),
-        wrap_app=wrap,
-    )
-    yield handle
-    handle.stop()
+    with make_catalog(BOOTSTRAP, data_dir=tmp_path_factory.mktemp("catalog"), wrap_app=wrap) as handle:
+        yield handle
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,6 +67,29 @@ def _spec_conformance_at_end(request: pytest.FixtureRequest) -> Iterator[None]:
     if rec is not None and getattr(rec, "recorded", 0):
         errors = rec.validate_all()  # type: ignore[attr-defined]
         assert not errors, "responses violating the Iceberg REST spec:\n" + "\n".join(errors[:20])
+
+
+#: the params of a module's own ``catalog`` fixture that runs its tests on both databases
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)]
+
+
+def catalog_on(
+    backend: str, shared: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[ReferenceCatalog]:
+    """The shared SQLite catalog, or (``postgresql``) one like it on a fresh database of a real PostgreSQL
+    server, its responses recorded for the spec check too: ``yield from`` it in a module's fixture."""
+    if backend == "sqlite":
+        yield shared
+        return
+    from tests._pg import new_database
+
+    with make_catalog(
+        BOOTSTRAP,
+        data_dir=tmp_path_factory.mktemp(f"{name}-pg"),
+        db=new_database(name),
+        wrap_app=getattr(_spec.recorder, "wrap", None),
+    ) as handle:
+        yield handle
 
 
 def rest_catalog(handle: ReferenceCatalog, principal: str, name: str | None = None):  # type: ignore[no-untyped-def]

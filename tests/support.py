@@ -132,3 +132,20 @@ def run_module_in_child(module_file: str, expected_passed: int) -> None:
     tail = (done.stdout + done.stderr)[-6000:]
     assert done.returncode == 0, f"{name} failed in a process of its own:\n{tail}"
     assert f"{expected_passed} passed" in tail, tail  # every test ran: none skipped or deselected
+
+
+def dump_class_archive(path: Path) -> bytes:
+    """A real, mappable class-data archive, as a JVM writes it at exit (``java -XX:ArchiveClassesAtExit``)."""
+    from lakesession._spark import _classcache
+    from lakesession._spark.jars import java_executable
+
+    cmd = [java_executable(), f"-XX:ArchiveClassesAtExit={path}", _classcache.QUIET, "-version"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return path.read_bytes()
+
+
+def fake_spark_home(tmp_path: Path) -> Path:
+    """A SPARK_HOME with one jar: what the class cache keys its archive on."""
+    (tmp_path / "spark" / "jars").mkdir(parents=True)
+    (tmp_path / "spark" / "jars" / "spark-core.jar").write_bytes(b"jar")
+    return tmp_path / "spark"

@@ -2,7 +2,7 @@
 
 One Python process serves on one core at most (the GIL), and a commit's work is mostly Python.
 With PostgreSQL as the store, processes share everything durable exactly as replicas do
-(``tests/test_replicas.py``): the database (tables, grants, audit, refresh tokens, the optimistic
+(``tests/catalog/test_replicas.py``): the database (tables, grants, audit, refresh tokens, the optimistic
 commit check) and the data directory (issuer key, admin secret). The parent prepares all of that
 once (migrations, admin principal, bootstrap, the S3 emulator if any), then starts the workers
 (spawned, not forked: the parent has threads) and restarts any that dies.

@@ -1,4 +1,4 @@
-"""JupyterHub configuration of tests/test_hub.py: a real hub on loopback, logged in through the
+"""JupyterHub configuration of tests/browser/test_hub.py: a real hub on loopback, logged in through the
 reference catalog's embedded issuer (device grant), spawning local single-user servers.
 
 Parameters come from ``LAKESESSION_TEST_HUB_*`` variables set by the test (ports, paths, URLs)."""

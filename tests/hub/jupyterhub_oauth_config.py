@@ -1,4 +1,4 @@
-"""JupyterHub configuration of tests/test_hub_oauth.py: the hub of ``jupyterhub_config.py`` (same proxy,
+"""JupyterHub configuration of tests/browser/test_hub_oauth.py: the hub of ``jupyterhub_config.py`` (same proxy,
 spawner, test service and lakesession hooks), logging in through oauthenticator's ``GenericOAuthenticator``
 (authorization code + PKCE) at the reference catalog's embedded issuer instead of the device grant."""
 

@@ -7,7 +7,7 @@ Concurrent starts against one PostgreSQL database serialise on an advisory lock.
 
 A change to a table definition (``store.py``, ``idp/_state.py``) needs a new revision in
 ``versions/`` (``alembic -c lakesession/reference/migrations/alembic.ini revision -m "…"``, or copy
-the baseline's shape) and set ``HEAD`` to it; ``tests/test_migrations.py`` fails while models and
+the baseline's shape) and set ``HEAD`` to it; ``tests/catalog/test_migrations.py`` fails while models and
 migrations differ, or while ``HEAD`` is not Alembic's head.
 
 A database already at ``HEAD`` (every start but the first) is recognised by one ``SELECT`` on the

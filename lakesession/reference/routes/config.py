@@ -18,7 +18,7 @@ router = APIRouter()
 IDEMPOTENCY_LIFETIME = "PT30M"  # idempotency.LIFETIME (a test keeps them equal; that module imports more)
 
 #: ``METHOD /v1/{prefix}/...`` of every catalog route, as ``/v1/config`` advertises them; known without
-#: importing the routers. ``tests/test_embedded_start.py`` checks it equals ``app.implemented_endpoints()``.
+#: importing the routers. ``tests/client/test_embedded_start.py`` checks it equals ``app.implemented_endpoints()``.
 CATALOG_ENDPOINTS = (
     "GET /v1/{prefix}/lakesession/location-credentials",
     "GET /v1/{prefix}/lakesession/locations",

@@ -1,5 +1,5 @@
 """ls_idp_redirect_uris and ls_idp_auth_codes: the embedded issuer's authorization code flow (hublogin branch,
-``idp/_authcode.py``; add its ``metadata`` to ``MODELS`` in tests/test_migrations.py).
+``idp/_authcode.py``; add its ``metadata`` to ``MODELS`` in tests/catalog/test_migrations.py).
 
 Revision ID: 0002
 Revises: 0001

@@ -1,0 +1,135 @@
+"""Cluster mode: a Spark standalone master + worker (separate JVMs); executors read and write S3
+through vended credentials and refresh them through the driver's gateway.
+
+Runs the driver in a child process: the suite's shared SparkSession is local and a process can
+hold only one SparkContext.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.factories import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+SPARK_CLASS = Path(__import__("pyspark").__file__).parent / "bin" / "spark-class"
+
+DRIVER = textwrap.dedent("""
+    import json, sys, time
+    import lakesession
+    master, data_dir = sys.argv[1], sys.argv[2]
+    s = lakesession.connect(data_dir=data_dir, credential_ttl=6, master=master,
+                            spark_conf={"spark.ui.enabled": "false", "spark.executor.cores": "1",
+                                        "spark.cores.max": "1", "spark.sql.shuffle.partitions": "2"})
+    spark = s.spark()
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.cl")
+    spark.sql("CREATE TABLE lake.cl.t (id BIGINT, v STRING) USING iceberg")
+    spark.sql("INSERT INTO lake.cl.t SELECT id, CAST(id AS STRING) FROM range(0, 20000)")
+    started = time.time()
+    counts = []
+    while time.time() - started < 7:  # more than one TTL
+        counts.append(spark.sql("SELECT count(*) FROM lake.cl.t WHERE id % 3 = 0").collect()[0][0])
+        spark.sql("INSERT INTO lake.cl.t VALUES (100000, 'late')")
+    # one query longer than two TTLs: its later tasks open files with credentials the executor
+    # JVM must have refreshed itself (the driver's copy from planning has expired by then)
+    spark.sql("CREATE TABLE lake.cl.files (id BIGINT) USING iceberg")
+    for i in range(8):
+        spark.sql(f"INSERT INTO lake.cl.files SELECT id FROM range({i * 1000}, {(i + 1) * 1000})")
+    spark.udf.register("sleepy", lambda x: (time.sleep(2) if x % 1000 == 0 else None) or True, "boolean")
+    t0 = time.time()
+    slow = spark.sql("SELECT count(*) FROM lake.cl.files WHERE sleepy(id)").collect()[0][0]
+    slow_seconds = time.time() - t0
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    refreshes = [r for r in s.access_log.records() if r.action == "refresh_credentials"]
+    print(json.dumps({"counts": counts, "executors": executors, "refreshes": len(refreshes), "slow": slow,
+                      "slow_seconds": slow_seconds,
+                      "location": s.table("cl.t").location(),
+                      "rows": spark.sql("SELECT count(*) FROM lake.cl.t").collect()[0][0]}))
+    s.close()
+""")
+
+
+def wait_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"port {port} never opened")
+
+
+def test_executors_use_and_refresh_vended_credentials(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(tmp_path / "work"), PYSPARK_PYTHON=sys.executable)
+    port = free_port()
+    master = subprocess.Popen(
+        [
+            str(SPARK_CLASS),
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(free_port()),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    worker = None
+    try:
+        wait_port(port)
+        worker = subprocess.Popen(
+            [
+                str(SPARK_CLASS),
+                "org.apache.spark.deploy.worker.Worker",
+                f"spark://127.0.0.1:{port}",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+                "--host",
+                "127.0.0.1",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(3)
+        out = subprocess.run(
+            [sys.executable, "-c", DRIVER, f"spark://127.0.0.1:{port}", str(tmp_path / "data")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        assert out.returncode == 0, out.stderr[-4000:]
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        for proc in (worker, master):
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    assert result["executors"] == 1
+    assert result["location"].startswith("s3://")
+    assert result["counts"] and result["counts"][0] == 6667
+    assert result["counts"] == sorted(result["counts"])  # each pass saw the rows written before it
+    assert result["slow"] == 8000 and result["slow_seconds"] > 2 * 6  # outlived two TTLs inside one query
+    assert result["refreshes"] > 0  # executor JVMs asked the gateway for fresh credentials

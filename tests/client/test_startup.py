@@ -1,0 +1,54 @@
+"""Start-up order on a cold JVM: what ``lakesession.spark()`` has done before the first query.
+
+Spark 3.5's first query (even ``SELECT 1``) loads the default catalog, so lakesession starts the
+embedded catalog alongside the JVM and loads the catalog on a JVM thread of its own while the user's
+first query is parsed; Spark 4's first query does not, so nothing catalog-side competes with it.
+Each run is a fresh Python process (a cold JVM), as a notebook's first cell is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support import run_cold_child
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+CHILD = """
+import json, sys, time
+import pyspark
+import lakesession
+from lakesession.gateway._app import GatewayApp
+
+asked = []
+early = GatewayApp._early
+GatewayApp._early = lambda self, method, path, headers: asked.append(path) or early(self, method, path, headers)
+major = int(pyspark.__version__.split(".")[0])
+spark = lakesession.spark(data_dir=sys.argv[1], spark_conf={"spark.ui.enabled": "false"})
+deadline = time.monotonic() + 90
+while "/v1/config" not in asked and time.monotonic() < deadline and major < 4:
+    time.sleep(0.1)
+if major >= 4:
+    time.sleep(3)  # long enough for a preload to have asked (it asks within a second or two of the JVM's start)
+before_query = list(asked)
+assert spark.sql("SELECT 1").collect()[0][0] == 1
+after_select = list(asked)
+spark.sql("SHOW NAMESPACES IN lake").collect()
+print(json.dumps({"version": pyspark.__version__, "before_query": before_query, "after_select": after_select,
+                  "after_catalog_query": list(asked)}))
+"""
+
+
+def test_catalog_is_loaded_before_the_first_query_only_where_that_query_needs_it(tmp_path: Path) -> None:
+    from lakesession._sparkbind import first_query_loads_catalog
+
+    result, _ = run_cold_child(CHILD, tmp_path)
+    config = "/v1/config"
+    if first_query_loads_catalog(result["version"]):  # Spark 3.5: loaded (preloaded) before any query
+        assert config in result["before_query"], result
+    else:  # Spark 4: SELECT 1 needs no catalog, and nothing loaded it meanwhile
+        assert config not in result["after_select"], result
+    assert config in result["after_catalog_query"]
+    assert any(p.endswith("/namespaces") for p in result["after_catalog_query"]), result

@@ -1,0 +1,171 @@
+"""Every script in benchmarks/ runs, at tiny sizes, and prints its figures: none breaks unnoticed.
+
+One line of ``SMOKES`` per script: its arguments (tiny sizes), regular expressions its output must
+match (the figures, not the verdicts: a tiny run on a busy machine may miss a target), the exit
+statuses accepted (some exit 1 when a target is missed) and its cost (``slow``: > 5 s; ``spark``: it
+starts a JVM). ``test_every_benchmark_has_a_smoke_run`` fails for a script without a line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+NUM = r"\d[\d,]*(?:\.\d+)?"
+
+
+@dataclass(frozen=True)
+class Smoke:
+    script: str
+    args: tuple[str, ...]
+    figures: tuple[str, ...]  # each must match somewhere in stdout
+    slow: bool = True
+    spark: bool = False
+    exits: tuple[int, ...] = (0,)
+    timeout: float = 900
+    spark_line: str | None = None  # only under this Spark line (e.g. Comet: 4.1 only on Maven Central)
+
+
+SMOKES = [
+    Smoke(
+        "catalog_load.py",
+        ("--requests", "40", "--clients", "4", "--warmup", "5", "--creates", "10", "--snapshots", "2"),
+        (
+            rf"loadTable\s+1\s+40\s+{NUM}\s+{NUM}\s+{NUM}",
+            r"loadTable\s+4\s+32\s",
+            r"createTable\s+1 client: 10 creates",
+        ),
+        exits=(0, 1),
+    ),
+    Smoke(
+        "catalog_peers.py",
+        (
+            "--requests",
+            "40",
+            "--clients",
+            "4",
+            "--warmup",
+            "5",
+            "--warm-requests",
+            "40",
+            "--committers",
+            "3",
+            "--commits",
+            "4",
+        ),
+        (
+            rf"loadTable p99 ms, 1 client\s+{NUM}\s+{NUM}\s+{NUM}",
+            rf"loadTable req/s, 4 clients\s+{NUM}\s+{NUM}\s+{NUM}",
+            rf"commit p50 ms, 3 writers one table\s+{NUM}\s+{NUM}\s+{NUM}",
+            r"targets: req/s ratio at 4 clients",
+        ),
+    ),
+    Smoke(
+        "comet_scan.py",
+        ("--rows", "20000", "--repeat", "1"),
+        (rf"q1: Comet native {NUM} s, Spark JVM {NUM} s, ratio {NUM}", rf"geometric mean ratio: {NUM}"),
+        spark=True,
+        spark_line="4.1",
+    ),
+    Smoke(
+        "embedded_start.py",
+        ("--runs", "1"),
+        (rf"CPU-s\s+median {NUM}", rf"wall s median {NUM}", r"load average at the end"),
+    ),
+    Smoke(
+        "fresh_credentials.py",
+        ("--ttl", "12", "--ttls", "0.5", "--tables", "1"),
+        (rf"upstream credential refreshes per TTL per table: {NUM}", rf"STS calls per 1,000 loads: {NUM}"),
+        spark=True,
+    ),
+    Smoke("gateway_start.py", ("--runs", "1"), (rf'"import_ms": {NUM}', rf'"first_answer_ms": {NUM}'), slow=False),
+    Smoke(
+        "load.py",
+        ("--seconds", "6", "--processes", "2", "--threads", "2", "--tables", "2", "--idle", "3"),
+        (rf"loadTable\s+\d+\s+{NUM}\s+{NUM}", rf"STS calls per 1,000 credential loads: {NUM}", r"audit: \d+ of \d+"),
+        exits=(0, 1),
+    ),
+    Smoke(
+        "refresh.py",
+        ("--seconds", "2", "--threads", "4", "--ttl", "1"),
+        (rf"{NUM} refreshes over {NUM} lifetimes = {NUM} per expiry",),
+    ),
+    Smoke(
+        "session_phases.py",
+        ("--runs", "1", "--python", sys.executable),
+        (r"Spark \S+ .*median of 1 cold run", rf"{NUM}\s+\(\s*{NUM} CPU-s\)", r"load average at the end"),
+        spark=True,
+    ),
+    Smoke(
+        "session_start.py",
+        ("--runs", "1", "--python", sys.executable),
+        (rf"ratio lakesession/plain = {NUM}", rf"class cache off: {NUM}"),
+        spark=True,
+    ),
+    Smoke(
+        "spark_read.py",
+        ("--mb", "4", "--runs", "1"),
+        (rf"ratio vended/standing throughput = {NUM}", rf"remote signing {NUM}s"),
+        spark=True,
+    ),
+    Smoke(
+        "vending.py",
+        ("--snapshots", "200", "--loads", "40", "--read-mb", "2", "--read-rounds", "1"),
+        (
+            rf"vending cache hit\s+{NUM}\s+vending cache miss \(STS\)\s+{NUM}",
+            rf"ratio /credentials ÷ loadTable = 1/{NUM}",
+            r"STS calls per 1,000 loads of one table by one principal: \d+",
+            rf"ratio remote signing / vended, same IO stack \(fsspec\) = {NUM}",
+        ),
+    ),
+]
+
+
+def run_benchmark(script: str, *args: str, timeout: float = 900, cwd: Path | None = None) -> tuple[int, str]:
+    """``python benchmarks/SCRIPT ARGS`` from this tree; (exit status, stdout + stderr)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd or ROOT,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _param(s: Smoke) -> object:
+    marks = [pytest.mark.slow] if s.slow or s.spark else []
+    if s.spark:
+        marks.append(pytest.mark.spark)
+    if s.spark_line is not None:
+        import pyspark
+
+        line = ".".join(pyspark.__version__.split(".")[:2])
+        marks.append(pytest.mark.skipif(line != s.spark_line, reason=f"{s.script} needs Spark {s.spark_line}"))
+    return pytest.param(s, id=s.script.removesuffix(".py"), marks=marks)
+
+
+def test_every_benchmark_has_a_smoke_run() -> None:
+    scripts = {p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")}
+    covered = {s.script for s in SMOKES}
+    assert scripts - covered == set(), "add a Smoke(...) line for each new benchmark script"
+    assert covered - scripts == set(), "a Smoke line names a script that is gone"
+
+
+@pytest.mark.parametrize("smoke", [_param(s) for s in SMOKES])
+def test_benchmark_prints_its_figures(smoke: Smoke, tmp_path: Path) -> None:
+    code, out = run_benchmark(smoke.script, *smoke.args, timeout=smoke.timeout, cwd=tmp_path)
+    assert code in smoke.exits, f"{smoke.script} exited {code}:\n{out[-4000:]}"
+    assert "Traceback" not in out, out[-4000:]
+    missing = [f for f in smoke.figures if not re.search(f, out)]
+    assert not missing, f"{smoke.script} did not print {missing}:\n{out[-4000:]}"
