@@ -7,7 +7,8 @@ ever contains a token, refresh token, client secret, storage key or device code.
 ```
 LakesessionError
 ├── ConfigError (ValueError)              a configuration mistake: bad value, undefined catalog, unreadable file
-│   └── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
+│   ├── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
+│   └── UnknownWarmupError                a start-up warm-up name that does not exist: lists the valid ones
 ├── SessionError                          the Session itself
 │   ├── SessionClosedError                the Session was closed (or replaced): use the new one
 │   └── NoSessionError                    the notebook has no session yet: log in first
@@ -58,6 +59,7 @@ __all__ = [
     "StorageAccessError",
     "TokenRefreshError",
     "UnknownOptionError",
+    "UnknownWarmupError",
     "ViewChainError",
 ]
 
@@ -82,6 +84,10 @@ class ConfigError(LakesessionError, ValueError):
 
 class UnknownOptionError(ConfigError, TypeError):
     """An option nothing in lakesession knows (``TypeError`` like an unexpected keyword argument)."""
+
+
+class UnknownWarmupError(ConfigError):
+    """A warm-up name (``warmups=`` / ``LAKESESSION_WARMUPS``) that is not one of ``lakesession._spark._plan.WARMUPS``."""
 
 
 # -- the session ----------------------------------------------------------------------------------------------

@@ -1,0 +1,190 @@
+"""One progress line instead of Ivy's resolution report when the Spark launcher resolves ``spark.jars.packages``.
+
+spark-submit resolves Maven packages with Ivy before the driver JVM starts and prints Ivy's whole
+report (``:: loading settings``, every ``found``/``downloading`` line, the module table) on its
+stderr — into a newcomer's notebook. ``launch_gateway`` starts that JVM with its stderr on a pipe
+read by a thread: Ivy's lines become one line (``lakesession: resolving 4 Spark packages …``,
+updated in place where the output shows ``\\r``), and go to this module's logger at DEBUG; every
+other line (Spark's own warnings, a JVM crash) is written on unchanged. A resolution that fails
+becomes one ``JarResolutionError`` naming the artifact. ``LAKESESSION_JARS_VERBOSE=1`` (or the
+``lakesession`` logger at DEBUG) shows the report as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from .versions import JarResolutionError
+
+logger = logging.getLogger(__name__)
+
+VERBOSE_ENV = "LAKESESSION_JARS_VERBOSE"
+_START = re.compile(r"^(:: loading settings ::|Ivy Default Cache set to:)")
+_FOUND = re.compile(r"^\s+found (\S+?);(\S+) in ")
+_DONE_ARTIFACT = re.compile(r"^\s+\[SUCCESSFUL \] (\S+?);")
+_RETRIEVED = re.compile(r"^\s+(\d+) artifacts copied, (\d+) already retrieved \((\d+)kB/")
+_NOT_FOUND = re.compile(r"^\s+:: (\S+;\S+): not found")
+_UNRESOLVED = re.compile(r"unresolved dependency: ([^:\]]+): ([^\]]+)")
+_SERVER_ERROR = re.compile(r"^\s*Server access error at url (\S+)")
+
+
+def verbose() -> bool:
+    """Whether the user asked for Ivy's full report."""
+    asked = os.environ.get(VERBOSE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return asked or logging.getLogger("lakesession").isEnabledFor(logging.DEBUG)
+
+
+def _to_stderr(line: str) -> None:
+    """Where the JVM's line would have gone had it inherited this process's stderr."""
+    os.write(2, line.encode(errors="replace"))
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+class IvyFilter:
+    """Turns the launcher's stderr into one progress line plus everything that is not Ivy's report.
+
+    ``feed`` takes one line at a time (the thread in ``launch_gateway`` calls it; tests may directly).
+    """
+
+    def __init__(
+        self,
+        packages: list[str],
+        *,
+        out: TextIO | None = None,
+        forward: Callable[[str], None] | None = None,
+        cache: Path | None = None,
+    ) -> None:
+        self.packages = packages
+        self._out = out if out is not None else sys.stderr
+        self._forward = forward or _to_stderr
+        self._cache = cache  # Ivy's cache: its size is the "MB so far"
+        self._in_place = bool(getattr(self._out, "isatty", lambda: False)()) or "ipykernel" in sys.modules
+        self.phase = "before"  # before | ivy | failed | after
+        self.found = 0
+        self.downloaded = 0
+        self.unresolved: list[str] = []
+        self.unreachable: list[str] = []
+        self.started = 0.0
+        self._shown = ""
+
+    def feed(self, line: str) -> None:
+        """One line of the launcher's stderr (with its newline)."""
+        if self.phase == "before" and _START.match(line):
+            self.phase, self.started = "ivy", time.monotonic()
+            self._show()
+        if self.phase == "failed":  # the launcher exits; ``failure()`` says it in one line
+            logger.debug("ivy: %s", line.rstrip())
+            return
+        if self.phase != "ivy":
+            self._forward(line)
+            return
+        logger.debug("ivy: %s", line.rstrip())
+        if m := _FOUND.match(line):
+            self.found += 1
+            self._show()
+        elif _DONE_ARTIFACT.match(line):
+            self.downloaded += 1
+            self._show()
+        elif m := _NOT_FOUND.match(line):
+            self.unresolved.append(m.group(1))
+        elif m := _SERVER_ERROR.match(line):
+            self.unreachable.append(m.group(1))
+        elif m := _UNRESOLVED.search(line):
+            if m.group(1) not in self.unresolved:
+                self.unresolved.append(m.group(1))
+            self.phase = "failed"
+            self._end("failed")
+        elif m := _RETRIEVED.match(line):
+            self.phase = "after"
+            self._end(f"done: {int(m.group(1)) + int(m.group(2))} jars ({_mb(int(m.group(3)) * 1000)} copied)")
+
+    def _progress(self) -> str:
+        names = ", ".join(p.split(":")[1] for p in self.packages[:2]) + (" …" if len(self.packages) > 2 else "")
+        text = f"lakesession: resolving {len(self.packages)} Spark package(s) ({names}): {self.found} modules found"
+        if self.downloaded:
+            text += f", {self.downloaded} downloaded"
+            size = self._cache_size()
+            if size:
+                text += f" ({_mb(size)} so far)"
+        return text
+
+    def _cache_size(self) -> int:
+        if self._cache is None:
+            return 0
+        try:
+            return sum(f.stat().st_size for f in self._cache.rglob("*.jar"))
+        except OSError:
+            return 0
+
+    def _show(self) -> None:
+        text = self._progress()
+        if self._in_place:
+            pad = " " * max(0, len(self._shown) - len(text))
+            self._out.write(f"\r{text}{pad}")
+            self._out.flush()
+        elif not self._shown:  # a log file or a pipe: the first line, then the last
+            self._out.write(text + "\n")
+        self._shown = text
+
+    def _end(self, outcome: str) -> None:
+        took = time.monotonic() - self.started
+        text = f"{self._progress()} — {outcome} in {took:.0f} s"
+        self._out.write(f"\r{text}\n" if self._in_place else text + "\n")
+        self._out.flush()
+
+    def failure(self) -> JarResolutionError | None:
+        """The one error to raise if Ivy could not resolve the packages (None when it did)."""
+        if not self.unresolved:
+            return None
+        what = ", ".join(self.unresolved)
+        hosts = sorted({re.sub(r"^(\w+://[^/]+).*", r"\1", u) for u in self.unreachable})
+        why = f" (could not reach {', '.join(hosts)}: no network?)" if hosts else " (not found in Maven Central)"
+        return JarResolutionError(
+            f"Spark could not resolve {what}{why}. Fix: check the network (or a proxy) and the coordinates in "
+            f"spark.jars.packages, use jars='offline' (Spark 3.5) or jars=[paths]; {VERBOSE_ENV}=1 shows Ivy's report"
+        )
+
+    def pump(self, fd: int) -> None:
+        """Read ``fd`` to its end (the JVM's exit), feeding each line."""
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace", newline="") as stream:
+            for line in stream:
+                try:
+                    self.feed(line)
+                except Exception:  # never lose the JVM's output to a bug here
+                    self._forward(line)
+
+
+def launch_gateway(options: Mapping[str, str], packages: list[str], cache: Path | None) -> Any:
+    """pyspark's ``launch_gateway`` for ``options`` with Ivy's report turned into one progress line."""
+    from pyspark import SparkConf
+    from pyspark.java_gateway import launch_gateway as launch
+
+    conf = SparkConf(loadDefaults=False)
+    for key, value in options.items():
+        conf.set(key, value)
+    read, write = os.pipe()  # read from before the launch: a full pipe would stall the JVM (and the launch)
+    filt = IvyFilter(packages, cache=cache)
+    reader = threading.Thread(target=filt.pump, args=(read,), name="lakesession-ivy-progress", daemon=True)
+    reader.start()
+    try:
+        gateway = launch(conf, popen_kwargs={"stderr": write})
+    except Exception:
+        os.close(write)
+        reader.join(timeout=10)  # the launcher exited: its last lines are in the pipe
+        error = filt.failure()
+        if error is not None:
+            raise error from None
+        raise  # not Ivy's failure: pyspark's own error, the JVM's output above it
+    os.close(write)  # the JVM holds its own copy until it exits
+    return gateway
