@@ -42,9 +42,12 @@ def verbose() -> bool:
     return asked or logging.getLogger("lakesession").isEnabledFor(logging.DEBUG)
 
 
-def _to_stderr(line: str) -> None:
-    """Where the JVM's line would have gone had it inherited this process's stderr."""
-    os.write(2, line.encode(errors="replace"))
+def _write(fd: int, line: str) -> None:
+    """Where the JVM's line would have gone had it inherited this process's stdout (1) or stderr (2)."""
+    try:
+        os.write(fd, line.encode(errors="replace"))
+    except OSError:  # a closed stdout/stderr: the line is lost, but the pipe keeps being read (the JVM never stalls)
+        pass
 
 
 def _mb(n: int) -> str:
@@ -62,14 +65,16 @@ class IvyFilter:
         packages: list[str],
         *,
         out: TextIO | None = None,
-        forward: Callable[[str], None] | None = None,
         cache: Path | None = None,
     ) -> None:
         self.packages = packages
         self._out = out if out is not None else sys.stderr
-        self._forward = forward or _to_stderr
+        self._lock = threading.Lock()  # stdout and stderr are read by a thread each
         self._cache = cache  # Ivy's cache: its size is the "MB so far"
-        self._in_place = bool(getattr(self._out, "isatty", lambda: False)()) or "ipykernel" in sys.modules
+        # a terminal, or a notebook (ipykernel's stream renders "\r"): one line updated in place
+        self._in_place = bool(getattr(self._out, "isatty", lambda: False)()) or type(self._out).__module__.startswith(
+            "ipykernel"
+        )
         self.phase = "before"  # before | ivy | failed | after
         self.found = 0
         self.downloaded = 0
@@ -78,8 +83,12 @@ class IvyFilter:
         self.started = 0.0
         self._shown = ""
 
-    def feed(self, line: str) -> None:
-        """One line of the launcher's stderr (with its newline)."""
+    def feed(self, line: str, forward: Callable[[str], None] = lambda line: _write(2, line)) -> None:
+        """One line of the launcher's output (with its newline); ``forward`` writes on what is not Ivy's."""
+        with self._lock:
+            self._feed(line, forward)
+
+    def _feed(self, line: str, forward: Callable[[str], None]) -> None:
         if self.phase == "before" and _START.match(line):
             self.phase, self.started = "ivy", time.monotonic()
             self._show()
@@ -87,7 +96,7 @@ class IvyFilter:
             logger.debug("ivy: %s", line.rstrip())
             return
         if self.phase != "ivy":
-            self._forward(line)
+            forward(line)
             return
         logger.debug("ivy: %s", line.rstrip())
         if m := _FOUND.match(line):
@@ -155,14 +164,18 @@ class IvyFilter:
             f"spark.jars.packages, use jars='offline' (Spark 3.5) or jars=[paths]; {VERBOSE_ENV}=1 shows Ivy's report"
         )
 
-    def pump(self, fd: int) -> None:
-        """Read ``fd`` to its end (the JVM's exit), feeding each line."""
+    def pump(self, fd: int, to: int) -> None:
+        """Read ``fd`` to its end (the JVM's exit), feeding each line; what is not Ivy's goes to fd ``to``."""
+
+        def forward(line: str) -> None:
+            _write(to, line)
+
         with os.fdopen(fd, "r", encoding="utf-8", errors="replace", newline="") as stream:
             for line in stream:
                 try:
-                    self.feed(line)
+                    self.feed(line, forward)
                 except Exception:  # never lose the JVM's output to a bug here
-                    self._forward(line)
+                    forward(line)
 
 
 def launch_gateway(options: Mapping[str, str], packages: list[str], cache: Path | None) -> Any:
@@ -173,18 +186,25 @@ def launch_gateway(options: Mapping[str, str], packages: list[str], cache: Path 
     conf = SparkConf(loadDefaults=False)
     for key, value in options.items():
         conf.set(key, value)
-    read, write = os.pipe()  # read from before the launch: a full pipe would stall the JVM (and the launch)
     filt = IvyFilter(packages, cache=cache)
-    reader = threading.Thread(target=filt.pump, args=(read,), name="lakesession-ivy-progress", daemon=True)
-    reader.start()
+    pipes = {to: os.pipe() for to in (1, 2)}  # Ivy writes on both (pyspark 3.5: ":: loading settings" on stdout)
+    readers = [
+        threading.Thread(target=filt.pump, args=(read, to), name=f"lakesession-ivy-progress-{to}", daemon=True)
+        for to, (read, _) in pipes.items()
+    ]
+    for reader in readers:  # reading from before the launch: a full pipe would stall the JVM (and the launch)
+        reader.start()
     try:
-        gateway = launch(conf, popen_kwargs={"stderr": write})
+        gateway = launch(conf, popen_kwargs={"stdout": pipes[1][1], "stderr": pipes[2][1]})
     except Exception:
-        os.close(write)
-        reader.join(timeout=10)  # the launcher exited: its last lines are in the pipe
+        for _, write in pipes.values():
+            os.close(write)
+        for reader in readers:
+            reader.join(timeout=10)  # the launcher exited: its last lines are in the pipes
         error = filt.failure()
         if error is not None:
             raise error from None
         raise  # not Ivy's failure: pyspark's own error, the JVM's output above it
-    os.close(write)  # the JVM holds its own copy until it exits
+    for _, write in pipes.values():
+        os.close(write)  # the JVM holds its own copies until it exits
     return gateway

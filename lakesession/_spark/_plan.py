@@ -23,14 +23,13 @@ import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UnknownWarmupError
+from . import _denials
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from ..session import Session
 
 __all__ = ["WARMUPS", "WARMUPS_ENV", "StartPlan", "resolve_warmups"]
 
@@ -64,6 +63,24 @@ def resolve_warmups(value: str | Sequence[str] | None) -> frozenset[str]:
     return frozenset(names)
 
 
+class Session(_denials.Session, Protocol):
+    """What a plan reads and sets on ``lakesession.session.Session`` (not imported: it imports this)."""
+
+    catalog_name: str
+    warehouse: str | None
+    access: str
+    warmups: frozenset[str]
+    _gateway: Any  # lakesession.gateway.Gateway | None: set once started
+    _pending: Any  # lakesession.embedded.EmbeddedStart | None
+    _remote: str | None
+    _master: str | None
+    _jars: Any
+    _spark_conf: dict[str, str]
+    _comet: bool
+
+    def _new_gateway(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class StartPlan:
     """How one Session's SparkSession comes up: which way (``mode``), what is still to start, which warm-ups."""
@@ -72,11 +89,14 @@ class StartPlan:
     warmups: frozenset[str]
     start_gateway: bool  # the session has no gateway yet: it starts beside the JVM
     begin_embedded: bool  # an embedded catalog is still to begin
+    embedded_after_jvm: bool = True  # it begins once the JVM is up (``_sparkbind.catalog_can_wait``)
 
     @classmethod
     def for_session(cls, session: Session) -> StartPlan:
         """The plan for ``session`` in this process now (a running SparkContext, Connect, or a launch)."""
         from pyspark import SparkContext
+
+        from .. import _sparkbind
 
         if session._remote is not None:
             mode = "connect"
@@ -84,7 +104,9 @@ class StartPlan:
             mode = "running"
         else:
             mode = "launch"
-        return cls(mode, session.warmups, session._gateway is None, session._pending is not None)
+        pending = session._pending is not None
+        after = _sparkbind.catalog_can_wait(session._remote)
+        return cls(mode, session.warmups, session._gateway is None, pending, after)
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -109,7 +131,7 @@ class StartPlan:
         from .session import catalog_conf
 
         pending = session._pending
-        if pending is not None and self.mode != "launch":
+        if pending is not None and not self.embedded_after_jvm:
             pending.begin()  # no JVM launch here to compete with: the catalog starts at once
         with ThreadPoolExecutor(1, thread_name_prefix="lakesession-gateway") as pool:
             starting = pool.submit(session._new_gateway) if self.start_gateway else None
@@ -141,9 +163,7 @@ class StartPlan:
                 if starting is not None and session._gateway is None:
                     session._gateway = starting.result()
         if self.mode != "connect":  # a job the store refuses is told as one error naming this session's table
-            from ._denials import register
-
-            register(session)
+            _denials.register(session)
         if pending is not None and "embedded" in self.warmups:
             pending.warm_later()
         return spark
