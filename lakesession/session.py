@@ -286,58 +286,10 @@ class Session:
         never loaded into the main catalog, so a direct reference to one (in this query or a
         later one) is still checked as the user alone. Plain ``spark.sql`` keeps INVOKER semantics.
         """
-        from .catalog._chains import _Client
+        from ._spark._viewsql import expanded_sql
 
         spark = self.spark()
-        expansion = self._expand(
-            query,
-            _Client(
-                self.catalog,
-                self.uri,
-                self._catalog_prop("prefix", ""),
-                self._catalog_prop("namespace-separator", "%1F"),
-            ),
-            spark,
-        )
-        return spark.sql(expansion.sql, **kwargs)
-
-    def _catalog_prop(self, key: str, default: str) -> str:
-        return str((getattr(self.catalog, "properties", {}) or {}).get(key, default))
-
-    def _expand(self, query: str, client: Any, spark: SparkSession) -> Any:
-        from . import _sparkbind
-        from .catalog._expand import expand, unquoted
-
-        current = None
-        _sparkbind.activate(spark)  # the catalog API resolves through the thread's active session
-        if spark.catalog.currentCatalog() == self.catalog_name:
-            current = unquoted(spark.catalog.currentDatabase())  # `a.b` for a level containing '.'
-        return expand(
-            query,
-            client=client,
-            catalog_name=self.catalog_name,
-            current_namespace=current,
-            chain_catalog=self._chain_catalog,
-        )
-
-    def _chain_catalog(self, chain: tuple[Any, ...], table: Any) -> str:
-        """The Spark catalog serving ``table`` through view ``chain`` (registered on first use)."""
-        from ._spark.session import catalog_conf
-        from .catalog._chains import encode_referenced_by
-
-        gw = self.gateway
-        route = gw.chains.register(
-            chain, encode_referenced_by(list(chain), self._catalog_prop("namespace-separator", "%1F")), {table}
-        )
-        name = f"{self.catalog_name}__chain_{route.id}"
-        with self._lock:
-            if name not in self._chain_catalogs:
-                spark = self.spark()
-                conf = catalog_conf(name, f"{gw.uri}/chain/{route.id}", gw.secret, self.warehouse, self.access)
-                for key, value in conf.items():
-                    spark.conf.set(key, value)
-                self._chain_catalogs.add(name)
-        return name
+        return spark.sql(expanded_sql(self, spark, query), **kwargs)
 
     def chain(self, name: str | Sequence[str]) -> Any:
         """The view chain behind ``ns.view`` (or a tuple of levels and name) as a tree: object, security
