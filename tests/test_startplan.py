@@ -128,6 +128,21 @@ def test_ivy_report_becomes_one_progress_line_and_the_rest_passes_through() -> N
     assert shown.count("\n") == 2  # not a terminal: the first line and the last, nothing in between
 
 
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_in_a_terminal_the_line_is_updated_in_place() -> None:
+    out = _Terminal()
+    filt = IvyFilter(["org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.10.1", "a:b:1", "c:d:2"], out=out)
+    for line in IVY_REPORT.splitlines(keepends=True):
+        filt.feed(line, lambda _line: None)
+    shown = out.getvalue()
+    assert shown.count("\n") == 1 and shown.count("\r") >= 3  # one line, rewritten per module and download
+    assert "resolving 3 Spark package(s) (iceberg-spark-runtime-4.1_2.13, b …)" in shown
+
+
 def test_a_failed_resolution_is_one_error_naming_the_artifact() -> None:
     out, forwarded = io.StringIO(), []
     filt = IvyFilter(["javax.inject:javax.inject:999"], out=out)
