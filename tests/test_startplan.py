@@ -96,8 +96,11 @@ def test_the_plan_lists_its_steps_and_passes_only_the_warmups_switched_on(monkey
         seen.append(kwargs["warmups"])
         raise _Launched
 
+    from pyspark import SparkContext
+
     monkeypatch.setattr(_sparkbind, "bind", bind)
     monkeypatch.setattr(_sparkbind, "catalog_can_wait", lambda remote: True)
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)  # as in a process where Spark is not running
     session = Session("http://127.0.0.1:9", None, warmups=["embedded"])
     try:
         plan = session.start_plan()
