@@ -146,6 +146,17 @@ def test_in_a_terminal_the_line_is_updated_in_place() -> None:
     assert "resolving 3 Spark package(s) (iceberg-spark-runtime-4.1_2.13, b …)" in shown
 
 
+def test_a_warm_cache_resolution_shows_nothing() -> None:
+    out, forwarded = io.StringIO(), []
+    warm = [
+        line for line in IVY_REPORT.splitlines(keepends=True) if "downloading" not in line and "SUCCESS" not in line
+    ]
+    filt = IvyFilter(["javax.inject:javax.inject:1"], out=out)
+    for line in (w.replace("1 artifacts copied, 0 already", "0 artifacts copied, 1 already") for w in warm):
+        filt.feed(line, forwarded.append)
+    assert out.getvalue() == "" and len(forwarded) == 2 and filt.phase == "after"
+
+
 def test_a_failed_resolution_is_one_error_naming_the_artifact() -> None:
     out, forwarded = io.StringIO(), []
     filt = IvyFilter(["javax.inject:javax.inject:999"], out=out)

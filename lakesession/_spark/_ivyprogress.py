@@ -2,12 +2,13 @@
 
 spark-submit resolves Maven packages with Ivy before the driver JVM starts and prints Ivy's whole
 report (``:: loading settings``, every ``found``/``downloading`` line, the module table) on its
-stderr — into a newcomer's notebook. ``launch_gateway`` starts that JVM with its stderr on a pipe
-read by a thread: Ivy's lines become one line (``lakesession: resolving 4 Spark packages …``,
-updated in place where the output shows ``\\r``), and go to this module's logger at DEBUG; every
-other line (Spark's own warnings, a JVM crash) is written on unchanged. A resolution that fails
-becomes one ``JarResolutionError`` naming the artifact. ``LAKESESSION_JARS_VERBOSE=1`` (or the
-``lakesession`` logger at DEBUG) shows the report as before.
+stdout and stderr — into a newcomer's notebook. ``launch_gateway`` starts that JVM with both on
+pipes, each read by a thread: Ivy's lines become one line (``lakesession: resolving 2 Spark
+packages …``, updated in place where the output renders ``\\r``; none at all when a warm cache
+resolves at once) and go to this module's logger at DEBUG; every other line (Spark's own
+warnings, a JVM crash) is written on unchanged. A resolution that fails becomes one
+``JarResolutionError`` naming the artifact. ``LAKESESSION_JARS_VERBOSE=1`` (or the ``lakesession``
+logger at DEBUG) shows the report as before.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .versions import JarResolutionError
 logger = logging.getLogger(__name__)
 
 VERBOSE_ENV = "LAKESESSION_JARS_VERBOSE"
+QUIET_SECONDS = 2.0  # a resolution that downloads nothing and ends sooner shows no line at all
 _START = re.compile(r"^(:: loading settings ::|Ivy Default Cache set to:)")
 _FOUND = re.compile(r"^\s+found (\S+?);(\S+) in ")
 _DONE_ARTIFACT = re.compile(r"^\s+\[SUCCESSFUL \] (\S+?);")
@@ -78,6 +80,7 @@ class IvyFilter:
         self.phase = "before"  # before | ivy | failed | after
         self.found = 0
         self.downloaded = 0
+        self.downloading = False
         self.unresolved: list[str] = []
         self.unreachable: list[str] = []
         self.started = 0.0
@@ -101,6 +104,9 @@ class IvyFilter:
         logger.debug("ivy: %s", line.rstrip())
         if m := _FOUND.match(line):
             self.found += 1
+            self._show()
+        elif line.startswith("downloading "):
+            self.downloading = True
             self._show()
         elif _DONE_ARTIFACT.match(line):
             self.downloaded += 1
@@ -137,6 +143,8 @@ class IvyFilter:
             return 0
 
     def _show(self) -> None:
+        if not self._shown and not self.downloading and time.monotonic() - self.started < QUIET_SECONDS:
+            return  # a warm Ivy cache resolves in a moment and downloads nothing: nothing to show
         text = self._progress()
         if self._in_place:
             pad = " " * max(0, len(self._shown) - len(text))
@@ -147,6 +155,8 @@ class IvyFilter:
         self._shown = text
 
     def _end(self, outcome: str) -> None:
+        if not self._shown:
+            return  # nothing was shown (a warm cache; a failure is the error's to say)
         took = time.monotonic() - self.started
         text = f"{self._progress()} — {outcome} in {took:.0f} s"
         self._out.write(f"\r{text}\n" if self._in_place else text + "\n")
