@@ -47,13 +47,22 @@ def _environment() -> str:
 
 def _cli() -> str:
     from lakesession.cli import build_parser
+    from lakesession.reference import servecmd
 
     parser = build_parser()
     out = ["```text", parser.format_help().rstrip(), "```"]
+    # commands that parse their own flags: their own parser's help
+    own = {"serve": servecmd.build_parser("lakesession serve")}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                out += [f"\n### `lakesession {name}`\n", "```text", sub.format_help().rstrip(), "```"]
+                shown = own.get(name, sub)
+                out += [f"\n### `lakesession {name}`\n", "```text", shown.format_help().rstrip(), "```"]
+    out += [
+        "\n### `lakesession-catalog`\n",
+        "The same as `lakesession serve`, as its own console script (the container's entry point); "
+        "installed with the full and the catalog distributions.",
+    ]
     return "\n".join(out)
 
 

@@ -3,191 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
-import threading
-from pathlib import Path
-from typing import Any
-
-
-def _default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "lakesession" / "serve"
-
-
-# serve flag (argparse dest) -> (config key path, flag as typed); flags win over env over the config file
-_SERVE_FLAGS = {
-    "host": ("host", "--host"),
-    "port": ("port", "--port"),
-    "workers": ("workers", "--workers"),
-    "warehouse": ("warehouse", "--warehouse"),
-    "db": ("db_url", "--db"),
-    "data_dir": ("data_dir", "--data-dir"),
-    "bootstrap": ("bootstrap", "--bootstrap"),
-    "issuer_url": ("issuer_url", "--issuer-url"),
-    "token_ttl": ("access_token_ttl", "--token-ttl"),
-    "s3_emulator": ("s3_emulator", "--s3-emulator"),
-    "s3_emulator_port": ("s3_emulator_port", "--s3-emulator-port"),
-    "credential_ttl": ("credential_ttl", "--credential-ttl"),
-    "s3_role_arn": ("s3.role_arn", "--s3-role-arn"),
-    "s3_endpoint": ("s3.endpoint", "--s3-endpoint"),
-    "s3_region": ("s3.region", "--s3-region"),
-    "s3_web_identity": ("s3.web_identity", "--s3-web-identity"),
-    "trusted_proxies": ("trusted_proxies", "--trusted-proxies"),
-}
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from sqlalchemy.exc import SQLAlchemyError
+    """The catalog server's command, owned by the server (``lakesession.reference.servecmd``); its flags are there."""
+    from .embedded import require_catalog_server
+    from .errors import CatalogServerMissingError
 
-    from .reference import BootstrapError, start
-    from .reference.serveconfig import ConfigError, adls_settings, gcs_settings, resolve, s3_settings
-    from .reference.workers import Workers, WorkersError, check_workers, freeze_startup_objects
-
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    flags = {key: (flag, getattr(args, dest)) for dest, (key, flag) in _SERVE_FLAGS.items()}
-    if flags["trusted_proxies"][1] is not None:  # a comma-separated list on the command line
-        flags["trusted_proxies"] = (
-            "--trusted-proxies",
-            [p.strip() for p in args.trusted_proxies.split(",") if p.strip()],
-        )
-    if flags["bootstrap"][1] is not None:
-        flags["bootstrap"] = ("--bootstrap", str(args.bootstrap))
-    kwargs: dict[str, Any] = {}
-    resolved = None
-    workers = None
     try:
-        resolved = resolve(args.config, flags=flags)  # everything validated before binding
-        kwargs = resolved.start_kwargs
-        n_workers = kwargs.pop("workers", 1)
-        check_workers(n_workers, kwargs.get("db"))
-        s3_config = kwargs.pop("s3_config", None)
-        if s3_config is not None and not kwargs["s3_emulator"]:
-            kwargs["s3"] = s3_settings(s3_config, kwargs["credential_ttl"] or 3600)
-        if (adls_config := kwargs.pop("adls_config", None)) is not None:
-            kwargs["adls"] = adls_settings(adls_config, kwargs["credential_ttl"] or 3600)
-        if (gcs_config := kwargs.pop("gcs_config", None)) is not None:
-            kwargs["gcs"] = gcs_settings(gcs_config, kwargs["credential_ttl"] or 3600)
-        if kwargs["data_dir"] is None:
-            kwargs["data_dir"] = _default_data_dir()
-        kwargs["s3_emulator_persist"] = True  # a served emulator keeps its objects in the data dir across restarts
-        handle = start(kwargs.pop("warehouse", None), serve=n_workers == 1, **kwargs)
-        if n_workers > 1:
-            handle.services.catalog.engine.dispose()  # the workers open their own connections
-            workers = Workers(handle.settings, handle.data_dir / "issuer-key.json", handle.sock, n_workers)
-            try:
-                workers.start(handle.uri)
-            except RuntimeError as e:
-                workers.stop()
-                handle.stop()
-                print(f"lakesession serve: {e}", file=sys.stderr)
-                return 2
-    except (ConfigError, BootstrapError, WorkersError) as e:
-        print(f"lakesession serve: invalid configuration:\n{e}", file=sys.stderr)
+        require_catalog_server("`lakesession serve`")
+    except CatalogServerMissingError as exc:
+        print(f"lakesession serve: {exc}", file=sys.stderr)
         return 2
-    except ModuleNotFoundError as e:
-        extra = " (pip install 'lakesession[postgres]')" if "psycopg" in str(e) else ""
-        print(f"lakesession serve: the database driver is missing: {e}{extra}", file=sys.stderr)
-        return 2
-    except SQLAlchemyError as e:
-        from .reference.serveconfig import mask_password
+    from .reference.servecmd import main as serve_main
 
-        detail = mask_password(str(getattr(e, "orig", None) or e)).strip().splitlines()
-        print(f"lakesession serve: cannot use the catalog database: {detail[0] if detail else e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        where = f"{kwargs.get('host')}:{kwargs.get('port')}"
-        print(f"lakesession serve: cannot listen on {where}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # refused by the server itself (e.g. a trust rule): name the setting's origin
-        print(f"lakesession serve: {resolved.explain(str(e)) if resolved else e}", file=sys.stderr)
-        return 2
-    freeze_startup_objects()
-    _print_client_settings(handle, workers.pids if workers else None)
-    try:
-        while not stop.wait(0.5):
-            if workers is not None:
-                workers.poll()
-    finally:
-        if workers is not None:
-            workers.stop()
-        handle.stop()
-        print("stopped", flush=True)
-    return 0
-
-
-def _print_client_settings(handle: object, worker_pids: list[int] | None = None) -> None:
-    """Exactly what clients pass: the URI, the warehouse NAME they request (not the storage location), the issuer."""
-    h: Any = handle
-    lines = [
-        ("catalog", h.uri),
-        ("warehouse", h.warehouse),
-        ("issuer", h.issuer_uri),
-    ]
-    if h.settings.uses_embedded_issuer:
-        lines.append(("token endpoint", h.issuer_uri + "/token"))
-    lines.append(("storage", h.settings.warehouse))
-    if h.s3_emulator is not None:
-        lines.append(("s3", h.s3_emulator.endpoint))
-    mode = _storage_credentials_mode(h)
-    if mode:
-        lines.append(("storage credentials", mode))
-    vending = _vending_line(h)
-    if vending:
-        lines.append(("vending", vending))
-    if h.bind_url != h.uri:
-        lines.append(("listening", h.bind_url))
-    if worker_pids:
-        lines.append(("workers", f"{len(worker_pids)} processes (pids {', '.join(map(str, worker_pids))})"))
-    lines.append(("admin credentials", f"{h.data_dir / 'admin-credentials'} (client id 'admin')"))
-    token_url = f"{h.issuer_uri}/token" if h.settings.uses_embedded_issuer else "TOKEN_URL"
-    lines.append(
-        (
-            "pyiceberg",
-            f"RestCatalog(NAME, uri={h.uri!r}, warehouse={h.warehouse!r}, credential='ID:SECRET', "
-            f"**{{'oauth2-server-uri': {token_url!r}}})",
-        )
-    )
-    lines.append(
-        (
-            "environment",
-            f"LAKESESSION_URI={h.uri} LAKESESSION_WAREHOUSE={h.warehouse} LAKESESSION_ISSUER={h.issuer_uri}",
-        )
-    )
-    # last line (scripts wait for it): the notebook call; device login, or credential='ID:SECRET' for services
-    lines.append(("connect", f"lakesession.spark(uri={h.uri!r}, warehouse={h.warehouse!r}, issuer={h.issuer_uri!r})"))
-    for key, value in lines:
-        print(f"{key}: {value}", flush=True)
-
-
-def _storage_credentials_mode(h: Any) -> str | None:
-    """How the catalog obtains the credentials it vends and uses (no secret in it)."""
-    s3 = h.settings.s3
-    if s3 is None:
-        return None
-    if h.s3_emulator is not None:
-        return "embedded S3/STS emulator (its own key, in this process)"
-    if s3.web_identity is not None:
-        return str(s3.web_identity.describe(s3.role_arn))
-    where = "the AWS default chain" if s3.access_key_id else "none found in the AWS default chain"
-    return f"standing key ({where}); AssumeRole {s3.role_arn} (s3.web_identity needs no key)"
-
-
-def _vending_line(h: Any) -> str | None:
-    """What the catalog vends for its warehouse (printed so operators see the cloud and the scope)."""
-    adls, gcs, s3 = h.settings.adls, h.settings.gcs, h.settings.s3
-    if s3 is not None:
-        return f"S3 STS credentials scoped to each table's prefix (role {s3.role_arn}, {s3.credential_ttl} s)"
-    if adls is not None and h.settings.warehouse.startswith(("abfss://", "abfs://")):
-        scope = "the table's directory (sr=d)" if adls.sas_scope == "directory" else "the container (sr=c)"
-        return f"ADLS SAS tokens on {scope}, signed with account {adls.account_name}'s key ({adls.credential_ttl} s)"
-    if gcs is not None and h.settings.warehouse.startswith("gs://"):
-        src = type(gcs.token_source).__name__ if gcs.token_source is not None else "DownscopedTokenSource"
-        return f"GCS OAuth tokens from {src} ({gcs.credential_ttl} s; remote signing: S3 only)"
-    return None
+    return serve_main(args.rest, prog="lakesession serve")
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
@@ -208,47 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser(
         "serve",
-        help="run the reference Iceberg REST catalog (with OIDC issuer) standalone",
-        description="Flags win over LAKESESSION_SERVE__<KEY> environment variables, which win over --config.",
+        help="run the reference Iceberg REST catalog (with OIDC issuer) standalone (the full distribution)",
+        add_help=False,
     )
-    serve.add_argument("--config", type=Path, default=None, help="YAML file of every server setting (and bootstrap:)")
-    serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="port (default 8181; 0 picks a free one)")
-    serve.add_argument(
-        "--workers", type=int, default=None, help="server processes sharing the port (default 1; >1 needs PostgreSQL)"
-    )
-    serve.add_argument("--warehouse", default=None, help="warehouse base URI (default file://DATA_DIR/warehouse)")
-    serve.add_argument("--db", default=None, help="SQLAlchemy URL for catalog state (default sqlite in DATA_DIR)")
-    serve.add_argument("--data-dir", type=Path, default=None, help=f"state directory (default {_default_data_dir()})")
-    serve.add_argument("--bootstrap", type=Path, default=None, help="YAML file of principals, roles and grants")
-    serve.add_argument("--issuer-url", default=None, help="trust this external OIDC issuer instead of the embedded one")
-    serve.add_argument("--token-ttl", type=int, default=None, help="access token lifetime in seconds (embedded issuer)")
-    serve.add_argument(
-        "--s3-emulator",
-        action="store_true",
-        default=None,
-        help="serve an s3:// warehouse from the embedded S3/STS emulator (enforces scoped, expiring credentials)",
-    )
-    serve.add_argument("--s3-emulator-port", type=int, default=None, help="emulator port (default: any free port)")
-    serve.add_argument("--credential-ttl", type=int, default=None, help="lifetime of vended credentials in seconds")
-    serve.add_argument(
-        "--s3-role-arn",
-        default=None,
-        help="vend from real S3/STS: the role to assume (the catalog's own keys: AWS default chain)",
-    )
-    serve.add_argument("--s3-endpoint", default=None, help="S3/STS endpoint for S3-compatible stores (path-style)")
-    serve.add_argument("--s3-region", default=None, help="S3 region (default us-east-1)")
-    serve.add_argument(
-        "--s3-web-identity",
-        action="store_true",
-        default=None,
-        help="no storage key: STS AssumeRoleWithWebIdentity with the catalog's own issuer's tokens",
-    )
-    serve.add_argument(
-        "--trusted-proxies",
-        default=None,
-        help="comma-separated addresses/networks of reverse proxies whose X-Forwarded-For is believed (default none)",
-    )
+    serve.add_argument("rest", nargs=argparse.REMAINDER)
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser(
@@ -266,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # each command parses its own flags (``rest``): a leading ``--help`` or ``--port`` is theirs, not ours
+    args, unknown = parser.parse_known_args(argv)
+    args.rest = [*unknown, *args.rest]
     return int(args.func(args) or 0)
 
 

@@ -1,8 +1,9 @@
 """The embedded default: an in-process reference catalog and a demo user, for a fresh machine.
 
-This is the one client-side module that starts the reference catalog (lazily,
-only when no catalog is configured); the rest of the client half never
-imports ``lakesession.reference``.
+This and ``lakesession serve`` are the client's two doors to the catalog server (lazily, only when no
+catalog is configured); the rest of the client half never imports ``lakesession.reference``. The slim
+``lakesession-client`` distribution leaves the server out: ``require_catalog_server`` says so in one
+line instead of an ImportError from deep inside a background thread.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import CatalogServerMissingError, ConfigError
 
 logger = logging.getLogger(__name__)
+
+#: what the catalog server imports beyond the client's dependencies (the full distribution brings them)
+SERVER_MODULES = ("lakesession.reference", "fastapi", "uvicorn", "sqlalchemy", "alembic", "moto")
 
 DEMO_USER = "demo"
 DEMO_ROLE = "demo_users"
@@ -246,9 +250,25 @@ class EmbeddedStart:
         return self._future.result(timeout)
 
 
+def require_catalog_server(wanted: str) -> None:
+    """Raise ``CatalogServerMissingError`` unless the catalog server and its stack are installed.
+
+    Looks the modules up without importing them: the embedded start imports them on a background thread."""
+    import importlib.util
+
+    for name in SERVER_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise CatalogServerMissingError(wanted, f"no module {name!r}")
+
+
 def start_embedded_async(data_dir: str | Path | None = None, *, begin: bool = True, **options: Any) -> EmbeddedStart:
     """Start the embedded catalog and log the demo user in on a background thread (now, or at
     ``begin()`` / the first ``result()`` when ``begin=False``)."""
+    require_catalog_server("The embedded default catalog")
 
     def run() -> tuple[EmbeddedCatalog, Any]:
         emb = start_embedded(data_dir, **options)

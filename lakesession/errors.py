@@ -8,7 +8,8 @@ ever contains a token, refresh token, client secret, storage key or device code.
 LakesessionError
 ├── ConfigError (ValueError)              a configuration mistake: bad value, undefined catalog, unreadable file
 │   ├── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
-│   └── UnknownWarmupError                a start-up warm-up name that does not exist: lists the valid ones
+│   ├── UnknownWarmupError                a start-up warm-up name that does not exist: lists the valid ones
+│   └── CatalogServerMissingError         the embedded catalog or `serve` in the slim lakesession-client install
 ├── SessionError                          the Session itself
 │   ├── SessionClosedError                the Session was closed (or replaced): use the new one
 │   └── NoSessionError                    the notebook has no session yet: log in first
@@ -41,6 +42,7 @@ from __future__ import annotations
 __all__ = [
     "CapabilityError",
     "CatalogAccessError",
+    "CatalogServerMissingError",
     "ConfigError",
     "CredentialsError",
     "CredentialsRefreshError",
@@ -91,6 +93,18 @@ class UnknownWarmupError(ConfigError):
 
 
 # -- the session ----------------------------------------------------------------------------------------------
+class CatalogServerMissingError(ConfigError):
+    """The catalog server is not installed: the slim ``lakesession-client`` distribution leaves it out."""
+
+    def __init__(self, wanted: str, cause: str = "") -> None:
+        because = f" ({cause})" if cause else ""
+        super().__init__(
+            f"{wanted} needs lakesession's catalog server, which this install does not include{because}. "
+            "Install the full distribution (pip install lakesession), or connect to a running catalog: "
+            'lakesession.connect(catalog="https://…") or LAKESESSION_URI.'
+        )
+
+
 class SessionError(LakesessionError):
     """The Session cannot do what was asked in its current state."""
 

@@ -18,10 +18,18 @@ ROOT = Path(__file__).resolve().parent.parent
 class Served:
     """A running ``lakesession serve``; ``lines`` holds what it printed (``catalog``, ``warehouse``, …)."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None, timeout: float = 90):
-        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        timeout: float = 90,
+        *,
+        command: list[str] | None = None,
+    ):
+        """``command``: another way to run serve (an installed ``lakesession-catalog``, with ``env`` as given)."""
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})} if command is None else dict(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lakesession.cli", "serve", *args],
+            [*(command or [sys.executable, "-m", "lakesession.cli", "serve"]), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -18,10 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from lakesession._background import BackgroundServer, bind
+from lakesession._wire.sockets import bind
 from lakesession.errors import ConfigError
 from lakesession.gateway import Gateway, gateway_clients
 from lakesession.gateway._app import MAX_BODY_BYTES
+from lakesession.reference.serving import BackgroundServer
 
 from .test_gateway_attacks import Recorder
 

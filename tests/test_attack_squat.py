@@ -30,6 +30,8 @@ grants:
   - {role: scratchers, privilege: TABLE_WRITE_PROPERTIES, on: namespace scratch}
   - {role: scratchers, privilege: TABLE_WRITE_DATA, on: namespace scratch}
   - {role: scratchers, privilege: VIEW_CREATE, on: namespace scratch}
+  - {role: scratchers, privilege: NAMESPACE_WRITE_PROPERTIES, on: namespace scratch}
+  - {role: scratchers, privilege: NAMESPACE_CREATE, on: namespace scratch}
 """
 P = "/v1/lakesession"
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -113,3 +115,51 @@ def test_a_view_cannot_squat_another_namespaces_home(cat: ReferenceCatalog) -> N
     assert resp.status_code == 400, resp.text  # fa6e17e: 200
     made = httpx.post(f"{cat.uri}{P}/namespaces", headers=as_(cat, "etl"), json={"namespace": ["marketing"]})
     assert made.status_code == 200, made.text
+
+
+def test_a_namespace_location_cannot_squat_another_namespaces_home(cat: ReferenceCatalog) -> None:
+    """mallory may edit her namespace's properties: she points its ``location`` at ``{warehouse}/hr``, the home of
+    a namespace that does not exist yet, then makes a table there. On 79c62df both succeeded and etl could not
+    create ``hr`` (its home belonged to mallory's namespace): the content managers' decision now."""
+    wh = cat.settings.warehouse
+    moved = httpx.post(
+        f"{cat.uri}{P}/namespaces/scratch/properties",
+        headers=as_(cat, "mallory"),
+        json={"removals": [], "updates": {"location": f"{wh}/hr"}},
+    )
+    assert moved.status_code == 403, moved.text
+    assert "CATALOG_MANAGE_CONTENT" in moved.json()["error"]["message"]
+    assert create_table(cat, "mallory", "scratch", "payslips", location=f"{wh}/hr/payslips").status_code == 400
+    made = httpx.post(f"{cat.uri}{P}/namespaces", headers=as_(cat, "etl"), json={"namespace": ["hr"]})
+    assert made.status_code == 200, made.text
+    assert create_table(cat, "etl", "hr", "payslips").status_code == 200
+
+
+def test_a_new_child_namespace_cannot_be_placed_at_another_namespaces_home(cat: ReferenceCatalog) -> None:
+    wh = cat.settings.warehouse
+    child = httpx.post(
+        f"{cat.uri}{P}/namespaces",
+        headers=as_(cat, "mallory"),
+        json={"namespace": ["scratch", "sub"], "properties": {"location": f"{wh}/legal"}},
+    )
+    assert child.status_code == 403, child.text
+    made = httpx.post(f"{cat.uri}{P}/namespaces", headers=as_(cat, "etl"), json={"namespace": ["legal"]})
+    assert made.status_code == 200, made.text
+
+
+def test_inside_its_own_home_a_namespace_location_may_be_chosen_and_managers_place_it_anywhere(
+    cat: ReferenceCatalog,
+) -> None:
+    wh = cat.settings.warehouse
+    own = httpx.post(
+        f"{cat.uri}{P}/namespaces",
+        headers=as_(cat, "mallory"),
+        json={"namespace": ["scratch", "mine"], "properties": {"location": f"{wh}/scratch/mine"}},
+    )
+    assert own.status_code == 200, own.text
+    managed = httpx.post(
+        f"{cat.uri}{P}/namespaces",
+        headers=as_(cat, "etl"),
+        json={"namespace": ["archive"], "properties": {"location": f"{wh}/cold/archive"}},
+    )
+    assert managed.status_code == 200, managed.text

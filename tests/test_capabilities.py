@@ -18,9 +18,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 import lakesession
-from lakesession._background import BackgroundServer, bind
+from lakesession._wire.sockets import bind
 from lakesession.errors import CapabilityError, IdentityError, ScopeError
 from lakesession.identity import ClientCredentials
+from lakesession.reference.serving import BackgroundServer
 
 SECRET = "polaris-secret-0123"
 POLARIS_SCOPE = "PRINCIPAL_ROLE:ALL"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesession._cloudkeys import expiry_seconds, holds_credential, refresh_endpoint
+from lakesession._wire.cloudkeys import expiry_seconds, holds_credential, refresh_endpoint
 from lakesession.credentials import is_secret_key, public_config
 from lakesession.gateway._credcache import earliest_expiry
 from lakesession.gateway._rewrite import credentials_from_table, rewrite_table_config, signing_unsupported
@@ -99,7 +99,7 @@ def test_a_cloud_warehouse_without_its_settings_is_refused_before_serving() -> N
 def test_serve_prints_what_it_vends_for_cloud_warehouses() -> None:
     from types import SimpleNamespace
 
-    from lakesession.cli import _vending_line
+    from lakesession.reference.servecmd import _vending_line
 
     def handle(warehouse: str, **clouds: object) -> SimpleNamespace:
         base: dict[str, object] = {"s3": None, "adls": None, "gcs": None, **clouds}

@@ -19,8 +19,9 @@ import pytest
 from fastapi import FastAPI, Response
 
 from benchmarks.fresh_credentials import run
-from lakesession._background import BackgroundServer, bind
+from lakesession._wire.sockets import bind
 from lakesession.gateway import Gateway
+from lakesession.reference.serving import BackgroundServer
 
 from .conftest import SPARK_TEST_CONF
 

@@ -10,9 +10,10 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from lakesession._background import BackgroundServer, bind
+from lakesession._wire.sockets import bind
 from lakesession.gateway import AccessLog, AccessRecord, Gateway
 from lakesession.gateway._app import rewrite_table_config
+from lakesession.reference.serving import BackgroundServer
 
 P = "/v1/lakesession"
 

@@ -26,9 +26,10 @@ from typing import Any
 import httpx
 import pytest
 
-from lakesession._background import BackgroundServer, bind
+from lakesession._wire.sockets import bind
 from lakesession.gateway import Gateway
 from lakesession.identity import ClientCredentials, StaticToken
+from lakesession.reference.serving import BackgroundServer
 
 from .conftest import SECRETS
 

@@ -19,10 +19,11 @@ import pytest
 from botocore.exceptions import ClientError
 from fastapi import FastAPI, Request
 
-from lakesession._background import BackgroundServer, bind
+from lakesession._wire.sockets import bind
 from lakesession.gateway import Gateway
 from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing, signer_path
 from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference.serving import BackgroundServer
 
 POLICY = """
 principals:

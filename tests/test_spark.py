@@ -271,8 +271,9 @@ def test_first_query_loads_the_default_catalog_as_lakesession_assumes(spark) -> 
 
     import pyspark
 
-    from lakesession._background import BackgroundServer, bind
     from lakesession._sparkbind import first_query_loads_catalog
+    from lakesession._wire.sockets import bind
+    from lakesession.reference.serving import BackgroundServer
 
     asked: list[str] = []
     lock = threading.Lock()

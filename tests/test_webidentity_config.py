@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from lakesession.cli import _storage_credentials_mode
 from lakesession.reference import bootstrap, start
+from lakesession.reference.servecmd import _storage_credentials_mode
 from lakesession.reference.serveconfig import ConfigError, resolve, s3_settings
 from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import WebIdentity

@@ -30,12 +30,12 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import sqlglot
-from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
 
+from .._wire import referenced_by, viewsql
+from .._wire.referenced_by import DEFAULT_SEPARATOR, ViewId
 from ..errors import ViewChainError
 
 if TYPE_CHECKING:
@@ -44,34 +44,19 @@ if TYPE_CHECKING:
 __all__ = ["ChainNode", "ViewChainError", "chain_tree", "encode_referenced_by"]
 
 OWNER_PROPERTY = "trino.run-as-owner"
-DEFAULT_SEPARATOR = "%1F"
 MAX_DEPTH = 10
-
-ViewId = tuple[tuple[str, ...], str]
 
 
 # ---------------------------------------------------------------- referenced-by
-def _separator(separator: str) -> str:
-    return unquote(separator) if "%" in separator else separator
-
-
-def encode_referenced_by(chain: list[tuple[tuple[str, ...], str]], separator: str = DEFAULT_SEPARATOR) -> str:
-    """The raw ``referenced-by`` value for ``chain`` (``[(namespace, view), …]``, outermost first).
-
-    Each identifier is its namespace levels and view name joined by the namespace separator,
-    then percent-encoded as a whole (so a comma inside a name is ``%2C``); identifiers are
-    joined by ``,``. The inverse of the catalog's parser.
-    """
-    sep = _separator(separator)
-    parts = []
-    for namespace, name in chain:
-        if not namespace:
-            raise ViewChainError(
-                f"View {name!r} has no namespace: referenced-by needs namespace and view name. "
-                f"Qualify the view or set the view's default-namespace."
-            )
-        parts.append(quote(sep.join((*namespace, name)), safe=""))
-    return ",".join(parts)
+def encode_referenced_by(chain: list[ViewId], separator: str = DEFAULT_SEPARATOR) -> str:
+    """The raw ``referenced-by`` value for ``chain`` (``[(namespace, view), …]``, outermost first);
+    the codec is the catalog's own (``lakesession._wire.referenced_by``)."""
+    try:
+        return referenced_by.encode(chain, separator)
+    except referenced_by.MalformedReferencedBy as exc:
+        raise ViewChainError(
+            f"View chain cannot be sent: {exc}. Qualify the view or set the view's default-namespace."
+        ) from exc
 
 
 # ---------------------------------------------------------------- the tree
@@ -171,50 +156,29 @@ def _dotted(ident: ViewId) -> str:
     return json.dumps(list(parts), ensure_ascii=False) if any("." in p for p in parts) else ".".join(parts)
 
 
-def _dialect(name: str | None) -> str:
-    name = (name or "spark").lower()
-    return name if Dialect.get(name) is not None else "spark"
-
-
 def _pick_sql(version: dict[str, Any]) -> tuple[str, str]:
     reps = [r for r in version.get("representations") or [] if r.get("type") == "sql" and r.get("sql")]
     if not reps:
         raise ViewChainError("The view has no SQL representation. Recreate it with an engine that stores its SQL.")
     for pick in (
         lambda r: (r.get("dialect") or "").lower() == "spark",
-        lambda r: Dialect.get((r.get("dialect") or "").lower()) is not None,
+        lambda r: viewsql.dialect(r.get("dialect")) == (r.get("dialect") or "").lower(),
         lambda r: True,
     ):
         rep = next((r for r in reps if pick(r)), None)
         if rep is not None:
-            return rep["sql"], _dialect(rep.get("dialect"))
+            return rep["sql"], viewsql.dialect(rep.get("dialect"))
     raise AssertionError("unreachable")
-
-
-def table_refs(tree: exp.Expr) -> list[exp.Table]:
-    """The table/view references in a parsed statement: CTE names, table functions and UNNEST excluded."""
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-    return [
-        t
-        for t in tree.find_all(exp.Table, bfs=False)
-        if isinstance(t.this, (exp.Identifier, exp.Dot)) and not (len(t.parts) == 1 and t.parts[0].name.lower() in ctes)
-    ]
 
 
 def references(sql: str, dialect: str) -> list[list[str]]:
     """The identifiers (as lists of parts) of the tables/views ``sql`` reads, in order, CTE names excluded."""
     try:
-        tree = sqlglot.parse_one(sql, read=_dialect(dialect))
-    except sqlglot.errors.ParseError as exc:
+        return viewsql.references(sql, dialect)
+    except sqlglot.errors.SqlglotError as exc:
         raise ViewChainError(
             f"Cannot parse the view's SQL ({dialect}): {exc}. Check the view's representation dialect."
         ) from exc
-    seen: list[list[str]] = []
-    for table in table_refs(tree):
-        parts = [p.name for p in table.parts]
-        if parts not in seen:
-            seen.append(parts)
-    return seen
 
 
 def current_version(metadata: dict[str, Any], display: str) -> dict[str, Any]:
@@ -228,21 +192,14 @@ def current_version(metadata: dict[str, Any], display: str) -> dict[str, Any]:
 
 def _classify(parts: list[str], version: dict[str, Any], local: set[str]) -> tuple[ViewId | None, str]:
     """``(identifier in this catalog or None if external, display name)``."""
-    default_ns = tuple(version.get("default-namespace") or ())
-    default_cat = version.get("default-catalog")
-    known = local | ({default_cat.lower()} if default_cat else set())
-    if len(parts) == 1:
-        if not default_ns:
-            raise ViewChainError(
-                f"Unqualified reference {parts[0]!r} in a view without a default-namespace. "
-                f"Qualify it in the view's SQL or set the view's default-namespace."
-            )
-        return (default_ns, parts[0]), ".".join((*default_ns, parts[0]))
-    if len(parts) >= 3 and parts[0].lower() in known:
-        parts = parts[1:]
-    elif len(parts) >= 3 and default_cat:  # the engine qualifies with catalogs: this one is elsewhere
-        return None, ".".join(parts)
-    return (tuple(parts[:-1]), parts[-1]), ".".join(parts)
+    try:
+        found = viewsql.resolve(parts, version.get("default-namespace") or (), version.get("default-catalog"), local)
+    except viewsql.UnqualifiedReference:
+        raise ViewChainError(
+            f"Unqualified reference {parts[0]!r} in a view without a default-namespace. "
+            f"Qualify it in the view's SQL or set the view's default-namespace."
+        ) from None
+    return found, ".".join((*found[0], found[1]) if found else parts)
 
 
 class _Client:
@@ -251,7 +208,7 @@ class _Client:
         self.base = f"{uri.rstrip('/')}/v1/" + (f"{quote(prefix.strip('/'), safe='')}/" if prefix else "")
 
     def _url(self, kind: str, ident: ViewId, chain: list[ViewId], extra: str = "") -> str:
-        ns = quote(_separator(self.separator).join(ident[0]), safe="")
+        ns = quote(referenced_by.separator(self.separator).join(ident[0]), safe="")
         url = f"{self.base}namespaces/{ns}/{kind}/{quote(ident[1], safe='')}"
         query = [
             q for q in (extra, f"referenced-by={encode_referenced_by(chain, self.separator)}" if chain else "") if q

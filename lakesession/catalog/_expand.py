@@ -23,8 +23,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from .._wire.viewsql import table_refs as _table_refs
 from ._chains import MAX_DEPTH, ViewChainError, ViewId, _classify, _Client, _dotted, _pick_sql, current_version
-from ._chains import table_refs as _table_refs
 
 logger = logging.getLogger("lakesession.catalog")
 

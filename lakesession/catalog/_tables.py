@@ -37,8 +37,8 @@ from pyiceberg.typedef import Identifier
 from requests import HTTPError
 from typing_extensions import override
 
-from .._cloudkeys import cloud_of
-from .._cloudkeys import refresh_endpoint as cloud_refresh_endpoint
+from .._wire.cloudkeys import cloud_of
+from .._wire.cloudkeys import refresh_endpoint as cloud_refresh_endpoint
 from ..credentials import (
     CredentialsError,
     CredentialStore,

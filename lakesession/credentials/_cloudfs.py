@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .._cloudkeys import ADLS_CONNECTION, ADLS_SAS, GCS_TOKEN, GCS_TOKEN_EXPIRES_MS
+from .._wire.cloudkeys import ADLS_CONNECTION, ADLS_SAS, GCS_TOKEN, GCS_TOKEN_EXPIRES_MS
 from ._errors import CredentialsError
 
 if TYPE_CHECKING:

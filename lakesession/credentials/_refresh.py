@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from .._cloudkeys import holds_credential
+from .._wire.cloudkeys import holds_credential
 from ..errors import LakesessionError
 from ._errors import CredentialsError, CredentialsRefreshError, CredentialsRevokedError
 from ._states import FAILED, REFRESHING, REVOKED, VALID, TableCredentials

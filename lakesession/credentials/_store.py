@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .._cloudkeys import expiry_seconds, is_expiry_key
+from .._wire.cloudkeys import expiry_seconds, is_expiry_key
 from ..errors import ConfigError
 from ._errors import CredentialsError
 from ._states import (

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from .._idempotency import RETRY_STATUSES, advertises_keys, backoff, is_mutation, new_key
-from .._singleflight import SingleFlight
+from .._wire.singleflight import SingleFlight
 from . import _signer
 from ._accesslog import AccessLog, AccessRecord, classify
 from ._accesslog import create_target as _create_target
@@ -168,7 +168,7 @@ class GatewayApp:
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":  # served with lifespan="off"; nothing to set up if not
+        if scope["type"] == "lifespan":  # nothing to set up: startup and shutdown complete at once
             while True:
                 kind = (await receive())["type"]
                 await send({"type": kind + ".complete"})

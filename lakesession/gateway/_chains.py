@@ -22,11 +22,13 @@ import re
 import secrets
 import threading
 from dataclasses import dataclass, field
-from urllib.parse import quote, unquote, unquote_plus
+from urllib.parse import unquote
+
+from .._wire.referenced_by import replace as with_referenced_by
+from .._wire.referenced_by import strip as strip_referenced_by
 
 __all__ = ["ChainRoute", "ChainRoutes", "strip_referenced_by", "with_referenced_by"]
 
-PARAM = "referenced-by"
 ViewId = tuple[tuple[str, ...], str]
 
 _TABLE = re.compile(r"^/v1/(?:[^/]+/)?namespaces/(?P<ns>[^/]+)/tables/(?P<name>[^/]+)(?P<rest>/[^/]*)?$")
@@ -87,30 +89,3 @@ class ChainRoutes:
 
     def __len__(self) -> int:
         return len(self._routes)
-
-
-def _names_param(part: str) -> bool:
-    """Whether a raw ``&``-separated query part could be read as ``referenced-by`` by some server:
-    any ``;``-separated piece (old parsers split on it) whose key, decoded up to three times and
-    case-folded, is the parameter."""
-    for piece in part.split(";"):
-        key = piece.partition("=")[0]
-        for _ in range(3):
-            if key.strip().lower() == PARAM:
-                return True
-            decoded = unquote_plus(key)
-            if decoded == key:
-                break
-            key = decoded.partition("=")[0]
-    return False
-
-
-def strip_referenced_by(query: str) -> str:
-    """``query`` without any ``referenced-by`` parameter however spelled (raw, order kept)."""
-    return "&".join(p for p in query.split("&") if p and not _names_param(p))
-
-
-def with_referenced_by(query: str, referenced_by: str) -> str:
-    """``query`` with ``referenced-by`` set to ``referenced_by`` (already encoded), replacing any other."""
-    rest = strip_referenced_by(query)
-    return (rest + "&" if rest else "") + f"{PARAM}={quote(referenced_by, safe='%,')}"

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .._cloudkeys import expiry_seconds
+from .._wire.cloudkeys import expiry_seconds
 
 Reply = tuple[int, bytes, dict[str, str]]
 REFRESH_AT_FRACTION_LEFT = 0.15

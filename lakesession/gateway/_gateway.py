@@ -51,8 +51,9 @@ class Gateway:
         self.access_log = access_log if access_log is not None else AccessLog()
         self.credential_cache = CredentialCache()
         self.chains = ChainRoutes()
-        # uvicorn only now, when a gateway is wanted: ``import lakesession`` stays light
-        from .._background import BackgroundServer, bind, url_host
+        # the server only now, when a gateway is wanted: ``import lakesession`` stays light
+        from .._wire.sockets import bind, url_host
+        from ._server import GatewayServer
 
         self._sock = bind(host, port)
         self.uri = f"http://{url_host(host)}:{self._sock.getsockname()[1]}"
@@ -67,7 +68,7 @@ class Gateway:
             access=access,
             allowed_clients=allowed_clients,
         )
-        self._server = BackgroundServer(wrap_app(app) if wrap_app else app, self._sock, "lakesession-gateway")
+        self._server = GatewayServer(wrap_app(app) if wrap_app else app, self._sock, "lakesession-gateway")
         self._started = False
 
     @property

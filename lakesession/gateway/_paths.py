@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, quote
 
-from .._singleflight import SingleFlight
+from .._wire.singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord
 from ._credcache import DEFAULT_MIN_VALID, earliest_expiry, required_life
 from ._upstream import Reply, Upstream, error_reply

@@ -9,7 +9,7 @@ import re
 import time
 from typing import Any
 
-from .._cloudkeys import ADLS_REFRESH, CREDENTIAL_MARKERS, GCS_REFRESH, REFRESH_KEYS, cloud_of, holds_credential
+from .._wire.cloudkeys import ADLS_REFRESH, CREDENTIAL_MARKERS, GCS_REFRESH, REFRESH_KEYS, cloud_of, holds_credential
 
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
 CREDENTIALS_ENDPOINT = "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"

@@ -17,7 +17,7 @@ from typing import Any, cast
 from fastapi import APIRouter, FastAPI, Request, Response
 from sqlalchemy.engine import make_url
 
-from .._redact import quiet_botocore_bodies
+from .._wire.redact import quiet_botocore_bodies
 from . import store
 from .audit import AuditLog
 from .cloudvending import ADLS_SCHEMES, AdlsVendor

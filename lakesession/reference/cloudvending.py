@@ -32,14 +32,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from .._cloudkeys import (
+from .._wire.cloudkeys import (
     ADLS_CONNECTION,
     ADLS_REFRESH,
     ADLS_SAS,
     CLIENT_REFRESH,
 )
-from .._cloudkeys import ADLS_SAS_EXPIRES_MS as ADLS_SAS_EXPIRES
-from .._singleflight import SingleFlight
+from .._wire.cloudkeys import ADLS_SAS_EXPIRES_MS as ADLS_SAS_EXPIRES
+from .._wire.singleflight import SingleFlight
 from .errors import BadRequest, ServiceUnavailable
 
 READ, WRITE = "read", "write"

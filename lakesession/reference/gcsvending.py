@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .._cloudkeys import CLIENT_REFRESH, GCS_REFRESH, GCS_TOKEN
-from .._cloudkeys import GCS_TOKEN_EXPIRES_MS as GCS_TOKEN_EXPIRES
+from .._wire.cloudkeys import CLIENT_REFRESH, GCS_REFRESH, GCS_TOKEN
+from .._wire.cloudkeys import GCS_TOKEN_EXPIRES_MS as GCS_TOKEN_EXPIRES
 from .cloudvending import GCS_SCHEMES, WRITE, CloudCredential, CloudVendor
 from .errors import BadRequest, ServiceUnavailable
 

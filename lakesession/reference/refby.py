@@ -11,9 +11,9 @@ from urllib.parse import unquote_plus
 
 from fastapi import Request
 
+from .._wire.referenced_by import PARAM
 from .errors import BadRequest, Forbidden
 
-PARAM = "referenced-by"
 _SIGN_ROUTE = re.compile(r"^/v1/[^/]+/namespaces/[^/]+/tables/[^/]+/sign$")  # not a commit to a table named "sign"
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .._background import BackgroundServer, bind, url_host
+from .._wire.sockets import bind, url_host
 from . import bootstrap as bootstrap_mod
 from . import store
 from .app import create_app
@@ -21,6 +21,7 @@ from .authz import Grant
 from .context import Services
 from .directory import Principal
 from .errors import Conflict
+from .serving import BackgroundServer
 from .settings import ServerSettings
 from .vending import S3Settings
 from .viewsecurity import check_trust_configuration

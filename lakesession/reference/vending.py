@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._redact import quiet_botocore_bodies
-from .._singleflight import SingleFlight
+from .._wire.redact import quiet_botocore_bodies
+from .._wire.singleflight import SingleFlight
 from .errors import ServiceUnavailable
 from .storage.policy import table_session_policy
 from .webidentity import CatalogIdentity, WebIdentity

@@ -51,10 +51,10 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, unquote_plus
 
 from fastapi import Request
 
+from .._wire import referenced_by
 from .authz import Privilege, Securable
 from .errors import BadRequest, Forbidden
 from .nskeys import check_level, path_text
@@ -95,10 +95,6 @@ class EffectiveUser:
 
 
 # ---------------------------------------------------------------- parsing
-def _separator(separator: str) -> str:
-    return unquote(separator) if "%" in separator else separator
-
-
 def _bad_level(level: str) -> bool:
     try:
         check_level(level)  # '.' inside a level is fine: the separator, not dots, splits levels
@@ -116,26 +112,19 @@ def parse_referenced_by(raw: str, separator: str = "%1F") -> list[ViewId]:
     """
     if raw is None or not raw.strip():
         return []
-    parts = raw.split(",")
-    if len(parts) > MAX_CHAIN:
-        raise BadRequest(f"Too many views in referenced-by: {len(parts)} (at most {MAX_CHAIN})", type=TOO_MANY)
-    sep = _separator(separator)
-    out: list[ViewId] = []
-    for i, part in enumerate(parts, 1):
-        ident = unquote_plus(part)
-        levels = ident.split(sep)
-        if len(levels) < 2:
-            raise BadRequest(
-                f"Malformed referenced-by: view {i} ({ident!r}) needs a namespace and a name "
-                f"joined by the namespace separator"
-            )
-        ns, name = tuple(levels[:-1]), levels[-1]
+    count = raw.count(",") + 1
+    if count > MAX_CHAIN:
+        raise BadRequest(f"Too many views in referenced-by: {count} (at most {MAX_CHAIN})", type=TOO_MANY)
+    try:
+        chain = referenced_by.decode(raw, separator)
+    except referenced_by.MalformedReferencedBy as exc:
+        raise BadRequest(f"Malformed referenced-by: {exc}") from None
+    for i, (ns, name) in enumerate(chain, 1):
         if any(_bad_level(level) for level in ns):
             raise BadRequest(f"Malformed referenced-by: view {i} has an invalid namespace level")
         if not name or not name.strip() or not name.isprintable() or len(name) > 255 or "/" in name:
             raise BadRequest(f"Malformed referenced-by: view {i} has an invalid view name")
-        out.append((ns, name))
-    return out
+    return chain
 
 
 # ---------------------------------------------------------------- trust

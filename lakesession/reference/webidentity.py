@@ -15,7 +15,7 @@ Two uses:
   way, refreshed ahead of expiry (a third of its lifetime before it ends); when STS is briefly
   unreachable the current session serves on while more than a minute of it remains.
 
-The tokens are never logged (botocore's DEBUG records are redacted, see ``lakesession._redact``) nor
+The tokens are never logged (botocore's DEBUG records are redacted, see ``lakesession._wire.redact``) nor
 put into any error, response or audit record.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._redact import quiet_botocore_bodies
+from .._wire.redact import quiet_botocore_bodies
 from .errors import ServiceUnavailable
 
 logger = logging.getLogger(__name__)

@@ -66,8 +66,8 @@ def _serve(settings: ServerSettings, key_path: Path, sock: socket.socket, log_le
     """A worker's body: build the app (no migrations left to run, no files to create) and serve."""
     import uvicorn
 
-    from .._background import server_config
     from .app import create_app
+    from .serving import server_config
 
     logging.basicConfig(level=log_level)
     _die_with_parent()

@@ -20,15 +20,16 @@ from .. import nskeys, store
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, Services, get_context
-from ..errors import BadRequest, CatalogError, Conflict, NamespaceNotEmpty, NoSuchNamespace
+from ..errors import BadRequest, CatalogError, Conflict, Forbidden, NamespaceNotEmpty, NoSuchNamespace
 from ..idempotency import Idempotency, idempotency
-from ..locations import Owner
+from ..locations import Owner, normalize
 from .common import (
     Namespace,
     check_level,
     check_location,
     check_prefix,
     decode_namespace,
+    default_namespace_location,
     locations_of,
     namespace_home,
     ns_str,
@@ -234,7 +235,7 @@ def create_namespace(
     if nss.properties(ns) is not None:
         raise Conflict(f"Namespace already exists: {ns_str(ns)}")
     owner, index = Owner.namespace_(ns), locations_of(ctx.services)
-    added = index.claim(owner, [(_checked_home(ctx.services, ns, req.properties), "namespace location")])
+    added = index.claim(owner, [(_checked_home(ctx, ns, req.properties), "namespace location")])
     result = {"namespace": list(ns), "properties": req.properties}
     try:
         with idem.applying("create_namespace", 200, bytes(JSONResponse(result).body)):
@@ -245,10 +246,30 @@ def create_namespace(
     return result
 
 
-def _checked_home(services: Services, ns: Namespace, properties: dict[str, str]) -> str:
+def _checked_home(ctx: RequestContext, ns: Namespace, properties: dict[str, str]) -> str:
     """Where the namespace's tables go by default: its ``location`` (inside the warehouse, on the
-    warehouse's store and bucket: never another bucket or a local path) or ``{warehouse}/{ns}``."""
-    return check_location(services, namespace_home(services, ns, properties), "namespace location")
+    warehouse's store and bucket: never another bucket or a local path) or ``{warehouse}/{ns}``.
+
+    A ``location`` outside the namespace's own default home (or, for a child, its parent's homes) is the
+    content managers' call (``CATALOG_MANAGE_CONTENT`` on the catalog): anywhere else in the warehouse is
+    some other namespace's home, existing or future, and whoever edits one namespace's properties could
+    otherwise squat it."""
+    home = check_location(ctx.services, namespace_home(ctx.services, ns, properties), "namespace location")
+    if "location" not in properties or ctx.allowed(P.CATALOG_MANAGE_CONTENT, Securable.catalog()):
+        return home
+    own = [normalize(default_namespace_location(ctx.services, ns))]
+    if len(ns) > 1:  # a child may also live in its parent's home: whoever may create it there holds the parent
+        parent = NamespaceStore(ctx.services).properties(ns[:-1]) or {}
+        own.append(normalize(namespace_home(ctx.services, ns[:-1], parent)))
+        own.append(normalize(default_namespace_location(ctx.services, ns[:-1])))  # reserved to it by the layout
+    own = list(dict.fromkeys(own))
+    if not any(normalize(home).startswith(place) for place in own):
+        raise Forbidden(
+            f"A namespace location outside {' or '.join(repr(p.rstrip('/')) for p in own)} is set by the "
+            "catalog's content managers (CATALOG_MANAGE_CONTENT on the catalog): elsewhere in the warehouse lies "
+            "another namespace's home. Leave location out, or choose a place inside"
+        )
+    return home
 
 
 def _load(
@@ -317,7 +338,7 @@ def update_namespace_properties(
         with idem.applying("update_namespace_properties", 200):
             return idem.done_json(nss.update(ns, req.removals, req.updates))
     after = {k: v for k, v in current.items() if k not in req.removals} | req.updates
-    home = _checked_home(ctx.services, ns, after)
+    home = _checked_home(ctx, ns, after)
     owner, index = Owner.namespace_(ns), locations_of(ctx.services)
     added = index.claim(owner, [(home, "namespace location")])  # tables already inside stay theirs
     try:

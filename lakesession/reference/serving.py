@@ -1,8 +1,7 @@
-"""Serve an ASGI app with uvicorn in a background thread on a pre-bound socket.
+"""Serve the catalog's ASGI app with uvicorn (and its C HTTP parser) on a pre-bound socket.
 
-Neutral ground shared by the reference catalog and the client gateway (neither
-imports the other). Binding first means the URL is known before the app is
-built, and port 0 picks a free port without races.
+The server's own runner: the client's gateway runs on hypercorn (``lakesession.gateway._server``) so the
+slim client distribution carries no uvicorn.
 """
 
 from __future__ import annotations
@@ -15,24 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
-
-
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose listening socket
-    # names the protocol; without it every response waits ~40 ms for the client's delayed ACK
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(512)
-    sock.set_inheritable(True)
-    return sock
-
-
-def url_host(host: str) -> str:
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host else host
 
 
 def server_config(app: Any, trusted_proxies: Sequence[str] = ()) -> uvicorn.Config:
