@@ -131,6 +131,26 @@ def test_ivy_report_becomes_one_progress_line_and_the_rest_passes_through() -> N
     assert shown.count("\n") == 2  # not a terminal: the first line and the last, nothing in between
 
 
+def test_the_report_is_asked_for_by_variable_or_debug_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from lakesession._spark._ivyprogress import verbose
+
+    monkeypatch.delenv("LAKESESSION_JARS_VERBOSE", raising=False)
+    logger = logging.getLogger("lakesession")
+    before = logger.level
+    try:
+        logger.setLevel(logging.WARNING)
+        assert not verbose()
+        monkeypatch.setenv("LAKESESSION_JARS_VERBOSE", "1")
+        assert verbose()
+        monkeypatch.delenv("LAKESESSION_JARS_VERBOSE")
+        logger.setLevel(logging.DEBUG)
+        assert verbose()
+    finally:
+        logger.setLevel(before)
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
