@@ -122,7 +122,7 @@ class IvyFilter:
             self._end("failed")
         elif m := _RETRIEVED.match(line):
             self.phase = "after"
-            self._end(f"done: {int(m.group(1)) + int(m.group(2))} jars ({_mb(int(m.group(3)) * 1000)} copied)")
+            self._end(f"done: {int(m.group(1)) + int(m.group(2))} jars ({_mb(int(m.group(3)) * 1024)} copied)")
 
     def _progress(self) -> str:
         names = ", ".join(p.split(":")[1] for p in self.packages[:2]) + (" …" if len(self.packages) > 2 else "")
