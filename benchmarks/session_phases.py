@@ -103,7 +103,7 @@ def main() -> None:
         ]
         if waits:
             print(f"  first /v1/config waited {statistics.median(waits):.3f} s at the gateway")
-        print(f"  load average at the end: {os.getloadavg()[0]:.1f} (2 cores)", flush=True)
+        print(f"  load average at the end: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 Each measurement runs in a fresh Python process (a cold JVM), alternating the
 variants so machine noise hits them alike. Prints each run, the medians
 and the ratio lakesession / plain (target <= 1.10), per installed Spark major.
-lakesession maps a class-data-sharing archive of the JVM's classes (``_spark/_classcache``;
-written by the first, untimed run); a third variant with it turned off
-(``LAKESESSION_JVM_CLASS_CACHE=0``) shows lakesession's own overhead, printed as a second ratio.
-One Python per Spark line
-one Python per Spark line (``--python``, repeatable; default this interpreter and
+lakesession's start-up warm-ups (``_spark/_plan.WARMUPS``) are guarded here, not in docstrings: a
+third variant turns the ``classcache`` warm-up off (the class-data-sharing archive of the JVM's
+classes, written by the first, untimed run), a fourth turns every warm-up off
+(``LAKESESSION_WARMUPS=none``); each is printed as a ratio against plain, so a warm-up that stops
+paying shows as its ratio nearing lakesession's own. One Python per Spark line (``--python``, repeatable; default this interpreter and
 any of /work/venvs/*/bin/python or ``$LAKESESSION_BENCH_PYTHONS`` (os.pathsep-separated)
 whose pyspark is another major).
 
@@ -103,10 +103,10 @@ def pythons(explicit: list[str]) -> list[tuple[str, str]]:
 SETTLE = "from lakesession._spark import _classcache, jars; _classcache.settle(jars.cache_dir()); print('{}')"
 
 
-def measure(python: str, version: str, runs: int) -> tuple[float, float]:
-    """(lakesession / plain, lakesession without its class cache / plain), medians of ``runs``."""
+def measure(python: str, version: str, runs: int) -> tuple[float, float, float]:
+    """(lakesession / plain, without its class cache / plain, without any warm-up / plain), medians of ``runs``."""
     run(python, "from lakesession._spark.jars import resolve_jars; resolve_jars(); print('{}')")  # jars cached first
-    plain, lake, bare = [], [], []
+    plain, lake, bare, cold = [], [], [], []
     with tempfile.TemporaryDirectory() as data:
         run(python, LAKESESSION, data)  # creates the embedded state (and the class archive, if none); not timed
         run(python, SETTLE)  # until that JVM has written the archive at exit
@@ -114,22 +114,25 @@ def measure(python: str, version: str, runs: int) -> tuple[float, float]:
         for i in range(runs):
             p = run(python, PLAIN)
             lk = run(python, LAKESESSION, data)
-            b = run(python, LAKESESSION, data, LAKESESSION_JVM_CLASS_CACHE="0")
+            b = run(python, LAKESESSION, data, LAKESESSION_WARMUPS="catalog,embedded")
+            c = run(python, LAKESESSION, data, LAKESESSION_WARMUPS="none")
             plain.append(p)
             lake.append(lk)
             bare.append(b)
+            cold.append(c)
             print(
                 f"Spark {version} run {i + 1}: plain {p['first_query']:.2f}s  lakesession {lk['first_query']:.2f}s  "
-                f"(class cache off {b['first_query']:.2f}s; first catalog query: plain {p['catalog_query']:.2f}s, "
-                f"lakesession {lk['catalog_query']:.2f}s)",
+                f"(class cache off {b['first_query']:.2f}s, warm-ups off {c['first_query']:.2f}s; first catalog "
+                f"query: plain {p['catalog_query']:.2f}s, lakesession {lk['catalog_query']:.2f}s, warm-ups off "
+                f"{c['catalog_query']:.2f}s)",
                 flush=True,
             )
-    mp, ml, mb = (statistics.median(r["first_query"] for r in rs) for rs in (plain, lake, bare))
+    mp, ml, mb, mc = (statistics.median(r["first_query"] for r in rs) for rs in (plain, lake, bare, cold))
     print(
         f"Spark {version}: median cold start to first query: plain SparkSession.builder {mp:.2f}s, "
-        f"lakesession.spark() {ml:.2f}s, with its class cache off {mb:.2f}s"
+        f"lakesession.spark() {ml:.2f}s, with its class cache off {mb:.2f}s, with every warm-up off {mc:.2f}s"
     )
-    return ml / mp, mb / mp
+    return ml / mp, mb / mp, mc / mp
 
 
 def main() -> None:
@@ -138,12 +141,12 @@ def main() -> None:
     parser.add_argument("--python", action="append", default=[], help="a Python whose pyspark to measure")
     args = parser.parse_args()
     ratios = [(version, measure(py, version, args.runs)) for py, version in pythons(args.python)]
-    for version, (ratio, bare) in ratios:
+    for version, (ratio, bare, cold) in ratios:
         print(
             f"Spark {version}: ratio lakesession/plain = {ratio:.3f} (target <= {TARGET:.2f}); "
-            f"class cache off: {bare:.3f}"
+            f"class cache off: {bare:.3f}; warm-ups off: {cold:.3f} (ratio warm-ups on/off = {ratio / cold:.3f})"
         )
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores)")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

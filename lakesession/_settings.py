@@ -96,6 +96,12 @@ class Settings:
         "Apache DataFusion Comet's native scans and raw `s3a://` paths, credentials from the gateway (Spark 4.1).",
         default=False,
     )
+    warmups: Sequence[str] | None = _opt(
+        "spark",
+        "Start-up warm-ups to run: some of `classcache`, `catalog`, `embedded`, or `all` (default) or `none` "
+        "(comma-separated in the variable).",
+        "LAKESESSION_WARMUPS",
+    )
     # the embedded default (no uri)
     data_dir: str | os.PathLike[str] | None = _opt(
         "embedded", "Embedded catalog state (default `~/.local/share/lakesession/embedded`).", "LAKESESSION_HOME"
@@ -143,7 +149,7 @@ class Settings:
 
     def session_options(self) -> dict[str, Any]:
         names = ["catalog_name", "jars", "master", "remote", "gateway_host", "gateway_clients"]
-        names += ["assumed_credential_ttl", "access", "comet"]
+        names += ["assumed_credential_ttl", "access", "comet", "warmups"]
         opts: dict[str, Any] = {n: getattr(self, n) for n in names}
         opts["spark_conf"] = dict(self.spark_conf or {})
         opts["gateway_options"] = dict(self.gateway_options or {})
@@ -171,6 +177,10 @@ ENVIRONMENT: tuple[Variable, ...] = (
     Variable("LAKESESSION_CONFIG", "The config file (default `~/.config/lakesession/config.yaml`)."),
     Variable("LAKESESSION_CACHE_DIR", "Downloads, jars, Ivy, class and lab caches (default `~/.cache/lakesession`)."),
     Variable("LAKESESSION_JVM_CLASS_CACHE", "`0` turns off the local JVM's class-data-sharing archive."),
+    Variable(
+        "LAKESESSION_JARS_VERBOSE",
+        "`1` shows Spark's full Ivy resolution report instead of lakesession's one progress line.",
+    ),
     Variable("LAKESESSION_WIDGETS", "`0` renders the notebook views as HTML instead of ipywidgets."),
     Variable("LAKESESSION_LAB_PUBLISH", "`0` stops a kernel publishing its sessions' status to the JupyterLab panel."),
     Variable("LAKESESSION_LAB_INTERVAL", "Seconds between the JupyterLab publisher's checks (default 2)."),

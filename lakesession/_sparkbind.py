@@ -70,11 +70,13 @@ def bind(
     master: str | None,
     remote: str | None,
     comet: bool = False,
+    warmups: frozenset[str] = frozenset(("classcache", "catalog")),
 ) -> SparkSession:
     """A SparkSession of its own for ``holder`` whose ``catalog_name`` catalog is ``catalog_conf()``.
 
     ``catalog_conf`` is called once Spark is up (the JVM starts first; the gateway it names may still
-    be starting meanwhile), and registered as runtime SQL conf of that session alone."""
+    be starting meanwhile), and registered as runtime SQL conf of that session alone. ``warmups``:
+    which of ``classcache`` and ``catalog`` a JVM launched here uses (``_spark._plan.WARMUPS``)."""
     from pyspark import SparkContext
 
     from ._spark.session import base_conf, build_spark
@@ -103,10 +105,11 @@ def bind(
                     **_comet_launch(comet, spark_conf),
                 },
                 master=master,
+                classcache="classcache" in warmups,
             )
             from pyspark import __version__
 
-            preload = created and first_query_loads_catalog(__version__)
+            preload = created and "catalog" in warmups and first_query_loads_catalog(__version__)
             if preload:
                 _warm_catalog_classes(spark, catalog_name, catalog_conf())
             _register(spark, catalog_name, catalog_conf(), spark_conf)
@@ -131,8 +134,8 @@ def first_query_loads_catalog(spark_version: str) -> bool:
 def catalog_can_wait(remote: str | None) -> bool:
     """Whether ``bind`` launches a local JVM, so that an embedded catalog's start may wait until it is up.
 
-    Started together on two cores, each slows the other; begun as the JVM comes up (``catalog_conf`` is
-    called then), the catalog is ready by the time Spark 3.5's preload asks for it (its first query
+    Started together, each competes with the other for CPU whenever the cores are few (the JVM's launch
+    is the start's critical path); begun as the JVM comes up (``catalog_conf`` is called then), the catalog is ready by the time Spark 3.5's preload asks for it (its first query
     loads the default catalog: ``first_query_loads_catalog``; ``_warm_catalog_classes`` spends the
     wait loading Iceberg's classes). Otherwise the catalog is on the way to the first query at once:
     a running SparkContext (``_child`` loads the new session's catalog at once), or a Connect channel
@@ -175,7 +178,7 @@ def _warm_catalog_classes(spark: SparkSession, catalog_name: str, catalog_conf: 
     A cold JVM spends ~1 s loading Iceberg's REST client, TLS and JSON classes the first time a REST
     catalog initializes; Spark 3.5's first query waits for that (``first_query_loads_catalog``). Here it
     overlaps the ~0.5 s in which the main thread builds the session's state (which ``_preload`` needs
-    first), on the other core; the session's own catalog then loads warm. The copy is closed at once.
+    first), on another core if one is free; the session's own catalog then loads warm. The copy is closed at once.
     """
     jvm: Any = spark._jvm
     prefix = f"spark.sql.catalog.{catalog_name}."

@@ -8,6 +8,7 @@ ever contains a token, refresh token, client secret, storage key or device code.
 LakesessionError
 ├── ConfigError (ValueError)              a configuration mistake: bad value, undefined catalog, unreadable file
 │   ├── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
+│   ├── UnknownWarmupError                a start-up warm-up name that does not exist: lists the valid ones
 │   └── CatalogServerMissingError         the embedded catalog or `serve` in the slim lakesession-client install
 ├── SessionError                          the Session itself
 │   ├── SessionClosedError                the Session was closed (or replaced): use the new one
@@ -60,6 +61,7 @@ __all__ = [
     "StorageAccessError",
     "TokenRefreshError",
     "UnknownOptionError",
+    "UnknownWarmupError",
     "ViewChainError",
 ]
 
@@ -84,6 +86,10 @@ class ConfigError(LakesessionError, ValueError):
 
 class UnknownOptionError(ConfigError, TypeError):
     """An option nothing in lakesession knows (``TypeError`` like an unexpected keyword argument)."""
+
+
+class UnknownWarmupError(ConfigError):
+    """A warm-up name (``warmups=`` / ``LAKESESSION_WARMUPS``) that is not one of ``lakesession._spark._plan.WARMUPS``."""
 
 
 # -- the session ----------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
+    from ._spark._plan import StartPlan
     from .embedded import EmbeddedStart
     from .identity import TokenSource
 
@@ -56,6 +57,8 @@ class Session:
             each S3 request; Spark's signer calls go through the gateway, as the user).
         comet: Apache DataFusion Comet's native scans, with credentials from the gateway, and raw
             ``s3a://`` paths (docs/how-to/comet.md). Spark 4.1 only; a ConfigError elsewhere.
+        warmups: Start-up warm-ups to run (``lakesession._spark._plan.WARMUPS``; default all, or
+            ``LAKESESSION_WARMUPS``); an unknown name is an ``UnknownWarmupError``.
     """
 
     def __init__(
@@ -77,12 +80,16 @@ class Session:
         assumed_credential_ttl: float | None = None,
         access: str = "vended-credentials",
         comet: bool = False,
+        warmups: Sequence[str] | None = None,
     ):
         if comet:
             from ._spark.comet import check_available
 
             check_available(remote)  # before anything starts: a Spark line without Comet is a ConfigError
         self._comet = comet
+        from ._spark._plan import resolve_warmups
+
+        self.warmups = resolve_warmups(warmups)  # a name that does not exist fails here, before anything starts
         if access not in ACCESS_MODES:
             raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {access!r}")
         self.access = access
@@ -204,56 +211,20 @@ class Session:
 
         The first Session of a process starts Spark; later ones get their own SparkSession on the
         running SparkContext (one identity per Spark catalog), so no other SparkSession's catalogs
-        or default catalog change. The JVM (or the Connect channel) starts first, in this thread; the
-        gateway starts meanwhile in another, and the catalog pointing at it is registered once both
-        are up. An embedded catalog starts in the background once a JVM this call launches is up
-        (started alongside, it would slow the JVM's launch on a small machine), else at once (a running
-        SparkContext, Connect); the first catalog query waits for it, not this call.
+        or default catalog change. How it comes up — jars, JVM, gateway, embedded catalog, warm-ups —
+        is a ``StartPlan`` (``lakesession._spark._plan``): ``start_plan()`` shows it without running it.
         """
         with self._lock:
             self._check_open()
             if self._spark is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                from . import _sparkbind
-                from ._spark.session import catalog_conf
-
-                if self._pending is not None and not _sparkbind.catalog_can_wait(self._remote):
-                    self._pending.begin()  # no JVM launch to compete with: the catalog starts at once
-                with ThreadPoolExecutor(1, thread_name_prefix="lakesession-gateway") as pool:
-                    pending = pool.submit(self._new_gateway) if self._gateway is None else None
-
-                    def conf() -> dict[str, str]:  # called once the JVM is up
-                        if self._pending is not None:
-                            self._pending.begin()  # now, not before: on two cores it would slow the JVM's launch
-                        if pending is not None and self._gateway is None:
-                            self._gateway = pending.result()
-                        assert self._gateway is not None
-                        gw = self._gateway
-                        conf = catalog_conf(self.catalog_name, gw.uri, gw.secret, self.warehouse, self.access)
-                        return {**conf, **_sparkbind.comet_conf(self._comet, self.catalog_name, gw, self._spark_conf)}
-
-                    try:
-                        self._spark = _sparkbind.bind(
-                            self,
-                            self.catalog_name,
-                            conf,
-                            jars=self._jars,
-                            spark_conf=self._spark_conf,
-                            master=self._master,
-                            remote=self._remote,
-                            comet=self._comet,
-                        )
-                    finally:
-                        if pending is not None and self._gateway is None:
-                            self._gateway = pending.result()
-                if self._remote is None:  # a job the store refuses is told as one error naming this session's table
-                    from ._spark._denials import register
-
-                    register(self)
-                if self._pending is not None:
-                    self._pending.warm_later()  # begun by conf() above; bind calls it once Spark is up
+                self._spark = self.start_plan().run(self)
             return self._spark
+
+    def start_plan(self) -> StartPlan:
+        """The steps ``spark()`` would take now (``.steps``), and which warm-ups run; starts nothing."""
+        from ._spark._plan import StartPlan
+
+        return StartPlan.for_session(self)
 
     # -- Python-side access (pyiceberg) ----------------------------------------
     @property
@@ -315,58 +286,10 @@ class Session:
         never loaded into the main catalog, so a direct reference to one (in this query or a
         later one) is still checked as the user alone. Plain ``spark.sql`` keeps INVOKER semantics.
         """
-        from .catalog._chains import _Client
+        from ._spark._viewsql import expanded_sql
 
         spark = self.spark()
-        expansion = self._expand(
-            query,
-            _Client(
-                self.catalog,
-                self.uri,
-                self._catalog_prop("prefix", ""),
-                self._catalog_prop("namespace-separator", "%1F"),
-            ),
-            spark,
-        )
-        return spark.sql(expansion.sql, **kwargs)
-
-    def _catalog_prop(self, key: str, default: str) -> str:
-        return str((getattr(self.catalog, "properties", {}) or {}).get(key, default))
-
-    def _expand(self, query: str, client: Any, spark: SparkSession) -> Any:
-        from . import _sparkbind
-        from .catalog._expand import expand, unquoted
-
-        current = None
-        _sparkbind.activate(spark)  # the catalog API resolves through the thread's active session
-        if spark.catalog.currentCatalog() == self.catalog_name:
-            current = unquoted(spark.catalog.currentDatabase())  # `a.b` for a level containing '.'
-        return expand(
-            query,
-            client=client,
-            catalog_name=self.catalog_name,
-            current_namespace=current,
-            chain_catalog=self._chain_catalog,
-        )
-
-    def _chain_catalog(self, chain: tuple[Any, ...], table: Any) -> str:
-        """The Spark catalog serving ``table`` through view ``chain`` (registered on first use)."""
-        from ._spark.session import catalog_conf
-        from .catalog._chains import encode_referenced_by
-
-        gw = self.gateway
-        route = gw.chains.register(
-            chain, encode_referenced_by(list(chain), self._catalog_prop("namespace-separator", "%1F")), {table}
-        )
-        name = f"{self.catalog_name}__chain_{route.id}"
-        with self._lock:
-            if name not in self._chain_catalogs:
-                spark = self.spark()
-                conf = catalog_conf(name, f"{gw.uri}/chain/{route.id}", gw.secret, self.warehouse, self.access)
-                for key, value in conf.items():
-                    spark.conf.set(key, value)
-                self._chain_catalogs.add(name)
-        return name
+        return spark.sql(expanded_sql(self, spark, query), **kwargs)
 
     def chain(self, name: str | Sequence[str]) -> Any:
         """The view chain behind ``ns.view`` (or a tuple of levels and name) as a tree: object, security

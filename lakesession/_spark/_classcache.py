@@ -4,7 +4,8 @@ A Spark driver JVM loads ~15,000 classes before its first query; most of the lau
 and verifying them. Java's AppCDS (JDK 13+: ``-XX:ArchiveClassesAtExit`` / ``-XX:SharedArchiveFile``)
 maps them pre-parsed from an archive instead. The first launch for a given Java + Spark + jars
 writes the archive when its JVM exits (in the background, after Python is gone); later launches
-use it. On this project's 2-core machines: Spark 3.5 ``SELECT 1`` 5.5 s → 3.3 s from a cold start.
+use it. ``benchmarks/session_start.py`` measures the cold start with it and without it (figures and
+their machine: ``benchmarks/RESULTS.md``). It is the warm-up ``classcache`` (``_plan.WARMUPS``).
 
 Safety: Java validates the archive against the classpath itself (a changed jar turns sharing off,
 never wrong classes), but a *truncated* archive crashes the JVM (SIGBUS, JDK 17) — so a fresh dump

@@ -6,9 +6,10 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _classcache
+from . import _classcache, _ivyprogress
 from .errors import install_connect_error_conversion, install_error_conversion
 from .jars import JarSet, cache_dir, check_java, java_executable
 
@@ -93,6 +94,23 @@ def quiet_query_error_logs() -> None:
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
+def _launch_quietly(builder: Any, conf: Mapping[str, str]) -> None:
+    """Launch the JVM for ``builder`` with Ivy's report as one progress line; ``getOrCreate`` then uses it.
+
+    pyspark launches the JVM (``launch_gateway``) from the builder's options when it creates the
+    SparkContext, unless a gateway is there already: this launches it the same way, stderr filtered.
+    """
+    from pyspark import SparkContext
+
+    options = getattr(builder, "_options", None)  # pyspark 3.5 and 4: what getOrCreate would pass on
+    if SparkContext._gateway is not None or not isinstance(options, dict):
+        return
+    packages = [p for p in conf["spark.jars.packages"].split(",") if p]
+    ivy = conf.get("spark.jars.ivy")
+    gateway = _ivyprogress.launch_gateway(options, packages, Path(ivy) / "cache" if ivy else None)
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
 def build_spark(
     conf: Mapping[str, str],
     *,
@@ -100,10 +118,13 @@ def build_spark(
     remote: str | None = None,
     app_name: str = "lakesession",
     builder_hook: Callable[[Any], Any] | None = None,
+    classcache: bool = True,
 ) -> tuple[SparkSession, bool]:
     """Create (or reuse) the SparkSession with ``conf``; returns it and whether it was created here.
 
-    Runtime-settable keys (catalogs) are applied to a reused session.
+    Runtime-settable keys (catalogs) are applied to a reused session. ``classcache``: map the JVM's
+    class-data-sharing archive (``_classcache``; the warm-up of that name). A JVM launched here that
+    resolves ``spark.jars.packages`` shows one progress line instead of Ivy's report (``_ivyprogress``).
     """
     from pyspark import SparkContext
     from pyspark.find_spark_home import _find_spark_home
@@ -112,7 +133,7 @@ def build_spark(
     launch = _classcache.Plan()
     if remote is None:
         java_version = check_java()
-        if SparkContext._active_spark_context is None:
+        if SparkContext._active_spark_context is None and classcache:
             launch = _classcache.plan(conf, java_executable(), java_version, _find_spark_home(), cache_dir())
             conf = _classcache.with_options(conf, launch.options)
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or __import__("sys").executable)
@@ -131,6 +152,8 @@ def build_spark(
     # the JVM inherits os.environ: keep tokens that could act as the user out of it
     saved = {k: os.environ.pop(k) for k in SECRET_ENV if k in os.environ}
     try:
+        if not existed and not remote and conf.get("spark.jars.packages") and not _ivyprogress.verbose():
+            _launch_quietly(builder, conf)
         spark = builder.getOrCreate()
     finally:
         os.environ.update(saved)

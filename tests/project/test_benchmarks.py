@@ -107,7 +107,11 @@ SMOKES = [
     Smoke(
         "session_start.py",
         ("--runs", "1", "--python", sys.executable),
-        (rf"ratio lakesession/plain = {NUM}", rf"class cache off: {NUM}"),
+        (
+            rf"ratio lakesession/plain = {NUM}",
+            rf"class cache off: {NUM}",
+            rf"warm-ups off: {NUM} \(ratio warm-ups on/off = {NUM}\)",
+        ),
         spark=True,
     ),
     Smoke(

@@ -1,0 +1,169 @@
+"""``StartPlan``: the steps of starting Spark for one Session, and which warm-ups run.
+
+``Session.spark()`` builds a plan and runs it. The order is the start-up's design in one place:
+
+* ``launch`` (no Spark running here): resolve the jars, map the class-data-sharing archive
+  (warm-up ``classcache``), launch the JVM — the critical path, so it starts first, in the caller's
+  thread; the gateway starts meanwhile on another thread (it is I/O and little CPU). An embedded
+  catalog begins only once the JVM is up: started beside it, its CPU-bound import work would compete
+  with the JVM's launch for the same cores whenever they are few (``benchmarks/session_phases.py``
+  shows the timeline; figures in ``benchmarks/RESULTS.md``). Then the catalog is registered on the
+  session, and the warm-ups named in ``WARMUPS`` run in the background.
+* ``running`` (a SparkContext is already up): a ``newSession()`` of it; nothing competes with a launch.
+* ``connect`` (Spark Connect): a Connect session; the JVM is the server's.
+
+Warm-ups only move work earlier or off the caller's path; each can be switched off
+(``warmups=`` / ``LAKESESSION_WARMUPS``) and ``benchmarks/session_start.py`` measures the start with
+them on and off, so a warm-up that stops paying shows there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import UnknownWarmupError
+from . import _denials
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["WARMUPS", "WARMUPS_ENV", "StartPlan", "resolve_warmups"]
+
+WARMUPS: Mapping[str, str] = {
+    "classcache": "Map a class-data-sharing archive of the JVM's classes into later launches "
+    "(written by the first start's JVM at exit; also off with `LAKESESSION_JVM_CLASS_CACHE=0`).",
+    "catalog": "Spark 3.5, whose first query loads the default catalog: initialize Iceberg's REST catalog "
+    "classes and load the session's catalog on JVM threads while the session's state is built.",
+    "embedded": "Once Spark is up, load at low OS priority what the embedded catalog's lazy start deferred "
+    "(its routes, the SQL catalog, the S3 emulator) instead of at the first catalog query.",
+}
+WARMUPS_ENV = "LAKESESSION_WARMUPS"
+
+
+def resolve_warmups(value: str | Sequence[str] | None) -> frozenset[str]:
+    """The warm-ups to run: ``value`` (names, or a comma-separated string), else ``LAKESESSION_WARMUPS``,
+    else all of them. ``none`` (or an empty list) runs none, ``all`` every one."""
+    if value is None:
+        value = os.environ.get(WARMUPS_ENV) or "all"
+    names = [n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value) if n.strip()]
+    if names == ["all"]:
+        return frozenset(WARMUPS)
+    if names == ["none"]:
+        return frozenset()
+    unknown = sorted(set(names) - set(WARMUPS))
+    if unknown:
+        raise UnknownWarmupError(
+            f"unknown warm-up {', '.join(map(repr, unknown))}. Fix: name some of {', '.join(WARMUPS)} "
+            f"(or 'all', or 'none') in warmups=... or {WARMUPS_ENV}"
+        )
+    return frozenset(names)
+
+
+class Session(_denials.Session, Protocol):
+    """What a plan reads and sets on ``lakesession.session.Session`` (not imported: it imports this)."""
+
+    catalog_name: str
+    warehouse: str | None
+    access: str
+    warmups: frozenset[str]
+    _gateway: Any  # lakesession.gateway.Gateway | None: set once started
+    _pending: Any  # lakesession.embedded.EmbeddedStart | None
+    _remote: str | None
+    _master: str | None
+    _jars: Any
+    _spark_conf: dict[str, str]
+    _comet: bool
+
+    def _new_gateway(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """How one Session's SparkSession comes up: which way (``mode``), what is still to start, which warm-ups."""
+
+    mode: str  # "launch" | "running" | "connect"
+    warmups: frozenset[str]
+    start_gateway: bool  # the session has no gateway yet: it starts beside the JVM
+    begin_embedded: bool  # an embedded catalog is still to begin
+    embedded_after_jvm: bool = True  # it begins once the JVM is up (``_sparkbind.catalog_can_wait``)
+
+    @classmethod
+    def for_session(cls, session: Session) -> StartPlan:
+        """The plan for ``session`` in this process now (a running SparkContext, Connect, or a launch)."""
+        from pyspark import SparkContext
+
+        from .. import _sparkbind
+
+        if session._remote is not None:
+            mode = "connect"
+        elif SparkContext._active_spark_context is not None:
+            mode = "running"
+        else:
+            mode = "launch"
+        pending = session._pending is not None
+        after = _sparkbind.catalog_can_wait(session._remote)
+        return cls(mode, session.warmups, session._gateway is None, pending, after)
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The steps in order (``status()``, logs and the tests name them)."""
+        beside = ("gateway (beside the JVM)",) if self.start_gateway else ()
+        if self.mode == "connect":
+            first: tuple[str, ...] = ("embedded catalog",) if self.begin_embedded else ()
+            return (*first, *beside, "connect session", "catalog", *self._warm("embedded"))
+        if self.mode == "running":
+            first = ("embedded catalog",) if self.begin_embedded else ()
+            return (*first, *beside, "new session", "catalog", "denials", *self._warm("embedded"))
+        after = ("embedded catalog",) if self.begin_embedded else ()
+        jvm = ("jars", *self._warm("classcache"), "launch JVM", *beside, *after)
+        return (*jvm, *self._warm("catalog"), "catalog", "denials", *self._warm("embedded"))
+
+    def _warm(self, name: str) -> tuple[str, ...]:
+        return (f"warm-up {name}",) if name in self.warmups else ()
+
+    def run(self, session: Session) -> SparkSession:
+        """Carry the plan out for ``session``: its SparkSession, its gateway started and its catalog bound."""
+        from .. import _sparkbind
+        from .session import catalog_conf
+
+        pending = session._pending
+        if pending is not None and not self.embedded_after_jvm:
+            pending.begin()  # no JVM launch here to compete with: the catalog starts at once
+        with ThreadPoolExecutor(1, thread_name_prefix="lakesession-gateway") as pool:
+            starting = pool.submit(session._new_gateway) if self.start_gateway else None
+
+            def conf() -> dict[str, str]:  # called once the JVM is up
+                if pending is not None:
+                    pending.begin()
+                if starting is not None and session._gateway is None:
+                    session._gateway = starting.result()
+                gw = session._gateway
+                assert gw is not None
+                own = catalog_conf(session.catalog_name, gw.uri, gw.secret, session.warehouse, session.access)
+                comet = _sparkbind.comet_conf(session._comet, session.catalog_name, gw, session._spark_conf)
+                return {**own, **comet}
+
+            try:
+                spark = _sparkbind.bind(
+                    session,
+                    session.catalog_name,
+                    conf,
+                    jars=session._jars,
+                    spark_conf=session._spark_conf,
+                    master=session._master,
+                    remote=session._remote,
+                    comet=session._comet,
+                    warmups=self.warmups,
+                )
+            finally:
+                if starting is not None and session._gateway is None:
+                    session._gateway = starting.result()
+        if self.mode != "connect":  # a job the store refuses is told as one error naming this session's table
+            _denials.register(session)
+        if pending is not None and "embedded" in self.warmups:
+            pending.warm_later()
+        return spark
