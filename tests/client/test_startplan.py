@@ -18,7 +18,7 @@ from lakesession._spark._ivyprogress import IvyFilter
 from lakesession._spark._plan import WARMUPS, StartPlan, resolve_warmups
 from lakesession.errors import ConfigError, JarResolutionError, UnknownWarmupError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # what spark-submit (pyspark 4.1, Ivy 2.5.3) printed resolving one package into an empty Ivy cache
 IVY_REPORT = """\
