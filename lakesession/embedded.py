@@ -197,8 +197,9 @@ class EmbeddedStart:
     """The embedded catalog starting (and the demo user logging in) on a background thread.
 
     ``begin()`` starts it (idempotent); ``result()`` begins if nobody has, then waits. ``lakesession.spark()``
-    begins only once the JVM is launched: on two cores the catalog's start (FastAPI, SQLite, the issuer)
-    would otherwise compete with the JVM's, and only the first catalog query needs it.
+    begins only once the JVM is launched: the catalog's start (FastAPI, SQLite, the issuer) would otherwise
+    compete for CPU with the JVM's, which is the longer of the two, and only the first catalog query needs it
+    (the ``embedded`` warm-up; benchmarks/session_start.py measures it).
     """
 
     def __init__(self, run: Callable[[], tuple[EmbeddedCatalog, Any]]):

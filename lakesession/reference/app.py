@@ -1,6 +1,6 @@
 """The reference catalog's ASGI app: services wired once, routers mounted, errors mapped.
 
-``lazy_catalog=True`` (the embedded catalog, started beside a launching JVM on two cores): the catalog
+``lazy_catalog=True`` (the embedded catalog, started beside a launching JVM that wants every core): the catalog
 routers and pyiceberg's SqlCatalog, about a third of a start's CPU, are imported and mounted by the
 first request that needs them (with the management API); ``/v1/config`` and the issuer serve from the start.
 """

@@ -202,7 +202,7 @@ class S3Emulator:
             STS sessions are not kept (a restart issues new admin keys; vended credentials end with it).
         lazy: ``start()`` only listens, with admin keys and the vending role ARN chosen up front; moto is
             imported and the account set up at the first request or call that needs it (the embedded
-            catalog: its start competes with a launching JVM for two cores, and may never touch storage).
+            catalog: its start competes with a launching JVM for CPU, and may never touch storage).
     """
 
     def __init__(
