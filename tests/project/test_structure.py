@@ -21,6 +21,11 @@ PACKAGE = Path(lakesession.__file__).parent
 # internal exceptions that never leave their module (caught where they are raised), with why
 INTERNAL_EXCEPTIONS = {
     "lakesession._spark._classscan.ClassFormatError": "the jar scanner's, caught in _spark/_assemble.py",
+    # the wire rules both halves share raise plain ValueErrors (they may import neither half's tree): the
+    # client turns them into ViewChainError (catalog/_chains.py), the server into a 400 (reference/viewsecurity.py,
+    # reference/viewsql.py)
+    "lakesession._wire.referenced_by.MalformedReferencedBy": "caught in catalog/_chains.py and reference/viewsecurity.py",
+    "lakesession._wire.viewsql.UnqualifiedReference": "caught in catalog/_chains.py and reference/viewsql.py",
 }
 
 
