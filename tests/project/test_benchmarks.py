@@ -148,7 +148,7 @@ def run_benchmark(script: str, *args: str, timeout: float = 900, cwd: Path | Non
 
 
 def _param(s: Smoke) -> object:
-    marks = [pytest.mark.slow] if s.slow or s.spark else []
+    marks = [pytest.mark.benchmark, *([pytest.mark.slow] if s.slow or s.spark else [])]
     if s.spark:
         marks.append(pytest.mark.spark)
     if s.spark_line is not None:
