@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests._serve import Served
+from tests.factories import Policy
+from tests.project.test_distributions import SERVER_STACK
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER_STACK = {"fastapi", "uvicorn", "moto", "flask", "alembic", "sqlalchemy"}
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -123,9 +124,7 @@ def test_the_client_install_works_against_the_catalog_install(
 ) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(
-        "principals:\n  - {name: etl, type: service, client_id: etl, client_secret: etl-pw-1}\n"
-        "roles:\n  - {name: eng, members: [etl]}\n"
-        "grants:\n  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}\n"
+        Policy().service("etl", "etl-pw-1", role="eng").grant("eng", "CATALOG_MANAGE_CONTENT", "catalog").yaml()
     )
     args = ["--port", "0", "--data-dir", str(tmp_path / "d"), "--bootstrap", str(policy)]
     command = [str(catalog_venv.parent / "lakesession-catalog")]
