@@ -1,12 +1,15 @@
-"""Build lakesession's JVM credential provider jar from ``java/src`` (run after editing the sources).
+"""Build lakesession's JVM jar (credential providers, the engine sandbox) from ``java/src`` (after editing it).
 
     python java/build.py          # writes lakesession/_spark/jvm/lakesession-jvm.jar (committed)
 
 Compiles with ``javac --release 17`` against the compile-time jars from Maven Central (Comet's SPI,
-the AWS SDK v2 in iceberg-aws-bundle, Hadoop's client API), fetched and sha1-checked like the jars
-``comet=True`` uses. At run time the provider needs only the JDK (and those classes on Spark's class
-path). The jar's manifest records a hash of the sources: a fast test proves the committed jar is
-built from the committed sources. Entries carry a fixed timestamp, so a rebuild is byte-identical.
+the AWS SDK v2 in iceberg-aws-bundle, Hadoop's client API; for ``lakesession engine``'s sandbox
+extension, ``dev.lakesession.engine``, Spark 4.1's catalyst/sql/sql-api/core/common-utils, Scala
+2.13's library and the Jackson its types are annotated with), fetched and sha1-checked like the
+jars ``comet=True`` uses. At run time the providers need only the JDK and the engine classes only
+Spark's own (all on Spark's class path). The jar's manifest records a hash of the sources: a fast
+test proves the committed jar is built from the committed sources. Entries carry a fixed timestamp,
+so a rebuild is byte-identical.
 """
 
 from __future__ import annotations
@@ -27,6 +30,19 @@ COMPILE = (
     ("org.apache.iceberg", "iceberg-aws-bundle", "1.12.0"),
     ("org.apache.hadoop", "hadoop-client-api", "3.4.2"),
 )
+# dev.lakesession.engine compiles against Spark 4.1 (the patch release does not matter: it matches Catalyst's
+# nodes by name at run time) and the Scala library pyspark 4.1 ships. (group, artifact, version) -> Maven
+# Central's .sha1, pinned here and handed to the same fetch helper.
+ENGINE_COMPILE: dict[tuple[str, str, str], str] = {
+    ("org.apache.spark", "spark-catalyst_2.13", "4.1.3"): "0031f2250021045201ed1f386ed39ad9860f9dd2",
+    ("org.apache.spark", "spark-sql_2.13", "4.1.3"): "d64ae3ae08dc49e276472b3e2d3ee366d2a83931",
+    ("org.apache.spark", "spark-sql-api_2.13", "4.1.3"): "aa198ca852e9db31ecdd572099d1cd75caf1e2b3",
+    ("org.apache.spark", "spark-core_2.13", "4.1.3"): "4b05d67c97c266d406427403544444b57298dc65",
+    ("org.apache.spark", "spark-common-utils_2.13", "4.1.3"): "a7ae45c4618372075cd7fd5aedf89705aa350bf2",
+    ("org.scala-lang", "scala-library", "2.13.17"): "766aafc5e3c310bde92e405988bc7f6eb31d7cf9",
+    # only for the annotations on Spark's DataType (without it -Xlint:all warns that they cannot be read)
+    ("com.fasterxml.jackson.core", "jackson-databind", "2.21.2"): "71ab8ff75b4fd74afdee0004173fdd15de1d6a28",
+}
 STAMP = (2020, 1, 1, 0, 0, 0)
 HASH_ATTR = "Lakesession-Source-SHA256"
 
@@ -51,9 +67,11 @@ def jar_source_hash(jar: Path = OUT) -> str | None:
 
 def build(out: Path = OUT) -> Path:
     sys.path.insert(0, str(HERE.parent))
-    from lakesession._spark.comet import fetch
+    from lakesession._spark import comet
 
-    class_path = ":".join(str(fetch(*c)) for c in COMPILE)
+    for coords, sha1 in ENGINE_COMPILE.items():
+        comet.SHA1.setdefault(coords, sha1)  # build-time only pins: the runtime never fetches these
+    class_path = ":".join(str(comet.fetch(*c)) for c in (*COMPILE, *ENGINE_COMPILE))
     sources = sorted(str(p) for p in SRC.rglob("*.java"))
     with tempfile.TemporaryDirectory() as classes:
         subprocess.run(

@@ -42,6 +42,7 @@ def connect(
     jars: str | list[str] | None = None,
     master: str | None = None,
     remote: str | None = None,
+    engine: str | None = None,
     gateway_host: str | None = None,
     gateway_clients: Sequence[str] | None = None,
     spark_conf: Mapping[str, str] | None = None,
@@ -62,7 +63,8 @@ def connect(
     ``token`` (static), ``credential='client_id:secret'`` with ``token_url`` (client credentials),
     or ``issuer`` + ``client_id`` (OIDC discovery; device login without a secret, ``on_prompt`` shows
     the code); ``identity='none'`` for a catalog without authentication. Spark: ``catalog_name``,
-    ``jars``, ``master``, ``remote``, ``gateway_host``, ``gateway_clients``, ``spark_conf``. ``assumed_credential_ttl``: seconds
+    ``jars``, ``master``, ``remote``, ``engine`` (the platform's trusted engine, ``sc://…``: queries over DEFINER
+    views run there), ``gateway_host``, ``gateway_clients``, ``spark_conf``. ``assumed_credential_ttl``: seconds
     to assume vended keys live when the catalog states no expiry (Nessie 0.99). ``access="remote-signing"``:
     Spark and ``table()`` hold no storage credentials, the catalog signs each S3 request. Embedded
     default only: ``data_dir``, ``storage``, ``credential_ttl``, ``access_token_ttl``. ``comet=True``: Apache
@@ -181,6 +183,7 @@ def spark(
     jars: str | list[str] | None = None,
     master: str | None = None,
     remote: str | None = None,
+    engine: str | None = None,
     gateway_host: str | None = None,
     gateway_clients: Sequence[str] | None = None,
     spark_conf: Mapping[str, str] | None = None,

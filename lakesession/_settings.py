@@ -74,6 +74,13 @@ class Settings:
     )
     master: str | None = _opt("spark", "Spark master (default `local[*]`).", "LAKESESSION_SPARK_MASTER")
     remote: str | None = _opt("spark", "Spark Connect URL (`sc://host:15002`).")
+    engine: str | None = _opt(
+        "spark",
+        "The platform's trusted engine (`sc://engine.internal:15002/;use_ssl=true`): `sql()` runs queries that read "
+        "DEFINER views there; `engine()` opens a session on it.",
+        "LAKESESSION_ENGINE",
+        file=True,
+    )
     gateway_host: str | None = _opt(
         "spark", "Gateway bind address (default 127.0.0.1; routable for cluster mode).", "LAKESESSION_GATEWAY_HOST"
     )
@@ -148,7 +155,7 @@ class Settings:
         return {n: getattr(self, n) for n in ("storage", "credential_ttl", "access_token_ttl")}
 
     def session_options(self) -> dict[str, Any]:
-        names = ["catalog_name", "jars", "master", "remote", "gateway_host", "gateway_clients"]
+        names = ["catalog_name", "jars", "master", "remote", "engine", "gateway_host", "gateway_clients"]
         names += ["assumed_credential_ttl", "access", "comet", "warmups"]
         opts: dict[str, Any] = {n: getattr(self, n) for n in names}
         opts["spark_conf"] = dict(self.spark_conf or {})
@@ -197,6 +204,23 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "LAKESESSION_SERVE__<KEY>",
         "`lakesession serve`: overrides a config-file key (nested with `__`).",
         side="server",
+    ),
+    *(
+        Variable(name, doc, side="engine")
+        for name, doc in (
+            ("LAKESESSION_ENGINE_CATALOG", "`lakesession engine`: the catalog's base URI."),
+            ("LAKESESSION_ENGINE_WAREHOUSE", "`lakesession engine`: the warehouse to request."),
+            ("LAKESESSION_ENGINE_CLIENT_ID", "`lakesession engine`: its client id (a trusted service principal)."),
+            ("LAKESESSION_ENGINE_CLIENT_SECRET", "`lakesession engine`: its client secret (never an argument)."),
+            ("LAKESESSION_ENGINE_CLIENT_SECRET_FILE", "`lakesession engine`: a file holding its client secret."),
+            ("LAKESESSION_ENGINE_ISSUER", "`lakesession engine`: the OIDC issuer of users' tokens."),
+            ("LAKESESSION_ENGINE_TOKEN_URL", "`lakesession engine`: the token endpoint for RFC 8693 exchange."),
+            ("LAKESESSION_ENGINE_AUDIENCES", "`lakesession engine`: accepted token audiences (comma-separated)."),
+            ("LAKESESSION_ENGINE_HOST", "`lakesession engine`: the front door's bind address."),
+            ("LAKESESSION_ENGINE_PORT", "`lakesession engine`: the front door's port (15002)."),
+            ("LAKESESSION_ENGINE_MASTER", "`lakesession engine`: the Spark master (`local[*]`)."),
+            ("LAKESESSION_ENGINE_JARS", "`lakesession engine`: the jar mode."),
+        )
     ),
     Variable("LAKESESSION_SERVER_TIMING", "`1`: the catalog adds a `Server-Timing` split (benchmarks).", side="server"),
     Variable(

@@ -33,6 +33,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(args.rest)
 
 
+def cmd_engine(args: argparse.Namespace) -> int:
+    """The trusted engine (``lakesession.engine``): Spark Connect acting for authenticated users."""
+    try:
+        from .engine._cli import main as engine_main
+    except ImportError as exc:  # the slim distributions leave the engine out
+        print(
+            f"lakesession engine: not in this install ({exc.name} is missing): it ships with the full "
+            "distribution (pip install -e . from a checkout, with pyspark[connect])",
+            file=sys.stderr,
+        )
+        return 2
+
+    return engine_main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakesession", description="PySpark on Iceberg REST catalogs, as you.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -50,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("rest", nargs=argparse.REMAINDER)
     demo.set_defaults(func=cmd_demo)
+
+    engine = sub.add_parser(
+        "engine",
+        help="run the trusted engine: Spark Connect acting for each authenticated user (DEFINER views)",
+        add_help=False,
+    )
+    engine.add_argument("rest", nargs=argparse.REMAINDER)
+    engine.set_defaults(func=cmd_engine)
 
     jars = sub.add_parser(
         "jars", help="resolve Spark's JVM jars (Iceberg runtime, AWS SDK), offline if needed", add_help=False

@@ -22,6 +22,7 @@ LakesessionError
 │   ├── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
 │   └── CapabilityError                   the catalog does not offer what was asked (remote signing, grants)
 ├── ViewChainError                        a view chain cannot be resolved: cycle, too deep, unparsable SQL
+├── EngineRefusedError                    the trusted engine refused a request: names the sandbox rule
 ├── CredentialsError                      a table's vended storage credentials (lakesession.credentials)
 │   ├── CredentialsRevokedError           the catalog refused a refresh (403): the grant is gone
 │   └── CredentialsRefreshError           expired, and the catalog could not refresh them
@@ -48,6 +49,7 @@ __all__ = [
     "CredentialsRefreshError",
     "CredentialsRevokedError",
     "DeviceFlowError",
+    "EngineRefusedError",
     "IdentityError",
     "JarResolutionError",
     "JavaNotFoundError",
@@ -173,6 +175,15 @@ class CapabilityError(_OneLine, CatalogAccessError):
 
 class ViewChainError(LakesessionError):
     """A view chain that cannot be resolved (cycle, too deep, unparsable SQL, unexpected answer)."""
+
+
+class EngineRefusedError(_OneLine, LakesessionError):
+    """The trusted engine (``lakesession engine``) refused a request; ``rule`` names the sandbox rule
+    (``user-code``, ``path-access``, ``settings`` …, docs: *Run the trusted engine*)."""
+
+    def __init__(self, message: str, rule: str):
+        super().__init__(message)
+        self.rule = rule
 
 
 # -- vended storage credentials ---------------------------------------------------------------------------------

@@ -44,6 +44,9 @@ class Session:
             of this session's SparkSession — and of no other).
         jars: Jar mode for Spark (``auto``, ``offline``, ``maven``, ``cache``) or explicit paths.
         master: Spark master (``local[*]`` by default); ``remote`` for Spark Connect.
+        engine: The platform's trusted engine (``sc://engine.internal:15002/;use_ssl=true``, ``lakesession
+            engine``): ``sql()`` runs queries that read DEFINER views there (your own Spark is not a trusted
+            engine in a multi-user catalog); ``engine()`` opens a Connect session on it acting as you.
         gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
         gateway_clients: Addresses or CIDR networks allowed to connect to a gateway on a routable address
             (the Spark Connect server's driver and executors; env ``LAKESESSION_GATEWAY_CLIENTS``, comma-
@@ -71,6 +74,7 @@ class Session:
         jars: Any = None,
         master: str | None = None,
         remote: str | None = None,
+        engine: str | None = None,
         gateway_host: str | None = None,
         gateway_clients: list[str] | None = None,
         spark_conf: dict[str, str] | None = None,
@@ -101,6 +105,12 @@ class Session:
         self._jars = jars
         self._master = master
         self._remote = remote
+        if engine:
+            from ._engineclient import check_engine_url
+
+            check_engine_url(engine)  # a plaintext token off loopback fails here, before anything starts
+        self._engine_url = engine or None
+        self._engine_spark: Any = None
         self._gateway_host = gateway_host or os.environ.get("LAKESESSION_GATEWAY_HOST", "127.0.0.1")
         env_clients = os.environ.get("LAKESESSION_GATEWAY_CLIENTS", "")
         self._gateway_clients = (
@@ -280,6 +290,10 @@ class Session:
     def sql(self, query: str, **kwargs: Any) -> DataFrame:
         """Spark SQL as this user, with view chains evaluated by the catalog (DEFINER views work).
 
+        With an ``engine`` configured, a query that reads a DEFINER view runs on the platform's trusted
+        engine (a Connect DataFrame; ``accesses()`` lists it with ``via="engine"``): in a multi-user
+        catalog your own Spark is not trusted to act as a view's owner. Everything else runs here.
+
         Each view the query reads is expanded into its SQL, and each table below it is loaded
         through a chain-scoped catalog (``<catalog>__chain_<id>``) whose loads carry the chain in
         ``referenced-by``: the catalog checks every step for the right user. Those tables are
@@ -288,8 +302,31 @@ class Session:
         """
         from ._spark._viewsql import expanded_sql
 
+        if self._engine_url is not None:
+            from ._engineclient import run_if_definer
+
+            ran = run_if_definer(self, query, kwargs)
+            if ran is not None:
+                return ran
         spark = self.spark()
         return spark.sql(expanded_sql(self, spark, query), **kwargs)
+
+    def engine(self) -> Any:
+        """A Spark Connect session on the platform's trusted engine, acting as this session's user
+        (``engine=`` / ``LAKESESSION_ENGINE``). Every call carries the user's current token; the engine
+        refuses user code, path access and protected settings (``EngineRefusedError`` names the rule)."""
+        with self._lock:
+            self._check_open()
+            if self._engine_url is None:
+                raise ConfigError(
+                    "no trusted engine configured for this session. Fix: lakesession.connect(..., "
+                    "engine='sc://engine.internal:15002/;use_ssl=true') or set LAKESESSION_ENGINE"
+                )
+            if self._engine_spark is None:
+                from ._engineclient import connect_engine
+
+                self._engine_spark = connect_engine(self._engine_url, self._token)
+            return self._engine_spark
 
     def chain(self, name: str | Sequence[str]) -> Any:
         """The view chain behind ``ns.view`` (or a tuple of levels and name) as a tree: object, security
@@ -348,6 +385,12 @@ class Session:
 
                 _sparkbind.release(self)
                 self._spark = None
+            if self._engine_spark is not None:
+                try:
+                    self._engine_spark.stop()  # releases the engine-side session (its temp views, settings)
+                except Exception:  # the engine may be gone: closing must still finish
+                    pass
+                self._engine_spark = None
             if self._gateway is not None:
                 self._gateway.stop()
                 self._gateway = None

@@ -20,6 +20,7 @@ from pyspark.errors.exceptions.base import PySparkException
 
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
+from ..errors import EngineRefusedError
 
 ICEBERG_REST_EXCEPTIONS = {
     "org.apache.iceberg.exceptions.ForbiddenException": "forbidden",
@@ -196,6 +197,20 @@ def _connect_iceberg_cause(info: Any, resp: Any) -> tuple[str, str] | None:
     return None
 
 
+_REFUSED = "lakesession engine refused "
+
+
+def refused_error(exc: BaseException) -> EngineRefusedError | None:
+    """The ``EngineRefusedError`` an engine refusal (a gRPC PERMISSION_DENIED from the front door) stands for."""
+    text = str(exc)
+    at = text.find(_REFUSED)
+    if at < 0:
+        return None
+    line = text[at:].splitlines()[0].rstrip(" \"'")
+    rule = line.split("rule '", 1)[1].split("'", 1)[0] if "rule '" in line else "unknown"
+    return EngineRefusedError(line, rule)
+
+
 def install_connect_error_conversion() -> None:
     """The same readable ``CatalogAccessError`` for Spark Connect sessions (errors arrive over gRPC).
 
@@ -210,6 +225,9 @@ def install_connect_error_conversion() -> None:
         return
 
     def convert(info: Any, truncated_message: str, resp: Any, *args: Any, **kwargs: Any) -> Any:
+        refused = refused_error(Exception(truncated_message or ""))  # the trusted engine's sandbox said no
+        if refused is not None:
+            return refused
         found = _connect_iceberg_cause(info, resp)
         if found is not None:
             cls, message = found

@@ -2,13 +2,15 @@
 
 The client (``lakesession`` minus ``reference/``) and the catalog server (``lakesession.reference``) never
 import each other; this package is the only client code the server imports. It holds no policy and
-no heavy dependency (stdlib, plus sqlglot for view SQL), so the slim ``lakesession-client``
-distribution carries it unchanged:
+no heavy dependency (stdlib, plus sqlglot for view SQL, joserfc and httpx for tokens: dependencies of
+every distribution), so the slim ``lakesession-client`` distribution carries it unchanged:
 
 * ``cloudkeys``: the Iceberg REST storage-credential property names of S3, ADLS and GCS;
 * ``referenced_by``: the ``referenced-by`` query parameter's codec and the namespace separator;
 * ``viewsql``: which tables and views a view's SQL reads, resolved against its defaults;
 * ``redact``: botocore's DEBUG records without credentials;
 * ``singleflight``: concurrent calls for one key share one execution;
-* ``sockets``: listening sockets bound before their server starts.
+* ``sockets``: listening sockets bound before their server starts;
+* ``jwks``: JWT access-token checks and an OIDC discovery + JWKS verifier (the catalog's for an external
+  issuer, a trusted engine's for its users' tokens).
 """

@@ -24,7 +24,17 @@ import sqlglot
 from sqlglot import exp
 
 from .._wire.viewsql import table_refs as _table_refs
-from ._chains import MAX_DEPTH, ViewChainError, ViewId, _classify, _Client, _dotted, _pick_sql, current_version
+from ._chains import (
+    MAX_DEPTH,
+    OWNER_PROPERTY,
+    ViewChainError,
+    ViewId,
+    _classify,
+    _Client,
+    _dotted,
+    _pick_sql,
+    current_version,
+)
 
 logger = logging.getLogger("lakesession.catalog")
 
@@ -40,6 +50,7 @@ class Expansion:
     sql: str
     views: list[str] = field(default_factory=list)
     chains: dict[str, list[str]] = field(default_factory=dict)  # "v1 → v2" -> ["ns.t", …]
+    definers: list[str] = field(default_factory=list)  # the expanded views that run as their owner
 
 
 def quoted(parts: list[str] | tuple[str, ...]) -> str:
@@ -139,6 +150,8 @@ class _Expander:
         except sqlglot.errors.ParseError as exc:
             raise ViewChainError(f"Cannot parse view {_dotted(ident)}'s SQL ({dialect}): {exc}") from exc
         self.result.views.append(_dotted(ident))
+        if OWNER_PROPERTY in ((body.get("metadata") or {}).get("properties") or {}):
+            self.result.definers.append(_dotted(ident))
         local = {self.catalog_name.lower()}
         for table in _table_refs(tree):
             child, _display = _classify([p.name for p in table.parts], version, local)

@@ -65,14 +65,20 @@ class ServerSettings:
         gcs: ``cloudvending.GcsSettings`` when the warehouse is on GCS (``gs://``): OAuth token vending.
         trusted_engines: Callers whose ``referenced-by`` view chains are honoured and who may set the view
             owner property: ``{"principal": name}`` or ``{"issuer": iss, "audience": aud}`` /
-            ``{"issuer": iss, "subject": sub}`` (see ``viewsecurity``).
-        view_owner_property: View property naming a DEFINER view's owner (absent: INVOKER).
+            ``{"issuer": iss, "subject": sub}`` (see ``trust``, ``viewsecurity``). A principal or subject
+            rule also matches the engine *acting for a user* (a token-exchange token whose current actor,
+            the outermost ``act``, is the engine): the chain is then honoured while every check stays the
+            user's, and the engine may set the owner property only to that user's name. An audience rule
+            never matches a token with ``act`` (in an exchange the requester picks the audience).
+        view_owner_property: View property naming a DEFINER view's owner (absent: INVOKER). While trusted
+            engines give it effect, only the owner may change a DEFINER view's SQL (or whoever the same
+            commit makes owner, through the engine acting for them): see ``viewsecurity``.
         abuse: Rate limits, pending device-code quotas and request size/nesting limits (``AbuseLimits``).
         trusted_proxies: Addresses (or CIDR networks) of reverse proxies whose ``X-Forwarded-For`` /
             ``X-Forwarded-Proto`` are believed; none by default, so client addresses (which every
             per-address limit keys on) come from the socket. The embedded catalog never sets it.
         single_user: The catalog serves one user (the embedded default): only then may a trusted-engine
-            rule match every token (see ``viewsecurity.check_trust_configuration``).
+            rule match every token (see ``trust.check_trust_configuration``).
     """
 
     warehouse: str

@@ -18,7 +18,14 @@ caller is a **trusted engine** (``ServerSettings.trusted_engines``) the chain is
 
 All checks are computed, audited one record per step, then decided at once: any denial is a
 403 naming the failed step (never anything about the target's metadata). From an untrusted
-caller ``referenced-by`` is ignored (debug log) and the caller alone is checked on the target.
+caller ``referenced-by`` is ignored (debug log) and the caller alone is checked on the target; if
+that denies, the 403's one-line message (same ``Principal 'x' is not authorized for …`` prefix)
+adds that the chain was ignored because the caller is not a trusted engine, and that DEFINER views
+are read through one (``lakesession engine``). Without ``referenced-by`` the message is unchanged.
+
+Who is a trusted engine (rules, token exchange, the start-up check) is ``trust``'s business; its
+names are re-exported here. A trusted engine acting for a user (``lakesession engine``, RFC 8693)
+is trusted for who *acts*, while the principal (every check, the user in effect) stays the user.
 
 Decisions made here:
 
@@ -32,23 +39,29 @@ Decisions made here:
   Lakekeeper): without them it has no effect. Setting or removing it, under any casing, is a
   403 ``ProtectedPropertyModification`` for untrusted callers; trusted engines may set only the
   exact configured key (a case variant would be silently ignored by engines) but may remove
-  case variants.
-* A trust rule that matches every token this catalog accepts (its own audience, or an empty
-  rule) is refused at start-up unless the catalog is explicitly ``single_user`` with at most one
-  principal besides the built-in admin: in a multi-user catalog a user's own process (their
-  notebook's Spark) must never be a trusted engine, or any user could act as any view's owner.
+  case variants. A trusted engine *acting for a user* (a delegated token) may set it only to
+  that user's own principal name (else 403 ``ProtectedPropertyModification``): otherwise any user
+  could, through the engine, create a DEFINER view "owned" by someone else and read what they can.
+  Removing it through the engine stays allowed (the view becomes INVOKER: nobody gains anything).
+  The engine calling as itself (no ``act``) may name any principal, as before.
 * The owner property may name only an existing principal (400 otherwise), while trusted engines
   give it effect.
-* Trust rules: ``{"principal": NAME}`` (the caller's principal name, for the embedded issuer)
-  or ``{"issuer": ISS?, "audience": AUD | [AUD…]?, "subject": SUB | [SUB…]?}``: ``iss`` must
-  equal ``issuer`` when given, and ``aud`` must contain one of the audiences or ``sub`` equal
-  one of the subjects. A rule without principal, audience or subject never matches.
+* Only the owner changes a DEFINER view's SQL, while trusted engines give the owner effect: a commit
+  that adds a view version or makes another one current (a replace, a roll-back) must leave the view
+  INVOKER or owned by the caller (the token's principal: the user, when the engine acts for one), who
+  already owns it or is named owner by the same commit (which only the engine acting for the caller
+  may do, above); else 403 ``ForbiddenException`` naming the view, its owner and the rule. Otherwise
+  whoever may replace a view (``VIEW_WRITE_PROPERTIES``) could make it run their SQL as its owner.
+  Trino's rule (the replacer of a SECURITY DEFINER view becomes its owner) is had by asking for it in
+  the commit, never by the server rewriting the owner: a commit lands as sent, and only trusted engines
+  write the owner property. The engine calling as itself is bound too: it owns no one's view.
+  Property-only commits keep the rules above.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +72,13 @@ from .authz import Privilege, Securable
 from .errors import BadRequest, Forbidden
 from .nskeys import check_level, path_text
 from .refby import raw_param
-from .settings import ServerSettings
+from .trust import TrustConfigurationError as TrustConfigurationError
+from .trust import caller_trusted as caller_trusted
+from .trust import check_trust_configuration as check_trust_configuration
+from .trust import current_actor as current_actor
+from .trust import has_actor as has_actor
+from .trust import is_trusted as is_trusted
+from .trust import matches_every_token as matches_every_token
 from .viewsql import reads_at
 
 if TYPE_CHECKING:
@@ -125,87 +144,6 @@ def parse_referenced_by(raw: str, separator: str = "%1F") -> list[ViewId]:
         if not name or not name.strip() or not name.isprintable() or len(name) > 255 or "/" in name:
             raise BadRequest(f"Malformed referenced-by: view {i} has an invalid view name")
     return chain
-
-
-# ---------------------------------------------------------------- trust
-def _as_list(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Iterable):
-        return [str(v) for v in value]
-    return [str(value)]
-
-
-def is_trusted(claims: dict[str, Any], principal: str | None, settings: ServerSettings) -> bool:
-    """Whether the caller (its token claims / principal name) matches a trusted-engine rule."""
-    for rule in settings.trusted_engines or ():
-        if not isinstance(rule, dict):
-            continue
-        if "principal" in rule:
-            if principal is not None and principal in _as_list(rule["principal"]):
-                return True
-            continue
-        audiences = _as_list(rule.get("audience", rule.get("audiences")))
-        subjects = _as_list(rule.get("subject", rule.get("subjects")))
-        if not audiences and not subjects:
-            continue
-        issuer = rule.get("issuer")
-        if issuer is not None and claims.get("iss") != issuer:
-            continue
-        aud = _as_list(claims.get("aud"))
-        if any(a in aud for a in audiences) or (claims.get("sub") is not None and claims.get("sub") in subjects):
-            return True
-    return False
-
-
-class TrustConfigurationError(ValueError):
-    """The trusted-engine rules would make every caller a trusted engine in a multi-user catalog."""
-
-
-def matches_every_token(rule: Any, settings: ServerSettings) -> bool:
-    """Whether ``rule`` is met (or meant to be met) by any token this catalog accepts: an empty rule, or
-    one whose audience is the catalog's own (every accepted token carries it) under the catalog's issuer."""
-    if not isinstance(rule, dict) or "principal" in rule:
-        return False
-    audiences = _as_list(rule.get("audience", rule.get("audiences")))
-    subjects = _as_list(rule.get("subject", rule.get("subjects")))
-    issuer = rule.get("issuer")
-    if issuer is not None and issuer != settings.effective_issuer_url:
-        return False
-    return (not audiences and not subjects) or settings.audience in audiences
-
-
-def check_trust_configuration(settings: ServerSettings, principals: Iterable[str]) -> None:
-    """Refuse to start with a trust rule that matches every token unless the catalog is single-user.
-
-    A trusted engine may send ``referenced-by`` (run views as their DEFINER) and set the view owner
-    property; a user's own process (a notebook's Spark) is under the user's control, so if every
-    token were trusted, any user could read whatever any view owner can. Only a single-user catalog
-    (the embedded default: one demo user, who owns everything anyway) may trust its own engine.
-    """
-    broad = [r for r in settings.trusted_engines or () if matches_every_token(r, settings)]
-    if not broad:
-        return
-    if not settings.single_user:
-        raise TrustConfigurationError(
-            f"trusted_engines rule {broad[0]!r} matches every token of this catalog (audience "
-            f"{settings.audience!r}), so every user would be a trusted engine and could act as any view's "
-            "owner. Name the engines instead: {'principal': NAME}, or {'issuer': ISS, 'audience': AUD} with "
-            "an audience only the engine's tokens carry. (A single-user catalog may pass single_user=True.)"
-        )
-    users = sorted(set(principals))
-    if len(users) > 1:
-        raise TrustConfigurationError(
-            f"single_user=True, but the catalog has {len(users)} principals ({', '.join(users[:5])}): "
-            f"trusted_engines rule {broad[0]!r} would make each of them a trusted engine. "
-            "Drop single_user and name the trusted engines."
-        )
-
-
-def caller_trusted(ctx: RequestContext) -> bool:
-    return is_trusted(ctx.claims, ctx.principal.name, ctx.services.settings)
 
 
 # ---------------------------------------------------------------- chain evaluation
@@ -318,36 +256,71 @@ def authorize_target(
 ) -> EffectiveUser:
     """The route's authorization step: the view chain from a trusted caller, else the caller alone."""
     raw = raw_param(request)
+    ignored = False
     if raw is not None and raw.strip():
         if caller_trusted(ctx):
             chain = parse_referenced_by(raw, ctx.services.settings.namespace_separator)
             if chain:
                 return replace(evaluate_chain(ctx, chain, target, privilege, action=action), referenced_by=raw)
         else:
-            logger.debug("ignoring referenced-by from untrusted caller %r", ctx.principal.name)
-    ctx.authorize(action, privilege, target)
+            ignored = True
+    authorize_caller(ctx, action, privilege, target, chain_ignored=ignored)
     return EffectiveUser(ctx.principal.name)
 
 
+def _caller_text(ctx: RequestContext) -> str:
+    actor = ctx.actor
+    return f"{actor!r} (acting for {ctx.principal.name!r})" if actor is not None else repr(ctx.principal.name)
+
+
+def authorize_caller(
+    ctx: RequestContext, action: str, privilege: Privilege, target: Securable, *, chain_ignored: bool = False
+) -> None:
+    """``ctx.authorize`` for the caller alone. ``chain_ignored``: the request carried ``referenced-by`` from
+    an untrusted caller; a denial then also says why the chain did not count (one line, same prefix)."""
+    if not chain_ignored:
+        ctx.authorize(action, privilege, target)
+        return
+    logger.debug("ignoring referenced-by from untrusted caller %s", _caller_text(ctx))
+    try:
+        ctx.authorize(action, privilege, target)
+    except Forbidden as exc:
+        raise Forbidden(
+            f"{exc.message}; referenced-by was ignored because {_caller_text(ctx)} is not a trusted engine of "
+            "this catalog: DEFINER views must be read through a trusted engine (e.g. lakesession engine)"
+        ) from None
+
+
 # ---------------------------------------------------------------- owner property protection
-def check_owner_property_change(ctx: RequestContext, keys: Iterable[str], *, removing: bool = False) -> None:
-    """403 ``ProtectedPropertyModification`` when ``keys`` (set or removed) touch the owner property
-    and the caller may not: see the module docstring."""
+def check_owner_property_change(
+    ctx: RequestContext, changes: Mapping[str, str] | Iterable[str], *, removing: bool = False
+) -> None:
+    """403 ``ProtectedPropertyModification`` when ``changes`` (properties set, with their values, or keys
+    removed) touch the owner property and the caller may not: see the module docstring."""
     settings = ctx.services.settings
     if not settings.trusted_engines:
         return
     owner_key = settings.view_owner_property
-    touched = [k for k in keys if k.lower() == owner_key.lower()]
+    touched = [k for k in changes if k.lower() == owner_key.lower()]
     if not touched:
         return
     trusted = caller_trusted(ctx)
-    if trusted and (removing or all(k == owner_key for k in touched)):
+    if not trusted:
+        why = f"only trusted engines may {'remove' if removing else 'set'} the view owner property {owner_key!r}"
+    elif not removing and any(k != owner_key for k in touched):
+        why = f"property {touched[0]!r} differs from the owner property {owner_key!r} only in casing"
+    elif removing or not has_actor(ctx.claims):
         return
-    why = (
-        f"only trusted engines may {'remove' if removing else 'set'} the view owner property {owner_key!r}"
-        if not trusted
-        else f"property {touched[0]!r} differs from the owner property {owner_key!r} only in casing"
-    )
+    else:  # a trusted engine acting for a user: the view may only run as that user
+        user = ctx.principal.name
+        values = [changes[k] for k in touched] if isinstance(changes, Mapping) else [None]
+        if all(v == user for v in values):
+            return
+        shown = f"{values[0]!r}" if values[0] is not None else "an unknown value"
+        why = (
+            f"a trusted engine acting for {user!r} may set the view owner property {owner_key!r} only to that "
+            f"user's own principal name ({user!r}), not {shown}"
+        )
     raise Forbidden(f"Protected property modification: {why}", type=PROTECTED)
 
 
@@ -362,3 +335,26 @@ def check_owner_value(ctx: RequestContext, properties: dict[str, str]) -> None:
             f"View owner property {settings.view_owner_property!r} must name a principal of this catalog; "
             f"{owner!r} is none. Use an existing principal's name."
         )
+
+
+def check_definer_sql_change(ctx: RequestContext, view: Securable, base: ViewMetadata, result: ViewMetadata) -> None:
+    """403 when a commit turning ``base`` into ``result`` changes the SQL of a view that would then run as
+    someone other than the caller (its DEFINER owner): see the module docstring."""
+    settings = ctx.services.settings
+    if not settings.trusted_engines:
+        return
+    owner_key, caller = settings.view_owner_property, ctx.principal.name
+    owner = (result.properties or {}).get(owner_key)
+    if owner is None or owner == caller:
+        return
+    added = {v.version_id for v in result.versions} - {v.version_id for v in base.versions}
+    if result.current_version_id == base.current_version_id and not added:
+        return  # property-only (or location, schema…): the view still runs the SQL its owner left
+    before = (base.properties or {}).get(owner_key)
+    what = f"DEFINER {view} (owner {before!r})" if before is not None else str(view)
+    ctx.audit("replace_view", view, "deny", {"reason": "changes the SQL of a DEFINER view", "owner": owner})
+    ctx.flush()
+    raise Forbidden(
+        f"Principal {caller!r} may not change the SQL of {what}: only the owner of a DEFINER view may change "
+        f"its SQL; the replacement would run as {owner!r}"
+    )

@@ -26,6 +26,14 @@ INTERNAL_EXCEPTIONS = {
     # reference/viewsql.py)
     "lakesession._wire.referenced_by.MalformedReferencedBy": "caught in catalog/_chains.py and reference/viewsecurity.py",
     "lakesession._wire.viewsql.UnqualifiedReference": "caught in catalog/_chains.py and reference/viewsql.py",
+    # token verification both halves share (a trusted engine verifies its users' tokens): the server turns
+    # them into NotAuthorized / ServiceUnavailable (reference/idp/_keys.py, reference/idp/_remote.py)
+    "lakesession._wire.jwks.TokenRejected": "caught in reference/idp/_keys.py and reference/idp/_remote.py",
+    "lakesession._wire.jwks.IssuerUnavailable": "caught in reference/idp/_remote.py",
+    # the trusted engine's own (a server): its front door turns them into gRPC statuses, which the client half
+    # raises as EngineRefusedError / its Connect errors
+    "lakesession.engine._auth.Unauthenticated": "caught in engine/_proxy.py (UNAUTHENTICATED)",
+    "lakesession.engine._sandbox.Refused": "caught in engine/_proxy.py (PERMISSION_DENIED)",
 }
 
 

@@ -7,6 +7,9 @@ RS256 if a persisted RSA JWK is supplied). The key is kept as a private JWK file
 ``check_access_token`` is shared by the embedded issuer and ``RemoteVerifier``:
 signature, ``iss``, ``aud``, ``exp``/``nbf``/``iat`` with leeway, ``typ``. Every
 failure is a ``NotAuthorized`` with a short reason that never echoes the token.
+The checks themselves live in ``lakesession._wire.jwks`` (a trusted engine applies
+the same ones without importing the server); this module maps its ``TokenRejected``
+to ``NotAuthorized``.
 """
 
 from __future__ import annotations
@@ -18,39 +21,24 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from joserfc import jws, jwt
-from joserfc.errors import (
-    BadSignatureError,
-    ExpiredTokenError,
-    InvalidClaimError,
-    InvalidKeyIdError,
-    JoseError,
-    MissingClaimError,
-    UnsupportedAlgorithmError,
-)
 from joserfc.jwk import ECKey, Key, KeySet, RSAKey, import_key
 
+from ..._wire import jwks
+from ..._wire.jwks import ACCESS_TOKEN_TYPES, ASYMMETRIC_ALGORITHMS, LEEWAY_SECONDS, PLAIN_JWT_TYPES
 from ..errors import NotAuthorized
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "ACCESS_TOKEN_TYPES",
+    "ASYMMETRIC_ALGORITHMS",
+    "LEEWAY_SECONDS",
+    "PLAIN_JWT_TYPES",
+    "check_access_token",
+    "load_or_create_signing_key",
+    "public_jwks",
+    "token_header",
+]
 
-LEEWAY_SECONDS = 30
-#: Asymmetric JWS algorithms a verifier will accept (never ``none`` nor HMAC).
-ASYMMETRIC_ALGORITHMS = (
-    "ES256",
-    "ES384",
-    "ES512",
-    "RS256",
-    "RS384",
-    "RS512",
-    "PS256",
-    "PS384",
-    "PS512",
-    "EdDSA",
-    "Ed25519",
-)
-ACCESS_TOKEN_TYPES = ("at+jwt", "application/at+jwt")
-PLAIN_JWT_TYPES = (None, "JWT", "jwt", "at+jwt", "application/at+jwt")
+logger = logging.getLogger(__name__)
 
 
 def _algorithm_of(key: Key) -> str:
@@ -99,12 +87,10 @@ def public_jwks(key: Key, alg: str) -> dict[str, Any]:
 
 def token_header(token: str) -> dict[str, Any]:
     """The unverified JOSE header of a compact JWS (for ``kid``/``typ`` routing only)."""
-    if not isinstance(token, str) or token.count(".") != 2 or len(token) > 16_384:
-        raise NotAuthorized("Malformed bearer token: not a compact JWT")
     try:
-        return dict(jws.extract_compact(token.encode("ascii")).headers())
-    except (JoseError, ValueError, UnicodeError):
-        raise NotAuthorized("Malformed bearer token: not a compact JWT") from None
+        return jwks.token_header(token)
+    except jwks.TokenRejected as exc:
+        raise NotAuthorized(str(exc)) from None
 
 
 def check_access_token(
@@ -118,40 +104,15 @@ def check_access_token(
     leeway: int = LEEWAY_SECONDS,
 ) -> dict[str, Any]:
     """Verify a JWT access token's signature and claims; return its claims or raise ``NotAuthorized``."""
-    header = token_header(token)
-    if header.get("alg") not in algorithms:
-        raise NotAuthorized("Token rejected: signing algorithm not accepted")
-    if header.get("typ") not in allowed_types:
-        raise NotAuthorized("Token rejected: wrong token type (an at+jwt access token is required)")
     try:
-        claims = jwt.decode(token, keys, algorithms=list(algorithms)).claims
-    except InvalidKeyIdError:
-        raise NotAuthorized("Token rejected: signed by an unknown key") from None
-    except BadSignatureError:
-        raise NotAuthorized("Token rejected: invalid signature") from None
-    except UnsupportedAlgorithmError:
-        raise NotAuthorized("Token rejected: signing algorithm not accepted") from None
-    except (JoseError, ValueError, TypeError):
-        raise NotAuthorized("Token rejected: malformed token") from None
-    registry = jwt.JWTClaimsRegistry(
-        leeway=leeway,
-        iss={"essential": True, "value": issuer},
-        aud={"essential": True, "value": audience},
-        exp={"essential": True},
-        sub={"essential": True},
-    )
-    try:
-        registry.validate(claims)
-    except ExpiredTokenError:
-        raise NotAuthorized("Token rejected: expired") from None
-    except MissingClaimError as exc:
-        raise NotAuthorized(f"Token rejected: missing claim {exc.claim}") from None
-    except InvalidClaimError as exc:
-        reason = {
-            "iss": "issuer mismatch",
-            "aud": "audience mismatch",
-            "nbf": "not yet valid",
-            "iat": "issued in the future",
-        }.get(exc.claim, f"invalid claim {exc.claim}")
-        raise NotAuthorized(f"Token rejected: {reason}") from None
-    return claims
+        return jwks.check_access_token(
+            token,
+            keys,
+            issuer=issuer,
+            audience=audience,
+            algorithms=algorithms,
+            allowed_types=allowed_types,
+            leeway=leeway,
+        )
+    except jwks.TokenRejected as exc:
+        raise NotAuthorized(str(exc)) from None

@@ -14,7 +14,7 @@ from ..errors import BadRequest, Forbidden, NoSuchTable
 from ..locations import Owner
 from ..refby import raw_param
 from ..signing import S3Target, parse_target, sign
-from ..viewsecurity import authorize_target, caller_trusted, parse_referenced_by
+from ..viewsecurity import authorize_caller, authorize_target, caller_trusted, parse_referenced_by
 from .common import Namespace, check_name, check_prefix, decode_namespace, parse_body
 from .namespaces import raw_body
 
@@ -115,8 +115,8 @@ def sign_table_request(
     chained = bool(raw and raw.strip()) and caller_trusted(ctx)
     if chained:  # a chain too long (or malformed) answers 400 before any lookup
         parse_referenced_by(raw or "", ctx.services.settings.namespace_separator)
-    else:
-        ctx.authorize("sign_request", P.TABLE_READ_DATA, sec)
+    else:  # a referenced-by from an untrusted caller is ignored (and a denial says so)
+        authorize_caller(ctx, "sign_request", P.TABLE_READ_DATA, sec, chain_ignored=bool(raw and raw.strip()))
     _require_signing(ctx)
     req = parse_body(SignRequest, body)
     target = _target(ctx, req, sec)

@@ -41,7 +41,7 @@ from ..viewmeta import (
     metadata_json,
     new_view_metadata,
 )
-from ..viewsecurity import authorize_target, check_owner_property_change, check_owner_value
+from ..viewsecurity import authorize_target, check_definer_sql_change, check_owner_property_change, check_owner_value
 from ..viewstore import ViewStore
 from .common import (
     Namespace,
@@ -270,6 +270,7 @@ def replace_view(
         actions = {"updates": [u.action for u in req.updates]}
         if not changed:
             return _issue(ctx, "replace_view", ns, name, base_location, base, actions)
+        check_definer_sql_change(ctx, Securable.view(ns, name), base, metadata)  # against the base swapped
         owner, index, added = Owner.view(ns, name), locations_of(services), []
         if metadata.location != base.location:  # claimed as this view's: it may move inside its old prefix
             moved = [(_check_location(services, metadata.location), "view location")]

@@ -1,0 +1,174 @@
+"""The notebook side of the trusted engine (``lakesession engine``): a Spark Connect session acting as you.
+
+``Session.engine()`` opens a Connect session on the platform's engine; every gRPC call carries
+your current access token (refreshed by your identity, so long sessions keep working), and the
+engine replaces whatever ``user_id`` the client claims with the principal of that token.
+``Session.sql()`` sends a query there only when it reads a DEFINER view and the engine is
+configured: your own tables keep running in your own Spark.
+
+Off loopback the engine URL must use TLS (``sc://host:15002/;use_ssl=true``): the token would
+otherwise travel in plaintext.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from ._spark.errors import install_connect_error_conversion, refused_error
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+__all__ = ["check_engine_url", "connect_engine", "definer_views", "run_if_definer"]
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_engine_url(url: str) -> str:
+    """``url`` if it is a usable engine address (``sc://host:port[/;use_ssl=true]``); else a ConfigError."""
+    parsed = urlparse(url)
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise ConfigError(f"engine must be a Spark Connect URL like sc://engine.internal:15002, not {url!r}")
+    params = dict(p.split("=", 1) for p in parsed.path.lstrip("/").split(";") if "=" in p)
+    if "token" in params or "user_id" in params:
+        raise ConfigError(
+            "the engine URL must not carry token= or user_id=: lakesession sends your own token with every call, "
+            "and the engine names you from it"
+        )
+    if not _loopback(parsed.hostname) and params.get("use_ssl", "").lower() != "true":
+        raise ConfigError(
+            f"engine {url!r} is not on loopback: add ;use_ssl=true (sc://host:port/;use_ssl=true) so your access "
+            "token is never sent in plaintext"
+        )
+    return url
+
+
+_Details = collections.namedtuple(
+    "_Details", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+)
+
+
+def _bearer_interceptor(token: Callable[[], str]) -> Any:
+    """A gRPC client interceptor adding ``authorization: Bearer <current token>`` to every call."""
+    import grpc
+
+    class Bearer(
+        grpc.UnaryUnaryClientInterceptor,
+        grpc.UnaryStreamClientInterceptor,
+        grpc.StreamUnaryClientInterceptor,
+        grpc.StreamStreamClientInterceptor,
+    ):
+        def _details(self, d: Any) -> Any:
+            metadata = [(k, v) for k, v in (d.metadata or ()) if k.lower() != "authorization"]
+            metadata.append(("authorization", f"Bearer {token()}"))
+            return _Details(
+                d.method, d.timeout, metadata, d.credentials, getattr(d, "wait_for_ready", None), d.compression
+            )
+
+        def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+            return continuation(self._details(details), request)
+
+        def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+            return continuation(self._details(details), request)
+
+        def intercept_stream_unary(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
+            return continuation(self._details(details), request_iterator)
+
+        def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
+            return continuation(self._details(details), request_iterator)
+
+        def __repr__(self) -> str:  # never the token
+            return "BearerInterceptor()"
+
+    return Bearer()
+
+
+def connect_engine(url: str, token: Callable[[], str]) -> ConnectSession:
+    """A new Spark Connect session on the engine at ``url``, authenticated by ``token()`` on every call."""
+    try:
+        from pyspark.sql.connect.client import DefaultChannelBuilder
+        from pyspark.sql.connect.session import SparkSession as _ConnectSession
+    except ImportError as exc:
+        raise ConfigError(
+            f"the trusted engine needs Spark Connect's client ({exc.name} is missing): "
+            "pip install 'pyspark[connect]>=4.1,<4.2' (or lakesession[connect])"
+        ) from None
+    check_engine_url(url)
+    builder = DefaultChannelBuilder(url)
+    builder.add_interceptor(_bearer_interceptor(token))
+    install_connect_error_conversion()
+    session: ConnectSession = _ConnectSession.builder.channelBuilder(builder).create()
+    return session
+
+
+def timed(func: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    result = func()
+    return result, (time.perf_counter() - t0) * 1000
+
+
+def definer_views(session: Any, query: str) -> list[str]:
+    """The DEFINER views ``query`` reads (directly or through other views), as the session's user sees them."""
+    from ._spark._viewsql import catalog_prop
+    from .catalog._chains import _Client
+    from .catalog._expand import expand
+
+    client = _Client(
+        session.catalog,
+        session.uri,
+        catalog_prop(session, "prefix", ""),
+        catalog_prop(session, "namespace-separator", "%1F"),
+    )
+    expansion = expand(
+        query,
+        client=client,
+        catalog_name=session.catalog_name,
+        current_namespace=None,
+        chain_catalog=lambda chain, table: session.catalog_name,  # a dry run: nothing is registered
+    )
+    return list(dict.fromkeys(expansion.definers))
+
+
+def run_if_definer(session: Any, query: str, kwargs: dict[str, Any]) -> Any:
+    """Run ``query`` on the session's engine if it reads a DEFINER view (logged in ``accesses()``); else None."""
+    from .gateway import AccessRecord
+
+    definers = definer_views(session, query)
+    if not definers:
+        return None
+    engine = session.engine()
+    started = time.time()
+    status = 200
+    try:
+        df, _ms = timed(lambda: engine.sql(query, **kwargs))
+        return df
+    except Exception as exc:
+        refused = refused_error(exc)
+        status = 403 if refused is not None or "not authorized" in str(exc).lower() else 500
+        if refused is not None:
+            raise refused from None
+        raise
+    finally:
+        session.access_log.add(
+            AccessRecord(
+                time=started,
+                action="engine_query",
+                object="view " + ", ".join(definers),
+                status=status,
+                duration_ms=(time.time() - started) * 1000,
+                via="engine",
+            )
+        )

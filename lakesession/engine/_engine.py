@@ -1,0 +1,209 @@
+"""``Engine``: the Spark JVM with its Connect server on loopback, and the front door users talk to.
+
+One process: the JVM (started by pyspark, the Connect server as a Spark plugin bound to
+127.0.0.1 with a pre-shared token only the front door knows), the per-user gateways, and the gRPC
+front door on ``host:port``. The JVM's sessions hold vended storage credentials in Iceberg's
+FileIO; nothing the front door returns, logs or raises contains them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+from typing import Any
+
+import httpx
+
+from ..errors import ConfigError
+from ._auth import Authenticator
+from ._config import EngineConfig
+from ._proxy import FrontDoor
+from ._sandbox import ConfPolicy
+from ._users import EngineUser, Users
+
+__all__ = ["SANDBOX_EXTENSIONS", "Engine"]
+
+logger = logging.getLogger("lakesession.engine")
+
+SANDBOX_EXTENSIONS = "dev.lakesession.engine.SandboxExtensions"
+_CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+_CLOSED = "http://127.0.0.1:9/no-user"  # the catalog of a session the front door has not configured
+
+
+def _loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "::1", "localhost")
+
+
+class Engine:
+    """The trusted engine. ``start()`` brings it up; ``address`` is what notebooks pass as ``engine=``."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        if not _loopback(config.host) and not config.tls_cert and not config.insecure:
+            raise ConfigError(
+                f"the engine would receive users' access tokens in plaintext on {config.host}: give it "
+                "tls_cert/tls_key, or set insecure: true behind a TLS-terminating proxy"
+            )
+        self.config = config
+        self._sql_key = secrets.token_bytes(32)
+        self._backend_token = secrets.token_urlsafe(32)
+        self.spark: Any = None
+        self.front: FrontDoor | None = None
+        self._server: Any = None
+        self.port = 0
+        self._stopped = threading.Event()
+
+    @property
+    def address(self) -> str:
+        host = self.config.host if self.config.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return f"sc://{host}:{self.port}"
+
+    # -- start --------------------------------------------------------------------------------
+    def start(self) -> Engine:
+        cfg = self.config
+        secret = cfg.secret()
+        token_url = cfg.token_url or self._discover_token_url()
+        authenticator = Authenticator(cfg.issuer_url, cfg.audiences, principal_claim=cfg.principal_claim)
+        users = Users(
+            cfg.catalog.rstrip("/"),
+            token_url,
+            cfg.client_id,
+            secret,
+            warehouse=cfg.warehouse,
+            catalog_name=cfg.catalog_name,
+            gateway_host=cfg.gateway_host,
+            gateway_clients=cfg.gateway_clients,
+        )
+        backend_port = self._start_spark()
+        policy = ConfPolicy.of(cfg.settable_confs, cfg.protected_conf_prefixes)
+        self.front = FrontDoor(
+            f"127.0.0.1:{backend_port}",
+            self._backend_token,
+            authenticator,
+            users,
+            policy,
+            self._sql_key,
+            self._session_conf,
+            self._chain_conf,
+        )
+        credentials = None
+        if cfg.tls_cert:
+            import grpc
+
+            if not cfg.tls_key:
+                raise ConfigError("tls_cert needs tls_key")
+            with open(cfg.tls_key, "rb") as k, open(cfg.tls_cert, "rb") as c:
+                credentials = grpc.ssl_server_credentials([(k.read(), c.read())])
+        self._server, self.port = self.front.server(
+            f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=credentials
+        )
+        logger.info("lakesession engine serving %s (Spark Connect on 127.0.0.1:%d)", self.address, backend_port)
+        return self
+
+    def _discover_token_url(self) -> str:
+        url = f"{self.config.issuer_url}/.well-known/openid-configuration"
+        try:
+            doc = httpx.get(url, timeout=10.0).raise_for_status().json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ConfigError(f"cannot read the issuer's discovery document {url}: {type(exc).__name__}") from None
+        endpoint = doc.get("token_endpoint") if isinstance(doc, dict) else None
+        if not isinstance(endpoint, str):
+            raise ConfigError(f"{url} names no token_endpoint; pass token_url")
+        return endpoint
+
+    def jvm_conf(self, backend_port: int) -> dict[str, str]:
+        """The JVM's configuration: Iceberg, the sandbox, the Connect plugin on loopback, no UI or event log."""
+        from .._spark import comet
+        from .._spark.jars import resolve_jars
+        from .._spark.session import EXTENSIONS, base_conf
+
+        cfg = self.config
+        jar_set = resolve_jars(cfg.jars)
+        conf = base_conf(cfg.catalog_name, jar_set)
+        jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+        conf["spark.jars"] = ",".join([*jars, str(comet.provider_jar())])
+        prefix = f"{cfg.catalog_name}__chain_"
+        conf.update(
+            {
+                "spark.sql.extensions": f"{EXTENSIONS},{SANDBOX_EXTENSIONS}",
+                "spark.plugins": _CONNECT_PLUGIN,
+                "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": str(backend_port),
+                "spark.connect.authenticate.token": self._backend_token,
+                "spark.sql.connect.serverStacktrace.enabled": "false",
+                "spark.sql.artifact.isolation.enabled": "true",
+                "spark.ui.enabled": "false",
+                "spark.eventLog.enabled": "false",
+                "spark.lakesession.engine.sandbox": "true",
+                "spark.lakesession.engine.settableConfs": ",".join(cfg.settable_confs),
+                "spark.lakesession.engine.protectedConfPrefixes": ",".join(cfg.protected_conf_prefixes),
+                "spark.lakesession.engine.internalCatalogPrefix": prefix,
+                "spark.lakesession.engine.sqlKey": self._sql_key.hex(),
+                f"spark.sql.catalog.{cfg.catalog_name}": "org.apache.iceberg.spark.SparkCatalog",
+                f"spark.sql.catalog.{cfg.catalog_name}.type": "rest",
+                f"spark.sql.catalog.{cfg.catalog_name}.uri": _CLOSED,
+            }
+        )
+        conf.update(cfg.spark_conf)
+        return conf
+
+    def _start_spark(self) -> int:
+        from .._spark.session import SECRET_ENV, build_spark
+        from .._wire.sockets import bind
+
+        with bind("127.0.0.1", 0) as probe:
+            backend_port = int(probe.getsockname()[1])
+        conf = self.jvm_conf(backend_port)
+        # the JVM inherits the environment: nothing in it may act for anyone (the engine's secret included)
+        hidden = [
+            k for k in os.environ if k.startswith(("AWS_", "LAKESESSION_ENGINE_CLIENT_SECRET")) or k in SECRET_ENV
+        ]
+        saved = {k: os.environ.pop(k) for k in hidden}
+        try:
+            self.spark, _ = build_spark(
+                conf, master=self.config.master, app_name="lakesession engine", classcache=False
+            )
+        finally:
+            os.environ.update(saved)
+        return backend_port
+
+    # -- per user ---------------------------------------------------------------------------------
+    def _session_conf(self, user: EngineUser) -> dict[str, str]:
+        from .._spark.session import catalog_conf
+
+        conf = catalog_conf(user.catalog_name, user.gateway.uri, user.gateway.secret, user.warehouse)
+        conf["spark.sql.defaultCatalog"] = user.catalog_name
+        return conf
+
+    def _chain_conf(self, user: EngineUser, name: str, uri: str) -> dict[str, str]:
+        from .._spark.session import catalog_conf
+
+        return catalog_conf(name, uri, user.gateway.secret, user.warehouse)
+
+    # -- stop ---------------------------------------------------------------------------------------
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop taking calls, let running ones finish for ``grace`` seconds, then stop Spark and the gateways."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._server is not None:
+            self._server.stop(grace).wait()
+        if self.front is not None:
+            self.front.close()
+            self.front.users.close()
+        if self.spark is not None:
+            self.spark.stop()
+            self.spark = None
+
+    def wait(self) -> None:
+        self._stopped.wait()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Engine(address={self.address!r}, catalog={self.config.catalog!r})"

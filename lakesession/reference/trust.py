@@ -1,0 +1,150 @@
+"""Trusted engines: which callers may send ``referenced-by`` view chains and write the view owner property.
+
+``ServerSettings.trusted_engines`` names them; ``viewsecurity`` gives the trust its effect (DEFINER views)
+and re-exports these names.
+
+* Rules: ``{"principal": NAME | [NAME…]}`` matches a token whose principal, or whose current actor's
+  principal name (the outermost ``act``'s principal claim: ``act.sub`` by default), is NAME.
+  ``{"issuer": ISS?, "audience": AUD | [AUD…]?, "subject": SUB | [SUB…]?}``: ``iss`` must equal
+  ``issuer`` when given; ``sub``, or the current actor's ``sub`` (under the same issuer), equal to
+  a subject matches; an ``aud`` containing an audience matches **only a token without ``act``**:
+  in a token exchange the requester names the audience (RFC 8693), so a user exchanging her own
+  token could ask for the engine's. A delegated token is trusted only by a rule naming its actor.
+  A rule without principal, audience or subject never matches.
+* **A trusted engine acting for a user** (``lakesession engine``): the engine exchanges the user's
+  token at the issuer (RFC 8693) for one whose ``sub`` is the user and whose ``act.sub`` is the engine.
+  Trust goes by who *acts*: the current actor is the outermost ``act`` (a nested ``act`` is history,
+  RFC 8693 §4.1), so a token the engine minted for alice and alice re-exchanged is alice acting, not
+  the engine. The principal (every privilege check, the user in effect, ``ctx.principal``) stays the
+  user; the audit records name the actor beside it (``RequestContext.audit``).
+* A rule that matches every token this catalog accepts (its own audience, or an empty rule) is refused
+  at start-up unless the catalog is explicitly ``single_user`` with at most one principal besides the
+  built-in admin: in a multi-user catalog a user's own process (their notebook's Spark) must never be a
+  trusted engine, or any user could act as any view's owner.
+
+Imports only the settings: the server checks the rules (``check_trust_configuration``) before it starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .settings import ServerSettings
+
+if TYPE_CHECKING:
+    from .context import RequestContext
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def has_actor(claims: dict[str, Any]) -> bool:
+    """Whether someone acts for the token's subject (token exchange, RFC 8693): an ``act`` claim, of any value."""
+    return claims.get("act") is not None
+
+
+def current_actor(claims: dict[str, Any], claim: str = "sub") -> str | None:
+    """The current actor's ``claim`` (``sub``, or the catalog's principal claim): the *outermost* ``act`` only.
+
+    RFC 8693 §4.1: a nested ``act`` records earlier actors (history); only the outermost one acts now."""
+    act = claims.get("act")
+    value = act.get(claim) if isinstance(act, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def is_trusted(claims: dict[str, Any], principal: str | None, settings: ServerSettings) -> bool:
+    """Whether the caller (its token claims / principal name) matches a trusted-engine rule.
+
+    A delegated token (token exchange: ``act``) is trusted for who *acts*: a ``principal`` rule matches the
+    token's principal or its current actor's principal name (the outermost ``act``'s principal claim), a
+    ``subject`` rule its ``sub`` or the current actor's ``sub``; an ``audience`` rule never matches a delegated
+    token (whoever asks for an exchange names the audience, so it says nothing about the actor).
+    """
+    actor_name = current_actor(claims, settings.principal_claim)
+    for rule in settings.trusted_engines or ():
+        if not isinstance(rule, dict):
+            continue
+        if "principal" in rule:
+            names = _as_list(rule["principal"])
+            if any(n is not None and n in names for n in (principal, actor_name)):
+                return True
+            continue
+        if _issuer_rule_matches(rule, claims):
+            return True
+    return False
+
+
+def _issuer_rule_matches(rule: dict[str, Any], claims: dict[str, Any]) -> bool:
+    audiences = _as_list(rule.get("audience", rule.get("audiences")))
+    subjects = _as_list(rule.get("subject", rule.get("subjects")))
+    if not audiences and not subjects:
+        return False
+    issuer = rule.get("issuer")
+    if issuer is not None and claims.get("iss") != issuer:
+        return False
+    sub = claims.get("sub")
+    if sub is not None and sub in subjects:
+        return True
+    if has_actor(claims):
+        act = claims["act"]
+        actor_iss = act.get("iss", claims.get("iss")) if isinstance(act, dict) else None
+        actor_sub = current_actor(claims)
+        return actor_sub is not None and actor_sub in subjects and (issuer is None or actor_iss == issuer)
+    return any(a in _as_list(claims.get("aud")) for a in audiences)
+
+
+class TrustConfigurationError(ValueError):
+    """The trusted-engine rules would make every caller a trusted engine in a multi-user catalog."""
+
+
+def matches_every_token(rule: Any, settings: ServerSettings) -> bool:
+    """Whether ``rule`` is met (or meant to be met) by any token this catalog accepts: an empty rule, or
+    one whose audience is the catalog's own (every accepted token carries it) under the catalog's issuer."""
+    if not isinstance(rule, dict) or "principal" in rule:
+        return False
+    audiences = _as_list(rule.get("audience", rule.get("audiences")))
+    subjects = _as_list(rule.get("subject", rule.get("subjects")))
+    issuer = rule.get("issuer")
+    if issuer is not None and issuer != settings.effective_issuer_url:
+        return False
+    return (not audiences and not subjects) or settings.audience in audiences
+
+
+def check_trust_configuration(settings: ServerSettings, principals: Iterable[str]) -> None:
+    """Refuse to start with a trust rule that matches every token unless the catalog is single-user.
+
+    A trusted engine may send ``referenced-by`` (run views as their DEFINER) and set the view owner
+    property; a user's own process (a notebook's Spark) is under the user's control, so if every
+    token were trusted, any user could read whatever any view owner can. Only a single-user catalog
+    (the embedded default: one demo user, who owns everything anyway) may trust its own engine.
+    """
+    broad = [r for r in settings.trusted_engines or () if matches_every_token(r, settings)]
+    if not broad:
+        return
+    if not settings.single_user:
+        raise TrustConfigurationError(
+            f"trusted_engines rule {broad[0]!r} matches every token of this catalog (audience "
+            f"{settings.audience!r}), so every user would be a trusted engine and could act as any view's "
+            "owner. Name the engines instead: {'principal': NAME}, or {'issuer': ISS, 'audience': AUD} with "
+            "an audience only the engine's tokens carry. (A single-user catalog may pass single_user=True.)"
+        )
+    users = sorted(set(principals))
+    if len(users) > 1:
+        raise TrustConfigurationError(
+            f"single_user=True, but the catalog has {len(users)} principals ({', '.join(users[:5])}): "
+            f"trusted_engines rule {broad[0]!r} would make each of them a trusted engine. "
+            "Drop single_user and name the trusted engines."
+        )
+
+
+def caller_trusted(ctx: RequestContext) -> bool:
+    """Whether the request's caller (its token) is a trusted engine."""
+    return is_trusted(ctx.claims, ctx.principal.name, ctx.services.settings)

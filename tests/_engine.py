@@ -1,0 +1,108 @@
+"""``lakesession engine`` as a process for the tests: the real CLI, a real JVM, a real gRPC front door.
+
+``start_engine(handle, ...)`` runs ``python -m lakesession.engine._cli`` against a reference catalog
+(``tests.factories.make_catalog``) and waits for its ``READY sc://…`` line; the engine's log (stderr)
+goes to a file the tests scan for secrets. ``seed_policy()`` is the seed-003 team: etl owns
+``sales.orders``, bob reads it and may create views in ``sales``, alice may read only ``sales.v_eu``,
+carol nothing; ``engine`` is the trusted engine's service principal (TOKEN_EXCHANGE on the catalog).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.factories import Policy, stop_process
+
+ENGINE_SECRET = "engine-secret-0003"
+SECRETS = {"etl": "etl-secret-0003", "bob": "bob-secret-0003", "alice": "alice-secret-0003", "carol": "carol-0003"}
+
+
+def seed_policy() -> Policy:
+    """seed 003's team (see the module docstring)."""
+    return (
+        Policy()
+        .service("etl", SECRETS["etl"], role="eng")
+        .service("engine", ENGINE_SECRET, role="engines")
+        .user("bob", SECRETS["bob"], role="analysts")
+        .user("alice", SECRETS["alice"], role="eu-readers")
+        .user("carol", SECRETS["carol"])
+        .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+        .grant("engines", "TOKEN_EXCHANGE", "catalog")
+        .grant_all("analysts", ["TABLE_READ_DATA", "TABLE_LIST", "VIEW_CREATE", "VIEW_LIST"], "namespace sales")
+        .grant("eu-readers", "VIEW_READ", "view sales.v_eu")
+    )
+
+
+@dataclass
+class RunningEngine:
+    address: str
+    process: subprocess.Popen[str]
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@contextmanager
+def start_engine(
+    handle: Any,
+    tmp: Path,
+    *,
+    extra_args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 240.0,
+) -> Iterator[RunningEngine]:
+    """The engine for ``handle``'s catalog, on a free loopback port; stopped (SIGTERM) when the block ends."""
+    log = tmp / f"engine-{time.time_ns()}.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakesession.engine._cli",
+        "--catalog",
+        handle.uri,
+        "--warehouse",
+        "lakesession",
+        "--client-id",
+        "engine",
+        "--issuer",
+        handle.issuer_uri,
+        "--port",
+        "0",
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--print-ready",
+        *(extra_args or []),
+    ]
+    environ = {**os.environ, "LAKESESSION_ENGINE_CLIENT_SECRET": ENGINE_SECRET, **(env or {})}
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=environ)
+    try:
+        address = _await_ready(proc, log, timeout)
+        yield RunningEngine(address, proc, log)
+    finally:
+        stop_process(proc, timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _await_ready(proc: subprocess.Popen[str], log: Path, timeout: float) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("READY "):
+            return line.split(" ", 1)[1].strip()
+        if not line and proc.poll() is not None:
+            break
+    stop_process(proc)
+    raise AssertionError(f"the engine did not start (exit {proc.poll()}):\n{log.read_text()[-4000:]}")

@@ -1,0 +1,181 @@
+"""Seed 003 end to end on a multi-user catalog: DEFINER views through the trusted engine.
+
+One reference catalog (S3 emulator, trusted_engines = the ``engine`` principal) and one real
+``lakesession engine`` process (its own JVM, Spark Connect behind the gRPC front door) serve the whole
+module. etl owns ``sales.orders`` (EU, US, APAC rows); bob, who reads the table, creates the DEFINER view
+``sales.v_eu`` through the engine; alice holds only VIEW_READ on the view. Users connect with real
+client-credentials logins at the catalog's issuer and ``lakesession.connect(..., engine=…)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+
+import lakesession
+from lakesession._spark import jars as J
+from lakesession.errors import CatalogAccessError, EngineRefusedError
+from tests._engine import SECRETS, RunningEngine, seed_policy, start_engine
+from tests.factories import make_catalog, vended_catalog
+
+SPARK = J.detect_spark()
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.skipif(int(SPARK.version.split(".")[0]) < 4, reason="the engine is Spark Connect: pyspark 4"),
+]
+ROWS = pa.table(
+    {
+        "id": pa.array([1, 2, 3, 4, 5], pa.int64()),
+        "region": ["EU", "US", "EU", "APAC", "EU"],
+        "amount": pa.array([10.0, 20.0, 30.0, 40.0, 50.0]),
+    }
+)
+EU = [(1, 10.0), (3, 30.0), (5, 50.0)]
+VIEW_SQL = "SELECT id, amount FROM sales.orders WHERE region = 'EU'"
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with make_catalog(
+        seed_policy(),
+        bucket="lake",
+        data_dir=tmp_path_factory.mktemp("engine-catalog"),
+        trusted_engines=[{"principal": "engine"}],
+    ) as handle:
+        etl = vended_catalog(handle, "etl", f"etl:{SECRETS['etl']}")
+        etl.create_namespace("sales")
+        etl.create_table("sales.orders", schema=ROWS.schema).append(ROWS)
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def engine(catalog: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+    with start_engine(catalog, tmp_path_factory.mktemp("engine")) as running:
+        yield running
+
+
+def login(catalog: Any, who: str, engine: RunningEngine | None = None) -> lakesession.Session:
+    return lakesession.connect(
+        uri=catalog.uri,
+        warehouse="lakesession",
+        credential=f"{who}:{SECRETS[who]}",
+        token_url=f"{catalog.issuer_uri}/token",
+        engine=engine.address if engine is not None else None,
+    )
+
+
+@pytest.fixture(scope="module")
+def view(catalog: Any, engine: RunningEngine) -> str:
+    """bob creates the DEFINER view through the engine (trusted engines protect the owner property)."""
+    bob = login(catalog, "bob", engine)
+    try:
+        bob.engine().sql(
+            f"CREATE VIEW lake.sales.v_eu TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS {VIEW_SQL}"
+        ).collect()
+    finally:
+        bob.close()
+    return "sales.v_eu"
+
+
+def audit(catalog: Any, **params: Any) -> list[dict[str, Any]]:
+    return [r.as_dict() for r in catalog.admin.audit(**params)]
+
+
+def test_alice_reads_exactly_the_eu_rows_through_the_engine(catalog: Any, engine: RunningEngine, view: str) -> None:
+    alice = login(catalog, "alice", engine)
+    try:
+        rows = sorted((r["id"], r["amount"]) for r in alice.sql("SELECT * FROM lake.sales.v_eu").collect())
+        assert rows == EU
+        direct = sorted((r["id"], r["amount"]) for r in alice.engine().sql("SELECT * FROM lake.sales.v_eu").collect())
+        assert direct == EU
+        table = sorted((r["id"], r["amount"]) for r in alice.engine().table("lake.sales.v_eu").collect())
+        assert table == EU
+        ran = alice.accesses()
+        assert (ran["via"] == "engine").any() and (ran["action"] == "engine_query").any()
+    finally:
+        alice.close()
+
+
+def test_the_table_itself_is_refused_on_the_engine(catalog: Any, engine: RunningEngine, view: str) -> None:
+    alice = login(catalog, "alice", engine)
+    try:
+        with pytest.raises(CatalogAccessError, match="alice"):
+            alice.engine().sql("SELECT * FROM lake.sales.orders").collect()
+    finally:
+        alice.close()
+
+
+def test_audit_names_alice_the_engine_and_the_chain(catalog: Any, engine: RunningEngine, view: str) -> None:
+    alice = login(catalog, "alice", engine)
+    try:
+        alice.sql("SELECT count(*) FROM lake.sales.v_eu").collect()
+    finally:
+        alice.close()
+    records = [r for r in audit(catalog) if r.get("principal") == "alice" and "sales.orders" in r.get("securable", "")]
+    allowed = [r for r in records if r["decision"] == "allow"]
+    assert allowed, records[-5:]
+    detail = allowed[-1]["detail"]
+    assert detail["actor"] == "engine"
+    assert detail["user_in_effect"] == "bob" and detail["delegated"] is True
+    assert detail["chain"] == ["sales.v_eu"]
+
+
+def test_refusals_name_their_rule(catalog: Any, engine: RunningEngine, view: str) -> None:
+    alice = login(catalog, "alice", engine)
+    try:
+        spark = alice.engine()
+        with pytest.raises(EngineRefusedError) as err:
+            spark.sql("SELECT reflect('java.lang.System', 'getenv', 'HOME')").collect()
+        assert err.value.rule == "reflection"
+        assert "\n" not in str(err.value)
+    finally:
+        alice.close()
+
+
+def test_untrusted_engine_is_refused_with_the_reason(tmp_path: Path, view: str, engine: RunningEngine) -> None:
+    """The same engine against a catalog that does not declare it trusted: the catalog says why it refused."""
+    with make_catalog(seed_policy(), bucket="lake2", data_dir=tmp_path / "cat") as other:
+        etl = vended_catalog(other, "etl", f"etl:{SECRETS['etl']}")
+        etl.create_namespace("sales")
+        etl.create_table("sales.orders", schema=ROWS.schema).append(ROWS)
+        token = other.admin.token_for("bob")
+        body = {
+            "name": "v_eu",
+            "schema": {
+                "type": "struct",
+                "schema-id": 0,
+                "fields": [
+                    {"id": 1, "name": "id", "type": "long", "required": False},
+                    {"id": 2, "name": "amount", "type": "double", "required": False},
+                ],
+            },
+            "view-version": {
+                "version-id": 1,
+                "timestamp-ms": 1700000000000,
+                "schema-id": 0,
+                "summary": {},
+                "default-namespace": ["sales"],
+                "default-catalog": "lake",
+                "representations": [{"type": "sql", "sql": VIEW_SQL, "dialect": "spark"}],
+            },
+            "properties": {"trino.run-as-owner": "bob"},
+        }
+        r = httpx.post(
+            f"{other.uri}/v1/lakesession/namespaces/sales/views",
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status_code == 200, r.text
+        with start_engine(other, tmp_path) as untrusted:
+            alice = login(other, "alice", untrusted)
+            try:
+                with pytest.raises(CatalogAccessError, match="trusted engine"):
+                    alice.sql("SELECT * FROM lake.sales.v_eu").collect()
+            finally:
+                alice.close()
