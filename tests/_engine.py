@@ -19,10 +19,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
+import lakesession
 from tests.factories import Policy, stop_process
 
 ENGINE_SECRET = "engine-secret-0003"
 SECRETS = {"etl": "etl-secret-0003", "bob": "bob-secret-0003", "alice": "alice-secret-0003", "carol": "carol-0003"}
+
+
+#: etl's ``sales.orders``: EU, US and APAC rows
+ROWS = pa.table(
+    {
+        "id": pa.array([1, 2, 3, 4, 5], pa.int64()),
+        "region": ["EU", "US", "EU", "APAC", "EU"],
+        "amount": pa.array([10.0, 20.0, 30.0, 40.0, 50.0]),
+    }
+)
+#: bob's DEFINER view ``sales.v_eu``
+VIEW_SQL = "SELECT id, amount FROM sales.orders WHERE region = 'EU'"
+
+
+def login(catalog: Any, who: str, engine: RunningEngine | None = None) -> lakesession.Session:
+    """``who`` logged in at ``catalog``'s issuer with client credentials, with ``engine`` configured."""
+    return lakesession.connect(
+        uri=catalog.uri,
+        warehouse="lakesession",
+        credential=f"{who}:{SECRETS[who]}",
+        token_url=f"{catalog.issuer_uri}/token",
+        engine=engine.address if engine is not None else None,
+    )
 
 
 def seed_policy() -> Policy:
@@ -58,6 +84,7 @@ def start_engine(
     *,
     extra_args: list[str] | None = None,
     env: dict[str, str] | None = None,
+    master: str = "local[2]",
     timeout: float = 240.0,
 ) -> Iterator[RunningEngine]:
     """The engine for ``handle``'s catalog, on a free loopback port; stopped (SIGTERM) when the block ends."""
@@ -77,7 +104,7 @@ def start_engine(
         "--port",
         "0",
         "--master",
-        "local[2]",
+        master,
         "--conf",
         "spark.sql.shuffle.partitions=2",
         "--print-ready",

@@ -18,6 +18,7 @@ from typing import Any
 from pyspark.errors.exceptions import captured
 from pyspark.errors.exceptions.base import PySparkException
 
+from ..catalog._chains import chain_hint
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
 from ..errors import EngineRefusedError
@@ -160,7 +161,7 @@ def convert_exception(e: Any) -> captured.CapturedException:
     found = _iceberg_cause(e)
     if found is not None:
         cause, cls = found
-        message = str(cause.getMessage() or "")
+        message = chain_hint(str(cause.getMessage() or ""))
         return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
     refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path
     if refused is not None:
@@ -233,7 +234,7 @@ def install_connect_error_conversion() -> None:
             cls, message = found
             message = message or truncated_message
             prefix = f"{cls}: "
-            return CatalogAccessError(message.removeprefix(prefix), ICEBERG_REST_EXCEPTIONS[cls], cls)
+            return CatalogAccessError(chain_hint(message.removeprefix(prefix)), ICEBERG_REST_EXCEPTIONS[cls], cls)
         return original(info, truncated_message, resp, *args, **kwargs)
 
     convert._lakesession = True  # type: ignore[attr-defined]

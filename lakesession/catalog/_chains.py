@@ -41,7 +41,15 @@ from ..errors import ViewChainError
 if TYPE_CHECKING:
     from pyiceberg.catalog.rest import RestCatalog
 
-__all__ = ["ChainNode", "ViewChainError", "chain_tree", "encode_referenced_by"]
+__all__ = [
+    "ENGINE_HINT",
+    "ChainNode",
+    "ViewChainError",
+    "chain_hint",
+    "chain_tree",
+    "encode_referenced_by",
+    "refusal_note",
+]
 
 OWNER_PROPERTY = "trino.run-as-owner"
 MAX_DEPTH = 10
@@ -316,15 +324,41 @@ def _node(
         return ChainNode(display, "view", None, None, user, "deny", note=_message(view_body))
     if view_status == 404:
         return ChainNode(display, "table", None, None, user, "deny", note=_message(body))
-    return ChainNode(
-        display,
-        "unknown",
-        None,
-        None,
-        user,
-        "deny",
-        note="refused both as a view and as a table (the catalog does not say which it is)",
-    )
+    return ChainNode(display, "unknown", None, None, user, "deny", note=refusal_note(chain, user, view_body, body))
+
+
+ENGINE_HINT = "read the view through the platform's trusted engine: lakesession.connect(..., engine='sc://…'), then session.sql(...)"
+
+
+def chain_hint(message: str) -> str:
+    """``message`` (a catalog's 403) with what to do when it says the view chain was ignored: an untrusted
+    client should use the trusted engine; an engine the catalog does not trust needs its operator."""
+    if "referenced-by was ignored" not in message or "Fix:" in message:
+        return message
+    if "(acting for" in message:
+        return f"{message}. Fix: the catalog's operator must declare this engine in trusted_engines"
+    return f"{message}. Fix: {ENGINE_HINT}"
+
+
+def refusal_note(chain: Sequence[ViewId], user: str, *bodies: Any) -> str:
+    """Why a reference below ``chain`` was refused, from the catalog's messages: this client not being a
+    trusted engine (its ``referenced-by`` ignored), a grant the user in effect lacks, or neither said."""
+    messages = [m for m in (_message(b) for b in bodies) if m]
+    said = " ".join(messages)
+    if "referenced-by was ignored" in said:
+        return (
+            f"refused: this client is not a trusted engine of the catalog, so it checked you instead of {user!r} "
+            f"(the view's owner); {ENGINE_HINT}"
+        )
+    lacks = next((m for m in messages if " lacks " in m), None)
+    if lacks is not None:
+        return f"refused: {lacks.split(': ', 1)[-1]} (the grant is missing for the user in effect, {user!r})"
+    if chain:
+        return (
+            f"refused as a view and as a table; as {user!r} through the chain — if this client is not a trusted "
+            f"engine the catalog checked you instead (some catalogs ignore the chain silently): {ENGINE_HINT}"
+        )
+    return "refused both as a view and as a table (the catalog does not say which it is)"
 
 
 def _view_node(

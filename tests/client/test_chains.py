@@ -243,3 +243,18 @@ def test_session_resolve_is_wired(catalog) -> None:  # type: ignore[no-untyped-d
     )
     tree = s.resolve("wired.t")
     assert tree.kind == "table" and tree.decision == "allow" and tree.children == []
+
+
+def test_a_refusal_says_whether_the_chain_was_ignored_and_what_to_do() -> None:
+    from lakesession.catalog._chains import chain_hint
+
+    own = (
+        "Principal 'alice' is not authorized for load_table on table sales.orders (TABLE_READ_DATA required); "
+        "referenced-by was ignored because 'alice' is not a trusted engine of this catalog"
+    )
+    assert "engine='sc://" in chain_hint(own)
+    engine = own.replace("'alice' is not a trusted", "'engine' (acting for 'alice') is not a trusted")
+    assert "trusted_engines" in chain_hint(engine) and "sc://" not in chain_hint(engine)
+    plain = "Principal 'alice' is not authorized for load_table on table sales.orders"
+    assert chain_hint(plain) == plain
+    assert chain_hint(chain_hint(own)) == chain_hint(own)  # said once

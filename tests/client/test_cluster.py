@@ -8,21 +8,15 @@ hold only one SparkContext.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.factories import free_port
+from tests._cluster import cluster_env, standalone_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
-
-SPARK_CLASS = Path(__import__("pyspark").__file__).parent / "bin" / "spark-class"
 
 DRIVER = textwrap.dedent("""
     import json, sys, time
@@ -59,74 +53,17 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"port {port} never opened")
-
-
 def test_executors_use_and_refresh_vended_credentials(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(tmp_path / "work"), PYSPARK_PYTHON=sys.executable)
-    port = free_port()
-    master = subprocess.Popen(
-        [
-            str(SPARK_CLASS),
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(free_port()),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = None
-    try:
-        wait_port(port)
-        worker = subprocess.Popen(
-            [
-                str(SPARK_CLASS),
-                "org.apache.spark.deploy.worker.Worker",
-                f"spark://127.0.0.1:{port}",
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--webui-port",
-                str(free_port()),
-                "--host",
-                "127.0.0.1",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(3)
+    with standalone_cluster(tmp_path) as master:
         out = subprocess.run(
-            [sys.executable, "-c", DRIVER, f"spark://127.0.0.1:{port}", str(tmp_path / "data")],
-            env=env,
+            [sys.executable, "-c", DRIVER, master, str(tmp_path / "data")],
+            env=cluster_env(tmp_path),
             capture_output=True,
             text=True,
             timeout=400,
         )
-        assert out.returncode == 0, out.stderr[-4000:]
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-    finally:
-        for proc in (worker, master):
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+    assert out.returncode == 0, out.stderr[-4000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["executors"] == 1
     assert result["location"].startswith("s3://")
     assert result["counts"] and result["counts"][0] == 6667

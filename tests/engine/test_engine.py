@@ -9,18 +9,15 @@ client-credentials logins at the catalog's issuer and ``lakesession.connect(...,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pytest
 
-import lakesession
 from lakesession._spark import jars as J
 from lakesession.errors import CatalogAccessError, EngineRefusedError
-from tests._engine import SECRETS, RunningEngine, seed_policy, start_engine
+from tests._engine import ROWS, SECRETS, VIEW_SQL, RunningEngine, login, seed_policy, start_engine
 from tests.factories import make_catalog, vended_catalog
 
 SPARK = J.detect_spark()
@@ -29,58 +26,7 @@ pytestmark = [
     pytest.mark.spark,
     pytest.mark.skipif(int(SPARK.version.split(".")[0]) < 4, reason="the engine is Spark Connect: pyspark 4"),
 ]
-ROWS = pa.table(
-    {
-        "id": pa.array([1, 2, 3, 4, 5], pa.int64()),
-        "region": ["EU", "US", "EU", "APAC", "EU"],
-        "amount": pa.array([10.0, 20.0, 30.0, 40.0, 50.0]),
-    }
-)
 EU = [(1, 10.0), (3, 30.0), (5, 50.0)]
-VIEW_SQL = "SELECT id, amount FROM sales.orders WHERE region = 'EU'"
-
-
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with make_catalog(
-        seed_policy(),
-        bucket="lake",
-        data_dir=tmp_path_factory.mktemp("engine-catalog"),
-        trusted_engines=[{"principal": "engine"}],
-    ) as handle:
-        etl = vended_catalog(handle, "etl", f"etl:{SECRETS['etl']}")
-        etl.create_namespace("sales")
-        etl.create_table("sales.orders", schema=ROWS.schema).append(ROWS)
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def engine(catalog: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
-    with start_engine(catalog, tmp_path_factory.mktemp("engine")) as running:
-        yield running
-
-
-def login(catalog: Any, who: str, engine: RunningEngine | None = None) -> lakesession.Session:
-    return lakesession.connect(
-        uri=catalog.uri,
-        warehouse="lakesession",
-        credential=f"{who}:{SECRETS[who]}",
-        token_url=f"{catalog.issuer_uri}/token",
-        engine=engine.address if engine is not None else None,
-    )
-
-
-@pytest.fixture(scope="module")
-def view(catalog: Any, engine: RunningEngine) -> str:
-    """bob creates the DEFINER view through the engine (trusted engines protect the owner property)."""
-    bob = login(catalog, "bob", engine)
-    try:
-        bob.engine().sql(
-            f"CREATE VIEW lake.sales.v_eu TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS {VIEW_SQL}"
-        ).collect()
-    finally:
-        bob.close()
-    return "sales.v_eu"
 
 
 def audit(catalog: Any, **params: Any) -> list[dict[str, Any]]:
@@ -179,3 +125,16 @@ def test_untrusted_engine_is_refused_with_the_reason(tmp_path: Path, view: str, 
                     alice.sql("SELECT * FROM lake.sales.v_eu").collect()
             finally:
                 alice.close()
+
+
+def test_the_chain_says_why_it_was_refused_and_what_to_do(catalog: Any, engine: RunningEngine, view: str) -> None:
+    """alice's own client (not a trusted engine): the catalog checks alice on sales.orders, and the chain says so."""
+    alice = login(catalog, "alice")
+    try:
+        tree = alice.chain("sales.v_eu")
+    finally:
+        alice.close()
+    assert tree.security == "DEFINER" and tree.owner == "bob" and tree.decision == "allow"
+    (orders,) = tree.children
+    assert orders.decision == "deny" and orders.user_in_effect == "bob"
+    assert "not a trusted engine" in (orders.note or "") and "engine=" in (orders.note or ""), orders.note

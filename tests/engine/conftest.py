@@ -1,0 +1,48 @@
+"""One catalog and one real ``lakesession engine`` for the whole ``tests/engine`` package (a JVM each).
+
+``catalog``: a reference catalog on the S3 emulator trusting the ``engine`` principal, with etl's
+``sales.orders`` (EU, US, APAC rows); ``engine``: the engine process; ``view``: bob's DEFINER view
+``sales.v_eu``, created through the engine (trusted engines protect the owner property).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests._engine import ROWS, SECRETS, VIEW_SQL, RunningEngine, login, seed_policy, start_engine
+from tests.factories import make_catalog, vended_catalog
+
+
+@pytest.fixture(scope="package")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with make_catalog(
+        seed_policy(),
+        bucket="lake-engine",
+        data_dir=tmp_path_factory.mktemp("engine-catalog"),
+        trusted_engines=[{"principal": "engine"}],
+    ) as handle:
+        etl = vended_catalog(handle, "etl", f"etl:{SECRETS['etl']}")
+        etl.create_namespace("sales")
+        etl.create_table("sales.orders", schema=ROWS.schema).append(ROWS)
+        yield handle
+
+
+@pytest.fixture(scope="package")
+def engine(catalog: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+    with start_engine(catalog, tmp_path_factory.mktemp("engine")) as running:
+        yield running
+
+
+@pytest.fixture(scope="package")
+def view(catalog: Any, engine: RunningEngine) -> str:
+    bob = login(catalog, "bob", engine)
+    try:
+        bob.engine().sql(
+            f"CREATE VIEW lake.sales.v_eu TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS {VIEW_SQL}"
+        ).collect()
+    finally:
+        bob.close()
+    return "sales.v_eu"

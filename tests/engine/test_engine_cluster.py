@@ -1,0 +1,65 @@
+"""The engine on a Spark standalone cluster, stopped cleanly and restarted without losing committed data.
+
+A master and a worker (separate JVMs, ``tests._cluster``) run the engine's executors; they read
+``sales.orders`` through bob's DEFINER view for alice, with the credentials the engine's per-user gateway
+vends (reached on loopback: ``--gateway-host`` would be the engine's routable address on a real cluster).
+etl commits a table through the engine; SIGTERM stops it (exit 0); a new engine serves the same data.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesession._spark import jars as J
+from tests._cluster import standalone_cluster
+from tests._engine import login, start_engine
+
+SPARK = J.detect_spark()
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.skipif(int(SPARK.version.split(".")[0]) < 4, reason="the engine is Spark Connect: pyspark 4"),
+]
+EU = [(1, 10.0), (3, 30.0), (5, 50.0)]
+
+
+def test_the_engine_runs_on_a_cluster_and_a_restart_keeps_committed_data(
+    catalog: Any, view: str, tmp_path: Path
+) -> None:
+    cluster_conf = [
+        "--conf",
+        "spark.cores.max=1",
+        "--conf",
+        "spark.executor.cores=1",
+        "--conf",
+        "spark.executor.memory=1g",
+    ]
+    with (
+        standalone_cluster(tmp_path) as master,
+        start_engine(catalog, tmp_path, master=master, extra_args=cluster_conf) as engine,
+    ):
+        alice, etl = login(catalog, "alice", engine), login(catalog, "etl", engine)
+        try:
+            rows = sorted((r["id"], r["amount"]) for r in alice.sql("SELECT * FROM lake.sales.v_eu").collect())
+            spark = etl.engine()
+            spark.sql("CREATE TABLE lake.sales.daily (day STRING, total DOUBLE) USING iceberg").collect()
+            spark.sql("INSERT INTO lake.sales.daily VALUES ('d1', 1.0), ('d2', 2.0)").collect()
+        finally:
+            alice.close()
+            etl.close()
+        engine.process.send_signal(signal.SIGTERM)
+        assert engine.process.wait(timeout=60) == 0, engine.log_text()[-3000:]
+    assert rows == EU
+    apps = list((tmp_path / "work").glob("app-*"))
+    assert apps, "no executor ran on the cluster's worker"
+    with start_engine(catalog, tmp_path) as again:
+        etl = login(catalog, "etl", again)
+        try:
+            daily = sorted(tuple(r) for r in etl.engine().sql("SELECT * FROM lake.sales.daily").collect())
+        finally:
+            etl.close()
+    assert daily == [("d1", 1.0), ("d2", 2.0)]
