@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .identity import TokenSource
 
 GRANTS_COLUMNS = ["securable", "privileges", "granted", "roles"]
-AUDIT_COLUMNS = ["time", "action", "object", "via_chain", "decision", "credentials_expire_at"]
+AUDIT_COLUMNS = ["time", "action", "object", "via_chain", "ran_on", "decision", "credentials_expire_at"]
 CREDENTIAL_COLUMNS = [
     "engine",
     "table",
@@ -126,7 +126,8 @@ class Reports:
         return pd.DataFrame(rows, columns=GRANTS_COLUMNS)
 
     def audit(self) -> pd.DataFrame:
-        """What this session accessed: time, action, object, via-chain, decision, credential expiry."""
+        """What this session accessed: time, action, object, via-chain, where it ran (``engine``: the platform's
+        trusted engine), decision, credential expiry."""
         import pandas as pd
 
         rows = [
@@ -135,6 +136,7 @@ class Reports:
                 "action": r.action,
                 "object": r.object,
                 "via_chain": r.chain or "",
+                "ran_on": "engine" if r.via == "engine" else "here",  # the trusted engine ran it (Session.sql)
                 "decision": "allow" if r.status < 400 else ("deny" if r.status in (401, 403) else f"error {r.status}"),
                 "credentials_expire_at": r.credentials_expire_at,
             }

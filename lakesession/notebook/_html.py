@@ -144,7 +144,7 @@ def audit_html(rows: Iterable[Mapping[str, Any]]) -> str:
 
     return table_html(
         rows,
-        ["time", "action", "object", "via_chain", "decision", "credentials_expire_at"],
+        ["time", "action", "object", "via_chain", "ran_on", "decision", "credentials_expire_at"],
         "lakesession-audit",
         "no accesses recorded",
         cell,

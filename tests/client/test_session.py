@@ -30,7 +30,15 @@ def test_connect_with_client_credentials_shows_grants_and_identity(catalog) -> N
     assert "TABLE_READ_DATA" in row["privileges"] and row["roles"] == "analysts"
     who = s.identity.describe()
     assert who["principal"] == "alice" and who["issuer"] == catalog.issuer_uri and who["expires_at"] > 0
-    assert list(s.audit().columns) == ["time", "action", "object", "via_chain", "decision", "credentials_expire_at"]
+    assert list(s.audit().columns) == [
+        "time",
+        "action",
+        "object",
+        "via_chain",
+        "ran_on",
+        "decision",
+        "credentials_expire_at",
+    ]
     text = repr(s) + repr(s.identity) + str(who)
     assert SECRETS["alice"] not in text and s.identity.token() not in text
     s.close()

@@ -15,6 +15,8 @@ import pytest
 from tests._engine import ROWS, SECRETS, VIEW_SQL, RunningEngine, login, seed_policy, start_engine
 from tests.factories import make_catalog, vended_catalog
 
+TOKEN_TTL = 30
+
 
 @pytest.fixture(scope="package")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
@@ -23,6 +25,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         bucket="lake-engine",
         data_dir=tmp_path_factory.mktemp("engine-catalog"),
         trusted_engines=[{"principal": "engine"}],
+        access_token_ttl=TOKEN_TTL,  # short: users' and the engine's exchanged tokens are refreshed in the tests
     ) as handle:
         etl = vended_catalog(handle, "etl", f"etl:{SECRETS['etl']}")
         etl.create_namespace("sales")

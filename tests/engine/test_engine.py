@@ -44,6 +44,8 @@ def test_alice_reads_exactly_the_eu_rows_through_the_engine(catalog: Any, engine
         assert table == EU
         ran = alice.accesses()
         assert (ran["via"] == "engine").any() and (ran["action"] == "engine_query").any()
+        shown = alice.audit()
+        assert list(shown[shown["action"] == "engine_query"]["ran_on"].unique()) == ["engine"]
     finally:
         alice.close()
 
@@ -138,3 +140,25 @@ def test_the_chain_says_why_it_was_refused_and_what_to_do(catalog: Any, engine: 
     (orders,) = tree.children
     assert orders.decision == "deny" and orders.user_in_effect == "bob"
     assert "not a trusted engine" in (orders.note or "") and "engine=" in (orders.note or ""), orders.note
+
+
+def test_a_session_outlives_its_tokens(catalog: Any, engine: RunningEngine, view: str) -> None:
+    """Access tokens live TOKEN_TTL s here: the client sends a fresh one with each call, and the engine exchanges
+    the fresh one again for its gateway once its exchanged token is due (both refreshes seen in the audit)."""
+    import time
+
+    from tests.engine.conftest import TOKEN_TTL
+
+    alice = login(catalog, "alice", engine)
+    try:
+        first = alice.identity.token()
+        assert sorted((r["id"], r["amount"]) for r in alice.sql("SELECT * FROM lake.sales.v_eu").collect()) == EU
+        started = time.time()
+        time.sleep(TOKEN_TTL + 2)
+        assert sorted((r["id"], r["amount"]) for r in alice.sql("SELECT * FROM lake.sales.v_eu").collect()) == EU
+        assert alice.identity.token() != first
+    finally:
+        alice.close()
+    # every token of the first query had expired by then: the engine acted for alice with a new exchanged one
+    later = [r for r in audit(catalog, principal="alice", since=started + TOKEN_TTL) if r["decision"] == "allow"]
+    assert any((r["detail"] or {}).get("actor") == "engine" for r in later), later[-3:]
