@@ -39,8 +39,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
         from .engine._cli import main as engine_main
     except ImportError as exc:  # the slim distributions leave the engine out
         print(
-            f"lakesession engine: not in this install ({exc.name} is missing): it ships with the full "
-            "distribution (pip install -e . from a checkout, with pyspark[connect])",
+            f"lakesession engine: {exc.name} is missing: the engine needs the full distribution with Spark "
+            "Connect (pip install -e '.[connect]' from a checkout; the slim lakesession-client leaves it out)",
             file=sys.stderr,
         )
         return 2
