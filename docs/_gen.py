@@ -4,7 +4,8 @@ A page asks for a section with a marker on a line of its own, ``<!-- generated: 
 build fails (it runs with ``--strict``) on a marker this hook does not know. Sections: the
 settings and environment tables (``lakesession._settings``), the CLI's help (``lakesession.cli``),
 the exception tree (``lakesession.errors``), the server's configuration keys
-(``lakesession.reference.serveconfig``), and repository files shown as pages (CHANGELOG, results).
+(``lakesession.reference.serveconfig``), the trusted engine's options (``lakesession.engine.EngineConfig``
+and its command's parser) and repository files shown as pages (CHANGELOG, results).
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def _environment() -> str:
     return "\n".join(rows)
 
 
+def _engine_module(name: str) -> Any:
+    """``lakesession.engine.<name>``: the engine imports gRPC (``pyspark[connect]``), which the docs need too."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"lakesession.engine.{name}")
+    except ImportError as exc:
+        raise RuntimeError(
+            f"the trusted engine's reference pages need {exc.name} (pyspark[connect]): pip install -e '.[dev,docs]'"
+        ) from exc
+
+
 def _cli() -> str:
     from lakesession.cli import build_parser
     from lakesession.reference import servecmd
@@ -52,7 +65,10 @@ def _cli() -> str:
     parser = build_parser()
     out = ["```text", parser.format_help().rstrip(), "```"]
     # commands that parse their own flags: their own parser's help
-    own = {"serve": servecmd.build_parser("lakesession serve")}
+    own = {
+        "serve": servecmd.build_parser("lakesession serve"),
+        "engine": _engine_module("_cli").build_parser("lakesession engine"),
+    }
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
@@ -123,6 +139,60 @@ def _serve_config() -> str:
     return "\n".join(rows)
 
 
+#: ``lakesession engine`` flags that set no ``EngineConfig`` field of their own name
+ENGINE_FLAG_FIELDS = {"conf": "spark_conf", "config": None, "print_ready": None}
+
+
+def _engine_config() -> str:
+    """``EngineConfig``'s fields: YAML key, flag, variable, default, meaning; then the default allow-lists."""
+    config = _engine_module("_config")
+    cli = _engine_module("_cli")
+    fields = {f.name: f for f in dataclasses.fields(config.EngineConfig)}
+    undocumented = sorted(n for n, f in fields.items() if not f.metadata.get("doc"))
+    if undocumented:  # a new option must say what it does (its field's metadata)
+        raise ValueError(f"engine options without documentation: {', '.join(undocumented)}")
+    flags: dict[str, list[str]] = {}
+    for action in cli.build_parser()._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        target = ENGINE_FLAG_FIELDS.get(action.dest, action.dest)
+        if target is None:
+            continue
+        if target not in fields:  # a flag the docs could not place: the generator must learn it
+            raise ValueError(f"lakesession engine flag {action.option_strings[0]} sets no EngineConfig field")
+        repeat = " …" if isinstance(action, argparse._AppendAction) else ""
+        flags.setdefault(target, []).append(
+            f"`{action.option_strings[0]}{' KEY=VALUE' if target == 'spark_conf' else ''}`{repeat}"
+        )
+    variables = {name for name, _ in config.ENGINE_ENVIRONMENT}
+    rows = ["| key | flag | variable | default | meaning |", "|---|---|---|---|---|"]
+    long_defaults: list[tuple[str, list[str]]] = []
+    for name, f in fields.items():
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if isinstance(default, (list, tuple)) and len(default) > 3:
+            long_defaults.append((name, list(default)))
+            shown = f"{len(default)} entries, below"
+        elif isinstance(default, (list, tuple)):
+            shown = ", ".join(f"`{d}`" for d in default) or "—"
+        elif isinstance(default, dict):
+            shown = "—" if not default else ", ".join(f"`{k}={v}`" for k, v in default.items())
+        elif default is None:
+            shown = "—"
+        else:
+            shown = f"`{str(default).lower() if isinstance(default, bool) else default}`"
+        env = f.metadata.get("env") or (
+            f"LAKESESSION_ENGINE_{name.upper()}" if f"LAKESESSION_ENGINE_{name.upper()}" in variables else None
+        )
+        meaning = f.metadata["doc"].replace("|", "\\|")
+        rows.append(
+            f"| `{name}` | {', '.join(flags.get(name, [])) or '—'} | {f'`{env}`' if env else '—'} | {shown} | {meaning} |"
+        )
+    out = ["\n".join(rows)]
+    for name, values in long_defaults:
+        out.append(f"\nDefault `{name}`: " + ", ".join(f"`{v}`" for v in values) + ".")
+    return "\n".join(out)
+
+
 def _file(name: str) -> Any:
     def read() -> str:
         text = (ROOT / name).read_text()
@@ -137,6 +207,7 @@ SECTIONS = {
     "cli": _cli,
     "errors": _errors,
     "serve-config": _serve_config,
+    "engine-config": _engine_config,
     "changelog": _file("CHANGELOG.md"),
     "contributing": _file("CONTRIBUTING.md"),
     "benchmark-results": _file("benchmarks/RESULTS.md"),

@@ -29,7 +29,7 @@ class Variable:
     name: str
     doc: str
     option: str | None = None
-    side: str = "client"  # client | hub | server
+    side: str = "client"  # client | hub | server | engine
 
 
 def _opt(group: str, doc: str, env: str | None = None, default: Any = None, file: bool = False) -> Any:

@@ -322,6 +322,8 @@ class Session:
                     "no trusted engine configured for this session. Fix: lakesession.connect(..., "
                     "engine='sc://engine.internal:15002/;use_ssl=true') or set LAKESESSION_ENGINE"
                 )
+            if self._engine_spark is not None and self._engine_spark.is_stopped:
+                self._engine_spark = None  # the engine restarted (its sessions ended): open a new one
             if self._engine_spark is None:
                 from ._engineclient import connect_engine
 

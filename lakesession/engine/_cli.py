@@ -12,7 +12,11 @@ from ..errors import LakesessionError
 
 
 def build_parser(prog: str = "lakesession engine") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__)
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run the trusted engine until SIGTERM/SIGINT (then stop it cleanly).",
+        allow_abbrev=False,  # --client-secret must not be taken for --client-secret-file
+    )
     p.add_argument("--config", help="YAML file of engine options (keys: EngineConfig's fields)")
     p.add_argument("--catalog", help="the catalog's base URI")
     p.add_argument("--warehouse")
@@ -30,6 +34,12 @@ def build_parser(prog: str = "lakesession engine") -> argparse.ArgumentParser:
     p.add_argument("--master", help="Spark master (default local[*])")
     p.add_argument("--tls-cert", dest="tls_cert")
     p.add_argument("--tls-key", dest="tls_key")
+    p.add_argument(
+        "--insecure",
+        action="store_const",
+        const=True,
+        help="serve plaintext on a non-loopback address (only behind a TLS-terminating proxy)",
+    )
     p.add_argument("--gateway-host", dest="gateway_host", help="per-user gateways' bind address (clusters)")
     p.add_argument("--gateway-client", dest="gateway_clients", action="append", help="cluster host/CIDR")
     p.add_argument("--jars", help="jar mode: auto, maven, cache, offline")
@@ -57,6 +67,7 @@ def main(argv: list[str] | None = None, *, prog: str = "lakesession engine") -> 
             "master",
             "tls_cert",
             "tls_key",
+            "insecure",
             "gateway_host",
             "gateway_clients",
             "jars",

@@ -72,13 +72,18 @@ class EngineConfig:
     catalog_name: str = _opt("The catalog's name inside Spark (and users' default catalog).", "lake")
     gateway_host: str = _opt("Bind address of the per-user gateways; a cluster's executors must reach it.", "127.0.0.1")
     gateway_clients: Sequence[str] | None = _opt(
-        "Addresses/CIDRs allowed to reach the gateways (the cluster's hosts); default loopback only."
+        "Addresses/CIDRs allowed to reach the per-user gateways: with a routable `gateway_host`, every host of the "
+        "cluster (the engine's own included; required then). On loopback (the default) only local processes can."
     )
     settable_confs: Sequence[str] = _opt("Configuration keys users may set.", list(DEFAULT_SETTABLE))
     protected_conf_prefixes: Sequence[str] = _opt(
         "Configuration key prefixes users may not read.", list(DEFAULT_PROTECTED_PREFIXES)
     )
-    spark_conf: Mapping[str, str] = _opt("Extra Spark configuration of the engine's JVM.", {})
+    spark_conf: Mapping[str, str] = _opt(
+        "Extra Spark configuration of the engine's JVM (it cannot override the sandbox, the Connect server's "
+        "binding or authentication, the UI or the event log: those are set after it).",
+        {},
+    )
     jars: str | None = _opt("Jar mode (`auto`, `maven`, `cache`, `offline`).", env="LAKESESSION_ENGINE_JARS")
     workers: int = _opt("gRPC worker threads (each running query holds one).", 64)
 

@@ -32,6 +32,21 @@ _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 _CLOSED = "http://127.0.0.1:9/no-user"  # the catalog of a session the front door has not configured
 
 
+def _tls_credentials(config: EngineConfig) -> Any:
+    """The front door's TLS credentials (None: plaintext), read now so a bad file fails before Spark starts."""
+    if not config.tls_cert and not config.tls_key:
+        return None
+    if not (config.tls_cert and config.tls_key):
+        raise ConfigError("TLS needs both tls_cert and tls_key (PEM files)")
+    import grpc
+
+    try:
+        with open(config.tls_key, "rb") as k, open(config.tls_cert, "rb") as c:
+            return grpc.ssl_server_credentials([(k.read(), c.read())])
+    except OSError as exc:
+        raise ConfigError(f"cannot read the engine's TLS files: {exc.strerror}: {exc.filename}") from None
+
+
 def _loopback(host: str) -> bool:
     return host in ("127.0.0.1", "::1", "localhost")
 
@@ -45,6 +60,20 @@ class Engine:
                 f"the engine would receive users' access tokens in plaintext on {config.host}: give it "
                 "tls_cert/tls_key, or set insecure: true behind a TLS-terminating proxy"
             )
+        from ..gateway import gateway_clients
+
+        # a routable gateway acts as its user for anyone holding its secret: name the cluster's hosts (fails here)
+        try:
+            self._gateway_clients = gateway_clients(
+                config.gateway_host, list(config.gateway_clients) if config.gateway_clients else None, None
+            )
+        except ConfigError:
+            raise ConfigError(
+                f"the per-user gateways on {config.gateway_host!r} would act as their users for anyone on the "
+                "network holding a secret: name the cluster's hosts (the engine's own included) with "
+                "--gateway-client (repeatable) or gateway_clients"
+            ) from None
+        self._tls = _tls_credentials(config)  # unreadable files fail here, before Spark starts
         self.config = config
         self._sql_key = secrets.token_bytes(32)
         self._backend_token = secrets.token_urlsafe(32)
@@ -56,8 +85,9 @@ class Engine:
 
     @property
     def address(self) -> str:
+        """What notebooks pass as ``engine=`` (``;use_ssl=true`` when serving TLS; a wildcard bind shows loopback)."""
         host = self.config.host if self.config.host not in ("0.0.0.0", "::") else "127.0.0.1"
-        return f"sc://{host}:{self.port}"
+        return f"sc://{host}:{self.port}" + ("/;use_ssl=true" if self._tls is not None else "")
 
     # -- start --------------------------------------------------------------------------------
     def start(self) -> Engine:
@@ -73,7 +103,7 @@ class Engine:
             warehouse=cfg.warehouse,
             catalog_name=cfg.catalog_name,
             gateway_host=cfg.gateway_host,
-            gateway_clients=cfg.gateway_clients,
+            gateway_clients=self._gateway_clients,
         )
         backend_port = self._start_spark()
         policy = ConfPolicy.of(cfg.settable_confs, cfg.protected_conf_prefixes)
@@ -121,8 +151,9 @@ class Engine:
         cfg = self.config
         jar_set = resolve_jars(cfg.jars)
         conf = base_conf(cfg.catalog_name, jar_set)
+        extra_jars = cfg.spark_conf.get("spark.jars", "")
         jars = [j for j in conf.get("spark.jars", "").split(",") if j]
-        conf["spark.jars"] = ",".join([*jars, str(comet.provider_jar())])
+        conf["spark.jars"] = ",".join([*jars, str(comet.provider_jar()), *[j for j in extra_jars.split(",") if j]])
         prefix = f"{cfg.catalog_name}__chain_"
         conf.update(
             {
@@ -145,8 +176,8 @@ class Engine:
                 f"spark.sql.catalog.{cfg.catalog_name}.uri": _CLOSED,
             }
         )
-        conf.update(cfg.spark_conf)
-        return conf
+        # the operator's extra conf first: it may tune Spark, never switch off what keeps users apart
+        return {**cfg.spark_conf, **conf} if cfg.spark_conf else conf
 
     def _start_spark(self) -> int:
         from .._spark.session import SECRET_ENV, build_spark

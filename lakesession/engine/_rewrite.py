@@ -99,7 +99,7 @@ class Rewriter:
                 chain_catalog=chain_catalog,
             )
         except ViewChainError as exc:
-            raise Refused("internal-catalog", "this query", str(exc)) from None
+            raise Refused("view-chain", "this query", str(exc)) from None
         if not pinned:
             return Expanded(query, query)
         sql = expansion.sql

@@ -47,6 +47,7 @@ RULES: dict[str, str] = {
     "internal-catalog": "naming the engine's view-chain catalogs (they hold tables granted only through a view)",
     "dynamic-sql": "IDENTIFIER(…), EXECUTE IMMEDIATE and SQL scripts (what they run is decided after the checks)",
     "session": "another user's session, cloning sessions",
+    "view-chain": "a view chain that cannot be resolved (a cycle, deeper than 10 views, unparsable view SQL)",
 }
 
 #: keys a user may set (``spark.conf.set`` / ``SET k=v``): query behaviour only, nothing about catalogs,

@@ -4,9 +4,11 @@ In ``jupyterhub_config.py``::
 
     import lakesession.hub
     lakesession.hub.configure(c, catalog_uri="https://catalog.example.com",
-                              issuer="https://idp.example.com/realms/data")
+                              issuer="https://idp.example.com/realms/data",
+                              engine="sc://engine.internal:15002/;use_ssl=true")  # optional
 
-sets the spawner hook and roles (see ``configure``). In the single-user server,
+sets the spawner hook and roles (see ``configure``); ``engine`` (the platform's trusted engine,
+``lakesession engine``) reaches the servers as ``LAKESESSION_ENGINE``. In the single-user server,
 ``lakesession.spark()`` / ``lakesession.connect()`` with nothing else configured
 then finds ``LAKESESSION_IDENTITY=jupyterhub`` and uses ``identity_from_env()``:
 a ``JupyterHubToken`` that starts from the token the hook passed and re-reads the
@@ -29,6 +31,7 @@ from ..identity import IdentityError, JupyterHubToken
 from ._oauth import refresh_user_hook
 from ._spawn import (
     ACCESS_TOKEN_VAR,
+    ENGINE_VAR,
     EXPIRES_AT_VAR,
     IDENTITY_JUPYTERHUB,
     IDENTITY_VAR,
@@ -48,6 +51,7 @@ from ._spawn import (
 
 __all__ = [
     "ACCESS_TOKEN_VAR",
+    "ENGINE_VAR",
     "EXPIRES_AT_VAR",
     "IDENTITY_JUPYTERHUB",
     "IDENTITY_VAR",

@@ -1,9 +1,10 @@
 """Hooks and roles for ``jupyterhub_config.py``: hand each single-user server what lakesession needs.
 
-The server gets the catalog URI, the issuer and the user's current access token
-in its environment (``auth_state_hook``), and its API token gets the scopes to
-re-read the user's ``auth_state`` later, so that ``lakesession.spark()`` in a
-notebook acts as the hub user and picks up the tokens the hub refreshes.
+The server gets the catalog URI, the issuer, the platform's trusted engine (if any)
+and the user's current access token in its environment (``auth_state_hook``), and
+its API token gets the scopes to re-read the user's ``auth_state`` later, so that
+``lakesession.spark()`` in a notebook acts as the hub user and picks up the tokens
+the hub refreshes.
 
 Nothing here imports JupyterHub: the hooks are plain callables taking the
 spawner, and ``configure`` only writes into the traitlets ``Config`` object ``c``.
@@ -22,6 +23,7 @@ URI_VAR = "LAKESESSION_URI"
 WAREHOUSE_VAR = "LAKESESSION_WAREHOUSE"
 ISSUER_VAR = "LAKESESSION_ISSUER"
 IDENTITY_VAR = "LAKESESSION_IDENTITY"
+ENGINE_VAR = "LAKESESSION_ENGINE"
 IDENTITY_JUPYTERHUB = "jupyterhub"
 ACCESS_TOKEN_VAR = "LAKESESSION_HUB_ACCESS_TOKEN"
 EXPIRES_AT_VAR = "LAKESESSION_HUB_TOKEN_EXPIRES_AT"
@@ -39,13 +41,21 @@ DEFAULT_ROLE_SCOPES = {
 ROLE_SCOPES: dict[str, tuple[str, ...]] = {"user": ("admin:auth_state!user",), "server": SERVER_SCOPES}
 
 
-def spawn_environment(catalog_uri: str, *, issuer: str | None = None, warehouse: str | None = None) -> dict[str, str]:
-    """The static part of the server's environment: where the catalog is, and that the identity is the hub's."""
+def spawn_environment(
+    catalog_uri: str, *, issuer: str | None = None, warehouse: str | None = None, engine: str | None = None
+) -> dict[str, str]:
+    """The static part of the server's environment: where the catalog is, that the identity is the hub's, and
+    where the platform's trusted engine is (``engine``, checked here: a bad or plaintext off-loopback address
+    fails when the hub starts, not in every user's kernel)."""
     env = {URI_VAR: catalog_uri.rstrip("/"), IDENTITY_VAR: IDENTITY_JUPYTERHUB}
     if issuer:
         env[ISSUER_VAR] = issuer.rstrip("/")
     if warehouse:
         env[WAREHOUSE_VAR] = warehouse
+    if engine:
+        from .._engineclient import check_engine_url  # the client's own rule (sc://, use_ssl off loopback)
+
+        env[ENGINE_VAR] = check_engine_url(engine.strip())
     return env
 
 
@@ -131,13 +141,18 @@ def configure(
     catalog_uri: str,
     issuer: str | None = None,
     warehouse: str | None = None,
+    engine: str | None = None,
     auth_refresh_age: int | None = 60,
     refresh_pre_spawn: bool = True,
 ) -> None:
     """Set up ``jupyterhub_config.py``'s ``c`` so that notebooks act as the hub user on the catalog.
 
     * ``Spawner.environment``: ``LAKESESSION_URI``, ``LAKESESSION_IDENTITY=jupyterhub``,
-      ``LAKESESSION_ISSUER`` and ``LAKESESSION_WAREHOUSE`` (when given), merged into what is set;
+      ``LAKESESSION_ISSUER``, ``LAKESESSION_WAREHOUSE`` and ``LAKESESSION_ENGINE`` (when given), merged
+      into what is set. ``engine`` is the platform's trusted engine (``lakesession engine``), e.g.
+      ``sc://engine.internal:15002/;use_ssl=true``: ``Session.sql()`` in a notebook runs queries over
+      DEFINER views there. It is checked here (a ``ConfigError`` for anything but an ``sc://`` URL, for one
+      carrying ``token=``/``user_id=``, or for plaintext off loopback);
     * ``Spawner.auth_state_hook``: the user's current access token (chained after an existing hook);
     * ``JupyterHub.load_roles``: ``admin:auth_state!user`` on the ``user`` role and
       ``admin:auth_state!user`` + ``read:users!user`` on the ``server`` role (merged);
@@ -153,7 +168,7 @@ def configure(
     """
     c.Spawner.environment = {
         **(_get(c.Spawner, "environment") or {}),
-        **spawn_environment(catalog_uri, issuer=issuer, warehouse=warehouse),
+        **spawn_environment(catalog_uri, issuer=issuer, warehouse=warehouse, engine=engine),
     }
     existing = _get(c.Spawner, "auth_state_hook")
     c.Spawner.auth_state_hook = (
