@@ -9,16 +9,13 @@ client-credentials logins at the catalog's issuer and ``lakesession.connect(...,
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from lakesession._spark import jars as J
 from lakesession.errors import CatalogAccessError, EngineRefusedError
-from tests._engine import ROWS, SECRETS, VIEW_SQL, RunningEngine, login, seed_policy, start_engine
-from tests.factories import make_catalog, vended_catalog
+from tests._engine import RunningEngine, login
 
 SPARK = J.detect_spark()
 pytestmark = [
@@ -86,47 +83,23 @@ def test_refusals_name_their_rule(catalog: Any, engine: RunningEngine, view: str
         alice.close()
 
 
-def test_untrusted_engine_is_refused_with_the_reason(tmp_path: Path, view: str, engine: RunningEngine) -> None:
-    """The same engine against a catalog that does not declare it trusted: the catalog says why it refused."""
-    with make_catalog(seed_policy(), bucket="lake2", data_dir=tmp_path / "cat") as other:
-        etl = vended_catalog(other, "etl", f"etl:{SECRETS['etl']}")
-        etl.create_namespace("sales")
-        etl.create_table("sales.orders", schema=ROWS.schema).append(ROWS)
-        token = other.admin.token_for("bob")
-        body = {
-            "name": "v_eu",
-            "schema": {
-                "type": "struct",
-                "schema-id": 0,
-                "fields": [
-                    {"id": 1, "name": "id", "type": "long", "required": False},
-                    {"id": 2, "name": "amount", "type": "double", "required": False},
-                ],
-            },
-            "view-version": {
-                "version-id": 1,
-                "timestamp-ms": 1700000000000,
-                "schema-id": 0,
-                "summary": {},
-                "default-namespace": ["sales"],
-                "default-catalog": "lake",
-                "representations": [{"type": "sql", "sql": VIEW_SQL, "dialect": "spark"}],
-            },
-            "properties": {"trino.run-as-owner": "bob"},
-        }
-        r = httpx.post(
-            f"{other.uri}/v1/lakesession/namespaces/sales/views",
-            json=body,
-            headers={"Authorization": f"Bearer {token}"},
-        )
-        assert r.status_code == 200, r.text
-        with start_engine(other, tmp_path) as untrusted:
-            alice = login(other, "alice", untrusted)
-            try:
-                with pytest.raises(CatalogAccessError, match="trusted engine"):
-                    alice.sql("SELECT * FROM lake.sales.v_eu").collect()
-            finally:
-                alice.close()
+def test_an_engine_the_catalog_does_not_trust_is_refused_with_the_reason(
+    catalog: Any, engine: RunningEngine, view: str
+) -> None:
+    """The same engine once the catalog no longer declares it trusted (its operator's choice, read per request):
+    the chain is ignored, alice alone is checked on sales.orders, and the error says why and who must act."""
+    trusted = list(catalog.settings.trusted_engines)
+    alice = login(catalog, "alice", engine)
+    catalog.settings.trusted_engines.clear()
+    try:
+        with pytest.raises(CatalogAccessError, match="not a trusted engine") as err:
+            alice.sql("SELECT * FROM lake.sales.v_eu").collect()
+    finally:
+        catalog.settings.trusted_engines.extend(trusted)
+        alice.close()
+    message = str(err.value)
+    assert "'engine' (acting for 'alice')" in message and "trusted_engines" in message, message
+    assert "\n" not in message
 
 
 def test_the_chain_says_why_it_was_refused_and_what_to_do(catalog: Any, engine: RunningEngine, view: str) -> None:
