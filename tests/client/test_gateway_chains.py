@@ -141,3 +141,24 @@ def test_expand_leaves_other_statements_and_catalogs_alone() -> None:
         _expand({}, "SELECT * FROM lake__chain_abc.db.t")
     with pytest.raises(ViewChainError, match="cycle"):
         _expand({"db.a": "SELECT * FROM b", "db.b": "SELECT * FROM db.a"}, "SELECT * FROM db.a")
+
+
+def test_a_scan_report_through_a_chain_is_answered_by_the_gateway() -> None:
+    """Catalogs refuse every POST carrying referenced-by: the report stays in the gateway (nothing upstream,
+    which here is a closed port: forwarding would answer 5xx)."""
+    import httpx
+
+    from lakesession.gateway import Gateway
+    from tests.factories import free_port
+
+    gw = Gateway(f"http://127.0.0.1:{free_port()}", lambda: "token").start()
+    try:
+        route = gw.chains.register(((("db",), "v"),), "db%1Fv", {(("db",), "t")})
+        auth = {"Authorization": f"Bearer {gw.secret}"}
+        url = f"{gw.uri}/chain/{route.id}/v1/wh/namespaces/db/tables/t/metrics"
+        r = httpx.post(url, json={"report-type": "scan-report"}, headers=auth)
+        assert r.status_code == 204
+        other = httpx.post(url.replace("/t/metrics", "/u/metrics"), json={}, headers=auth)
+        assert other.status_code == 403  # still only the chain's own tables
+    finally:
+        gw.stop()

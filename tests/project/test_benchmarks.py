@@ -81,6 +81,19 @@ SMOKES = [
         (rf"CPU-s\s+median {NUM}", rf"wall s median {NUM}", r"load average at the end"),
     ),
     Smoke(
+        "engine.py",
+        ("--quick",),
+        (
+            rf"aggregate over 3000 rows: own Spark \(direct grant\) {NUM} s, engine \(DEFINER view\) {NUM} s, "
+            rf"ratio {NUM}",
+            rf"own Spark: sql\(\) {NUM} s \+ collect\(\) {NUM} s = {NUM} s; engine: routing check {NUM} s",
+            rf"2 concurrent users: 4 queries in {NUM} s, {NUM} queries/s, p50 {NUM} s, p95 {NUM} s",
+            rf"reference, 2 threads on own Spark .* throughput ratio own/engine {NUM}",
+        ),
+        spark=True,
+        spark_line="4.1",  # the engine is a Spark Connect service; its client needs pyspark[connect] 4.1
+    ),
+    Smoke(
         "fresh_credentials.py",
         ("--ttl", "12", "--ttls", "0.5", "--tables", "1"),
         (rf"upstream credential refreshes per TTL per table: {NUM}", rf"STS calls per 1,000 loads: {NUM}"),
