@@ -133,3 +133,85 @@ def _await_ready(proc: subprocess.Popen[str], log: Path, timeout: float) -> str:
             break
     stop_process(proc)
     raise AssertionError(f"the engine did not start (exit {proc.poll()}):\n{log.read_text()[-4000:]}")
+
+
+class RawConnect:
+    """Spark Connect's gRPC methods called by hand (``pyspark.sql.connect.proto`` messages), as an attacker who
+    skips pyspark's client would: any session id, any ``user_context``, any token or none.
+
+    ``call(request, token)`` sends ``request`` to the method its type names (``ConfigRequest`` -> ``Config``);
+    streaming methods answer a list. gRPC errors propagate (``grpc.RpcError``: ``code()``, ``details()``).
+    ``received`` holds every answer's bytes and every error's text and trailing metadata (what the secret
+    scans read).
+    """
+
+    _STREAMING = frozenset({"ExecutePlan", "ReattachExecute"})
+
+    def __init__(self, engine: RunningEngine) -> None:
+        import grpc
+        from pyspark.sql.connect.proto import base_pb2
+
+        self.pb: Any = base_pb2
+        self._grpc = grpc
+        self._channel = grpc.insecure_channel(engine.address.removeprefix("sc://"))
+        self.received: list[str] = []
+
+    def call(self, request: Any, token: str | None, *, authorization: str | None = None) -> Any:
+        method = request.DESCRIPTOR.name.removesuffix("Request")
+        answer = "ExecutePlan" if method == "ReattachExecute" else method
+        response = getattr(self.pb, f"{answer}Response")
+        kind = "unary_stream" if method in self._STREAMING else "unary_unary"
+        stub = getattr(self._channel, kind)(
+            f"/spark.connect.SparkConnectService/{method}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response.FromString,
+        )
+        header = authorization if authorization is not None else (f"Bearer {token}" if token is not None else None)
+        metadata = [("authorization", header)] if header is not None else []
+        try:
+            result = stub(request, metadata=metadata)
+            out = list(result) if kind == "unary_stream" else result
+        except self._grpc.RpcError as exc:
+            self.received.append(describe_rpc_error(exc))
+            raise
+        for message in out if isinstance(out, list) else [out]:
+            self.received.append(message.SerializeToString().decode("latin-1"))
+        return out
+
+    def stream(self, request: Any, token: str) -> Any:
+        """A streaming call (``ExecutePlan``/``ReattachExecute``) as it comes: iterate it, ``cancel()`` it."""
+        stub = self._channel.unary_stream(
+            f"/spark.connect.SparkConnectService/{request.DESCRIPTOR.name.removesuffix('Request')}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=self.pb.ExecutePlanResponse.FromString,
+        )
+        return stub(request, metadata=[("authorization", f"Bearer {token}")])
+
+    def sql(self, query: str, session_id: str, **fields: Any) -> Any:
+        """An ``ExecutePlanRequest`` running ``query`` in ``session_id`` (``fields``: operation_id, user_context …)."""
+        context = fields.pop("user_context", None)
+        request = self.pb.ExecutePlanRequest(session_id=session_id, **fields)
+        request.plan.root.sql.query = query
+        if context is not None:
+            request.user_context.CopyFrom(self.pb.UserContext(**context))
+        return request
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def describe_rpc_error(exc: Any) -> str:
+    """A gRPC error as text: code, details and trailing metadata (binary values as latin-1)."""
+    parts = [str(exc.code()), str(exc.details())]
+    for key, value in exc.trailing_metadata() or ():
+        parts.append(f"{key}={value.decode('latin-1') if isinstance(value, bytes) else value}")
+    return "\n".join(parts)
+
+
+def arrow_rows(responses: list[Any]) -> list[dict[str, Any]]:
+    """The rows of an ``ExecutePlan`` answer's Arrow batches."""
+    rows: list[dict[str, Any]] = []
+    for response in responses:
+        if response.HasField("arrow_batch"):
+            rows.extend(pa.ipc.open_stream(response.arrow_batch.data).read_all().to_pylist())
+    return rows

@@ -21,7 +21,7 @@ from pyspark.errors.exceptions.base import PySparkException
 from ..catalog._chains import chain_hint
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
-from ..errors import EngineRefusedError
+from ..errors import EngineRefusedError, LoginRequiredError
 
 ICEBERG_REST_EXCEPTIONS = {
     "org.apache.iceberg.exceptions.ForbiddenException": "forbidden",
@@ -199,6 +199,7 @@ def _connect_iceberg_cause(info: Any, resp: Any) -> tuple[str, str] | None:
 
 
 _REFUSED = "lakesession engine refused "
+_UNAUTHENTICATED = "lakesession engine: "  # the front door's UNAUTHENTICATED statuses (engine/_proxy.py)
 
 
 def refused_error(exc: BaseException) -> EngineRefusedError | None:
@@ -229,6 +230,10 @@ def install_connect_error_conversion() -> None:
         refused = refused_error(Exception(truncated_message or ""))  # the trusted engine's sandbox said no
         if refused is not None:
             return refused
+        if (truncated_message or "").startswith(_UNAUTHENTICATED):  # the engine refused the token itself
+            return LoginRequiredError(
+                f"{truncated_message.splitlines()[0]}. Fix: log in again (lakesession.connect(...) / %lakesession login)"
+            )
         found = _connect_iceberg_cause(info, resp)
         if found is not None:
             cls, message = found

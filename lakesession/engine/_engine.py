@@ -30,6 +30,8 @@ logger = logging.getLogger("lakesession.engine")
 SANDBOX_EXTENSIONS = "dev.lakesession.engine.SandboxExtensions"
 _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 _CLOSED = "http://127.0.0.1:9/no-user"  # the catalog of a session the front door has not configured
+_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark Connect's pre-shared token, when its conf key is unset
+_SQL_KEY = "spark.lakesession.engine.sqlKey"  # dev.lakesession.engine.Signature.KEY
 
 
 def _tls_credentials(config: EngineConfig) -> Any:
@@ -93,6 +95,8 @@ class Engine:
     def start(self) -> Engine:
         cfg = self.config
         secret = cfg.secret()
+        # read once: nothing the engine starts (its JVM, a worker a user could ever reach) inherits it
+        os.environ.pop("LAKESESSION_ENGINE_CLIENT_SECRET", None)
         token_url = cfg.token_url or self._discover_token_url()
         authenticator = Authenticator(cfg.issuer_url, cfg.audiences, principal_claim=cfg.principal_claim)
         users = Users(
@@ -161,7 +165,6 @@ class Engine:
                 "spark.plugins": _CONNECT_PLUGIN,
                 "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.connect.grpc.binding.port": str(backend_port),
-                "spark.connect.authenticate.token": self._backend_token,
                 "spark.sql.connect.serverStacktrace.enabled": "false",
                 "spark.sql.artifact.isolation.enabled": "true",
                 "spark.ui.enabled": "false",
@@ -170,7 +173,6 @@ class Engine:
                 "spark.lakesession.engine.settableConfs": ",".join(cfg.settable_confs),
                 "spark.lakesession.engine.protectedConfPrefixes": ",".join(cfg.protected_conf_prefixes),
                 "spark.lakesession.engine.internalCatalogPrefix": prefix,
-                "spark.lakesession.engine.sqlKey": self._sql_key.hex(),
                 f"spark.sql.catalog.{cfg.catalog_name}": "org.apache.iceberg.spark.SparkCatalog",
                 f"spark.sql.catalog.{cfg.catalog_name}.type": "rest",
                 f"spark.sql.catalog.{cfg.catalog_name}.uri": _CLOSED,
@@ -191,12 +193,18 @@ class Engine:
             k for k in os.environ if k.startswith(("AWS_", "LAKESESSION_ENGINE_CLIENT_SECRET")) or k in SECRET_ENV
         ]
         saved = {k: os.environ.pop(k) for k in hidden}
+        # pyspark puts every conf key on the JVM's command line, which every account of the host can read
+        # (ps): the Connect server's token goes in the JVM's environment (Spark reads it there), the SQL
+        # signing key into its live conf once it runs (read for every statement), neither into ``conf``
+        os.environ[_TOKEN_ENV] = self._backend_token
         try:
             self.spark, _ = build_spark(
                 conf, master=self.config.master, app_name="lakesession engine", classcache=False
             )
         finally:
+            os.environ.pop(_TOKEN_ENV, None)
             os.environ.update(saved)
+        self.spark._jsc.sc().conf().set(_SQL_KEY, self._sql_key.hex())
         return backend_port
 
     # -- per user ---------------------------------------------------------------------------------

@@ -388,3 +388,17 @@ def test_pyarrow_s3_filesystem_with_vended_credentials(emu):
     with pytest.raises(OSError, match="(?i)access[ _]?denied"):
         with fs.open_output_stream(f"{BUCKET}/wh/orders_archive/x.json") as out:
             out.write(b"x")
+
+
+def test_a_request_without_host_is_a_400_not_a_500(emu):
+    """HTTP/1.0 allows no Host header; moto then fails with a 500 (client input must never be a 5xx)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(emu.endpoint)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(b"GET /bucket-x/some/key HTTP/1.0\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.split(b"\r\n", 1)[0].split()[1] == b"400", answer[:200]

@@ -30,6 +30,8 @@ import string
 import sys
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -41,7 +43,7 @@ from ._version import SUPPORTED_MOTO_VERSION, check_moto_version
 if TYPE_CHECKING:
     from ._enforce import Realm
 
-__all__ = ["SUPPORTED_MOTO_VERSION", "AccessKey", "Credentials", "S3Emulator", "check_moto_version"]
+__all__ = ["SUPPORTED_MOTO_VERSION", "AccessKey", "Credentials", "S3Emulator", "StoreRequest", "check_moto_version"]
 
 ADMIN_USER = "lakesession-admin"
 VENDING_ROLE = "lakesession-vending"
@@ -61,6 +63,20 @@ class Credentials(NamedTuple):
     access_key_id: str
     secret_access_key: str
     session_token: str | None = None
+
+
+class StoreRequest(NamedTuple):
+    """One request the emulator received (``S3Emulator.requests``): which key signed it, what it asked, from where.
+
+    Tests use it to say who used a credential: ``peer`` is the client's socket (address, port), still
+    open while ``S3Emulator.on_request`` runs, so a test can tell which local process sent it.
+    """
+
+    time: float
+    access_key_id: str  # from the SigV4 Authorization header; "" when unsigned
+    method: str
+    path: str
+    peer: tuple[str, int]
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -110,15 +126,29 @@ _MUTATING = frozenset({"PUT", "POST", "DELETE"})
 class _RealmApp:
     """WSGI wrapper: binds the emulator's realm for the request; hides /moto-api; mirrors writes to disk."""
 
-    def __init__(self, realm: Realm, app: Any, objects: ObjectDir | None = None, backend: Any = None):
+    def __init__(
+        self,
+        realm: Realm,
+        app: Any,
+        objects: ObjectDir | None = None,
+        backend: Any = None,
+        record: Callable[[dict[str, Any]], None] | None = None,
+    ):
         self.realm, self.app = realm, app
         self.objects, self.backend = objects, backend
+        self.record = record
         self._current_realm = _enforce().CURRENT_REALM
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         if environ.get("PATH_INFO", "").startswith("/moto-api"):
             start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "9")])
             return [b"Not Found"]
+        if not environ.get("HTTP_HOST"):  # an HTTP/1.0 request without Host: moto would answer 500
+            body = b"<Error><Code>InvalidRequest</Code><Message>Missing Host header</Message></Error>"
+            start_response("400 Bad Request", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+            return [body]
+        if self.record is not None:
+            self.record(environ)
         auth = environ.get("HTTP_AUTHORIZATION")
         if auth is not None and not _SIGV4.match(auth):  # moto answers 500 to some of these
             if auth.startswith("AWS4-HMAC-SHA256"):
@@ -203,6 +233,9 @@ class S3Emulator:
         lazy: ``start()`` only listens, with admin keys and the vending role ARN chosen up front; moto is
             imported and the account set up at the first request or call that needs it (the embedded
             catalog: its start competes with a launching JVM for CPU, and may never touch storage).
+        request_log: how many of the latest requests ``requests`` keeps (``StoreRequest``: key id, method,
+            path, peer); ``on_request``, if set, is called with each one on its serving thread, before it is
+            served (tests: which process used a vended key).
     """
 
     def __init__(
@@ -215,8 +248,11 @@ class S3Emulator:
         min_duration_seconds: int = 1,
         persist_dir: str | Path | None = None,
         lazy: bool = False,
+        request_log: int = 10_000,
     ):
         check_moto_version()
+        self.requests: deque[StoreRequest] = deque(maxlen=request_log)
+        self.on_request: Callable[[StoreRequest], None] | None = None
         self._objects = ObjectDir(persist_dir) if persist_dir is not None else None
         self.region = region
         # a fresh account is checked against moto's when moto is loaded: now, or (lazy) at first use
@@ -274,7 +310,21 @@ class S3Emulator:
 
     def _wsgi_app(self) -> Any:
         self._ensure_moto()
-        return _RealmApp(self._realm, _moto_app(), self._objects, self._s3)
+        return _RealmApp(self._realm, _moto_app(), self._objects, self._s3, self._record)
+
+    def _record(self, environ: dict[str, Any]) -> None:
+        auth = environ.get("HTTP_AUTHORIZATION") or ""
+        request = StoreRequest(
+            time.time(),
+            auth.partition("Credential=")[2].partition("/")[0],
+            environ.get("REQUEST_METHOD", ""),
+            environ.get("PATH_INFO", ""),
+            (environ.get("REMOTE_ADDR", ""), int(environ.get("REMOTE_PORT") or 0)),
+        )
+        self.requests.append(request)
+        observer = self.on_request
+        if observer is not None:
+            observer(request)
 
     # --- lifecycle
 
@@ -483,6 +533,15 @@ class S3Emulator:
         )
         iam.put_role_policy(name, f"{name}-policy", _policy_json(policy_document))
         return role.arn
+
+    def issued(self) -> list[Credentials]:
+        """Every STS credential this emulator has issued (``AssumeRole``), expired ones included."""
+        if not self._bootstrapped:
+            return []
+        from moto.sts.models import sts_backends
+
+        roles = sts_backends[self.account_id][self._realm.partition].assumed_roles
+        return [Credentials(r.access_key_id, r.secret_access_key, r.session_token) for r in roles]
 
     def expire(self, access_key_id: str) -> None:
         """Make an STS credential expire now (revocation / refresh tests)."""
