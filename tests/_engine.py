@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 import lakesession
+from lakesession._spark.jars import detect_spark
 from tests.factories import Policy, stop_process
 
 ENGINE_SECRET = "engine-secret-0003"
@@ -36,8 +38,27 @@ ROWS = pa.table(
         "amount": pa.array([10.0, 20.0, 30.0, 40.0, 50.0]),
     }
 )
-#: bob's DEFINER view ``sales.v_eu``
+#: bob's DEFINER view ``sales.v_eu``, and what it shows: (id, amount) of the EU rows
 VIEW_SQL = "SELECT id, amount FROM sales.orders WHERE region = 'EU'"
+EU = [(1, 10.0), (3, 30.0), (5, 50.0)]
+#: every engine test module's marks: the engine is a Spark Connect service (pyspark 4)
+ENGINE_TESTS = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.skipif(int(detect_spark().version.split(".")[0]) < 4, reason="the engine is Spark Connect: pyspark 4"),
+]
+
+
+def create_definer_view(catalog: Any, engine: RunningEngine) -> str:
+    """bob creates the DEFINER view ``sales.v_eu`` through the engine (trusted engines protect the owner property)."""
+    bob = login(catalog, "bob", engine)
+    try:
+        bob.engine().sql(
+            f"CREATE VIEW lake.sales.v_eu TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS {VIEW_SQL}"
+        ).collect()
+    finally:
+        bob.close()
+    return "sales.v_eu"
 
 
 def login(catalog: Any, who: str, engine: RunningEngine | None = None) -> lakesession.Session:

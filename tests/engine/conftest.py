@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests._engine import ROWS, SECRETS, VIEW_SQL, RunningEngine, login, seed_policy, start_engine
+from tests._engine import ROWS, SECRETS, RunningEngine, create_definer_view, seed_policy, start_engine
 from tests.factories import make_catalog, vended_catalog
 
 TOKEN_TTL = 30
@@ -41,11 +41,4 @@ def engine(catalog: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
 
 @pytest.fixture(scope="package")
 def view(catalog: Any, engine: RunningEngine) -> str:
-    bob = login(catalog, "bob", engine)
-    try:
-        bob.engine().sql(
-            f"CREATE VIEW lake.sales.v_eu TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS {VIEW_SQL}"
-        ).collect()
-    finally:
-        bob.close()
-    return "sales.v_eu"
+    return create_definer_view(catalog, engine)

@@ -13,17 +13,10 @@ from typing import Any
 
 import pytest
 
-from lakesession._spark import jars as J
 from lakesession.errors import CatalogAccessError, EngineRefusedError
-from tests._engine import RunningEngine, login
+from tests._engine import ENGINE_TESTS, EU, RunningEngine, login
 
-SPARK = J.detect_spark()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.spark,
-    pytest.mark.skipif(int(SPARK.version.split(".")[0]) < 4, reason="the engine is Spark Connect: pyspark 4"),
-]
-EU = [(1, 10.0), (3, 30.0), (5, 50.0)]
+pytestmark = ENGINE_TESTS
 
 
 def audit(catalog: Any, **params: Any) -> list[dict[str, Any]]:

@@ -12,19 +12,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from lakesession._spark import jars as J
 from tests._cluster import standalone_cluster
-from tests._engine import login, start_engine
+from tests._engine import ENGINE_TESTS, EU, login, start_engine
 
-SPARK = J.detect_spark()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.spark,
-    pytest.mark.skipif(int(SPARK.version.split(".")[0]) < 4, reason="the engine is Spark Connect: pyspark 4"),
-]
-EU = [(1, 10.0), (3, 30.0), (5, 50.0)]
+pytestmark = ENGINE_TESTS
 
 
 def test_the_engine_runs_on_a_cluster_and_a_restart_keeps_committed_data(

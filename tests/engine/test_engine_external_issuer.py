@@ -10,18 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from lakesession._spark import jars as J
-from tests._engine import ROWS, SECRETS, VIEW_SQL, login, seed_policy, start_engine
+from tests._engine import ENGINE_TESTS, EU, ROWS, SECRETS, create_definer_view, login, seed_policy, start_engine
 from tests.factories import Policy, make_catalog, vended_catalog
 
-SPARK = J.detect_spark()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.spark,
-    pytest.mark.skipif(int(SPARK.version.split(".")[0]) < 4, reason="the engine is Spark Connect: pyspark 4"),
-]
+pytestmark = ENGINE_TESTS
 
 
 def directory_of(policy: Policy) -> Policy:
@@ -49,18 +41,12 @@ def test_the_engine_works_with_an_external_issuer(tmp_path: Path) -> None:
         etl.create_namespace("sales")
         etl.create_table("sales.orders", schema=ROWS.schema).append(ROWS)
         with start_engine(catalog, tmp_path) as engine:
-            bob = login(catalog, "bob", engine)
-            try:
-                bob.engine().sql(
-                    f"CREATE VIEW lake.sales.v_eu TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS {VIEW_SQL}"
-                ).collect()
-            finally:
-                bob.close()
+            create_definer_view(catalog, engine)
             alice = login(catalog, "alice", engine)
             try:
                 rows = sorted((r["id"], r["amount"]) for r in alice.sql("SELECT * FROM lake.sales.v_eu").collect())
             finally:
                 alice.close()
-        assert rows == [(1, 10.0), (3, 30.0), (5, 50.0)]
+        assert rows == EU
         loads = [r for r in catalog.admin.audit(principal="alice") if "sales.orders" in r.securable]
         assert any(r.decision == "allow" and (r.detail or {}).get("actor") == "engine" for r in loads)

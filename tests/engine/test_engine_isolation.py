@@ -26,17 +26,10 @@ from typing import Any
 import grpc
 import pytest
 
-from lakesession._spark import jars as J
 from lakesession.errors import CatalogAccessError, EngineRefusedError
-from tests._engine import RawConnect, RunningEngine, arrow_rows, describe_rpc_error, login
+from tests._engine import ENGINE_TESTS, EU, RawConnect, RunningEngine, arrow_rows, describe_rpc_error, login
 
-SPARK = J.detect_spark()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.spark,
-    pytest.mark.skipif(int(SPARK.version.split(".")[0]) < 4, reason="the engine is Spark Connect: pyspark 4"),
-]
-EU = [(1, 10.0), (3, 30.0), (5, 50.0)]
+pytestmark = ENGINE_TESTS
 
 
 @dataclass
