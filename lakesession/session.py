@@ -256,29 +256,45 @@ class Session:
         ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request
         (default: the session's ``access``). A view is not a table: ``view()`` reads one (through Spark).
         """
-        from pyiceberg.exceptions import ForbiddenError, NoSuchTableError
+        from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
 
+        from .catalog._refusals import catalog_refusal
         from .catalog._tables import load_table
 
+        catalog = self.catalog  # first: its start fetches the token that names the principal
+        principal = getattr(self.identity, "principal", None)
         try:
             return load_table(
-                self.catalog,
+                catalog,
                 name,
                 self.credential_store,
                 self._token,
                 self.uri,
                 access=access or self.access,
                 mode=mode,
-                principal=getattr(self.identity, "principal", None),
+                principal=principal,
             )
-        except (NoSuchTableError, ForbiddenError):  # catalogs may refuse before saying "no such table"
+        except (NoSuchTableError, RESTError) as exc:
             ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
-            if self.catalog.view_exists(ident):
+            # catalogs may refuse before saying "no such table": a view named here is not one
+            if isinstance(exc, (NoSuchTableError, ForbiddenError)) and self._is_view(ident):
                 raise ConfigError(
                     f"{'.'.join(ident)} is a view, not a table: read it with session.view({name!r}) "
                     "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
                 ) from None
-            raise
+            refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal)
+            if refused is None:
+                raise
+            raise refused from exc
+
+    def _is_view(self, ident: tuple[str, ...]) -> bool:
+        """Whether ``ident`` is a view (False when the catalog will not say: a revoked user may not ask)."""
+        from pyiceberg.exceptions import RESTError
+
+        try:
+            return bool(self.catalog.view_exists(ident))
+        except RESTError:
+            return False
 
     def view(self, name: str | Sequence[str]) -> DataFrame:
         """A Spark DataFrame over view ``ns.view``, its chain evaluated by the catalog as in ``sql()``."""

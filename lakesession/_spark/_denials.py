@@ -24,6 +24,7 @@ from pyspark.errors.exceptions.base import PySparkException
 from ..credentials._denials import DELETE, READ, WRITE, Denial, likely_cause, parse_denial, storage_error
 from ..errors import StorageAccessError as _StorageAccessError
 from ..gateway._accesslog import AccessLog
+from ._sparklog import written_log
 
 
 class Session(Protocol):
@@ -46,8 +47,9 @@ class StorageAccessError(_StorageAccessError, captured.CapturedException):
     """The object store refused a Spark job's read or write; ``str()`` is one line naming the table.
 
     Both a ``lakesession.errors.StorageAccessError`` (``except LakesessionError`` catches it) and pyspark's
-    ``CapturedException``. pyspark raises it ``from None``; ``__cause__`` still gives the original
-    ``Py4JJavaError`` (its Java stack trace is there for whoever wants it).
+    ``CapturedException``. pyspark raises it ``from None``, so a traceback (``logging.exception``, a
+    script's) is a few lines: the original ``Py4JJavaError`` is ``java_error`` (its Java trace is there
+    for whoever wants it), and ``log`` the Spark log file holding Spark's own lines about the failure.
     """
 
     def __init__(self, message: str, **fields: Any):
@@ -55,21 +57,13 @@ class StorageAccessError(_StorageAccessError, captured.CapturedException):
         PySparkException.__init__(self, message=message)
         self.desc = self._desc = message
         self._stackTrace, self._cause, self._origin = "", None, None
-        self._original: BaseException | None = None
+        self.java_error: BaseException | None = None
+        self.log: str | None = None
         for key in ("table", "operation", "principal", "reason", "code", "path"):
             setattr(self, key, fields.get(key))
 
     def __str__(self) -> str:
         return self.desc
-
-    @property
-    def __cause__(self) -> BaseException | None:
-        return self._original
-
-    @__cause__.setter
-    def __cause__(self, value: BaseException | None) -> None:
-        if value is not None:  # pyspark's ``raise … from None`` must not drop the original
-            self._original = value
 
 
 def register(session: Session) -> None:
@@ -149,6 +143,9 @@ def spark_denial(e: Any) -> StorageAccessError | None:
     message = str(err)
     if also:
         message = message.replace(f"table {table}", f"table {table} (also loaded: {', '.join(also)})", 1)
+    log = written_log()
+    if log is not None:
+        message = f"{message} (Spark's log of it: {log})"
     spark_err = StorageAccessError(
         message,
         table=table,
@@ -161,5 +158,6 @@ def spark_denial(e: Any) -> StorageAccessError | None:
     handled = sys.exc_info()[1]  # pyspark converts inside ``except Py4JJavaError``: that is the original
     java = getattr(handled, "java_exception", None)
     if java is not None and getattr(java, "_target_id", None) == getattr(e, "_target_id", object()):
-        spark_err._original = handled
+        spark_err.java_error = handled
+    spark_err.log = str(log) if log is not None else None
     return spark_err

@@ -16,9 +16,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 
+from . import _sparklog
 from .jars import JarSet, detect_spark, resolve_jars
 from .versions import JarResolutionError
 
@@ -48,13 +48,12 @@ def server_command(
             "with pyspark 4 (pip install 'pyspark>=4.1,<4.2')"
         )
     jar_set = jars if jars is not None else resolve_jars()
-    log4j = resources.files("lakesession._spark").joinpath("log4j2.properties")
     settings = {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
         "spark.sql.extensions": EXTENSIONS,
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j}",
+        "spark.driver.extraJavaOptions": _sparklog.java_options(console=True),  # a server logs to stderr
         **jar_set.spark_conf(),
         **(conf or {}),
     }

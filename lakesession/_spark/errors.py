@@ -22,6 +22,9 @@ from ..catalog._chains import chain_hint
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
 from ..errors import EngineRefusedError, LoginRequiredError
+from ..errors import IdentityError as _IdentityError
+from ..errors import ScopeError as _ScopeError
+from ..gateway._nologin import found_no_login
 
 ICEBERG_REST_EXCEPTIONS = {
     "org.apache.iceberg.exceptions.ForbiddenException": "forbidden",
@@ -68,7 +71,58 @@ class CapabilityError(_CapabilityError, captured.CapturedException):
         return self.desc
 
 
+class ScopeError(_ScopeError, captured.CapturedException):
+    """The issuer refused the scope the session's gateway asked for: what Python raises for it, from Spark."""
+
+    def __init__(self, message: str, sent: str | None = None, expected: list[str] | None = None):
+        PySparkException.__init__(self, message=message)
+        self.desc = self._desc = message
+        self._stackTrace, self._cause, self._origin = "", None, None
+        self.sent, self.expected = sent, list(expected or [])
+
+    def __str__(self) -> str:
+        return self.desc
+
+
+class IdentityError(_IdentityError, captured.CapturedException):
+    """No usable login behind a Spark query (a dead login, a rejected client); ``cause`` names the class
+    Python raises for it (``LoginRequiredError`` …)."""
+
+    def __init__(self, message: str, cause: str):
+        PySparkException.__init__(self, message=message)
+        self.desc = self._desc = message
+        self._stackTrace, self._cause, self._origin = "", None, None
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return self.desc
+
+
+class LoginRequired(LoginRequiredError, IdentityError):
+    """``LoginRequiredError`` from Spark: log in again."""
+
+    def __init__(self, message: str):
+        IdentityError.__init__(self, message, "LoginRequiredError")
+
+
+def identity_error(text: str) -> _IdentityError | None:
+    """The identity error (same class as in Python) behind the gateway's "no usable login" 401 in ``text``."""
+    found = found_no_login(text)
+    if found is None:
+        return None
+    name, message, original = found
+    if name == "ScopeError":
+        sent = getattr(original, "sent", None)
+        return ScopeError(message, sent=sent, expected=getattr(original, "expected", None))
+    if name == "LoginRequiredError":
+        return LoginRequired(message)
+    return IdentityError(message, name)
+
+
 BAD_REQUEST = "org.apache.iceberg.exceptions.BadRequestException"
+# Iceberg Java's default error handler turns a 400 whose ErrorModel type is IllegalArgumentException (Polaris's
+# answer to an unsupported delegation mode, ../shared/notes/polaris-1.4.1.md) into the JDK's own exception
+ILLEGAL_ARGUMENT = "java.lang.IllegalArgumentException"
 _MALFORMED = "Malformed request: "  # Iceberg's prefix for a 400's message
 
 
@@ -76,9 +130,10 @@ def _capability(e: Any) -> CapabilityError | None:
     """A 400 about remote signing (the gateway's refusal, or Polaris's "Unsupported access delegation mode")."""
     seen = 0
     while e is not None and seen < 20:
-        if str(e.getClass().getName()) == BAD_REQUEST:
+        name = str(e.getClass().getName())
+        if name in (BAD_REQUEST, ILLEGAL_ARGUMENT):
             said = str(e.getMessage() or "").removeprefix(_MALFORMED)
-            if "remote signing" in said:
+            if "remote signing" in said and name == BAD_REQUEST:
                 return CapabilityError(said, "remote signing")
             if "access delegation" in said.lower():
                 return CapabilityError(
@@ -86,7 +141,8 @@ def _capability(e: Any) -> CapabilityError | None:
                     "Fix: lakesession.connect(..., access='vended-credentials') (the default).",
                     "remote signing",
                 )
-            return None
+            if name == BAD_REQUEST:
+                return None
         e = e.getCause()
         seen += 1
     return None
@@ -161,7 +217,11 @@ def convert_exception(e: Any) -> captured.CapturedException:
     found = _iceberg_cause(e)
     if found is not None:
         cause, cls = found
-        message = chain_hint(str(cause.getMessage() or ""))
+        said = str(cause.getMessage() or "")
+        no_login = identity_error(said)
+        if no_login is not None:
+            return no_login  # type: ignore[return-value]  # a CapturedException too
+        message = chain_hint(said)
         return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
     refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path
     if refused is not None:
@@ -238,6 +298,9 @@ def install_connect_error_conversion() -> None:
         if found is not None:
             cls, message = found
             message = message or truncated_message
+            no_login = identity_error(message)
+            if no_login is not None:
+                return no_login
             prefix = f"{cls}: "
             return CatalogAccessError(chain_hint(message.removeprefix(prefix)), ICEBERG_REST_EXCEPTIONS[cls], cls)
         return original(info, truncated_message, resp, *args, **kwargs)

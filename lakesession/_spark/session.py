@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _classcache, _ivyprogress
+from . import _classcache, _ivyprogress, _sparklog
 from .errors import install_connect_error_conversion, install_error_conversion
 from .jars import JarSet, cache_dir, check_java, java_executable
 
@@ -63,9 +62,9 @@ def catalog_conf(
     return conf
 
 
-def base_conf(catalog_name: str, jars: JarSet | None) -> dict[str, str]:
-    log4j = resources.files("lakesession._spark").joinpath("log4j2.properties")
-    java_opts = f"-Dlog4j2.configurationFile={log4j}"
+def base_conf(catalog_name: str, jars: JarSet | None, *, server: bool = False) -> dict[str, str]:
+    """The conf every lakesession JVM starts with; ``server``: Spark's log on stderr, not in a file (``_sparklog``)."""
+    java_opts = _sparklog.java_options(console=server)
     conf = {
         "spark.sql.extensions": EXTENSIONS,
         "spark.sql.defaultCatalog": catalog_name,

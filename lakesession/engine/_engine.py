@@ -154,7 +154,7 @@ class Engine:
 
         cfg = self.config
         jar_set = resolve_jars(cfg.jars)
-        conf = base_conf(cfg.catalog_name, jar_set)
+        conf = base_conf(cfg.catalog_name, jar_set, server=True)
         extra_jars = cfg.spark_conf.get("spark.jars", "")
         jars = [j for j in conf.get("spark.jars", "").split(",") if j]
         conf["spark.jars"] = ",".join([*jars, str(comet.provider_jar()), *[j for j in extra_jars.split(",") if j]])

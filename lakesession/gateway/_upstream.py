@@ -120,11 +120,13 @@ class Upstream:
 
     def _token_failure(self, exc: Exception) -> Reply:
         from ..identity._errors import IdentityError, TokenRefreshError  # loaded already when a source raises one
+        from ._nologin import no_login_message
 
         if isinstance(exc, IdentityError) and not isinstance(exc, TokenRefreshError):
             # a dead login or a rejected client: retrying cannot help, the user must act (the message says how)
             logger.warning("no usable login for the catalog: %s", type(exc).__name__)
-            return error_reply(401, "NotAuthorizedException", f"Not authorized: lakesession has no usable login. {exc}")
+            # Iceberg prefixes "Not authorized: " itself; Spark's error conversion raises ``exc``'s class again
+            return error_reply(401, "NotAuthorizedException", no_login_message(exc))
         retry_after = self.issuer_outage.failed()
         # identity errors are secret-free by contract; anything else is logged by type and frames only
         detail = str(exc) if isinstance(exc, IdentityError) else type(exc).__name__

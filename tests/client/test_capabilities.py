@@ -1,11 +1,12 @@
 """Polaris's ways, met by clear errors: ``invalid_scope`` names the scope expected; remote signing a
 catalog lacks is a ``CapabilityError`` naming its ``/v1/config`` answer.
 
-Polaris cannot run here (only its libraries are on Maven Central), so small loopback servers behave
-as ARCHITECTURE.md's facts say Polaris 1.4.1 does: its token endpoint
-(``/api/catalog/v1/oauth/tokens``) refuses every scope but ``PRINCIPAL_ROLE:ALL`` with
-``invalid_scope``, and a load asking for remote signing answers 400 "Unsupported access delegation
-mode". A generic OIDC issuer publishing ``scopes_supported`` covers the discovery hint.
+Polaris cannot run here (only its libraries are on Maven Central), so a small loopback server replays
+what Polaris 1.4.1 answered on these machines (``tests/recordings.py``, from ../shared/notes): its token
+endpoint (``/api/catalog/v1/oauth/tokens``) refuses every scope but ``PRINCIPAL_ROLE:ALL`` with
+``invalid_scope``, and a load asking for remote signing answers 400 ``IllegalArgumentException``
+"Unsupported access delegation mode". A generic OIDC issuer publishing ``scopes_supported`` covers the
+discovery hint. ``polaris_like`` is shared with the Spark tests (``test_capabilities_spark.py``).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from lakesession._wire.sockets import bind
 from lakesession.errors import CapabilityError, IdentityError, ScopeError
 from lakesession.identity import ClientCredentials
 from lakesession.reference.serving import BackgroundServer
+from tests.recordings import POLARIS_INVALID_SCOPE, POLARIS_UNSUPPORTED_DELEGATION
 
 SECRET = "polaris-secret-0123"
 POLARIS_SCOPE = "PRINCIPAL_ROLE:ALL"
-INVALID_SCOPE = {"error": "invalid_scope", "error_description": "The scope is invalid"}
+INVALID_SCOPE = POLARIS_INVALID_SCOPE.body
 
 
 def polaris_like(base: str) -> FastAPI:
@@ -55,8 +57,8 @@ def polaris_like(base: str) -> FastAPI:
     async def load(ns: str, table: str, request: Request) -> JSONResponse:
         mode = request.headers.get("x-iceberg-access-delegation", "")
         assert mode == "remote-signing", mode
-        error = {"message": f"Unsupported access delegation mode: {mode}", "type": "BadRequestException", "code": 400}
-        return JSONResponse({"error": error}, status_code=400)
+        recorded = POLARIS_UNSUPPORTED_DELEGATION
+        return JSONResponse(recorded.body, status_code=recorded.status)
 
     return app
 
