@@ -183,6 +183,11 @@ ENVIRONMENT: tuple[Variable, ...] = (
     *_settings_variables(),
     Variable("LAKESESSION_CONFIG", "The config file (default `~/.config/lakesession/config.yaml`)."),
     Variable("LAKESESSION_CACHE_DIR", "Downloads, jars, Ivy, class and lab caches (default `~/.cache/lakesession`)."),
+    Variable(
+        "LAKESESSION_SPARK_LOG",
+        "`console`: Spark's own log (ERROR lines with Java traces) on stderr, for debugging Spark; by default it "
+        "goes to `<cache>/logs/spark-<pid>.log`, which a Spark error names.",
+    ),
     Variable("LAKESESSION_JVM_CLASS_CACHE", "`0` turns off the local JVM's class-data-sharing archive."),
     Variable(
         "LAKESESSION_JARS_VERBOSE",

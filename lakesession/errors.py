@@ -225,7 +225,8 @@ class StorageAccessError(_OneLine, LakesessionError):
 
     ``table`` (None when unknown), ``operation`` (read, write, delete), ``principal``, ``reason`` (the likely
     cause: ``read-only grant``, ``revoked``, ``expired`` or ``denied``), ``code`` (the store's error code) and
-    ``path`` (the object, when the store named it). The store's own exception is ``__cause__``.
+    ``path`` (the object, when the store named it). The store's own exception is ``__cause__`` (pyiceberg) or
+    ``java_error`` (Spark, with ``log``: the Spark log file).
     """
 
     def __init__(
