@@ -228,3 +228,13 @@ class Lake:
         from lakesession.catalog._tables import load_table
 
         return load_table(self.catalogs[who], name, store, self.ids[who].token, self.handle.uri, **kw)
+
+
+def without_storage_access(store: Any, table: str) -> None:
+    """Make ``table``'s registered credentials say nothing of their access level (``lakesession.storage-access``),
+    as a catalog other than lakesession's vends them: the client cannot refuse early, so the store must."""
+    from lakesession._wire.cloudkeys import STORAGE_ACCESS
+
+    entry = store.entry(table)
+    creds = [(c.prefix, {k: v for k, v in c.config.items() if k != STORAGE_ACCESS}) for c in entry.credentials]
+    store.register(table, creds, location=entry.location)

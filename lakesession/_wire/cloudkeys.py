@@ -21,6 +21,10 @@ GCS_TOKEN = "gcs.oauth2.token"
 GCS_TOKEN_EXPIRES_MS = "gcs.oauth2.token-expires-at"
 GCS_REFRESH = "gcs.oauth2.refresh-credentials-endpoint"
 REFRESH_KEYS = (CLIENT_REFRESH, ADLS_REFRESH, GCS_REFRESH)
+# lakesession's own key beside a vended credential: what it allows ("read" or "read-write"), so a client refuses a
+# write through read-only credentials before any file is written (catalogs that do not say change nothing)
+STORAGE_ACCESS = "lakesession.storage-access"
+READ_ONLY_ACCESS, READ_WRITE_ACCESS = "read", "read-write"
 # substrings of keys that carry a credential (any cloud): a config holding one vends something
 CREDENTIAL_MARKERS = ("access-key-id", "secret-access-key", "session-token", "sas-token.", "oauth2.token")
 

@@ -30,9 +30,23 @@ EXPIRED_CODES = frozenset(
         "TokenRefreshRequired",
         "InvalidAccessKeyId",
         "InvalidToken",
+        "UNAUTHENTICATED",  # GCS: an expired OAuth token
     }
 )
-DENIED_CODES = frozenset({"AccessDenied", "AllAccessDisabled"})  # not "Forbidden": the catalog says that
+DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",  # not "Forbidden": the catalog says that
+        # Azure Blob/ADLS (adlfs and the Azure SDK: "ErrorCode:AuthorizationPermissionMismatch"); Azurite answers an
+        # expired SAS AuthorizationFailure, Azure AuthenticationFailed: told apart by the credential's expiry
+        "AuthorizationPermissionMismatch",
+        "AuthorizationResourceTypeMismatch",
+        "AuthorizationFailure",
+        "AuthenticationFailed",
+        # GCS through pyarrow's GcsFileSystem: "google::cloud::Status(PERMISSION_DENIED: …)"
+        "PERMISSION_DENIED",
+    }
+)
 _PYARROW_CODES = {
     "ACCESS_DENIED": "AccessDenied",
     "EXPIRED_TOKEN": "ExpiredToken",

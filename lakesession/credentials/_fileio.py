@@ -27,16 +27,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.io.pyarrow import ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
 from typing_extensions import override
 
+from .._wire.cloudkeys import READ_ONLY_ACCESS, STORAGE_ACCESS
 from ..errors import ConfigError, StorageAccessError
 from ._cloudfs import ADLS_SCHEMES, GCS_SCHEMES, adls_filesystem, adls_path, gcs_filesystem
-from ._denials import DELETE, READ, WRITE, likely_cause, parse_denial, storage_error
+from ._denials import DELETE, READ, READ_ONLY, WRITE, likely_cause, parse_denial, storage_error
 from ._signing import AsyncRestSigner, SigningFileIO, signing_s3
 from ._states import REVOKED
 from ._store import public_config
@@ -61,7 +62,7 @@ def _s3_filesystem(properties: Properties, netloc: str | None) -> FileSystem:
 class _TableFile(PyArrowFile):
     """A ``PyArrowFile`` whose store refusals (open, create, exists) become one ``StorageAccessError``."""
 
-    _explain: Callable[[OSError, str, str], StorageAccessError | None]
+    _explain: Callable[[BaseException, str, str], StorageAccessError | None]
 
     @override
     def open(self, seekable: bool = True) -> InputStream:
@@ -76,12 +77,15 @@ class _TableFile(PyArrowFile):
     @override
     def create(self, overwrite: bool = False) -> OutputStream:
         try:
-            return super().create(overwrite)
+            stream = super().create(overwrite)
         except OSError as exc:
             denied = self._explain(exc, self.location, WRITE)
             if denied is None:
                 raise
             raise denied from exc
+        if self.location.split("://", 1)[0] in S3_SCHEMES:
+            return stream  # S3 refuses at create (CreateMultipartUpload): pyarrow's own stream, no Python in between
+        return _ExplainedStream(stream, lambda exc: self._explain(exc, self.location, WRITE))
 
     @override
     def exists(self) -> bool:
@@ -92,6 +96,49 @@ class _TableFile(PyArrowFile):
             if denied is None:
                 raise
             raise denied from exc
+
+
+class _ExplainedStream:
+    """An output stream whose store refusals at write, flush or close become one ``StorageAccessError``.
+
+    ADLS (adlfs) and GCS upload when a stream is flushed or closed, not when it is created: adlfs then
+    raises ``RuntimeError("Failed to upload block: … ErrorCode:AuthorizationPermissionMismatch")``, which
+    ``create`` never sees. Everything else is the wrapped stream's (pyarrow's ParquetWriter takes any
+    file-like object)."""
+
+    def __init__(self, stream: OutputStream, explain: Callable[[BaseException], StorageAccessError | None]):
+        self._stream = stream
+        self._explain = explain
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._stream, method)(*args)
+        except Exception as exc:
+            denied = self._explain(exc)
+            if denied is None:
+                raise
+            raise denied from exc
+
+    def write(self, data: bytes) -> int:
+        return int(self._call("write", data) or 0)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def close(self) -> None:
+        self._call("close")
+
+    def writable(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:  # tell, closed, …
+        return getattr(self._stream, name)
+
+    def __enter__(self) -> _ExplainedStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class VendedFileIO(PyArrowFileIO):
@@ -185,13 +232,39 @@ class VendedFileIO(PyArrowFileIO):
     def new_input(self, location: str) -> PyArrowFile:
         return self._file(location)
 
+    def _refuse_read_only(self, location: str, operation: str) -> None:
+        """Raise before a write or delete the table's credentials cannot do: the catalog said they are
+        read-only (``lakesession.storage-access``). Nothing reaches the store, so nothing is left behind
+        there (a store that checks nothing, such as fake-gcs-server, would otherwise keep the file)."""
+        scheme = location.split("://", 1)[0]
+        if scheme not in VENDED_SCHEMES or self._table not in self._store:
+            return
+        cred = self._store.credential_for(self._table, location)
+        if cred.config.get(STORAGE_ACCESS) != READ_ONLY_ACCESS:
+            return
+        who = f" as {self._principal}" if self._principal else ""
+        raise StorageAccessError(
+            f"lakesession refused to {operation} table {self._table}{who} before it reached the store: the catalog vended "
+            f"read-only storage credentials for it (a read-only grant). Fix: ask the catalog's operator for write "
+            f"access to table {self._table} (the reference catalog: TABLE_WRITE_DATA), then reload it "
+            f"(session.table({self._table!r})) and run the {operation} again.",
+            table=self._table,
+            operation=operation,
+            principal=self._principal,
+            reason=READ_ONLY,
+            code="ReadOnlyCredentials",
+            path=location,
+        )
+
     @override
     def new_output(self, location: str) -> PyArrowFile:
+        self._refuse_read_only(location, WRITE)
         return self._file(location)
 
     @override
     def delete(self, location: str | InputFile | OutputFile) -> None:
         str_location = location.location if isinstance(location, (InputFile, OutputFile)) else location
+        self._refuse_read_only(str_location, DELETE)
         fs, path = self._fs_for(str_location)
         try:
             fs.delete_file(path)

@@ -121,3 +121,31 @@ def test_spark_denials_name_the_table_loaded_last_and_a_revocation_since() -> No
     alice.closed = True
     assert _denials._suspect(now)[1] == "hr.pay"  # type: ignore[index]  # a closed session's loads are no suspects
     bob.closed = True
+
+
+# adlfs on Azurite (tests/interop/test_clouds_adls.py produces it for real), and pyarrow's GcsFileSystem, whose
+# errors are ``"google::cloud::Status(" << status << ")"`` (arrow/filesystem/gcsfs_internal.cc): fake-gcs-server
+# checks no token, so this one is the format's, not a recording
+ADLS_WRITE = (
+    "Failed to upload block: This request is not authorized to perform this operation using this permission.\n"
+    "RequestId:c0b0da8c\nTime:2026-11-28T01:23:59.145Z\nErrorCode:AuthorizationPermissionMismatch\nContent: <Error>"
+)
+GCS_WRITE = (
+    "google::cloud::Status(PERMISSION_DENIED: Permanent error in UploadChunk: reader@x.iam.gserviceaccount.com does "
+    "not have storage.objects.create access to the Google Cloud Storage object. http_status_code=403)"
+)
+GCS_EXPIRED = "google::cloud::Status(UNAUTHENTICATED: Permanent error in ReadObject: Invalid Credentials)"
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "cause"),
+    [
+        (ADLS_WRITE, "AuthorizationPermissionMismatch", READ_ONLY),
+        (GCS_WRITE, "PERMISSION_DENIED", READ_ONLY),
+        (GCS_EXPIRED, "UNAUTHENTICATED", EXPIRED),
+    ],
+)
+def test_azure_and_gcs_refusals_in_their_own_words(text: str, code: str, cause: str) -> None:
+    d = parse_denial(text, operation="write" if cause == READ_ONLY else "read")
+    assert d is not None and d.code == code and likely_cause(d) == cause
+    assert parse_denial("google::cloud::Status(NOT_FOUND: No such object: wh/x http_status_code=404)") is None

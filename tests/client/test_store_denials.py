@@ -12,6 +12,7 @@ SparkSession on it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ import lakesession
 from lakesession.errors import LakesessionError, StorageAccessError
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import SPARK_TEST_CONF
-from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
+from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy, without_storage_access
 
 pytestmark = pytest.mark.slow
 
@@ -78,11 +79,34 @@ def assert_readable(err: StorageAccessError, *, table: str, principal: str) -> N
     assert len(message.splitlines()) == 1 and "\tat " not in message
 
 
-def test_pyiceberg_append_by_a_reader_is_one_storage_access_error(
-    reader: lakesession.Session, capsys: pytest.CaptureFixture[str]
+def test_pyiceberg_append_by_a_reader_is_refused_before_the_store(
+    cat: ReferenceCatalog, reader: lakesession.Session, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The catalog vended read-only credentials and said so (``lakesession.storage-access``): no request is sent."""
     table = reader.table("shop.orders")
     assert table.scan().to_arrow().num_rows == 2  # the grant reads
+    since = time.time()
+    with pytest.raises(StorageAccessError) as caught:
+        table.append(ROWS)
+    err = caught.value
+    assert_readable(err, table="shop.orders", principal="reader")
+    assert err.code == "ReadOnlyCredentials" and "before it reached the store" in str(err)
+    assert err.path and err.path.startswith("s3://denials-bucket/wh/shop/orders/data/")
+    assert "session.table('shop.orders')" in str(err)  # a new grant needs a reload for new credentials
+    sent = [r for r in cat.s3_emulator.requests if r.time >= since and r.method in ("PUT", "POST")]
+    assert not sent, sent  # not one write request reached the store
+    assert reader.table("shop.orders").scan().to_arrow().num_rows == 2  # nothing was committed
+    shown = one_line_in_ipython("t.append(rows)", {"t": table, "rows": ROWS}, capsys)
+    assert len(shown.splitlines()) == 1, shown
+    assert "refused to write table shop.orders as reader" in shown and "Traceback" not in shown
+
+
+def test_pyiceberg_append_by_a_reader_is_refused_by_the_store_when_the_catalog_does_not_say(
+    reader: lakesession.Session,
+) -> None:
+    """A catalog that does not tell the access level (SeaweedFS, Polaris): the store refuses, the same one line."""
+    table = reader.table("shop.orders")
+    without_storage_access(reader.credential_store, "shop.orders")
     with pytest.raises(StorageAccessError) as caught:
         table.append(ROWS)
     err = caught.value
@@ -91,9 +115,6 @@ def test_pyiceberg_append_by_a_reader_is_one_storage_access_error(
     assert err.code == "AccessDenied" and err.path and err.path.startswith("s3://denials-bucket/wh/")
     vended = [v for c in reader.credential_store.entry("shop.orders").credentials for v in c.config.values()]
     assert not [v for v in vended if len(v) > 12 and v in str(err)]  # no key, secret or session token
-    shown = one_line_in_ipython("t.append(rows)", {"t": table, "rows": ROWS}, capsys)
-    assert len(shown.splitlines()) == 1, shown
-    assert "refused to write table shop.orders as reader" in shown and "Traceback" not in shown
 
 
 def test_spark_insert_by_a_reader_is_one_storage_access_error(

@@ -28,9 +28,10 @@ from lakesession.credentials import (
     CredentialStore,
     VendedFileIO,
 )
+from lakesession.errors import StorageAccessError
 from lakesession.reference.cloudvending import AdlsSettings, AdlsVendor
 from tests._azurite import Azurite, azurite
-from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
+from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy, without_storage_access
 from tests.factories import Lake as SharedLake
 
 pytestmark = pytest.mark.slow  # Azurite start, waits across SAS lifetimes
@@ -139,9 +140,34 @@ def test_read_only_sas_write_is_refused_by_azurite_itself(lake: Lake) -> None:
         _blob(lake.az, inside, sas).upload_blob(b"x")
     assert err.value.status_code == 403 and err.value.error_code == "AuthorizationPermissionMismatch"
     assert inside not in lake.az.blobs("lake", "wh/shop/orders/")
-    with pytest.raises(Exception, match="AuthorizationPermissionMismatch"):  # and through pyiceberg: at the store
-        t.append(ROWS)
     assert _blob(lake.az, t.metadata_location.split(lake.az.host + "/", 1)[1], sas).download_blob().readall()
+
+
+def test_a_readers_append_is_one_storage_access_error_before_or_at_the_store(lake: Lake) -> None:
+    """The catalog says the SAS is read-only: refused before any upload. A catalog that does not say: Azurite
+    refuses the upload (adlfs's ``RuntimeError: Failed to upload block … AuthorizationPermissionMismatch``, raised
+    when the stream closes), and the user gets the same one line naming table, operation and principal."""
+    store = CredentialStore()
+    t = lake.load("reader", "shop.orders", store, mode="read", principal="reader")
+    blobs = lake.az.blobs("lake", "wh/shop/orders/")
+    with pytest.raises(StorageAccessError) as early:
+        t.append(ROWS)
+    assert early.value.code == "ReadOnlyCredentials" and early.value.table == "shop.orders"
+    assert "refused to write table shop.orders as reader before it reached the store" in str(early.value)
+    assert lake.az.blobs("lake", "wh/shop/orders/") == blobs
+    without_storage_access(store, "shop.orders")
+    with pytest.raises(StorageAccessError) as at_store:
+        t.append(ROWS)
+    err = at_store.value
+    message = str(err)
+    assert (
+        err.code == "AuthorizationPermissionMismatch" and err.operation == "write" and err.reason == "read-only grant"
+    )
+    assert message.startswith("The object store refused to write table shop.orders as reader: ")
+    assert "TABLE_WRITE_DATA" in message and len(message.splitlines()) == 1
+    assert isinstance(err.__cause__, RuntimeError)  # adlfs's own, kept
+    assert lake.sas_of(store, "shop.orders").split("sig=")[-1][:10] not in message
+    assert lake.az.blobs("lake", "wh/shop/orders/") == blobs  # Azurite kept nothing either
 
 
 def test_expired_sas_is_refused_by_azurite(lake: Lake) -> None:

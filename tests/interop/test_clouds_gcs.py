@@ -17,6 +17,7 @@ import pytest
 
 from lakesession.catalog._tables import create_table
 from lakesession.credentials import REVOKED, CredentialsError, CredentialsRevokedError, CredentialStore, VendedFileIO
+from lakesession.errors import StorageAccessError
 from lakesession.reference.gcsvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
 from tests._fakegcs import FakeGcs, fake_gcs
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
@@ -104,6 +105,22 @@ def test_writer_appends_after_its_first_token_expired(lake: Lake) -> None:
     t.append(ROWS)
     assert t.scan().to_arrow().num_rows == n + 2 and store.entry("shop.returns").refreshes >= 1
     assert lake.source.minted[lake.token_of(store, "shop.returns")][1]  # a read-write token
+
+
+def test_a_readers_append_writes_no_object(lake: Lake) -> None:
+    """Before: the append wrote its data file to the bucket (fake-gcs-server checks no token) and was stopped
+    only at the commit. The catalog says the token is read-only: the client refuses before any upload."""
+    store = CredentialStore()
+    t = lake.load("reader", "shop.orders", store, principal="reader")
+    before = lake.fg.objects("lake", "wh/shop/orders/")
+    with pytest.raises(StorageAccessError) as caught:
+        t.append(ROWS)
+    err = caught.value
+    assert err.code == "ReadOnlyCredentials" and err.table == "shop.orders" and err.operation == "write"
+    assert "refused to write table shop.orders as reader before it reached the store" in str(err)
+    assert err.path and err.path.startswith("gs://lake/wh/shop/orders/data/")
+    assert lake.token_of(store, "shop.orders") not in str(err)
+    assert lake.fg.objects("lake", "wh/shop/orders/") == before  # listed before and after: nothing written
 
 
 def test_revoked_grant_stops_the_next_refresh(lake: Lake) -> None:

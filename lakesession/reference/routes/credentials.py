@@ -15,6 +15,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from ..._wire.cloudkeys import READ_ONLY_ACCESS, READ_WRITE_ACCESS, STORAGE_ACCESS
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..cloudvending import CloudVendor
@@ -108,6 +109,7 @@ def vend(
         config = vendor.table_config(cred, endpoint)
     else:
         config = {**cred.config(vendor.s3), REFRESH_ENDPOINT: endpoint}
+    config[STORAGE_ACCESS] = READ_WRITE_ACCESS if mode == WRITE else READ_ONLY_ACCESS  # clients refuse early
     return config, [{"prefix": cred.prefix, "config": config}]
 
 
