@@ -361,7 +361,8 @@ class Session:
         """A pyarrow filesystem for a granted raw location (``s3://bucket/prefix``); ``credentials._pathfs``."""
         from .credentials._pathfs import location_filesystem
 
-        return location_filesystem(self.gateway.uri, self.gateway.secret, location, mode, min_valid_seconds)
+        principal = getattr(self.identity, "principal", None)
+        return location_filesystem(self.gateway.uri, self.gateway.secret, location, mode, min_valid_seconds, principal)
 
     def locations(self) -> list[str]:
         """Prefixes path credentials can be had for: loaded tables and granted registered locations."""

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import pyarrow.fs as pafs
 
-from ..errors import CatalogAccessError
+from ..errors import CatalogAccessError, StorageAccessError
+from ._denials import READ, WRITE, parse_denial
 
 SCHEMES = ("s3://", "s3a://", "s3n://")
 DEFAULT_MIN_VALID = 60.0
@@ -95,11 +96,18 @@ class PathCredentials:
         self.fetches += 1
 
 
-class RefreshingS3Handler(pafs.FileSystemHandler):
-    """Delegates every call to a pyarrow ``S3FileSystem`` built from the current credentials."""
+class PathAccessError(StorageAccessError, PermissionError):
+    """A raw location's read or write refused, by the store or before it (a filesystem opened for reading):
+    a ``StorageAccessError`` naming the path, and still the ``OSError`` pyarrow and pandas callers expect."""
 
-    def __init__(self, creds: PathCredentials):
+
+class RefreshingS3Handler(pafs.FileSystemHandler):
+    """Delegates every call to a pyarrow ``S3FileSystem`` built from the current credentials; a refusal
+    becomes one ``PathAccessError`` line naming the path, the principal and the fix."""
+
+    def __init__(self, creds: PathCredentials, principal: str | None = None):
         self.creds = creds
+        self.principal = principal
         self._built: tuple[int, pafs.S3FileSystem] | None = None
 
     def _fs(self) -> pafs.S3FileSystem:
@@ -122,6 +130,45 @@ class RefreshingS3Handler(pafs.FileSystemHandler):
             built = self._built = (id(config), fs)
         return built[1]
 
+    def _denied(self, path: str, operation: str, code: str, message: str) -> PathAccessError:
+        return PathAccessError(
+            message, operation=operation, principal=self.principal, reason="denied", code=code, path=path
+        )
+
+    def _do(self, operation: str, path: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``S3FileSystem.<method>(*args)`` for ``path``, its refusals told in one line."""
+        where = f"s3://{_strip(path)}"
+        who = f" as {self.principal}" if self.principal else ""
+        if operation == WRITE and self.creds.mode != "write":
+            raise self._denied(
+                where,
+                operation,
+                "ReadOnlyFilesystem",
+                f"lakesession refused to write {where}{who} before it reached the store: "
+                f"session.filesystem({self.creds.location!r}) was opened for reading. Fix: "
+                f"session.filesystem({self.creds.location!r}, mode='write') (it needs a LOCATION_WRITE grant).",
+            )
+        try:
+            return getattr(self._fs(), method)(*args, **kwargs)
+        except OSError as exc:
+            denial = parse_denial(str(exc), operation=operation)
+            if denial is None:
+                raise
+            inside = where.startswith(self.creds.location.rstrip("/") + "/")
+            cause = (
+                f"the grant on {self.creds.location} does not allow it (ask for LOCATION_WRITE)"
+                if inside
+                else f"this filesystem's credentials cover {self.creds.location} only"
+            )
+            raise self._denied(
+                where,
+                denial.operation or operation,
+                denial.code,
+                f"The object store refused to {denial.operation or operation} {where}{who}: {denial.code}. "
+                f"Likely cause: {cause}. Fix: session.locations() lists the locations you may open with "
+                "session.filesystem(...).",
+            ) from exc
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RefreshingS3Handler) and other.creds is self.creds
 
@@ -135,48 +182,53 @@ class RefreshingS3Handler(pafs.FileSystemHandler):
         return _strip(path)
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
-        return self._fs().get_file_info([_strip(p) for p in paths])
+        return self._do(READ, paths[0] if paths else "", "get_file_info", [_strip(p) for p in paths])
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
         sel = pafs.FileSelector(_strip(selector.base_dir), selector.allow_not_found, selector.recursive)
-        return self._fs().get_file_info(sel)
+        return self._do(READ, selector.base_dir, "get_file_info", sel)
 
     def create_dir(self, path: str, recursive: bool) -> None:
-        self._fs().create_dir(_strip(path), recursive=recursive)
+        self._do(WRITE, path, "create_dir", _strip(path), recursive=recursive)
 
     def delete_dir(self, path: str) -> None:
-        self._fs().delete_dir(_strip(path))
+        self._do(WRITE, path, "delete_dir", _strip(path))
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
-        self._fs().delete_dir_contents(_strip(path), missing_dir_ok=missing_dir_ok)
+        self._do(WRITE, path, "delete_dir_contents", _strip(path), missing_dir_ok=missing_dir_ok)
 
     def delete_root_dir_contents(self) -> None:
         raise OSError("lakesession filesystems never delete a bucket's whole contents")
 
     def delete_file(self, path: str) -> None:
-        self._fs().delete_file(_strip(path))
+        self._do(WRITE, path, "delete_file", _strip(path))
 
     def move(self, src: str, dest: str) -> None:
-        self._fs().move(_strip(src), _strip(dest))
+        self._do(WRITE, dest, "move", _strip(src), _strip(dest))
 
     def copy_file(self, src: str, dest: str) -> None:
-        self._fs().copy_file(_strip(src), _strip(dest))
+        self._do(WRITE, dest, "copy_file", _strip(src), _strip(dest))
 
     def open_input_stream(self, path: str) -> Any:
-        return self._fs().open_input_stream(_strip(path))
+        return self._do(READ, path, "open_input_stream", _strip(path))
 
     def open_input_file(self, path: str) -> Any:
-        return self._fs().open_input_file(_strip(path))
+        return self._do(READ, path, "open_input_file", _strip(path))
 
     def open_output_stream(self, path: str, metadata: Any) -> Any:
-        return self._fs().open_output_stream(_strip(path), metadata=metadata)
+        return self._do(WRITE, path, "open_output_stream", _strip(path), metadata=metadata)
 
     def open_append_stream(self, path: str, metadata: Any) -> Any:
-        return self._fs().open_append_stream(_strip(path), metadata=metadata)
+        return self._do(WRITE, path, "open_append_stream", _strip(path), metadata=metadata)
 
 
 def location_filesystem(
-    gateway_uri: str, secret: str, location: str, mode: str = "read", min_valid_seconds: float = DEFAULT_MIN_VALID
+    gateway_uri: str,
+    secret: str,
+    location: str,
+    mode: str = "read",
+    min_valid_seconds: float = DEFAULT_MIN_VALID,
+    principal: str | None = None,
 ) -> pafs.PyFileSystem:
     """A pyarrow filesystem for ``location``; fails now (``CatalogAccessError``) if it is not granted."""
     if not isinstance(location, str) or not location.startswith(SCHEMES):
@@ -189,7 +241,7 @@ def location_filesystem(
         raise ConfigError(f"mode must be 'read' or 'write', got {mode!r}")
     creds = PathCredentials(gateway_uri, secret, location, mode, min_valid_seconds)
     creds.current()  # a location without a grant fails here, with the catalog's reason and a fix
-    return pafs.PyFileSystem(RefreshingS3Handler(creds))
+    return pafs.PyFileSystem(RefreshingS3Handler(creds, principal))
 
 
 def policy_locations(gateway_uri: str, secret: str) -> list[str]:
