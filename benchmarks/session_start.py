@@ -11,7 +11,7 @@ paying shows as its ratio nearing lakesession's own. One Python per Spark line (
 any of /work/venvs/*/bin/python or ``$LAKESESSION_BENCH_PYTHONS`` (os.pathsep-separated)
 whose pyspark is another major).
 
-    python benchmarks/session_start.py [--runs 3] [--python /path/to/venv/bin/python ...]
+    python benchmarks/session_start.py [--runs 3] [--python /path/to/venv/bin/python ...] [--quick]
 """
 
 from __future__ import annotations
@@ -103,14 +103,18 @@ def pythons(explicit: list[str]) -> list[tuple[str, str]]:
 SETTLE = "from lakesession._spark import _classcache, jars; _classcache.settle(jars.cache_dir()); print('{}')"
 
 
-def measure(python: str, version: str, runs: int) -> tuple[float, float, float]:
-    """(lakesession / plain, without its class cache / plain, without any warm-up / plain), medians of ``runs``."""
+def measure(python: str, version: str, runs: int, quick: bool = False) -> tuple[float, float, float]:
+    """(lakesession / plain, without its class cache / plain, without any warm-up / plain), medians of ``runs``.
+
+    ``quick`` (the suite's smoke run) skips the untimed runs that make sure the class archive exists first:
+    its figures then hold whatever archive the machine has (the test suite's earlier JVMs wrote one)."""
     run(python, "from lakesession._spark.jars import resolve_jars; resolve_jars(); print('{}')")  # jars cached first
     plain, lake, bare, cold = [], [], [], []
     with tempfile.TemporaryDirectory() as data:
-        run(python, LAKESESSION, data)  # creates the embedded state (and the class archive, if none); not timed
-        run(python, SETTLE)  # until that JVM has written the archive at exit
-        run(python, LAKESESSION, data)  # proves and promotes the archive; not timed
+        if not quick:
+            run(python, LAKESESSION, data)  # creates the embedded state (and the class archive, if none); not timed
+            run(python, SETTLE)  # until that JVM has written the archive at exit
+            run(python, LAKESESSION, data)  # proves and promotes the archive; not timed
         for i in range(runs):
             p = run(python, PLAIN)
             lk = run(python, LAKESESSION, data)
@@ -139,8 +143,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--python", action="append", default=[], help="a Python whose pyspark to measure")
+    parser.add_argument("--quick", action="store_true", help="no untimed runs first (the suite's smoke run)")
     args = parser.parse_args()
-    ratios = [(version, measure(py, version, args.runs)) for py, version in pythons(args.python)]
+    ratios = [(version, measure(py, version, args.runs, args.quick)) for py, version in pythons(args.python)]
     for version, (ratio, bare, cold) in ratios:
         print(
             f"Spark {version}: ratio lakesession/plain = {ratio:.3f} (target <= {TARGET:.2f}); "

@@ -151,6 +151,14 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
 ISOLATED = {"test_comet_spark.py", "test_sandbox_jvm.py", "test_webidentity.py"}
 
 
+def _uses_shared_spark(item: pytest.Item) -> bool:
+    """Whether ``item`` needs THE shared SparkSession (this module's ``lake``), not a module's own ``lake``
+    fixture of the same name (the ADLS/GCS/credential modules' pyiceberg lakes hold no Spark)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get("lake") if info is not None else None
+    return bool(defs) and getattr(defs[-1].func, "__module__", "") == __name__
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test on the shared SparkSession belongs to the Spark group (``-m spark``: .ci/spark-matrix).
 
@@ -159,7 +167,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     child = os.environ.get("LAKESESSION_TEST_CHILD")
     kept, dropped = [], []
     for item in items:
-        if "lake" in getattr(item, "fixturenames", ()):
+        if _uses_shared_spark(item):
             item.add_marker(pytest.mark.spark)
         if item.path.name in ISOLATED:
             launcher = item.name == "test_module_in_a_process_of_its_own"

@@ -20,7 +20,7 @@ from tests._serve import Served
 from tests.asgi_recorder import ResponseRecorder
 from tests.conftest import SPARK_TEST_CONF
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.soak]
 
 POLICY = """\
 principals:

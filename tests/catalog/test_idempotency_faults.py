@@ -178,6 +178,8 @@ s.close()
 """
 
 
+@pytest.mark.spark  # Spark in a child process
+@pytest.mark.soak
 def test_spark_commit_through_the_gateway_lands_once(lake: Any) -> None:
     """The JVM path: Iceberg 1.10 commits without a key; the catalog dies after saving it; the gateway's
     retry (its own key) reaches the restarted catalog, which answers the stored outcome: one commit."""

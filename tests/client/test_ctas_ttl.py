@@ -18,6 +18,7 @@ TTL = 30
 
 @pytest.mark.slow
 @pytest.mark.spark
+@pytest.mark.soak
 def test_ctas_whose_write_outlives_the_ttl_succeeds(lake: Any, tmp_path: Path) -> None:
     import lakesession
 

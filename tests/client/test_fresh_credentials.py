@@ -98,6 +98,7 @@ def test_table_loads_feed_the_refresh_cache_and_a_refused_load_evicts_it(upstrea
 
 @pytest.mark.slow
 @pytest.mark.spark
+@pytest.mark.soak
 def test_query_loop_over_four_ttls_refreshes_about_once_per_ttl_with_fresh_credentials(
     lake: Any, tmp_path: Path
 ) -> None:

@@ -155,6 +155,7 @@ def test_revoked_grant_is_a_clean_spark_error(catalog, lake, spark) -> None:  # 
     assert spark.sql("SELECT 1").collect()[0][0] == 1
 
 
+@pytest.mark.soak
 def test_read_loop_outlives_three_ttls_with_coalesced_refreshes(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TTL 8 s: Iceberg's S3FileIO asks the gateway for credentials on nearly every request; the
     gateway answers from its cache and goes upstream about once per TTL."""
@@ -200,8 +201,10 @@ def test_read_loop_outlives_three_ttls_with_coalesced_refreshes(spark, tmp_path)
         s.close()
 
 
-def test_ten_second_tokens_refresh_ahead_while_spark_runs_a_minute(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """No 401 ever reaches Spark: the identity layer renews the 10 s token ahead of expiry."""
+@pytest.mark.soak
+def test_ten_second_tokens_refresh_ahead_while_spark_runs_for_three_of_them(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No 401 ever reaches Spark: the identity layer renews the 10 s token ahead of expiry (35 s: three and a
+    half lifetimes, each crossed mid-loop; it ran a minute until the CI budget asked for the time back)."""
     import time
 
     import lakesession
@@ -215,14 +218,14 @@ def test_ten_second_tokens_refresh_ahead_while_spark_runs_a_minute(spark, tmp_pa
         sp.sql("CREATE NAMESPACE IF NOT EXISTS lake_short.t")
         sp.sql("CREATE TABLE lake_short.t.ticks (n BIGINT) USING iceberg")
         tokens, started, n = set(), time.time(), 0
-        while time.time() - started < 60:
+        while time.time() - started < 35:
             n += 1
             sp.sql(f"INSERT INTO lake_short.t.ticks VALUES ({n})")
             assert sp.sql("SELECT count(*) FROM lake_short.t.ticks").collect()[0][0] == n
             tokens.add(s.identity.token())
         records = s.access_log.records(since=started)
         assert records and all(r.status != 401 for r in records)
-        assert len(tokens) >= 5, f"only {len(tokens)} distinct tokens in 60 s of 10 s tokens"
+        assert len(tokens) >= 3, f"only {len(tokens)} distinct tokens in 35 s of 10 s tokens"
     finally:
         s.close()
 

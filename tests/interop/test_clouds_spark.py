@@ -23,7 +23,7 @@ from tests._fakegcs import fake_gcs
 from tests.conftest import SPARK_TEST_CONF
 from tests.factories import make_catalog, shop_policy
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.soak]
 TTL = 25  # SAS / token lifetime: each test runs Spark queries across more than two of them
 POLICY = shop_policy("xyz", reads="namespace sp")
 
