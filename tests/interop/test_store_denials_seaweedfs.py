@@ -20,7 +20,7 @@ from lakesession.reference.vending import S3Settings
 from tests._seaweedfs import SeaweedFS, create_table_bucket, seaweedfs
 from tests.client.test_store_denials import POLICY, ROWS, SCHEMA, assert_readable, connect, one_line_in_ipython
 from tests.conftest import SPARK_TEST_CONF
-from tests.factories import make_catalog
+from tests.factories import make_catalog, without_storage_access
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +61,9 @@ def reader(cat: ReferenceCatalog) -> Iterator[lakesession.Session]:
 def test_pyiceberg_append_refused_by_seaweedfs(reader: lakesession.Session, capsys: pytest.CaptureFixture[str]) -> None:
     table = reader.table("shop.orders")
     assert table.scan().to_arrow().num_rows == 2
+    # the reference catalog says the credentials are read-only, so the client would refuse first: without that
+    # word (as from a catalog that does not say) the write reaches SeaweedFS, which refuses it itself
+    without_storage_access(reader.credential_store, "shop.orders")
     with pytest.raises(StorageAccessError) as caught:
         table.append(ROWS)
     assert_readable(caught.value, table="shop.orders", principal="reader")
