@@ -113,7 +113,7 @@ SMOKES = [
     ),
     Smoke(
         "session_phases.py",
-        ("--runs", "1", "--quick", "--python", sys.executable),
+        ("--runs", "1", "--python", sys.executable),
         (r"Spark \S+ .*median of 1 cold run", rf"{NUM}\s+\(\s*{NUM} CPU-s\)", r"load average at the end"),
         spark=True,
     ),
