@@ -8,30 +8,19 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-import lakesession
 from lakesession.errors import CatalogAccessError, LakesessionError
 from lakesession.reference import ReferenceCatalog
+from tests.client.test_store_denials import connect
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
-
-
-def connect(handle: ReferenceCatalog, who: str, **kw: Any) -> lakesession.Session:
-    return lakesession.connect(
-        uri=handle.uri,
-        credential=f"{who}:{who}-secret-rf",
-        token_url=f"{handle.issuer_uri}/token",
-        warehouse="lakesession",
-        **kw,
-    )
 
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
     with make_catalog(shop_policy("rf"), bucket="refusals", data_dir=tmp_path_factory.mktemp("refusals")) as handle:
-        with connect(handle, "etl") as etl:
+        with connect(handle, "etl", "etl-secret-rf") as etl:
             etl.catalog.create_namespace("shop")
             etl.catalog.create_table(("shop", "orders"), SCHEMA)
             etl.table("shop.orders").append(ROWS)
@@ -41,7 +30,7 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
 def test_a_revoked_grant_is_one_catalog_access_error(cat: ReferenceCatalog) -> None:
     from pyiceberg.exceptions import ForbiddenError
 
-    with connect(cat, "reader") as reader:
+    with connect(cat, "reader", "reader-secret-rf") as reader:
         assert reader.table("shop.orders").scan().to_arrow().num_rows == 2
         cat.admin.revoke("readers", "TABLE_READ_DATA", "table shop.orders")
         try:
@@ -63,6 +52,6 @@ def test_a_revoked_grant_is_one_catalog_access_error(cat: ReferenceCatalog) -> N
 def test_a_missing_table_is_still_no_such_table(cat: ReferenceCatalog) -> None:
     from pyiceberg.exceptions import NoSuchTableError
 
-    with connect(cat, "etl") as etl:
+    with connect(cat, "etl", "etl-secret-rf") as etl:
         with pytest.raises(NoSuchTableError):
             etl.table("shop.nothing_here")
