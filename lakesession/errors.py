@@ -7,6 +7,7 @@ ever contains a token, refresh token, client secret, storage key or device code.
 ```
 LakesessionError
 ├── ConfigError (ValueError)              a configuration mistake: bad value, undefined catalog, unreadable file
+│   ├── (pyspark's CapturedException)     an unknown warehouse, raised by Spark (lakesession._spark.errors)
 │   ├── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
 │   ├── UnknownWarmupError                a start-up warm-up name that does not exist: lists the valid ones
 │   └── CatalogServerMissingError         the embedded catalog or `serve` in the slim lakesession-client install

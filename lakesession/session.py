@@ -258,7 +258,7 @@ class Session:
         """
         from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
 
-        from .catalog._refusals import catalog_refusal
+        from .catalog._refusals import catalog_refusal, missing_table
         from .catalog._tables import load_table
 
         catalog = self.catalog  # first: its start fetches the token that names the principal
@@ -282,6 +282,8 @@ class Session:
                     f"{'.'.join(ident)} is a view, not a table: read it with session.view({name!r}) "
                     "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
                 ) from None
+            if isinstance(exc, NoSuchTableError):
+                raise missing_table(exc, table=".".join(ident), uri=self.uri) from None
             refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal)
             if refused is None:
                 raise

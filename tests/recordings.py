@@ -72,7 +72,21 @@ LAKEKEEPER_NO_SUCH_TABLE = Recorded(
     {"error": {"message": "Error getting tabular from catalog", "type": "NoSuchTableException", "code": 404}},
     ('`NoSuchTableException`, "Error getting tabular from catalog"',),
 )
-ALL = (POLARIS_UNSUPPORTED_DELEGATION, POLARIS_INVALID_SCOPE, LAKEKEEPER_PROTECTED_OWNER, LAKEKEEPER_NO_SUCH_TABLE)
+# The note records the type and message; the status is the one Iceberg Java needs to raise the recorded
+# org.apache.iceberg.exceptions.NoSuchWarehouseException (its config error handler maps only 404 to it).
+LAKEKEEPER_NO_SUCH_WAREHOUSE = Recorded(
+    LAKEKEEPER,
+    404,
+    {"error": {"message": "A warehouse 'nosuchwh' does not exist", "type": "NoSuchWarehouseException", "code": 404}},
+    ("`NoSuchWarehouseException`, \"A warehouse 'nosuchwh' does not exist\"", "NoSuchWarehouseException` at the first"),
+)
+ALL = (
+    POLARIS_UNSUPPORTED_DELEGATION,
+    POLARIS_INVALID_SCOPE,
+    LAKEKEEPER_PROTECTED_OWNER,
+    LAKEKEEPER_NO_SUCH_TABLE,
+    LAKEKEEPER_NO_SUCH_WAREHOUSE,
+)
 
 
 def note(peer: str) -> str:

@@ -19,8 +19,10 @@ from pyspark.errors.exceptions import captured
 from pyspark.errors.exceptions.base import PySparkException
 
 from ..catalog._chains import chain_hint
+from ..catalog._refusals import no_warehouse
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
+from ..errors import ConfigError as _ConfigError
 from ..errors import EngineRefusedError, LoginRequiredError
 from ..errors import IdentityError as _IdentityError
 from ..errors import ScopeError as _ScopeError
@@ -82,6 +84,38 @@ class ScopeError(_ScopeError, captured.CapturedException):
 
     def __str__(self) -> str:
         return self.desc
+
+
+class WarehouseError(_ConfigError, captured.CapturedException):
+    """Iceberg Java's ``NoSuchWarehouseException`` (a 404 to ``/v1/config``): the ``ConfigError`` Python raises."""
+
+    def __init__(self, message: str):
+        PySparkException.__init__(self, message=message)
+        self.desc = self._desc = message
+        self._stackTrace, self._cause, self._origin = "", None, None
+
+    def __str__(self) -> str:
+        return self.desc
+
+
+NO_SUCH_WAREHOUSE = "org.apache.iceberg.exceptions.NoSuchWarehouseException"
+
+
+# Nessie 0.99's 500 for an unknown warehouse (Iceberg Java: ServiceFailureException), seen on these machines
+_UNKNOWN_WAREHOUSE = re.compile(r"Warehouse '[^']+' is not known")
+
+
+def _no_warehouse(e: Any) -> WarehouseError | None:
+    seen = 0
+    while e is not None and seen < 20:
+        name = str(e.getClass().getName())
+        if name == NO_SUCH_WAREHOUSE or (
+            name.startswith("org.apache.iceberg.exceptions.") and _UNKNOWN_WAREHOUSE.search(str(e.getMessage()))
+        ):
+            return WarehouseError(no_warehouse(str(e.getMessage() or "not found"), uri=None, warehouse=None))
+        e = e.getCause()
+        seen += 1
+    return None
 
 
 class IdentityError(_IdentityError, captured.CapturedException):
@@ -211,7 +245,7 @@ def _store_refusal(e: Any) -> CatalogAccessError | None:
 
 
 def convert_exception(e: Any) -> captured.CapturedException:
-    unoffered = _capability(e)
+    unoffered = _capability(e) or _no_warehouse(e)
     if unoffered is not None:
         return unoffered
     found = _iceberg_cause(e)

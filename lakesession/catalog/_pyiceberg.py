@@ -10,9 +10,11 @@ from typing import Any, Protocol
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.rest.auth import AuthManager
+from pyiceberg.exceptions import RESTError
 from requests import Session
 from typing_extensions import override
 
+from ._refusals import config_refusal
 from ._retry import IdempotentAdapter, KeySupport
 
 
@@ -66,4 +68,10 @@ def rest_catalog(
     }
     if warehouse:
         props["warehouse"] = warehouse
-    return IdempotentRestCatalog(name, **props)
+    try:
+        return IdempotentRestCatalog(name, **props)  # fetches /v1/config
+    except RESTError as exc:  # and its subclasses (Nessie's 500 for an unknown warehouse)
+        refused = config_refusal(exc, uri=uri, warehouse=warehouse)
+        if refused is None:
+            raise
+        raise refused from None

@@ -82,3 +82,27 @@ def test_polaris_default_scope_through_spark_is_the_scope_error_python_raises(
     assert "Not authorized" not in message and f"scope={POLARIS_SCOPE!r}" in message
     assert SECRET not in message
     short(err)
+
+
+def test_an_unknown_warehouse_through_spark_is_the_config_error_python_raises(lake: lakesession.Session) -> None:
+    """Lakekeeper's recorded ``NoSuchWarehouseException``: Iceberg Java raises it at the first query (a raw
+    ``Py4JJavaError`` before); Python raises ``ConfigError`` for it (``test_lakekeeper_answers.py``)."""
+    from lakesession.errors import ConfigError
+    from tests.client.test_lakekeeper_answers import lakekeeper_like
+
+    for base in _serve(lakekeeper_like):
+        with lakesession.connect(
+            uri=f"{base}/catalog",
+            token="lk-token",
+            warehouse="nosuchwh",
+            catalog_name="lk_nowh",
+            spark_conf=SPARK_TEST_CONF,
+        ) as session:
+            with pytest.raises(ConfigError) as caught:
+                session.spark().sql("SHOW NAMESPACES IN lk_nowh").collect()
+            with pytest.raises(ConfigError) as in_python:
+                session.table("sales.orders")
+    err = caught.value
+    assert "A warehouse 'nosuchwh' does not exist" in str(err) and "Fix: check warehouse=" in str(err)
+    assert "A warehouse 'nosuchwh' does not exist" in str(in_python.value)
+    short(err)

@@ -362,3 +362,28 @@ def test_spark_remote_signing_by_nessie_through_the_gateway(stack: Stack) -> Non
         assert sum(r.count for r in signed) >= 4  # at least: data file PUT, manifest PUTs, data file GET
     finally:
         s.close()
+
+
+def test_what_nessie_answers_for_a_missing_table_and_warehouse_is_one_line(stack: Stack) -> None:
+    """Nessie's own answers (not a double's) meet the mappings every catalog gets: a missing table names
+    itself, an unknown warehouse is the ``ConfigError`` naming it."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from lakesession.errors import ConfigError
+
+    kwargs = dict(uri=stack.nessie.iceberg_uri, issuer=stack.issuer.issuer_uri, credential=f"etl:{SECRETS['etl']}")
+    with lakesession.connect(warehouse=WAREHOUSE, catalog_name="nessie_404", **kwargs) as s:
+        with pytest.raises(NoSuchTableError) as missing:
+            s.table("nowhere.orders")
+    said = str(missing.value)
+    assert "nowhere.orders" in said and "\n" not in said, said
+    with lakesession.connect(
+        warehouse="nosuchwh", catalog_name="nessie_nowh", spark_conf=SPARK_TEST_CONF, **kwargs
+    ) as s:
+        with pytest.raises(ConfigError) as unknown:  # Nessie says 500 IllegalStateException, not a 404
+            s.table("nowhere.orders")
+        with pytest.raises(ConfigError) as in_spark:  # Iceberg Java: ServiceFailureException
+            s.spark().sql("SHOW NAMESPACES IN nessie_nowh").collect()
+    said = str(unknown.value)
+    assert "no warehouse 'nosuchwh'" in said and "\n" not in said and "Fix:" in said, said
+    assert "Warehouse 'nosuchwh' is not known" in str(in_spark.value) and "\n" not in str(in_spark.value)

@@ -203,3 +203,15 @@ def test_a_spark_view_read_through_session_sql(session: lakesession.Session, fix
     # (levels joined by the fixture's separator, %2E: "vw.big")
     chained = [line for line in fixture.request_lines() if "GET /v1/namespaces/vw/tables/sales?" in line]
     assert [line for line in chained if "referenced-by=vw.big" in line and '" 200 ' in line]
+
+
+def test_what_the_rest_fixture_answers_for_a_missing_table_is_one_line(fixture: RestFixture) -> None:
+    """Apache's REST fixture's own 404 meets the mapping every catalog gets: the missing table named. (It
+    serves one catalog and ignores ``warehouse``: an unknown one is not an error there.)"""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    with lakesession.connect(uri=fixture.uri, credential="alice:x", warehouse="nosuchwh", catalog_name="rf_404") as s:
+        with pytest.raises(NoSuchTableError) as missing:
+            s.table("nowhere.orders")
+    said = str(missing.value)
+    assert "nowhere.orders" in said and "\n" not in said, said

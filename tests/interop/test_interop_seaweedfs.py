@@ -114,3 +114,18 @@ def test_jvm_refreshes_through_the_gateway_by_reload(
     )
     assert direct.status_code in (404, 405, 501)
     assert [tuple(r) for r in spark.sql("SELECT id FROM seaweed.jr.t").collect()] == [(1,)]
+
+
+def test_what_seaweedfs_answers_for_a_missing_table_is_one_line(store: tuple[SeaweedFS, str]) -> None:
+    """SeaweedFS's own 404 meets the mapping every catalog gets: the missing table named. (Its /v1/config
+    answers any ``warehouse``, as observed here: an unknown table bucket surfaces as the same missing table.)"""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    sw, warehouse = store
+    creds = dict(credential=f"{sw.access_key}:{sw.secret_key}", token_url=f"{sw.iceberg_uri}/v1/oauth/tokens")
+    for wh in (warehouse, "nosuchwh"):
+        with lakesession.connect(uri=sw.iceberg_uri, warehouse=wh, catalog_name="seaweed_404", **creds) as s:
+            with pytest.raises(NoSuchTableError) as missing:
+                s.table("nowhere.orders")
+        said = str(missing.value)
+        assert "nowhere.orders" in said and "\n" not in said and "Fix:" in said, said
