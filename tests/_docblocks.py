@@ -87,7 +87,7 @@ def pages() -> list[Path]:
 
 def blocks_of(path: Path) -> tuple[list[Block], list[str]]:
     """The page's fenced blocks, and its problems (unknown or misplaced markers, unclosed fences)."""
-    rel = path.relative_to(ROOT).as_posix()
+    rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
     lines = path.read_text().splitlines()
     out: list[Block] = []
     problems: list[str] = []
@@ -194,7 +194,9 @@ def run_script(blocks: list[Block], workdir: Path, timeout: float = 600) -> str:
         timeout=timeout,
     )
     if done.returncode:
-        raise AssertionError(f"a block failed (the last '---' line names it):\n{done.stdout[-3000:]}{done.stderr[-4000:]}")
+        raise AssertionError(
+            f"a block failed (the last '---' line names it):\n{done.stdout[-3000:]}{done.stderr[-4000:]}"
+        )
     return done.stdout
 
 
@@ -207,14 +209,16 @@ def run_kernel(blocks: list[Block], workdir: Path, timeout: float = 600) -> list
     env = prepare(workdir)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(b.text.rstrip("\n"), metadata={"where": b.where}) for b in blocks]
-    client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
-    )
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(workdir)}})
     try:
         client.execute(env=env)
     except CellExecutionError as exc:
         failed = next(
-            (c.metadata["where"] for c in nb.cells if any(o.get("output_type") == "error" for o in c.get("outputs", []))),
+            (
+                c.metadata["where"]
+                for c in nb.cells
+                if any(o.get("output_type") == "error" for o in c.get("outputs", []))
+            ),
             "?",
         )
         raise AssertionError(f"block {failed} failed in the kernel:\n{str(exc)[-4000:]}") from None
@@ -231,7 +235,9 @@ def run_bash(block: Block, workdir: Path, timeout: float = 120) -> str:
         text=True,
         timeout=timeout,
     )
-    assert done.returncode == 0, f"{block.where} (bash) exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    assert done.returncode == 0, (
+        f"{block.where} (bash) exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    )
     return done.stdout
 
 
@@ -257,10 +263,10 @@ def yaml_kind(text: str) -> str:
         return "bootstrap"
     if keys & {"catalogs", "default"}:
         return "client"
-    if "catalog" in keys and keys <= engine_keys:
-        return "engine"
-    if keys and keys <= set(KEYS):
-        return "serve"
+    if "catalog" in keys or (keys and keys <= engine_keys - set(KEYS)):
+        return "engine"  # the engine's file names its catalog; the server's has no such key
+    if keys & set(KEYS):
+        return "serve"  # its loader then names any unknown key
     return "unknown"
 
 

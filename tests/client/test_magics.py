@@ -82,7 +82,11 @@ def test_trailing_comments_are_not_arguments(shell, catalog, monkeypatch) -> Non
     res, out = run(shell, "%lakesession login               # embedded default or --device / --client-credentials")
     assert res.success, out  # not "--client-credentials: not allowed with argument --device"
     assert _views.active_session().identity.describe()["principal"] == "alice"
-    for line in ("status   # principal, issuer", "grants  # what you may read", "audit --since 10m   # what you accessed"):
+    for line in (
+        "status   # principal, issuer",
+        "grants  # what you may read",
+        "audit --since 10m   # what you accessed",
+    ):
         res, out = run(shell, f"%lakesession {line}")
         assert res.success and "unrecognized arguments" not in out, out
     res, out = run(shell, "%lakesession resolve sales.v1#2   # a '#' inside a word is the word's")
