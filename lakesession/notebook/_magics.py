@@ -28,6 +28,37 @@ class _Parser(argparse.ArgumentParser):
         raise MagicError(f"{message}. Usage:\n{USAGE}")
 
 
+def split_args(line: str) -> list[str]:
+    """The magic's words, without a trailing ``# comment`` (written after magics the way shells allow).
+
+    A ``#`` starts a comment only at the start of a word, outside quotes, as in a shell: ``'a # b'`` and
+    ``x#y`` stay arguments; ``shlex(comments=True)`` alone would cut ``x#y`` to ``x``.
+    """
+    quote = ""
+    prev_space = True
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch == "\\":
+            i += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and prev_space:
+            line = line[:i]
+            break
+        prev_space = not quote and ch.isspace()
+        i += 1
+    try:
+        return shlex.split(line)
+    except ValueError as exc:  # an unclosed quote
+        raise MagicError(f"{exc}. Usage:\n{USAGE}") from None
+
+
 def explain(exc: BaseException) -> str:
     """One secret-free line for a failure, ending with how to fix it."""
     from .._spark.errors import CatalogAccessError
@@ -84,7 +115,7 @@ class LakesessionMagics(Magics):
     def lakesession(self, line: str) -> Any:
         """Log in, and show status, grants, credentials, audit, view chains — see ``%lakesession help``."""
         try:
-            return self._dispatch(shlex.split(line))
+            return self._dispatch(split_args(line))
         except MagicError:
             raise
         except Exception as exc:
@@ -151,7 +182,7 @@ class LakesessionMagics(Magics):
         p.add_argument("--limit", type=int, default=20)
         p.add_argument("--out")
         try:
-            a = p.parse_args(shlex.split(line))
+            a = p.parse_args(split_args(line))
             df = _views.run_sql(cell, limit=a.limit)
         except MagicError:
             raise

@@ -15,7 +15,7 @@ from IPython.utils.capture import capture_output
 
 import lakesession
 from lakesession.notebook import _views
-from lakesession.notebook._magics import MagicError, explain
+from lakesession.notebook._magics import MagicError, explain, split_args
 from lakesession.notebook._progress import DeviceLoginProgress, SparkJobProgress
 from tests.conftest import SECRETS
 
@@ -72,6 +72,29 @@ def test_login_with_client_credentials_then_status_and_grants(shell, catalog, mo
     res, out = run(shell, "%lakesession login --client-credentials")
     assert isinstance(res.error_in_exec, MagicError)
     assert "LAKESESSION_CREDENTIAL" in out and "Traceback" not in out and len(out.strip().splitlines()) == 1
+
+
+def test_trailing_comments_are_not_arguments(shell, catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The README's lines as written: a ``# comment`` after a magic, naming flags, is not parsed as them."""
+    monkeypatch.setenv("LAKESESSION_URI", catalog.uri)
+    monkeypatch.setenv("LAKESESSION_CREDENTIAL", f"alice:{SECRETS['alice']}")
+    monkeypatch.setenv("LAKESESSION_TOKEN_URL", f"{catalog.issuer_uri}/token")
+    res, out = run(shell, "%lakesession login               # embedded default or --device / --client-credentials")
+    assert res.success, out  # not "--client-credentials: not allowed with argument --device"
+    assert _views.active_session().identity.describe()["principal"] == "alice"
+    for line in (
+        "status   # principal, issuer",
+        "grants  # what you may read",
+        "audit --since 10m   # what you accessed",
+    ):
+        res, out = run(shell, f"%lakesession {line}")
+        assert res.success and "unrecognized arguments" not in out, out
+    res, out = run(shell, "%lakesession resolve sales.v1#2   # a '#' inside a word is the word's")
+    assert "sales.v1#2" in repr(res.result), out
+    assert split_args("""audit --action 'a # b' "c\\" # d" # the comment""") == ["audit", "--action", "a # b", 'c" # d']
+    assert split_args("# all comment") == [] and split_args(r"a\ #b # c") == ["a #b"]
+    res, out = run(shell, "%lakesession audit --action 'unclosed  # comment")
+    assert isinstance(res.error_in_exec, MagicError) and "No closing quotation" in out, out
 
 
 @pytest.mark.slow  # one device-flow polling interval (5 s)
