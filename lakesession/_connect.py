@@ -210,8 +210,11 @@ def spark(
         current = _current
         if current is not None and not current.closed and (not options or options == _current_options):
             return current.spark()
-        # starts nothing yet (an embedded catalog begins once the JVM is launched): a mistake in the options
-        # leaves the current one be
+        # starts nothing yet (an embedded catalog begins once the JVM is launched): a mistake in the options, or
+        # an install without pyspark, leaves the current one be
+        from ._spark._plan import require_pyspark
+
+        require_pyspark("lakesession.spark()")
         given = {k: v for k, v in options.items() if k != "catalog"}
         session = connect_with(Settings.resolve(catalog, given), catalog=catalog, begin_embedded=False)
         if current is not None:

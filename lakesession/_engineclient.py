@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ._spark.errors import install_connect_error_conversion, refused_error
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -106,6 +105,8 @@ def connect_engine(url: str, token: Callable[[], str]) -> ConnectSession:
             f"the trusted engine needs Spark Connect's client ({exc.name} is missing): "
             "pip install 'pyspark[connect]>=4.1,<4.2' (or lakesession[connect])"
         ) from None
+    from ._spark.errors import install_connect_error_conversion  # pyspark's: only once a Connect session opens
+
     check_engine_url(url)
     builder = DefaultChannelBuilder(url)
     builder.add_interceptor(_bearer_interceptor(token))
@@ -156,6 +157,8 @@ def run_if_definer(session: Any, query: str, kwargs: dict[str, Any]) -> Any:
         df, _ms = timed(lambda: engine.sql(query, **kwargs))
         return df
     except Exception as exc:
+        from ._spark.errors import refused_error  # pyspark's: a Session with an engine= is created without it
+
         refused = refused_error(exc)
         status = 403 if refused is not None or "not authorized" in str(exc).lower() else 500
         if refused is not None:

@@ -10,7 +10,8 @@ LakesessionError
 │   ├── (pyspark's CapturedException)     an unknown warehouse, raised by Spark (lakesession._spark.errors)
 │   ├── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
 │   ├── UnknownWarmupError                a start-up warm-up name that does not exist: lists the valid ones
-│   └── CatalogServerMissingError         the embedded catalog or `serve` in the slim lakesession-client install
+│   ├── CatalogServerMissingError         the embedded catalog or `serve` in the slim lakesession-client install
+│   └── SparkMissingError                 Spark (`spark()`, `sql()`) in the lakesession-catalog install: no pyspark
 ├── SessionError                          the Session itself
 │   ├── SessionClosedError                the Session was closed (or replaced): use the new one
 │   └── NoSessionError                    the notebook has no session yet: log in first
@@ -61,6 +62,7 @@ __all__ = [
     "ScopeError",
     "SessionClosedError",
     "SessionError",
+    "SparkMissingError",
     "StorageAccessError",
     "TokenRefreshError",
     "UnknownOptionError",
@@ -105,6 +107,19 @@ class CatalogServerMissingError(ConfigError):
             f"{wanted} needs lakesession's catalog server, which this install does not include{because}. "
             "Install the full distribution (pip install lakesession), or connect to a running catalog: "
             'lakesession.connect(catalog="https://…") or LAKESESSION_URI.'
+        )
+
+
+class SparkMissingError(_OneLine, ConfigError):
+    """pyspark is not installed (the ``lakesession-catalog`` distribution leaves it out): one line naming the
+    install that adds it, instead of a ``ModuleNotFoundError`` from deep inside ``spark()``."""
+
+    def __init__(self, wanted: str, cause: str = "") -> None:
+        because = f" ({cause})" if cause else ""
+        super().__init__(
+            f"{wanted} needs pyspark, which this install does not include{because}. "
+            "Fix: pip install 'pyspark>=3.5,<4.2' (the lakesession and lakesession-client distributions "
+            "include it); connect(), session.table() and session.grants() work without it."
         )
 
 

@@ -25,13 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import UnknownWarmupError
-from . import _denials
+from ..errors import SparkMissingError, UnknownWarmupError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["WARMUPS", "WARMUPS_ENV", "StartPlan", "resolve_warmups"]
+    from ..gateway._accesslog import AccessLog
+
+__all__ = ["WARMUPS", "WARMUPS_ENV", "StartPlan", "require_pyspark", "resolve_warmups"]
 
 WARMUPS: Mapping[str, str] = {
     "classcache": "Map a class-data-sharing archive of the JVM's classes into later launches "
@@ -63,8 +64,27 @@ def resolve_warmups(value: str | Sequence[str] | None) -> frozenset[str]:
     return frozenset(names)
 
 
-class Session(_denials.Session, Protocol):
-    """What a plan reads and sets on ``lakesession.session.Session`` (not imported: it imports this)."""
+def require_pyspark(wanted: str = "Spark") -> None:
+    """Raise ``SparkMissingError`` (one line, naming the install) unless pyspark imports: the catalog-only
+    distribution has none, and a ``ModuleNotFoundError`` from deep inside the start says nothing of the fix."""
+    try:
+        import pyspark  # noqa: F401  (what every Spark start imports first anyway)
+    except ImportError as exc:
+        raise SparkMissingError(wanted, f"no module {exc.name!r}" if exc.name else str(exc)) from None
+
+
+class Session(Protocol):
+    """What a plan reads and sets on ``lakesession.session.Session`` (not imported: it imports this).
+
+    Its first three members are what ``_denials.register`` reads (``_denials.Session``), spelled out here
+    because ``_denials`` imports pyspark and a Session resolves its warm-ups from this module without Spark.
+    """
+
+    access_log: AccessLog
+    _identity: Any
+
+    @property
+    def closed(self) -> bool: ...
 
     catalog_name: str
     warehouse: str | None
@@ -94,6 +114,7 @@ class StartPlan:
     @classmethod
     def for_session(cls, session: Session) -> StartPlan:
         """The plan for ``session`` in this process now (a running SparkContext, Connect, or a launch)."""
+        require_pyspark("session.spark()")
         from pyspark import SparkContext
 
         from .. import _sparkbind
@@ -163,6 +184,8 @@ class StartPlan:
                 if starting is not None and session._gateway is None:
                     session._gateway = starting.result()
         if self.mode != "connect":  # a job the store refuses is told as one error naming this session's table
+            from . import _denials
+
             _denials.register(session)
         if pending is not None and "embedded" in self.warmups:
             pending.warm_later()

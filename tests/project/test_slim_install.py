@@ -116,6 +116,23 @@ def test_the_catalog_install_holds_no_spark(catalog_venv: Path) -> None:
     installed = _pip_list(catalog_venv)
     assert {"lakesession-catalog", "fastapi", "uvicorn", "moto"} <= installed
     assert installed & {"pyspark", "py4j", "hypercorn", "ipython", "jupyterlab"} == set()
+    script = (  # the package imports without the client's stack; Spark says what to install, in one line
+        "import sys, lakesession\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('lakesession.'))\n"
+        "try:\n    lakesession.spark()\nexcept lakesession.errors.SparkMissingError as e:\n    print(e)\n"
+        "print(loaded)\n"
+    )
+    out = subprocess.run(
+        [str(catalog_venv), "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=catalog_venv.parent,
+        env=_clean_env(HOME=str(catalog_venv.parent)),
+    )
+    said, loaded = out.stdout.strip().splitlines()[-2:] if out.returncode == 0 else ("", out.stderr[-2000:])
+    assert said.startswith("lakesession.spark() needs pyspark") and "pip install 'pyspark" in said, out
+    assert loaded == "[]", out
 
 
 @pytest.mark.slow
