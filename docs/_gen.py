@@ -101,7 +101,7 @@ PROCESS_KEYS = {
     "port": "Port to bind (`--port`).",
     "workers": "Server processes accepting on one port (PostgreSQL only).",
     "data_dir": "Issuer key, admin secret, SQLite database, emulator objects (0700).",
-    "s3_emulator": "Serve an embedded S3/STS emulator as the store (development).",
+    "s3_emulator": "Serve an embedded S3/STS emulator as the store (development; needs an `s3://` warehouse).",
     "s3_emulator_port": "Fixed port for the emulator (default: any free one).",
     "credential_ttl": "Lifetime of vended storage credentials, seconds (default 3600).",
     "bootstrap": "The policy: principals, roles, grants (inline mapping or a file path).",
