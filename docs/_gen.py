@@ -96,6 +96,51 @@ def _errors() -> str:
     return "\n".join(out)
 
 
+def error_tree() -> list[tuple[int, str]]:
+    """``(depth, class name)`` of each class drawn in ``lakesession.errors``' docstring, in the drawing's order."""
+    from lakesession import errors
+
+    doc = inspect.getdoc(errors) or ""
+    out = []
+    for line in doc.splitlines():
+        m = re.match(r"^((?:[│ ]   )*)(?:[├└]── )?([A-Z]\w+)\b", line)
+        if m and m.group(2) in errors.__all__:
+            out.append((len(m.group(1)) // 4 + (1 if "──" in line else 0), m.group(2)))
+    return out
+
+
+def _troubleshooting() -> str:
+    """Each error of the tree: what it means (its docstring), its causes and the fix (``_troubleshooting.yaml``)."""
+    import yaml
+
+    from lakesession import errors
+
+    entries = yaml.safe_load((ROOT / "docs" / "_troubleshooting.yaml").read_text())
+    tree = error_tree()
+    names = [name for _, name in tree]
+    missing = sorted(set(errors.__all__) - set(entries))
+    unknown = sorted(set(entries) - set(errors.__all__))
+    if missing or unknown or set(names) != set(errors.__all__):  # a new error must say its causes and fix
+        raise ValueError(f"docs/_troubleshooting.yaml: no entry for {missing}, entries naming no error {unknown}")
+    peers = (ROOT / "docs" / "reference" / "errors.md").read_text()
+    out = []
+    for _, name in tree:
+        cls = getattr(errors, name)
+        entry = entries[name]
+        meaning = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        bases = " → ".join(f"`{c.__name__}`" for c in reversed(cls.__mro__[1:]) if c.__name__ in errors.__all__)
+        out += [f"### `{name}`", "", meaning + (f" Under {bases}." if bases else "")]
+        out += ["", "**Causes**", ""] + [f"- {cause}" for cause in entry["causes"]]
+        out += ["", f"**Fix**: {entry['fix']}"]
+        if f"| `{name}`" in peers:
+            out.append(
+                "How Python and Spark raise it, and which peers are checked: "
+                "[Errors](errors.md#causes-covered-and-the-peers-checked)."
+            )
+        out.append("")
+    return "\n".join(out)
+
+
 PROCESS_KEYS = {
     "host": "Address to bind (`--host`).",
     "port": "Port to bind (`--port`).",
@@ -206,6 +251,7 @@ SECTIONS = {
     "environment": _environment,
     "cli": _cli,
     "errors": _errors,
+    "troubleshooting": _troubleshooting,
     "serve-config": _serve_config,
     "engine-config": _engine_config,
     "changelog": _file("CHANGELOG.md"),
