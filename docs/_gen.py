@@ -21,6 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 
 
+def cell_name(text: str) -> str:
+    """A name in a table cell (variable, key, flag): a code span that never breaks mid-word (extra.css)."""
+    return f'<span class="ls-name">`{text}`</span>'
+
+
 def _settings() -> str:
     from lakesession._settings import Settings
 
@@ -32,8 +37,8 @@ def _settings() -> str:
         if f.metadata["group"] != group:
             group = f.metadata["group"]
             rows.append(f"| **{group}** | | | |")
-        env = f"`{f.metadata['env']}`" if f.metadata["env"] else "—"
-        rows.append(f"| `{f.name}` | {env} | {'✓' if f.metadata['file'] else '—'} | {f.metadata['doc']} |")
+        env = cell_name(f.metadata["env"]) if f.metadata["env"] else "—"
+        rows.append(f"| {cell_name(f.name)} | {env} | {'✓' if f.metadata['file'] else '—'} | {f.metadata['doc']} |")
     return "\n".join(rows)
 
 
@@ -42,7 +47,7 @@ def _environment() -> str:
 
     rows = ["| variable | read by | option | meaning |", "|---|---|---|---|"]
     for v in sorted(ENVIRONMENT, key=lambda v: (v.side, v.name)):
-        rows.append(f"| `{v.name}` | {v.side} | {f'`{v.option}`' if v.option else '—'} | {v.doc} |")
+        rows.append(f"| {cell_name(v.name)} | {v.side} | {cell_name(v.option) if v.option else '—'} | {v.doc} |")
     return "\n".join(rows)
 
 
@@ -178,9 +183,9 @@ def _serve_config() -> str:
     if undocumented:  # a new key must say what it does (ServerSettings' docstring, or PROCESS_KEYS here)
         raise ValueError(f"server configuration keys without documentation: {', '.join(undocumented)}")
     rows = ["| key | meaning |", "|---|---|"]
-    for name in sorted(ServeConfig.model_fields):
-        meaning = docs.get(name, "").replace("|", "\\|")
-        rows.append(f"| `{name}` | {meaning} |")
+    for key in sorted(ServeConfig.model_fields):
+        meaning = docs.get(key, "").replace("|", "\\|")
+        rows.append(f"| {cell_name(key)} | {meaning} |")
     return "\n".join(rows)
 
 
@@ -207,15 +212,15 @@ def _engine_config() -> str:
             raise ValueError(f"lakesession engine flag {action.option_strings[0]} sets no EngineConfig field")
         repeat = " …" if isinstance(action, argparse._AppendAction) else ""
         flags.setdefault(target, []).append(
-            f"`{action.option_strings[0]}{' KEY=VALUE' if target == 'spark_conf' else ''}`{repeat}"
+            cell_name(f"{action.option_strings[0]}{' KEY=VALUE' if target == 'spark_conf' else ''}") + repeat
         )
-    variables = {name for name, _ in config.ENGINE_ENVIRONMENT}
+    variables = {var for var, _ in config.ENGINE_ENVIRONMENT}
     rows = ["| key | flag | variable | default | meaning |", "|---|---|---|---|---|"]
     long_defaults: list[tuple[str, list[str]]] = []
-    for name, f in fields.items():
+    for key, f in fields.items():
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if isinstance(default, (list, tuple)) and len(default) > 3:
-            long_defaults.append((name, list(default)))
+            long_defaults.append((key, list(default)))
             shown = f"{len(default)} entries, below"
         elif isinstance(default, (list, tuple)):
             shown = ", ".join(f"`{d}`" for d in default) or "—"
@@ -226,15 +231,15 @@ def _engine_config() -> str:
         else:
             shown = f"`{str(default).lower() if isinstance(default, bool) else default}`"
         env = f.metadata.get("env") or (
-            f"LAKESESSION_ENGINE_{name.upper()}" if f"LAKESESSION_ENGINE_{name.upper()}" in variables else None
+            f"LAKESESSION_ENGINE_{key.upper()}" if f"LAKESESSION_ENGINE_{key.upper()}" in variables else None
         )
         meaning = f.metadata["doc"].replace("|", "\\|")
         rows.append(
-            f"| `{name}` | {', '.join(flags.get(name, [])) or '—'} | {f'`{env}`' if env else '—'} | {shown} | {meaning} |"
+            f"| {cell_name(key)} | {', '.join(flags.get(key, [])) or '—'} | {cell_name(env) if env else '—'} | {shown} | {meaning} |"
         )
     out = ["\n".join(rows)]
-    for name, values in long_defaults:
-        out.append(f"\nDefault `{name}`: " + ", ".join(f"`{v}`" for v in values) + ".")
+    for key, values in long_defaults:
+        out.append(f"\nDefault `{key}`: " + ", ".join(f"`{v}`" for v in values) + ".")
     return "\n".join(out)
 
 
