@@ -115,12 +115,15 @@ def error_tree() -> list[tuple[int, str]]:
 
 
 def _troubleshooting() -> str:
-    """Each error of the tree: what it means (its docstring), its causes and the fix (``_troubleshooting.yaml``)."""
     import yaml
 
+    return troubleshooting(yaml.safe_load((ROOT / "docs" / "_troubleshooting.yaml").read_text()))
+
+
+def troubleshooting(entries: dict[str, Any]) -> str:
+    """Each error of the tree: what it means (its docstring), its causes and the fix (``_troubleshooting.yaml``)."""
     from lakesession import errors
 
-    entries = yaml.safe_load((ROOT / "docs" / "_troubleshooting.yaml").read_text())
     tree = error_tree()
     names = [name for _, name in tree]
     missing = sorted(set(errors.__all__) - set(entries))
