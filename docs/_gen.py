@@ -21,6 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 
 
+def cell_name(text: str) -> str:
+    """A name in a table cell (variable, key, flag): a code span that never breaks mid-word (extra.css)."""
+    return f'<span class="ls-name">`{text}`</span>'
+
+
 def _settings() -> str:
     from lakesession._settings import Settings
 
@@ -32,8 +37,8 @@ def _settings() -> str:
         if f.metadata["group"] != group:
             group = f.metadata["group"]
             rows.append(f"| **{group}** | | | |")
-        env = f"`{f.metadata['env']}`" if f.metadata["env"] else "—"
-        rows.append(f"| `{f.name}` | {env} | {'✓' if f.metadata['file'] else '—'} | {f.metadata['doc']} |")
+        env = cell_name(f.metadata["env"]) if f.metadata["env"] else "—"
+        rows.append(f"| {cell_name(f.name)} | {env} | {'✓' if f.metadata['file'] else '—'} | {f.metadata['doc']} |")
     return "\n".join(rows)
 
 
@@ -42,7 +47,7 @@ def _environment() -> str:
 
     rows = ["| variable | read by | option | meaning |", "|---|---|---|---|"]
     for v in sorted(ENVIRONMENT, key=lambda v: (v.side, v.name)):
-        rows.append(f"| `{v.name}` | {v.side} | {f'`{v.option}`' if v.option else '—'} | {v.doc} |")
+        rows.append(f"| {cell_name(v.name)} | {v.side} | {cell_name(v.option) if v.option else '—'} | {v.doc} |")
     return "\n".join(rows)
 
 
@@ -96,12 +101,60 @@ def _errors() -> str:
     return "\n".join(out)
 
 
+def error_tree() -> list[tuple[int, str]]:
+    """``(depth, class name)`` of each class drawn in ``lakesession.errors``' docstring, in the drawing's order."""
+    from lakesession import errors
+
+    doc = inspect.getdoc(errors) or ""
+    out = []
+    for line in doc.splitlines():
+        m = re.match(r"^((?:[│ ]   )*)(?:[├└]── )?([A-Z]\w+)\b", line)
+        if m and m.group(2) in errors.__all__:
+            out.append((len(m.group(1)) // 4 + (1 if "──" in line else 0), m.group(2)))
+    return out
+
+
+def _troubleshooting() -> str:
+    import yaml
+
+    return troubleshooting(yaml.safe_load((ROOT / "docs" / "_troubleshooting.yaml").read_text()))
+
+
+def troubleshooting(entries: dict[str, Any]) -> str:
+    """Each error of the tree: what it means (its docstring), its causes and the fix (``_troubleshooting.yaml``)."""
+    from lakesession import errors
+
+    tree = error_tree()
+    names = [name for _, name in tree]
+    missing = sorted(set(errors.__all__) - set(entries))
+    unknown = sorted(set(entries) - set(errors.__all__))
+    if missing or unknown or set(names) != set(errors.__all__):  # a new error must say its causes and fix
+        raise ValueError(f"docs/_troubleshooting.yaml: no entry for {missing}, entries naming no error {unknown}")
+    peers = (ROOT / "docs" / "reference" / "errors.md").read_text()
+    out = []
+    for _, name in tree:
+        cls = getattr(errors, name)
+        entry = entries[name]
+        meaning = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        bases = " → ".join(f"`{c.__name__}`" for c in reversed(cls.__mro__[1:]) if c.__name__ in errors.__all__)
+        out += [f"### `{name}`", "", meaning + (f" Under {bases}." if bases else "")]
+        out += ["", "**Causes**", ""] + [f"- {cause}" for cause in entry["causes"]]
+        out += ["", f"**Fix**: {entry['fix']}"]
+        if f"| `{name}`" in peers:
+            out.append(
+                "How Python and Spark raise it, and which peers are checked: "
+                "[Errors](errors.md#causes-covered-and-the-peers-checked)."
+            )
+        out.append("")
+    return "\n".join(out)
+
+
 PROCESS_KEYS = {
     "host": "Address to bind (`--host`).",
     "port": "Port to bind (`--port`).",
     "workers": "Server processes accepting on one port (PostgreSQL only).",
     "data_dir": "Issuer key, admin secret, SQLite database, emulator objects (0700).",
-    "s3_emulator": "Serve an embedded S3/STS emulator as the store (development).",
+    "s3_emulator": "Serve an embedded S3/STS emulator as the store (development; needs an `s3://` warehouse).",
     "s3_emulator_port": "Fixed port for the emulator (default: any free one).",
     "credential_ttl": "Lifetime of vended storage credentials, seconds (default 3600).",
     "bootstrap": "The policy: principals, roles, grants (inline mapping or a file path).",
@@ -133,9 +186,9 @@ def _serve_config() -> str:
     if undocumented:  # a new key must say what it does (ServerSettings' docstring, or PROCESS_KEYS here)
         raise ValueError(f"server configuration keys without documentation: {', '.join(undocumented)}")
     rows = ["| key | meaning |", "|---|---|"]
-    for name in sorted(ServeConfig.model_fields):
-        meaning = docs.get(name, "").replace("|", "\\|")
-        rows.append(f"| `{name}` | {meaning} |")
+    for key in sorted(ServeConfig.model_fields):
+        meaning = docs.get(key, "").replace("|", "\\|")
+        rows.append(f"| {cell_name(key)} | {meaning} |")
     return "\n".join(rows)
 
 
@@ -162,15 +215,15 @@ def _engine_config() -> str:
             raise ValueError(f"lakesession engine flag {action.option_strings[0]} sets no EngineConfig field")
         repeat = " …" if isinstance(action, argparse._AppendAction) else ""
         flags.setdefault(target, []).append(
-            f"`{action.option_strings[0]}{' KEY=VALUE' if target == 'spark_conf' else ''}`{repeat}"
+            cell_name(f"{action.option_strings[0]}{' KEY=VALUE' if target == 'spark_conf' else ''}") + repeat
         )
-    variables = {name for name, _ in config.ENGINE_ENVIRONMENT}
+    variables = {var for var, _ in config.ENGINE_ENVIRONMENT}
     rows = ["| key | flag | variable | default | meaning |", "|---|---|---|---|---|"]
     long_defaults: list[tuple[str, list[str]]] = []
-    for name, f in fields.items():
+    for key, f in fields.items():
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if isinstance(default, (list, tuple)) and len(default) > 3:
-            long_defaults.append((name, list(default)))
+            long_defaults.append((key, list(default)))
             shown = f"{len(default)} entries, below"
         elif isinstance(default, (list, tuple)):
             shown = ", ".join(f"`{d}`" for d in default) or "—"
@@ -181,15 +234,15 @@ def _engine_config() -> str:
         else:
             shown = f"`{str(default).lower() if isinstance(default, bool) else default}`"
         env = f.metadata.get("env") or (
-            f"LAKESESSION_ENGINE_{name.upper()}" if f"LAKESESSION_ENGINE_{name.upper()}" in variables else None
+            f"LAKESESSION_ENGINE_{key.upper()}" if f"LAKESESSION_ENGINE_{key.upper()}" in variables else None
         )
         meaning = f.metadata["doc"].replace("|", "\\|")
         rows.append(
-            f"| `{name}` | {', '.join(flags.get(name, [])) or '—'} | {f'`{env}`' if env else '—'} | {shown} | {meaning} |"
+            f"| {cell_name(key)} | {', '.join(flags.get(key, [])) or '—'} | {cell_name(env) if env else '—'} | {shown} | {meaning} |"
         )
     out = ["\n".join(rows)]
-    for name, values in long_defaults:
-        out.append(f"\nDefault `{name}`: " + ", ".join(f"`{v}`" for v in values) + ".")
+    for key, values in long_defaults:
+        out.append(f"\nDefault `{key}`: " + ", ".join(f"`{v}`" for v in values) + ".")
     return "\n".join(out)
 
 
@@ -206,6 +259,7 @@ SECTIONS = {
     "environment": _environment,
     "cli": _cli,
     "errors": _errors,
+    "troubleshooting": _troubleshooting,
     "serve-config": _serve_config,
     "engine-config": _engine_config,
     "changelog": _file("CHANGELOG.md"),

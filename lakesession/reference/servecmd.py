@@ -7,12 +7,14 @@ setting is validated before the socket is bound, and a mistake exits 2 with one 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 
 def _default_data_dir() -> Path:
@@ -24,6 +26,7 @@ def _default_data_dir() -> Path:
 _SERVE_FLAGS = {
     "host": ("host", "--host"),
     "port": ("port", "--port"),
+    "base_url": ("base_url", "--base-url"),
     "workers": ("workers", "--workers"),
     "warehouse": ("warehouse", "--warehouse"),
     "db": ("db_url", "--db"),
@@ -67,6 +70,9 @@ def serve(args: argparse.Namespace) -> int:
     try:
         resolved = resolve(args.config, flags=flags)  # everything validated before binding
         kwargs = resolved.start_kwargs
+        if (refusal := _refusal(kwargs, resolved)) is not None:
+            print(f"lakesession serve: {refusal}", file=sys.stderr)
+            return 2
         n_workers = kwargs.pop("workers", 1)
         check_workers(n_workers, kwargs.get("db"))
         s3_config = kwargs.pop("s3_config", None)
@@ -111,6 +117,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"lakesession serve: {resolved.explain(str(e)) if resolved else e}", file=sys.stderr)
         return 2
     freeze_startup_objects()
+    if (warning := public_url_warning(kwargs["host"], handle.uri)) is not None:
+        print(f"lakesession serve: warning: {warning}", file=sys.stderr, flush=True)
     _print_client_settings(handle, workers.pids if workers else None)
     try:
         while not stop.wait(0.5):
@@ -122,6 +130,61 @@ def serve(args: argparse.Namespace) -> int:
         handle.stop()
         print("stopped", flush=True)
     return 0
+
+
+def _refusal(kwargs: dict[str, Any], resolved: Any) -> str | None:
+    """Settings that would start a server doing something else than asked: one line naming the setting."""
+    warehouse = kwargs.get("warehouse") or ""
+    if kwargs.get("s3_emulator") and not warehouse.startswith("s3://"):
+        where = resolved.located.where(("s3_emulator",))
+        got = f"the warehouse is {warehouse}" if warehouse else "the default warehouse is file://DATA_DIR/warehouse"
+        if where == "--s3-emulator":
+            return f"--s3-emulator needs --warehouse s3://BUCKET/PREFIX ({got})"
+        return f"{where}: s3_emulator needs an s3:// warehouse (warehouse: s3://BUCKET/PREFIX; {got})"
+    base_url = kwargs.get("base_url")
+    if base_url is not None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            where = resolved.located.where(("base_url",))
+            return (
+                f"{where}: base_url {base_url!r} is not an http(s) URL: give the address clients reach this "
+                "catalog at, e.g. https://catalog.example.com (behind a proxy) or http://HOST:8181"
+            )
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def public_url_warning(host: str, uri: str) -> str | None:
+    """Why clients elsewhere could not use what this catalog advertises, or ``None``.
+
+    The catalog tells clients its own address (the OIDC discovery document, the device login's
+    verification URL, the token endpoint) from ``base_url``, never from a request's Host header (which
+    any client could forge). Bound to every interface or a LAN address but advertising loopback or a
+    wildcard address, a device login from another machine would point at that machine's own loopback.
+    Only a warning: ``docker run -p 8181:8181`` used from the same host is reached at loopback, rightly.
+    """
+    if _is_loopback(host):
+        return None
+    advertised = urlsplit(uri).hostname or ""
+    try:
+        wildcard = ipaddress.ip_address(advertised).is_unspecified
+    except ValueError:
+        wildcard = False
+    if not (_is_loopback(advertised) or wildcard):
+        return None
+    return (
+        f"listening on {host} but advertising {uri} (OIDC discovery, device login, token endpoint): clients "
+        "on other machines will be sent to their own loopback; set the address they reach this catalog at "
+        "with --base-url, LAKESESSION_SERVE__BASE_URL or base_url: in --config (e.g. https://catalog.example.com)"
+    )
 
 
 def _print_client_settings(handle: object, worker_pids: list[int] | None = None) -> None:
@@ -205,6 +268,12 @@ def build_parser(prog: str = "lakesession-catalog") -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, default=None, help="YAML file of every server setting (and bootstrap:)")
     serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default 8181; 0 picks a free one)")
+    serve.add_argument(
+        "--base-url",
+        default=None,
+        help="the URL clients reach this catalog at (default http://HOST:PORT): the OIDC issuer and device "
+        "login advertise it; set it when binding 0.0.0.0 (a container) or behind a proxy",
+    )
     serve.add_argument(
         "--workers", type=int, default=None, help="server processes sharing the port (default 1; >1 needs PostgreSQL)"
     )

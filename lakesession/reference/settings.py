@@ -50,7 +50,9 @@ class ServerSettings:
         warehouse: Base location for table and view data/metadata (``file:///…`` for now).
         db_url: SQLAlchemy URL of the catalog state (SQLite file by default; PostgreSQL for a shared server).
         catalog_name: The warehouse name clients ask for; also the REST ``prefix``.
-        base_url: Public base URL of this server (``http://127.0.0.1:8181``); the issuer lives under it.
+        base_url: The URL clients reach this server at (default ``http://HOST:PORT`` as bound, loopback for
+            ``0.0.0.0``); the issuer lives under it, and discovery, device login and token endpoint advertise
+            it, never a request's Host header. Set it in a container or behind a proxy (``--base-url``).
         issuer_url: An external OIDC issuer to trust instead of the embedded one (validated via its JWKS).
         audience: The ``aud`` every access token must carry to be accepted by the catalog.
         principal_claim: Token claim naming the principal (``sub`` by default).

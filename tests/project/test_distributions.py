@@ -181,3 +181,32 @@ def test_the_containerfile_installs_the_catalog_and_runs_its_script() -> None:
     script = entry.split('"')[1]
     assert script in _project(ROOT / "catalog" / "pyproject.toml")["scripts"]  # type: ignore[operator]
     assert "USER catalog" in text  # not root
+
+
+def _docker_runs(text: str) -> list[str]:
+    """Each ``docker run`` command of a text (a Containerfile's comments or a page), its continuations joined."""
+    lines = [line.lstrip("#").strip() for line in text.splitlines()]
+    runs, current = [], None
+    for line in lines:
+        if current is None and line.startswith("docker run "):
+            current = ""
+        if current is not None:
+            current += " " + line.rstrip("\\").strip()
+            if not line.endswith("\\"):
+                runs.append(current.strip())
+                current = None
+    return runs
+
+
+def test_the_documented_docker_run_mounts_its_config_and_sets_base_url() -> None:
+    """The image reads ``--config`` inside the container (unmounted: exit 2), and binds 0.0.0.0, so without
+    ``base_url`` it advertises loopback to every client: each documented ``docker run`` mounts and sets both."""
+    for source in (ROOT / "Containerfile", ROOT / "docs" / "how-to" / "install.md"):
+        runs = _docker_runs(source.read_text())
+        assert runs, source
+        for run in runs:
+            words = run.split()
+            config = words[words.index("--config") + 1]
+            mounts = [words[i + 1] for i, w in enumerate(words) if w == "-v"]
+            assert any(m.split(":")[1] == config for m in mounts), (source, run)
+            assert "LAKESESSION_SERVE__BASE_URL=https://" in run or "--base-url" in words, (source, run)
