@@ -5,7 +5,8 @@ native scans, raw ``s3a://`` Parquet and ``Session.filesystem`` ask here (with t
 never the user's token). Resolution: (1) a path under a table this session loaded gets that table's
 credentials (the per-table cache the JVM's ``/credentials`` refreshes use); (2) else the catalog's
 ``location-credentials`` route, when its ``/v1/config`` advertises it; (3) else a 403 ErrorModel
-naming the path. A credential is never handed out with less than ``min-valid-seconds`` of life
+naming the path. ``mode=write`` under a table whose credentials are read-only is the catalog's 403 naming
+the grant (or the gateway's, when the catalog offers no credentials by path). A credential is never handed out with less than ``min-valid-seconds`` of life
 (``required_life``): it is refreshed instead, one upstream call per prefix at a time (single
 flight), and refreshed ahead in the background once half of that margin is used up again.
 
@@ -21,8 +22,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, unquote
 
+from .._wire.cloudkeys import READ_ONLY_ACCESS, STORAGE_ACCESS
 from .._wire.singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord
 from ._credcache import DEFAULT_MIN_VALID, earliest_expiry, required_life
@@ -170,8 +172,25 @@ class PathRoutes:
             if config is None:
                 msg = f"The catalog vended no storage credentials for {path} (table {table_path.rsplit('/', 1)[-1]})"
                 return error_reply(403, "ForbiddenException", msg), prefix, "upstream"
+            if mode == "write" and config.get(STORAGE_ACCESS) == READ_ONLY_ACCESS:
+                return self._write_to_read_only(path, table_path), prefix, "upstream"
             return _answer(spelled(prefix), config), prefix, "table"
         return self._location_credentials(path, target, mode, min_valid, spelled)
+
+    def _write_to_read_only(self, path: str, table_path: str) -> Reply:
+        """``mode=write`` under a table whose credentials are read-only: never read-only keys for a write (the
+        store would refuse it far away, mid-job). The catalog decides when it offers credentials by path
+        (its 403 names the principal's grant; a grant given since the load gets write keys), else a 403 here."""
+        prefix, endpoints = self._catalog()
+        if prefix is not None and LOCATION_ROUTE in endpoints:
+            return self._fetch_location(path, "write")
+        parts = table_path.rstrip("/").split("/")
+        table = ".".join([*unquote(parts[-3]).replace("\x1f", ".").split("."), unquote(parts[-1])])
+        msg = (
+            f"No write credentials for {path}: the catalog vends read-only credentials for table {table} to this "
+            "session (TABLE_READ_DATA without TABLE_WRITE_DATA); writing needs TABLE_WRITE_DATA"
+        )
+        return error_reply(403, "ForbiddenException", msg)
 
     def _location_credentials(
         self, path: str, target: str, mode: str, min_valid: float, spelled: Callable[[str], str]

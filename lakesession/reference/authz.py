@@ -208,6 +208,17 @@ class Grant:
         return {"role": self.role, "privilege": self.privilege.value, "on": str(self.on)}
 
 
+def check_grant_shape(privilege: Privilege, on: Securable) -> None:
+    """``BadRequest`` for a privilege the securable cannot take (checked without any state, so the bootstrap
+    file is refused before a start creates anything, with the words the management API uses)."""
+    if privilege is P.TOKEN_EXCHANGE and on.kind != "catalog":
+        raise BadRequest("TOKEN_EXCHANGE is granted on 'catalog' only (it lets a principal act for any other)")
+    if on.kind == "location" and privilege not in LOCATION_PRIVILEGES:
+        raise BadRequest(f"A storage location takes LOCATION_READ or LOCATION_WRITE only, not {privilege.value}")
+    if privilege in LOCATION_PRIVILEGES and on.kind not in ("location", "catalog"):
+        raise BadRequest(f"{privilege.value} is granted on 'location s3://bucket/prefix/' or 'catalog' only")
+
+
 def allowed(grants: Iterable[Grant], privilege: Privilege, target: Securable) -> bool:
     """Whether any grant covers ``target`` with a privilege implying ``privilege``."""
     chain = set(target.ancestors())

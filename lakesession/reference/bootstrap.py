@@ -22,14 +22,15 @@ be given on every start.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .authz import Privilege, Securable
+from .authz import Privilege, Securable, check_grant_shape
 from .directory import PRINCIPAL_TYPES, Directory
 from .errors import CatalogError, Conflict
 from .idp._authcode import register_redirect_uris, valid_redirect_uri
@@ -45,6 +46,11 @@ class Bootstrap:
     roles: list[dict[str, Any]] = field(default_factory=list)
     grants: list[dict[str, Any]] = field(default_factory=list)
     locations: list[dict[str, Any]] = field(default_factory=list)
+    #: (section, index) -> "file:line" of that entry: errors found while applying name it too
+    origins: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def where(self, section: str, index: int) -> str:
+        return self.origins.get((section, index), "<bootstrap>")
 
     def __repr__(self) -> str:  # never show client secrets
         return f"Bootstrap(principals={[p['name'] for p in self.principals]}, roles={[r['name'] for r in self.roles]}, grants={len(self.grants)})"
@@ -122,8 +128,9 @@ def parse_node(root: yaml.Node | None, source: str) -> Bootstrap:
             if missing:
                 raise BootstrapError(f"{_where(source, item)}: {section} entry is missing {', '.join(sorted(missing))}")
             _check_entry(source, section, entry, item)
+            out.origins[(section, len(getattr(out, section)))] = _where(source, item)
             getattr(out, section).append(entry)
-    _check_references(source, out, root)
+    _check_references(out)
     return out
 
 
@@ -143,27 +150,31 @@ def _check_entry(source: str, section: str, entry: dict[str, Any], node: yaml.No
         raise BootstrapError(f"{where}: location must be an s3 prefix such as s3://raw-bucket/landing/")
     if section == "grants":
         try:
-            Privilege(entry["privilege"].upper())
+            privilege = Privilege(entry["privilege"].upper())
         except ValueError:
             raise BootstrapError(f"{where}: unknown privilege {entry['privilege']!r}") from None
         try:
-            Securable.parse(entry["on"])
+            check_grant_shape(privilege, Securable.parse(entry["on"]))
         except CatalogError as e:
             raise BootstrapError(f"{where}: {e.message}") from None
 
 
-def _check_references(source: str, b: Bootstrap, root: yaml.Node) -> None:
-    names = [p["name"] for p in b.principals]
-    if len(set(names)) != len(names):
-        raise BootstrapError(f"{source}: principal names must be unique")
+def _check_references(b: Bootstrap) -> None:
+    seen: dict[str, int] = {}
+    for i, p in enumerate(b.principals):
+        if p["name"] in seen:
+            raise BootstrapError(f"{b.where('principals', i)}: principal {p['name']!r} is defined twice")
+        seen[p["name"]] = i
     roles = {r["name"] for r in b.roles}
-    for r in b.roles:
+    for i, r in enumerate(b.roles):
         for m in r.get("members", []):
-            if m not in names:
-                raise BootstrapError(f"{source}: role {r['name']!r} lists unknown principal {m!r}")
-    for g in b.grants:
+            if m not in seen:
+                raise BootstrapError(f"{b.where('roles', i)}: role {r['name']!r} lists unknown principal {m!r}")
+    for i, g in enumerate(b.grants):
         if g["role"] not in roles:
-            raise BootstrapError(f"{source}: grant names role {g['role']!r}, which is not defined under roles")
+            raise BootstrapError(
+                f"{b.where('grants', i)}: grant names role {g['role']!r}, which is not defined under roles"
+            )
 
 
 def load(path: str | Path) -> Bootstrap:
@@ -175,30 +186,58 @@ def load(path: str | Path) -> Bootstrap:
     return parse(text, str(p))
 
 
+def check(b: Bootstrap, directory: Directory) -> None:
+    """What only the database can tell, checked before anything is applied: a grant on a storage location
+    the file does not list must name one registered before."""
+    listed = {Securable.location(loc["location"]) for loc in b.locations}
+    for i, g in enumerate(b.grants):
+        on = Securable.parse(g["on"])
+        if on.kind == "location" and on not in listed and not directory.location_registered(on.path[0]):
+            raise BootstrapError(
+                f"{b.where('grants', i)}: storage location {on.path[0]!r} is not registered: "
+                "add it to the file's locations: list"
+            )
+
+
 def apply(b: Bootstrap, directory: Directory, register_location: Callable[[str], object] | None = None) -> None:
     """Create what is missing; re-applying the same file changes nothing (also from replicas starting together).
 
-    ``register_location`` registers a storage location (before the grants that name it)."""
-    for p in b.principals:
-        try:
-            directory.create_principal(p["name"], p.get("type", "user"), p.get("client_id"), p.get("client_secret"))
-        except Conflict:
-            if p.get("client_secret"):
-                directory.set_client_secret(p["name"], p["client_secret"])
-        if "redirect_uris" in p:
-            register_redirect_uris(directory.engine, p["client_id"], p["redirect_uris"])
-    existing = directory.list_roles()
-    for r in b.roles:
-        if r["name"] not in existing:
-            try:
-                directory.create_role(r["name"])
-            except Conflict:
-                pass  # another replica applying the same file at the same moment
-        for m in r.get("members", []):
-            directory.add_member(r["name"], m)
+    ``register_location`` registers a storage location (before the grants that name it). A refusal is a
+    ``BootstrapError`` naming the entry's ``file:line``."""
+    check(b, directory)
     if b.locations and register_location is None:
         raise BootstrapError("this catalog cannot register storage locations here (no storage-ownership index)")
-    for loc in b.locations:
-        register_location(loc["location"])  # type: ignore[misc]
-    for g in b.grants:
-        directory.grant(g["role"], g["privilege"], g["on"])
+    for i, p in enumerate(b.principals):
+        with _entry(b, "principals", i):
+            try:
+                directory.create_principal(p["name"], p.get("type", "user"), p.get("client_id"), p.get("client_secret"))
+            except Conflict:
+                if p.get("client_secret"):
+                    directory.set_client_secret(p["name"], p["client_secret"])
+            if "redirect_uris" in p:
+                register_redirect_uris(directory.engine, p["client_id"], p["redirect_uris"])
+    existing = directory.list_roles()
+    for i, r in enumerate(b.roles):
+        with _entry(b, "roles", i):
+            if r["name"] not in existing:
+                try:
+                    directory.create_role(r["name"])
+                except Conflict:
+                    pass  # another replica applying the same file at the same moment
+            for m in r.get("members", []):
+                directory.add_member(r["name"], m)
+    for i, loc in enumerate(b.locations):
+        with _entry(b, "locations", i):
+            register_location(loc["location"])  # type: ignore[misc]
+    for i, g in enumerate(b.grants):
+        with _entry(b, "grants", i):
+            directory.grant(g["role"], g["privilege"], g["on"])
+
+
+@contextmanager
+def _entry(b: Bootstrap, section: str, index: int) -> Iterator[None]:
+    """The catalog refusing an entry (a name taken, a prefix overlapping a table) is ``file:line: reason``."""
+    try:
+        yield
+    except CatalogError as e:
+        raise BootstrapError(f"{b.where(section, index)}: {e.message}") from None

@@ -179,13 +179,15 @@ class RequestContext:
     services: Services
     delegation: frozenset[str] = frozenset()  # X-Iceberg-Access-Delegation modes the client accepts
     pending: list[dict[str, Any]] = field(default_factory=list)  # audit records, written once per request
+    # grants are read afresh once per request (after this moment): a revocation holds from the next request on
+    started: float = field(default_factory=time.monotonic)
 
     def allowed(self, privilege: Privilege, target: Securable) -> bool:
-        return self.services.directory.is_allowed(self.principal.name, privilege, target)
+        return self.services.directory.is_allowed(self.principal.name, privilege, target, self.started)
 
     def allowed_for(self, principal_name: str, privilege: Privilege, target: Securable) -> bool:
         """``allowed`` for another principal (the user in effect of a DEFINER view chain)."""
-        return self.services.directory.is_allowed(principal_name, privilege, target)
+        return self.services.directory.is_allowed(principal_name, privilege, target, self.started)
 
     def authorize(
         self, action: str, privilege: Privilege, target: Securable, *, detail: dict[str, Any] | None = None

@@ -1,8 +1,9 @@
 """Principals, roles and grants: who exists, who belongs where, and who may do what.
 
 Client secrets are stored only as salted PBKDF2 hashes. Effective grants are
-cached per principal and invalidated on every local change (and after a few
-seconds, so a shared database's changes by other servers show up quickly).
+cached per principal and invalidated on every local change; a request reads them
+afresh once (``fresh_since``), so another server's revocation on a shared database
+holds from the next request on. Calls outside a request reuse them for a few seconds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sqlalchemy import Engine, and_, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from . import store
-from .authz import LOCATION_PRIVILEGES, Grant, Privilege, Securable, allowed, parse_privilege
+from .authz import Grant, Privilege, Securable, allowed, check_grant_shape, parse_privilege
 from .errors import BadRequest, Conflict, NotFound
 
 PRINCIPAL_TYPES = ("user", "service")
@@ -228,9 +229,12 @@ class Directory:
             parse_privilege(privilege) if isinstance(privilege, str) else privilege,
             Securable.parse(on) if isinstance(on, str) else on,
         )
-        if g.privilege is Privilege.TOKEN_EXCHANGE and g.on.kind != "catalog":
-            raise BadRequest("TOKEN_EXCHANGE is granted on 'catalog' only (it lets a principal act for any other)")
-        self._check_location_grant(g)
+        check_grant_shape(g.privilege, g.on)
+        if g.on.kind == "location" and not self.location_registered(g.on.path[0]):
+            raise BadRequest(
+                f"Storage location {g.on.path[0]!r} is not registered; register it first "
+                "(POST /management/v1/locations, or the bootstrap file's locations: list)"
+            )
         self._require(store.roles, role, "Role")
         try:
             with self.engine.begin() as conn:
@@ -244,29 +248,20 @@ class Directory:
         self.invalidate()
         return g
 
-    def _check_location_grant(self, g: Grant) -> None:
-        """``LOCATION_*`` only on a registered location (or the catalog: all of them), and nothing else on one."""
-        if g.on.kind == "location":
-            if g.privilege not in LOCATION_PRIVILEGES:
-                raise BadRequest(
-                    f"A storage location takes LOCATION_READ or LOCATION_WRITE only, not {g.privilege.value}"
-                )
-            c = store.locations.c
-            with self.engine.connect() as conn:
-                known = conn.execute(
-                    select(c.prefix).where(c.prefix == g.on.path[0], c.owner_kind == "location")
-                ).first()
-            if known is None:
-                raise BadRequest(
-                    f"Storage location {g.on.path[0]!r} is not registered; register it first "
-                    "(POST /management/v1/locations, or the bootstrap file's locations: list)"
-                )
-        elif g.privilege in LOCATION_PRIVILEGES and g.on.kind != "catalog":
-            raise BadRequest(f"{g.privilege.value} is granted on 'location s3://bucket/prefix/' or 'catalog' only")
+    def location_registered(self, prefix: str) -> bool:
+        """Whether ``prefix`` (normalised, as in ``Securable.location``) is a registered storage location."""
+        c = store.locations.c
+        with self.engine.connect() as conn:
+            row = conn.execute(select(c.prefix).where(c.prefix == prefix, c.owner_kind == "location")).first()
+        return row is not None
 
     def revoke(self, role: str, privilege: str | Privilege, on: str | Securable) -> bool:
+        """Remove one grant; True when removed. Revoking what does not exist (an unknown role, a grant the
+        role does not hold: a misspelled securable) is ``NotFound`` naming it, never a silent no-op: the
+        operator who revokes ``readers`` instead of ``reader`` must learn the principal kept its access."""
         priv = parse_privilege(privilege) if isinstance(privilege, str) else privilege
         sec = Securable.parse(on) if isinstance(on, str) else on
+        self._require(store.roles, role, "Role")
         with self.engine.begin() as conn:
             n = conn.execute(
                 delete(store.grants).where(
@@ -278,7 +273,9 @@ class Directory:
                 )
             ).rowcount
         self.invalidate()
-        return n > 0
+        if n == 0:
+            raise NotFound(f"Role {role!r} does not hold {priv.value} on {sec}: nothing was revoked")
+        return True
 
     def list_grants(self, role: str | None = None) -> list[Grant]:
         q = select(store.grants).order_by(store.grants.c.id)
@@ -288,11 +285,15 @@ class Directory:
             rows = conn.execute(q).all()
         return [Grant(r.role, Privilege(r.privilege), Securable.parse(r.securable)) for r in rows]
 
-    def grants_of(self, principal: str) -> tuple[Grant, ...]:
-        """Every grant reaching ``principal`` through its roles (cached briefly)."""
+    def grants_of(self, principal: str, fresh_since: float | None = None) -> tuple[Grant, ...]:
+        """Every grant reaching ``principal`` through its roles (cached briefly).
+
+        ``fresh_since`` (a request's ``time.monotonic()`` start): only a read begun after it is reused, so a
+        revocation by another server sharing the database holds from the next request on, while the checks
+        of one request share one read."""
         now = time.monotonic()
         hit = self._cache.get(principal)
-        if hit and now - hit[0] < _CACHE_SECONDS:
+        if hit and (hit[0] >= fresh_since if fresh_since is not None else now - hit[0] < _CACHE_SECONDS):
             return hit[1]
         q = (
             select(store.grants)
@@ -306,8 +307,10 @@ class Directory:
             self._cache[principal] = (now, result)
         return result
 
-    def is_allowed(self, principal: str, privilege: Privilege, target: Securable) -> bool:
-        return allowed(self.grants_of(principal), privilege, target)
+    def is_allowed(
+        self, principal: str, privilege: Privilege, target: Securable, fresh_since: float | None = None
+    ) -> bool:
+        return allowed(self.grants_of(principal, fresh_since), privilege, target)
 
     def invalidate(self) -> None:
         with self._lock:

@@ -96,8 +96,11 @@ def serve(args: argparse.Namespace) -> int:
                 handle.stop()
                 print(f"lakesession serve: {e}", file=sys.stderr)
                 return 2
-    except (ConfigError, BootstrapError, WorkersError) as e:
-        print(f"lakesession serve: invalid configuration:\n{e}", file=sys.stderr)
+    except (ConfigError, BootstrapError) as e:  # each line ``origin: reason`` (file:line, variable, flag)
+        print(str(e), file=sys.stderr)
+        return 2
+    except WorkersError as e:
+        print(f"lakesession serve: invalid configuration: {e}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
         extra = " (pip install 'lakesession[postgres]')" if "psycopg" in str(e) else ""

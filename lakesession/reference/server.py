@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from .app import create_app
 from .audit import AuditRecord
 from .authz import Grant
 from .context import Services
+from .datadir import locked, undone_on_failure
 from .directory import Principal
 from .errors import Conflict
 from .serving import BackgroundServer
@@ -175,6 +175,8 @@ class ReferenceCatalog:
         self.s3_emulator: Any = None
         self.sock = sock
         self.bind_url = settings.base_url
+        if isinstance(bootstrap, bootstrap_mod.Bootstrap):  # refused before the admin principal is made
+            bootstrap_mod.check(bootstrap, services.directory)
         self.admin_credentials = _ensure_admin(services, data_dir)
         _check_web_identity_subject(settings, services, bootstrap)
         if bootstrap is not None:
@@ -282,76 +284,61 @@ def start(
         tmp = tempfile.TemporaryDirectory(prefix="lakesession-")
         data_dir = tmp.name
     data_path = Path(data_dir).resolve()
-    data_path.mkdir(parents=True, exist_ok=True)
-    if warehouse is None:
-        (data_path / "warehouse").mkdir(exist_ok=True)
-        warehouse = (data_path / "warehouse").as_uri()
-    emulator = None
-    if warehouse.startswith("s3") and s3 is None:
-        if not s3_emulator:
+    with undone_on_failure(data_path):  # a failed start leaves no half-made data dir
+        if warehouse is None:
+            (data_path / "warehouse").mkdir(exist_ok=True)
+            warehouse = (data_path / "warehouse").as_uri()
+        emulator = None
+        if warehouse.startswith("s3") and s3 is None:
+            if not s3_emulator:
+                raise ValueError(
+                    "an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
+                    "or s3_emulator=True (serve: --s3-emulator)"
+                )
+            persist = data_path / "s3-emulator" if s3_emulator_persist else None
+            ttl = 3600 if credential_ttl is None else credential_ttl
+            emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0, lazy=lazy_catalog)
+        elif s3 is not None and credential_ttl is not None and s3.credential_ttl != credential_ttl:
+            s3 = replace(s3, credential_ttl=credential_ttl)
+        for cloud in ("adls", "gcs"):  # cloudvending.AdlsSettings / GcsSettings (abfss:// and gs:// warehouses)
+            if settings.get(cloud) is not None and credential_ttl is not None:
+                settings[cloud] = replace(settings[cloud], credential_ttl=credential_ttl)
+        if (
+            warehouse.startswith(("abfss://", "abfs://", "gs://"))
+            and settings.get("adls" if warehouse.startswith("abfs") else "gcs") is None
+        ):
             raise ValueError(
-                "an s3:// warehouse needs s3=S3Settings(...) for real S3/STS (serve: --s3-role-arn) "
-                "or s3_emulator=True (serve: --s3-emulator)"
+                "an abfss:// warehouse needs adls=AdlsSettings(...) (serve: an adls: section), "
+                "a gs:// warehouse gcs=GcsSettings(...) (serve: a gcs: section)"
             )
-        persist = data_path / "s3-emulator" if s3_emulator_persist else None
-        ttl = 3600 if credential_ttl is None else credential_ttl
-        emulator, s3 = _start_emulator(warehouse, ttl, persist, s3_emulator_port or 0, lazy=lazy_catalog)
-    elif s3 is not None and credential_ttl is not None and s3.credential_ttl != credential_ttl:
-        s3 = replace(s3, credential_ttl=credential_ttl)
-    for cloud in ("adls", "gcs"):  # cloudvending.AdlsSettings / GcsSettings (abfss:// and gs:// warehouses)
-        if settings.get(cloud) is not None and credential_ttl is not None:
-            settings[cloud] = replace(settings[cloud], credential_ttl=credential_ttl)
-    if (
-        warehouse.startswith(("abfss://", "abfs://", "gs://"))
-        and settings.get("adls" if warehouse.startswith("abfs") else "gcs") is None
-    ):
-        raise ValueError(
-            "an abfss:// warehouse needs adls=AdlsSettings(...) (serve: an adls: section), "
-            "a gs:// warehouse gcs=GcsSettings(...) (serve: a gcs: section)"
+        sock = bind(host, port)
+        bound_port = sock.getsockname()[1]
+        # the public URL behind a proxy, else the bound address
+        base_url = settings.pop("base_url", None) or f"http://{url_host(host)}:{bound_port}"
+        cfg = ServerSettings(
+            warehouse=warehouse.rstrip("/"),
+            db_url=db or store.sqlite_url(data_path / "catalog.db"),
+            base_url=base_url,
+            issuer_url=issuer_url,
+            access_token_ttl=access_token_ttl,
+            s3=s3,
+            **settings,
         )
-    sock = bind(host, port)
-    bound_port = sock.getsockname()[1]
-    base_url = settings.pop("base_url", None) or f"http://{url_host(host)}:{bound_port}"  # public URL behind a proxy
-    cfg = ServerSettings(
-        warehouse=warehouse.rstrip("/"),
-        db_url=db or store.sqlite_url(data_path / "catalog.db"),
-        base_url=base_url,
-        issuer_url=issuer_url,
-        access_token_ttl=access_token_ttl,
-        s3=s3,
-        **settings,
-    )
-    try:
-        with _data_dir_lock(data_path):  # replicas sharing a data dir create its issuer key and admin secret once
-            handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app, lazy_catalog)
-        handle.s3_emulator = emulator
-        handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
-        if serve:
-            handle._start()
-    except BaseException:
-        sock.close()
-        if emulator is not None:
-            emulator.stop(clear=True)
-        if tmp is not None:
-            tmp.cleanup()
-        raise
-    return handle
-
-
-@contextlib.contextmanager
-def _data_dir_lock(data_path: Path) -> Iterator[None]:
-    """An exclusive lock on ``DATA_DIR/.lock`` while state files are read or created (POSIX ``flock``)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no replicas sharing a directory there
-        yield
-        return
-    with open(data_path / ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            with locked(data_path):  # replicas sharing a data dir create its issuer key and admin secret once
+                handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app, lazy_catalog)
+            handle.s3_emulator = emulator
+            handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
+            if serve:
+                handle._start()
+        except BaseException:
+            sock.close()
+            if emulator is not None:
+                emulator.stop(clear=True)
+            if tmp is not None:
+                tmp.cleanup()
+            raise
+    return handle
 
 
 def _start_emulator(

@@ -176,7 +176,7 @@ def evaluate_chain(
     previous: tuple[str, ViewMetadata] | None = None  # the view whose SQL must read the next object
     for i, view in enumerate(chain, 1):
         sec = Securable.view(*view)
-        ok = directory.is_allowed(user, Privilege.VIEW_READ, sec)
+        ok = ctx.allowed_for(user, Privilege.VIEW_READ, sec)
         found = _view(ctx, view)
         props = None if found is None else dict(found[1].properties or {})
         detail: dict[str, Any] = {
@@ -214,7 +214,7 @@ def evaluate_chain(
         if owner is not None:
             user, delegated = owner, True
         previous = found
-    ok = directory.is_allowed(user, privilege, target)
+    ok = ctx.allowed_for(user, privilege, target)
     target_detail: dict[str, Any] = {
         "privilege": privilege.value,
         "step": len(chain) + 1,

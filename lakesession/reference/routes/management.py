@@ -87,7 +87,7 @@ def _manage(ctx: RequestContext, action: str) -> None:
 @router.get("/me/grants", response_model=MyGrants)
 def my_grants(ctx: RequestContext = Depends(get_context, scope="function")) -> MyGrants:
     """The caller's effective privileges per securable (what widgets show as 'my grants')."""
-    grants = ctx.services.directory.grants_of(ctx.principal.name)
+    grants = ctx.services.directory.grants_of(ctx.principal.name, ctx.started)
     by: dict[Securable, dict[str, set[str]]] = {}
     for g in grants:
         entry = by.setdefault(g.on, {"eff": set(), "granted": set(), "roles": set()})
@@ -129,6 +129,7 @@ def add_grant(body: GrantBody, ctx: RequestContext = Depends(get_context, scope=
 
 @router.delete("/grants", status_code=204)
 def revoke_grant(body: GrantBody, ctx: RequestContext = Depends(get_context, scope="function")) -> Response:
+    """204 only when a grant was removed; 404 naming the unknown role, or the grant the role does not hold."""
     _manage(ctx, "revoke")
     ctx.services.directory.revoke(body.role, body.privilege, body.on)
     ctx.audit("revoke", Securable.parse(body.on), "issued", {"role": body.role, "privilege": body.privilege})

@@ -4,7 +4,8 @@
 bypass Iceberg's FileIO (Comet's native scans, raw ``s3a://`` Parquet, ``Session.filesystem``) ask for
 credentials by path. A path inside a table's storage is decided by the table's grants (read:
 ``TABLE_READ_DATA``, write: ``TABLE_WRITE_DATA``), inside a registered location by ``LOCATION_READ`` /
-``LOCATION_WRITE``; anything else is a 403 naming only the path (never which object owns it). The
+``LOCATION_WRITE``; anything else is a 403 naming only the path (never which object owns it), except a
+write where the caller holds the read grant: that 403 names the object and both grants. The
 credentials' session policy covers exactly the owning prefix, which the answer names.
 
 ``GET /v1/{prefix}/lakesession/locations``: the registered locations the caller holds a grant on.
@@ -67,6 +68,12 @@ def _location_credentials(ctx: RequestContext, prefix: str, location: str, mode:
     ok = found is not None and privilege is not None and ctx.allowed(privilege, sec)  # type: ignore[arg-type]
     detail: dict[str, Any] = {"path": location, "mode": mode}
     ctx.audit("location_credentials", target, "allow" if ok else "deny", detail)
+    if not ok and sec is not None and mode == WRITE and ctx.allowed(PRIVILEGE[(sec.kind, READ)], sec):
+        ctx.flush()  # the caller may read it: naming the object and the grant it holds reveals nothing new
+        raise Forbidden(
+            f"Principal {ctx.principal.name!r} holds {PRIVILEGE[(sec.kind, READ)].value} on {sec}; writing "
+            f"{location} needs {PRIVILEGE[(sec.kind, WRITE)].value}"
+        )
     if not ok or found is None:
         ctx.flush()
         raise Forbidden(
