@@ -16,10 +16,10 @@ is a 400 naming the field. The checks mirror Java's:
 
 from __future__ import annotations
 
-import re
 import math
+import re
 from datetime import date, time
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import BadRequest
 
@@ -72,6 +72,7 @@ def check(doc: dict[str, Any]) -> None:
     """Refuse (BadRequest naming the field) metadata that Iceberg Java's parser would refuse to read."""
     _row_lineage(doc)
     _numbers(doc, "")
+    _unique(doc)
     for schema in doc.get("schemas") or []:
         _defaults(schema, f"schema {schema.get('schema-id')}")
     _timestamps(doc)
@@ -87,6 +88,9 @@ def _fail(message: str) -> BadRequest:
 def _row_lineage(doc: dict[str, Any]) -> None:
     for snap in doc.get("snapshots") or []:
         first, added = snap.get("first-row-id"), snap.get("added-rows")
+        for key, value in (("first-row-id", first), ("added-rows", added)):
+            if _is_int(value) and value < 0:  # SnapshotParser: "Invalid first-row-id (cannot be negative)"
+                raise _fail(f"{key} of snapshot {snap.get('snapshot-id')} is {value}: it cannot be negative")
         if _is_int(first) and _is_int(added) and first + added > LONG_MAX:
             raise _fail(
                 f"next-row-id would be {first + added}, beyond a long "
@@ -126,6 +130,25 @@ def _type(text: str) -> None:
         precision, scale = int(m.group(1)), int(m.group(2))
         if precision > 38 or abs(scale) > INT_MAX:
             raise _fail(f"type {text}: decimals hold at most 38 digits")
+
+
+_IDS = (
+    ("schemas", "schema-id"),
+    ("partition-specs", "spec-id"),
+    ("sort-orders", "order-id"),
+    ("snapshots", "snapshot-id"),
+)
+
+
+def _unique(doc: dict[str, Any]) -> None:
+    """Java indexes schemas, specs, sort orders and snapshots by id (``ImmutableMap``): ids are unique."""
+    for items, key in _IDS:
+        seen: set[Any] = set()
+        for item in doc.get(items) or []:
+            ident = item.get(key) if isinstance(item, dict) else None
+            if ident in seen:
+                raise _fail(f"{items} holds {key} {ident} twice")
+            seen.add(ident)
 
 
 def _timestamps(doc: dict[str, Any]) -> None:
@@ -180,7 +203,7 @@ def _type_name(t: Any) -> str:
     return t if isinstance(t, str) else str(t.get("type")) if isinstance(t, dict) else repr(t)
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -231,9 +254,7 @@ def _parses_nested(t: dict[str, Any], v: Any) -> bool:
     if kind == "struct":
         if not isinstance(v, dict):
             return False
-        return all(
-            _parses(f.get("type"), v[str(f.get("id"))]) for f in t.get("fields") or [] if str(f.get("id")) in v
-        )
+        return all(_parses(f.get("type"), v[str(f.get("id"))]) for f in t.get("fields") or [] if str(f.get("id")) in v)
     if kind == "list":
         return isinstance(v, list) and all(_parses(t.get("element"), e) for e in v)
     if kind == "map":
@@ -266,4 +287,3 @@ def _valid(parse: Any, text: str) -> bool:
     except ValueError:
         return False
     return True
-
