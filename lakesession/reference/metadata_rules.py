@@ -16,6 +16,7 @@ is a 400 naming the field. The checks mirror Java's:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import date, time
@@ -68,8 +69,9 @@ _RE_TIMESTAMP = re.compile(rf"({_DATE})T({_TIME})")
 _RE_TIMESTAMPTZ = re.compile(rf"({_DATE})T({_TIME})\+00:00")  # as Java and pyiceberg write them
 
 
-def check(doc: dict[str, Any]) -> None:
+def check(raw: bytes) -> None:
     """Refuse (BadRequest naming the field) metadata that Iceberg Java's parser would refuse to read."""
+    doc = json.loads(raw)
     _row_lineage(doc)
     _numbers(doc, "")
     _unique(doc)

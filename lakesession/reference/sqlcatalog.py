@@ -10,7 +10,6 @@ itself (``UPDATE … WHERE metadata_location = <current>``) is SqlCatalog's, unc
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -200,7 +199,7 @@ class CachingSqlCatalog(SqlCatalog):
         Nothing Iceberg Java cannot read is ever written (``metadata_rules``: a 400 naming the field)."""
         metadata = formatversion.with_row_lineage(metadata)
         raw = formatversion.dump(metadata, exclude_none=self._exclude_none)
-        metadata_rules.check(json.loads(raw))
+        metadata_rules.check(raw)
         data = Compressor.get_compressor(metadata_path).bytes_compressor()(raw)
         with io.new_output(metadata_path).create(overwrite=True) as out:
             out.write(data)
