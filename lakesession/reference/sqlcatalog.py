@@ -35,7 +35,7 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
 from pyiceberg.utils.datetime import datetime_to_millis
 
-from . import formatversion
+from . import formatversion, metadata_rules
 from .tablestore import MetadataCache
 
 _MAX_IOS = 64
@@ -195,9 +195,11 @@ class CachingSqlCatalog(SqlCatalog):
         )
 
     def _write_metadata(self, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:  # type: ignore[override]
-        """Serialise once; the new file's name is unique (a version and a UUID), so no existence check."""
+        """Serialise once; the new file's name is unique (a version and a UUID), so no existence check.
+        Nothing Iceberg Java cannot read is ever written (``metadata_rules``: a 400 naming the field)."""
         metadata = formatversion.with_row_lineage(metadata)
         raw = formatversion.dump(metadata, exclude_none=self._exclude_none)
+        metadata_rules.check(raw)
         data = Compressor.get_compressor(metadata_path).bytes_compressor()(raw)
         with io.new_output(metadata_path).create(overwrite=True) as out:
             out.write(data)

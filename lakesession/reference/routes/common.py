@@ -88,7 +88,8 @@ def parse_body(model: type[M], raw: bytes) -> M:
     except ValidationError as e:
         details = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()[:5])
         raise BadRequest(f"Malformed request: {details}") from None
-    except (ValueError, TypeError, KeyError, AttributeError) as e:  # pyiceberg's own validators
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError) as e:  # pyiceberg's own validators
+        # ArithmeticError: decimal.InvalidOperation from pyiceberg parsing a decimal default such as "NaN"
         raise BadRequest(f"Malformed request: {type(e).__name__}: {e}") from None
 
 

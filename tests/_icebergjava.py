@@ -1,0 +1,118 @@
+"""Iceberg Java's ``TableMetadataParser`` (the one Spark, Trino and Flink read table metadata with), on call.
+
+``iceberg-core`` 1.12.0 and its runtime classpath come from Maven Central with ``mvn
+dependency:copy-dependencies`` (``tests/fixtures/icebergcore/pom.xml``), into
+``~/.cache/lakesession/icebergcore/<v>/lib`` on first use (about 15 MB; the Maven repository is the REST
+fixture's, so shared downloads are fetched once). ``tests/java/MetadataParseHarness.java`` is compiled
+there too and runs as one JVM for a whole test: a metadata file path in, ``ok`` or ``error <message>`` out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests._restfixture import cache_dir as restfixture_cache
+from tests.factories import stop_process
+
+VERSION = "1.12.0"  # the Iceberg runtime lakesession gives Spark 3.5 and 4.1
+POM = Path(__file__).parent / "fixtures" / "icebergcore" / "pom.xml"
+HARNESS = Path(__file__).parent / "java" / "MetadataParseHarness.java"
+
+
+def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
+    """iceberg-core's jars (a directory), resolved by Maven from Maven Central when not cached yet."""
+    lib = restfixture_cache().parent / "icebergcore" / version / "lib"
+    if (lib / ".complete").exists():
+        return lib
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError(
+            "Maven (`mvn`) is needed once to fetch iceberg-core from Maven Central (apt-get install maven)"
+        )
+    staging = lib.with_name(f"lib.{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    out = subprocess.run(
+        [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(POM),
+            f"-Dmaven.repo.local={restfixture_cache() / 'm2'}",
+            f"-Diceberg.version={version}",
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if out.returncode != 0 or not (staging / f"iceberg-core-{version}.jar").exists():
+        raise RuntimeError(f"mvn could not resolve iceberg-core {version}:\n{out.stdout[-3000:]}{out.stderr[-2000:]}")
+    (staging / ".complete").write_text(version)
+    if (lib / ".complete").exists():  # another run finished first
+        shutil.rmtree(staging, ignore_errors=True)
+        return lib
+    shutil.rmtree(lib, ignore_errors=True)
+    staging.rename(lib)  # atomic: never a half-filled lib/
+    return lib
+
+
+def _compiled(lib: Path) -> Path:
+    """The harness's class directory, compiled once per source version."""
+    source = HARNESS.read_bytes()
+    out = lib.parent / f"harness-{hashlib.sha256(source).hexdigest()[:12]}"
+    if (out / "MetadataParseHarness.class").exists():
+        return out
+    javac = shutil.which("javac")
+    if javac is None:
+        raise RuntimeError("javac (a JDK 17+) is needed to compile tests/java/MetadataParseHarness.java")
+    staging = out.with_name(f"{out.name}.{os.getpid()}")
+    done = subprocess.run(
+        [javac, "--release", "17", "-d", str(staging), "-cp", f"{lib}/*", str(HARNESS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"javac could not compile {HARNESS.name}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    if (out / "MetadataParseHarness.class").exists():
+        shutil.rmtree(staging, ignore_errors=True)
+        return out
+    staging.rename(out)
+    return out
+
+
+@contextmanager
+def java_parser() -> Iterator[Callable[[Path], str | None]]:
+    """``parse(path)``: None when Iceberg Java reads the metadata file, else its error message."""
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("no `java` on PATH (Java 17+ is needed to run Iceberg Java's parser)")
+    lib = classpath()
+    cp = f"{lib}/*{os.pathsep}{_compiled(lib)}"
+    cmd = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, "MetadataParseHarness"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def parse(path: Path) -> str | None:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(f"{path}\n")
+        proc.stdin.flush()
+        answer = proc.stdout.readline().rstrip("\n")
+        if not answer:
+            raise RuntimeError(f"the Java metadata parser exited with {proc.poll()}")
+        return None if answer == "ok" else answer.removeprefix("error ")
+
+    try:
+        yield parse
+    finally:
+        proc.stdin.close()
+        stop_process(proc, 15)
