@@ -98,8 +98,10 @@ def network_of(address: str) -> str:
         return address
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    bits = 24 if ip.version == 4 else 64
-    return str(ipaddress.ip_network((ip, bits), strict=False))
+    if ip.version == 4:
+        a, b, c, _ = ip.packed
+        return f"{a}.{b}.{c}.0/24"
+    return f"{ipaddress.IPv6Address(ip.packed[:8] + bytes(8))}/64"
 
 
 class _Groups:
