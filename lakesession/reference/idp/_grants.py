@@ -404,8 +404,6 @@ class DeviceAuthorization(DeviceAuthorizationEndpoint):
         if refused is not None:
             status, wait = refused
             if status == 429:
-                raise TooManyRequestsError(
-                    "Too many pending device authorizations from this address or its network", retry_after=wait
-                )
+                raise TooManyRequestsError("Too many pending codes from this address or network", retry_after=wait)
             raise TemporarilyUnavailableError("Too many pending device authorizations; retry later", retry_after=wait)
         return 200, data, default_json_headers
