@@ -22,8 +22,10 @@ class AbuseLimits:
         device_rate_per_client_address: Device authorizations per (client id, address).
         device_rate_per_address: Device authorizations per address, whatever the client id (ids are free to invent).
         device_pending_per_address: Pending (unexpired, unredeemed) device codes one address may hold.
+        device_pending_per_network: Pending device codes one network (/24 IPv4, /64 IPv6) may hold.
         device_pending_total: Pending device codes overall; when full, a new one evicts the oldest code of
-            the address holding the most (a flood from many addresses evicts the flooders' own codes).
+            the network holding the most, never a code a user already approved, and waits (503) rather
+            than evict when no network holds more than one (``idp/_devices.py``).
         token_rate_per_address: Token endpoint calls per address.
         token_failures_per_client_address: Failed token requests per (client id, address).
         token_failures_per_address: Failed token requests per address.
@@ -34,6 +36,7 @@ class AbuseLimits:
     device_rate_per_client_address: str = "20/minute"
     device_rate_per_address: str = "60/minute"
     device_pending_per_address: int = 50
+    device_pending_per_network: int = 1000
     device_pending_total: int = 10_000
     token_rate_per_address: str = "1200/minute"
     token_failures_per_client_address: str = "20/minute"

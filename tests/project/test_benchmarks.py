@@ -76,6 +76,12 @@ SMOKES = [
         spark_line="4.1",
     ),
     Smoke(
+        "device_store.py",
+        ("--pending", "1000", "--calls", "500"),
+        (rf"empty store\s+{NUM}/s", rf"at the bound, evicting\s+{NUM}/s", rf"ratio at-bound/empty: evicting {NUM}"),
+        slow=False,
+    ),
+    Smoke(
         "embedded_start.py",
         ("--runs", "1"),
         (rf"CPU-s\s+median {NUM}", rf"wall s median {NUM}", r"load average at the end"),

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
     from ..directory import Directory
     from ..settings import ServerSettings
-    from ._state import DeviceStore, RefreshTokenStore
+    from ._devices import DeviceStore
+    from ._state import RefreshTokenStore
 
 
 class IssuerCore(Protocol):

@@ -42,7 +42,7 @@ from ..authz import Privilege, Securable
 from ..errors import NotAuthorized
 from ._adapter import FormPayload
 from ._core import IssuerCore
-from ._state import DeviceCredential
+from ._devices import DeviceCredential
 
 DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -404,6 +404,6 @@ class DeviceAuthorization(DeviceAuthorizationEndpoint):
         if refused is not None:
             status, wait = refused
             if status == 429:
-                raise TooManyRequestsError("Too many pending device authorizations from this client", retry_after=wait)
+                raise TooManyRequestsError("Too many pending codes from this address or network", retry_after=wait)
             raise TemporarilyUnavailableError("Too many pending device authorizations; retry later", retry_after=wait)
         return 200, data, default_json_headers

@@ -24,9 +24,10 @@ from ..settings import ServerSettings
 from . import _authcode
 from ._adapter import FormError, client_address, oauth2_request, oauth_error, read_form, to_response
 from ._authpage import AuthorizePages
+from ._devices import DeviceCredential, DeviceStore, normalize_user_code
 from ._grants import DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT, Client, OAuthServer, User
 from ._keys import ACCESS_TOKEN_TYPES, check_access_token, load_or_create_signing_key, public_jwks
-from ._state import DeviceCredential, DeviceStore, RefreshTokenStore, normalize_user_code
+from ._state import RefreshTokenStore
 from ._throttle import FAILURE_ERRORS, Rule, Throttle
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,11 @@ class EmbeddedIssuer:
         self._verify_keys = KeySet([import_key(self.key.as_dict(private=False))])
         self.refresh_store = RefreshTokenStore(engine)
         abuse = settings.abuse
-        self.devices = DeviceStore(per_address=abuse.device_pending_per_address, total=abuse.device_pending_total)
+        self.devices = DeviceStore(
+            per_address=abuse.device_pending_per_address,
+            per_network=abuse.device_pending_per_network,
+            total=abuse.device_pending_total,
+        )
         self.throttle = Throttle(abuse)
         self.server = OAuthServer(self)
         self.authcodes = _authcode.AuthCodeStore(engine)
@@ -195,6 +200,8 @@ class EmbeddedIssuer:
         with cred.lock:
             if cred.approved is not None:
                 raise BadRequest("This user code was already approved or denied")
+            if not self.devices.settle(cred):  # shown to a signed-in user: never evicted from now on
+                raise BadRequest("Unknown or expired user code")
             cred.principal, cred.approved = principal, True
         logger.info("device authorization approved for principal %r (client %r)", principal, cred.client_id)
 
@@ -203,6 +210,8 @@ class EmbeddedIssuer:
         with cred.lock:
             if cred.approved is not None:
                 raise BadRequest("This user code was already approved or denied")
+            if not self.devices.settle(cred):
+                raise BadRequest("Unknown or expired user code")
             cred.approved = False
         logger.info("device authorization denied (client %r)", cred.client_id)
 
