@@ -103,7 +103,7 @@ def connect_engine(url: str, token: Callable[[], str]) -> ConnectSession:
     except ImportError as exc:
         raise ConfigError(
             f"the trusted engine needs Spark Connect's client ({exc.name} is missing): "
-            "pip install 'pyspark[connect]>=4.1,<4.2' (or lakesession[connect])"
+            "pip install 'pyspark[connect]>=4.1,<4.2' (the [connect] extra)"
         ) from None
     from ._spark.errors import install_connect_error_conversion  # pyspark's: only once a Connect session opens
 

@@ -97,6 +97,14 @@ class UnknownWarmupError(ConfigError):
     """A warm-up name (``warmups=`` / ``LAKESESSION_WARMUPS``) that is not one of ``lakesession._spark._plan.WARMUPS``."""
 
 
+#: How to get the full distribution (the catalog server: the embedded default, `lakesession serve`), as a user
+#: can do it: no package index has `lakesession`, so the install names a checkout or the wheel built from one.
+FULL_INSTALL = (
+    "the full distribution: `pip install -e .` from a checkout of the repository, "
+    "or its wheel (`python -m build` there, then `pip install dist/lakesession-*.whl`)"
+)
+
+
 # -- the session ----------------------------------------------------------------------------------------------
 class CatalogServerMissingError(ConfigError):
     """The catalog server is not installed: the slim ``lakesession-client`` distribution leaves it out."""
@@ -105,7 +113,7 @@ class CatalogServerMissingError(ConfigError):
         because = f" ({cause})" if cause else ""
         super().__init__(
             f"{wanted} needs lakesession's catalog server, which this install does not include{because}. "
-            "Install the full distribution (pip install lakesession), or connect to a running catalog: "
+            f"Install {FULL_INSTALL}; or connect to a running catalog: "
             'lakesession.connect(catalog="https://…") or LAKESESSION_URI.'
         )
 

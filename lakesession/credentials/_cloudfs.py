@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 ADLS_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
 GCS_SCHEMES = frozenset({"gs", "gcs"})
-EXTRA_HINT = "pip install 'lakesession[azure]'"
+#: adlfs is the client's [azure] extra: `pip install adlfs` adds it to any install
+EXTRA_HINT = "pip install 'adlfs>=2024.12' (the [azure] extra: pip install -e '.[azure]' from a checkout)"
 
 
 def adls_path(location: str) -> str:

@@ -103,7 +103,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"lakesession serve: invalid configuration: {e}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
-        extra = " (pip install 'lakesession[postgres]')" if "psycopg" in str(e) else ""
+        extra = " (pip install 'psycopg[binary]>=3.1': the [postgres] extra)" if "psycopg" in str(e) else ""
         print(f"lakesession serve: the database driver is missing: {e}{extra}", file=sys.stderr)
         return 2
     except SQLAlchemyError as e:

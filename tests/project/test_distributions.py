@@ -1,4 +1,5 @@
-"""Two distributions from one package: the full ``lakesession`` and the slim ``lakesession-client``.
+"""Distributions from one package: the full ``lakesession``, the slim ``lakesession-client`` and
+``lakesession-catalog``, and ``lakesession-core``, the files those two share.
 
 The one-way import rules that make the split possible are checked on the source (AST), so a new import
 across the line fails here before any install does; ``test_slim_install.py`` installs the slim wheel
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from lakesession.errors import FULL_INSTALL
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "lakesession"
@@ -70,6 +73,9 @@ CLIENT_STACK = {"pyspark", "pandas", "hypercorn", "s3fs", "ipython", "jupyterhub
 def test_the_slim_pyprojects_are_subsets_of_the_full_one() -> None:
     full = _project(ROOT / "pyproject.toml")
     full_deps = _dependency_names(full)
+    core = _project(ROOT / "core" / "pyproject.toml")
+    core_deps = _dependency_names(core)
+    assert core["name"] == "lakesession-core" and core["version"] == full["version"]
     for folder, name, excluded in (
         ("client", "lakesession-client", SERVER_STACK),
         ("catalog", "lakesession-catalog", CLIENT_STACK),
@@ -77,11 +83,15 @@ def test_the_slim_pyprojects_are_subsets_of_the_full_one() -> None:
         slim = _project(ROOT / folder / "pyproject.toml")
         assert slim["name"] == name and slim["version"] == full["version"]
         deps = _dependency_names(slim)
+        # each slim one installs the core at its own version (the core's files are its own minus what it owns)
+        assert str(deps.pop("lakesession-core").specifier) == f"=={full['version']}", name
+        assert set(core_deps) <= set(deps), f"{name} carries every dependency of the files it shares"
         assert not set(deps) - set(full_deps), f"the full distribution must carry every {name} dependency"
         assert not excluded & set(deps), name
         for dep, req in deps.items():  # extras (pyiceberg[pyarrow]) and pins are the full set's
             assert req.extras <= full_deps[dep].extras, dep
             assert str(req.specifier) == str(full_deps[dep].specifier) or dep == "s3fs", dep
+    for folder in ("client", "catalog", "core"):
         assert (ROOT / folder / "lakesession").resolve() == PACKAGE.resolve(), f"{folder}/lakesession links the package"
     scripts = full["scripts"]  # type: ignore[index]
     assert (
@@ -162,9 +172,12 @@ def test_without_the_server_the_embedded_default_and_serve_say_so_in_one_line(tm
     assert out.returncode == 0, out.stderr
     lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
     assert "The embedded default catalog needs lakesession's catalog server" in lines["CONNECT"]
-    assert "pip install lakesession" in lines["CONNECT"] and "LAKESESSION_URI" in lines["CONNECT"]
+    # the way to the full distribution that works from where the user stands (no index has `lakesession`)
+    assert FULL_INSTALL in lines["CONNECT"] and "LAKESESSION_URI" in lines["CONNECT"]
+    assert "pip install lakesession" not in lines["CONNECT"]
     code, _, message = lines["SERVE"].partition(" ")
     assert code == "2" and message.startswith("lakesession serve: `lakesession serve` needs lakesession's catalog")
+    assert FULL_INSTALL in message
     assert "Traceback" not in out.stdout + out.stderr
 
 
@@ -175,8 +188,8 @@ def test_the_containerfile_installs_the_catalog_and_runs_its_script() -> None:
     text = (ROOT / "Containerfile").read_text()
     copies = [line.split()[1] for line in text.splitlines() if line.startswith("COPY ")]
     assert copies and all((ROOT / c).exists() for c in copies)
-    assert {"catalog", "lakesession"} <= set(copies)
-    assert 'pip install "/src/catalog[postgres]"' in text
+    assert {"catalog", "core", "lakesession"} <= set(copies)
+    assert 'pip install /src/core "/src/catalog[postgres]"' in text
     entry = next(line for line in text.splitlines() if line.startswith("ENTRYPOINT"))
     script = entry.split('"')[1]
     assert script in _project(ROOT / "catalog" / "pyproject.toml")["scripts"]  # type: ignore[operator]

@@ -1,8 +1,15 @@
-"""The two slim distributions, each installed for real into a clean venv as the docs say: the client
-(``pip install ./client``) carries none of the server's stack, the catalog (``pip install ./catalog``) none of
-Spark, and the one works against the other (``lakesession-catalog`` serving, the client connecting).
+"""The real artifacts: every distribution built as a wheel and an sdist (``python -m build``), each wheel
+installed into a clean venv and run there, as a user would.
 
-Slow: two venvs and two installs (wheels come from pip's cache after the first run).
+- the full ``lakesession``: ``lakesession demo`` (the embedded default: catalog, demo user, Spark);
+- ``lakesession-client`` (with ``lakesession-core``, the files it shares): none of the server's stack, and it
+  says in one line how to get the server;
+- ``lakesession-catalog`` (with the core): no Spark, and ``lakesession-catalog`` serves;
+- client and catalog in one venv, then one uninstalled: the other still works (the core owns their shared
+  files, so neither's RECORD removes the other's); the remaining catalog serves the remaining client.
+
+Slow: one build of all wheels per module (~25 s) and five venvs (uv: seconds each from its cache under
+``~/.cache/lakesession/uv``; the first run downloads the dependencies).
 """
 
 from __future__ import annotations
@@ -10,23 +17,151 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
-import venv
+import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 
+from lakesession.errors import FULL_INSTALL
+from lakesession.lab import _build as labextension
 from tests._serve import Served
 from tests.factories import Policy
 from tests.project.test_distributions import SERVER_STACK
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
+#: (folder, distribution) of everything the repository builds
+DISTRIBUTIONS = {
+    ".": "lakesession",
+    "core": "lakesession-core",
+    "client": "lakesession-client",
+    "catalog": "lakesession-catalog",
+}
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without the checkout on the path or lakesession's settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKESESSION_", "PYTHONPATH"))}
-    return {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
+    """This process's environment without the checkout on the path, lakesession's settings or a venv."""
+    drop = ("LAKESESSION_", "PYTHONPATH", "VIRTUAL_ENV", "UV_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    uv_cache = str(labextension.cache_dir() / "uv")
+    return {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_CACHE_DIR": uv_cache, **extra}
+
+
+def _run(cmd: list[str], timeout: float = 600, **kw: object) -> subprocess.CompletedProcess[str]:
+    env = kw.pop("env", None) or _clean_env()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)  # type: ignore[call-overload]
+    assert done.returncode == 0, f"{cmd[:4]}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every distribution's wheel (by distribution name), built with its sdist (the wheel from the sdist)."""
+    out = tmp_path_factory.mktemp("dist")
+    labextension.build()  # a no-op when fresh (the editable install built it); the sdist then carries it
+    builds = [
+        subprocess.Popen(
+            [sys.executable, "-m", "build", "--installer", "uv", "--outdir", str(out), str(ROOT / folder)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_clean_env(),
+        )
+        for folder in DISTRIBUTIONS
+    ]
+    for folder, proc in zip(DISTRIBUTIONS, builds, strict=True):
+        log, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, f"python -m build {folder}:\n{log[-3000:]}"
+    wheels = {}
+    for name in DISTRIBUTIONS.values():
+        stem = name.replace("-", "_") + "-0.1.0"
+        assert (out / f"{stem}.tar.gz").is_file(), sorted(p.name for p in out.iterdir())
+        wheels[name] = out / f"{stem}-py3-none-any.whl"
+    return wheels
+
+
+def _venv(where: Path, *wheels: Path) -> Path:
+    """A clean venv (uv) holding ``wheels`` and their dependencies; returns its bin/ folder."""
+    _run([sys.executable, "-m", "uv", "venv", "--quiet", "--python", sys.executable, str(where)])
+    python = where / "bin" / "python"
+    _run([sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python), *map(str, wheels)])
+    return where / "bin"
+
+
+def _installed(bin_: Path) -> set[str]:
+    out = _run([sys.executable, "-m", "uv", "pip", "list", "--python", str(bin_ / "python"), "--format", "json"])
+    return {p["name"].lower().replace("_", "-") for p in json.loads(out.stdout)}
+
+
+def _uninstall(bin_: Path, name: str) -> None:
+    _run([sys.executable, "-m", "uv", "pip", "uninstall", "--quiet", "--python", str(bin_ / "python"), name])
+
+
+def _owned(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as z:
+        return {n for n in z.namelist() if n.startswith("lakesession/")}
+
+
+def test_the_slim_distributions_own_disjoint_files(dist: dict[str, Path]) -> None:
+    core, client, catalog = (_owned(dist[n]) for n in ("lakesession-core", "lakesession-client", "lakesession-catalog"))
+    assert core & client == core & catalog == client & catalog == set()
+    assert "lakesession/__init__.py" in core and "lakesession/reference/servecmd.py" in catalog
+    assert "lakesession/_spark/jvm/lakesession-jvm.jar" in client
+    # together they are the full package less the engine (the full distribution's alone)
+    full = {n for n in _owned(dist["lakesession"]) if not n.startswith("lakesession/engine/")}
+    assert core | client | catalog == full
+    with zipfile.ZipFile(dist["lakesession"]) as z:  # the JupyterLab front-end, built by the hook
+        assert "lakesession-0.1.0.data/data/share/jupyter/labextensions/lakesession/package.json" in z.namelist()
+
+
+def test_the_full_wheel_runs_the_demo(dist: dict[str, Path], tmp_path: Path) -> None:
+    bin_ = _venv(tmp_path / "venv", dist["lakesession"])
+    env = {k: v for k, v in _clean_env(LAKESESSION_HOME=str(tmp_path / "home")).items() if not k.startswith("AWS_")}
+    out = _run([str(bin_ / "lakesession"), "demo"], env=env, cwd=tmp_path)
+    assert "principal demo" in out.stdout and "read with pyiceberg: 4 orders" in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_the_client_wheel_holds_none_of_the_server_and_says_how_to_get_it(
+    dist: dict[str, Path], tmp_path: Path
+) -> None:
+    bin_ = _venv(tmp_path / "venv", dist["lakesession-core"], dist["lakesession-client"])
+    installed = _installed(bin_)
+    assert {"lakesession-client", "lakesession-core", "pyspark", "hypercorn"} <= installed
+    assert installed & SERVER_STACK == set()
+    env = _clean_env(HOME=str(tmp_path))
+    served = subprocess.run(
+        [str(bin_ / "lakesession"), "serve"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    assert served.returncode == 2 and "needs lakesession's catalog server" in served.stderr
+    assert FULL_INSTALL in served.stderr and "Traceback" not in served.stderr
+
+
+def test_the_catalog_wheel_holds_no_spark_and_serves(dist: dict[str, Path], tmp_path: Path) -> None:
+    bin_ = _venv(tmp_path / "venv", dist["lakesession-core"], dist["lakesession-catalog"])
+    installed = _installed(bin_)
+    assert {"lakesession-catalog", "lakesession-core", "fastapi", "uvicorn", "moto"} <= installed
+    assert installed & {"pyspark", "py4j", "hypercorn", "ipython", "jupyterlab"} == set()
+    assert not (bin_ / "lakesession").exists()  # the client's command is the client's
+    script = (  # the package imports without the client's stack; Spark says what to install, in one line
+        "import sys, lakesession\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('lakesession.'))\n"
+        "try:\n    lakesession.spark()\nexcept lakesession.errors.SparkMissingError as e:\n    print(e)\n"
+        "print(loaded)\n"
+    )
+    out = _run([str(bin_ / "python"), "-c", script], env=_clean_env(HOME=str(tmp_path)), cwd=tmp_path)
+    said, loaded = out.stdout.strip().splitlines()[-2:]
+    assert said.startswith("lakesession.spark() needs pyspark") and "pip install 'pyspark" in said, out
+    assert loaded == "[]", out
+    args = ["--port", "0", "--data-dir", str(tmp_path / "d")]
+    with Served(args, _clean_env(HOME=str(tmp_path)), command=[str(bin_ / "lakesession-catalog")]) as served:
+        config = httpx.get(served.uri + "/v1/config", timeout=30)
+    assert config.status_code in (200, 401), config.text  # it answers the REST catalog's first call
+    assert served.proc.returncode == 0
 
 
 CLIENT_SCRIPT = """
@@ -54,106 +189,30 @@ session.close()
 """
 
 
-def _install(where: Path, folder: str) -> Path:
-    """A clean venv with ``pip install ./<folder>`` from this checkout, exactly as the docs say."""
-    venv.EnvBuilder(with_pip=True).create(where)
-    python = where / "bin" / "python"
-    env = _clean_env()
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(ROOT / folder)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=env,
-        cwd=where.parent,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return python
-
-
-@pytest.fixture(scope="module")
-def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _install(tmp_path_factory.mktemp("slim") / "venv", "client")
-
-
-@pytest.fixture(scope="module")
-def catalog_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _install(tmp_path_factory.mktemp("catalog") / "venv", "catalog")
-
-
-def _pip_list(python: Path) -> set[str]:
-    out = subprocess.run(
-        [str(python), "-m", "pip", "list", "--format=json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        env=_clean_env(),
-    )
-    return {p["name"].lower().replace("_", "-") for p in json.loads(out.stdout)}
-
-
-@pytest.mark.slow
-def test_the_client_install_holds_none_of_the_server(client_venv: Path) -> None:
-    installed = _pip_list(client_venv)
-    assert "lakesession-client" in installed and "pyspark" in installed and "hypercorn" in installed
-    assert installed & SERVER_STACK == set()
-    site = subprocess.run(
-        [str(client_venv), "-c", "import lakesession, pathlib; print(pathlib.Path(lakesession.__file__).parent)"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=client_venv.parent,
-        env=_clean_env(),
-        check=True,
-    ).stdout.strip()
-    assert not (Path(site) / "reference").exists() and (Path(site) / "_wire" / "referenced_by.py").exists()
-    assert "site-packages" in site  # the installed copy, not the checkout
-
-
-@pytest.mark.slow
-def test_the_catalog_install_holds_no_spark(catalog_venv: Path) -> None:
-    installed = _pip_list(catalog_venv)
-    assert {"lakesession-catalog", "fastapi", "uvicorn", "moto"} <= installed
-    assert installed & {"pyspark", "py4j", "hypercorn", "ipython", "jupyterlab"} == set()
-    script = (  # the package imports without the client's stack; Spark says what to install, in one line
-        "import sys, lakesession\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith('lakesession.'))\n"
-        "try:\n    lakesession.spark()\nexcept lakesession.errors.SparkMissingError as e:\n    print(e)\n"
-        "print(loaded)\n"
-    )
-    out = subprocess.run(
-        [str(catalog_venv), "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=catalog_venv.parent,
-        env=_clean_env(HOME=str(catalog_venv.parent)),
-    )
-    said, loaded = out.stdout.strip().splitlines()[-2:] if out.returncode == 0 else ("", out.stderr[-2000:])
-    assert said.startswith("lakesession.spark() needs pyspark") and "pip install 'pyspark" in said, out
-    assert loaded == "[]", out
-
-
-@pytest.mark.slow
-def test_the_client_install_works_against_the_catalog_install(
-    client_venv: Path, catalog_venv: Path, tmp_path: Path
-) -> None:
+def test_client_and_catalog_in_one_venv_survive_uninstalling_either(dist: dict[str, Path], tmp_path: Path) -> None:
+    """Both in one venv, then one uninstalled (each way): what remains works, the catalog serving the client."""
+    wheels = [dist["lakesession-core"], dist["lakesession-client"], dist["lakesession-catalog"]]
+    catalog_left, client_left = _venv(tmp_path / "a", *wheels), _venv(tmp_path / "b", *wheels)
+    _uninstall(catalog_left, "lakesession-client")
+    _uninstall(client_left, "lakesession-catalog")
+    assert not (catalog_left / "lakesession").exists() and not (client_left / "lakesession-catalog").exists()
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         Policy().service("etl", "etl-pw-1", role="eng").grant("eng", "CATALOG_MANAGE_CONTENT", "catalog").yaml()
     )
     args = ["--port", "0", "--data-dir", str(tmp_path / "d"), "--bootstrap", str(policy)]
-    command = [str(catalog_venv.parent / "lakesession-catalog")]
+    command = [str(catalog_left / "lakesession-catalog")]
     with Served([*args, "--warehouse", "s3://slim-lake/wh", "--s3-emulator"], _clean_env(), command=command) as served:
+        script = textwrap.dedent(CLIENT_SCRIPT)
+        lines = served.lines
         out = subprocess.run(
             [
-                str(client_venv),
+                str(client_left / "python"),
                 "-c",
-                textwrap.dedent(CLIENT_SCRIPT),
+                script,
                 served.uri,
-                served.lines["warehouse"],
-                served.lines["issuer"],
+                lines["warehouse"],
+                lines["issuer"],
                 "etl:etl-pw-1",
             ],
             capture_output=True,
@@ -164,28 +223,7 @@ def test_the_client_install_works_against_the_catalog_install(
         )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
+    # the catalog's stack is still in the client's venv (uninstalling a distribution leaves its dependencies),
+    # but the client loads none of it, and the server's package is gone with its distribution
     assert report == {"rows": 3, "config": 200, "server_modules": [], "reference": False}
     assert "etl-pw-1" not in out.stdout + out.stderr
-
-
-@pytest.mark.slow
-def test_the_client_install_says_how_to_get_the_server(client_venv: Path, tmp_path: Path) -> None:
-    env = _clean_env(HOME=str(tmp_path))
-    script = (
-        "import lakesession\n"
-        "try:\n    lakesession.connect()\nexcept lakesession.errors.CatalogServerMissingError as e:\n    print(e)\n"
-    )
-    out = subprocess.run(
-        [str(client_venv), "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**env, "HOME": str(tmp_path)},
-    )
-    assert "pip install lakesession" in out.stdout, out.stderr[-2000:]
-    lakesession_cli = client_venv.parent / "lakesession"
-    served = subprocess.run(
-        [str(lakesession_cli), "serve"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
-    )
-    assert served.returncode == 2 and "needs lakesession's catalog server" in served.stderr
-    assert "Traceback" not in served.stderr
