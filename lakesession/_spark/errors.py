@@ -101,17 +101,10 @@ class WarehouseError(_ConfigError, captured.CapturedException):
 NO_SUCH_WAREHOUSE = "org.apache.iceberg.exceptions.NoSuchWarehouseException"
 
 
-# Nessie 0.99's 500 for an unknown warehouse (Iceberg Java: ServiceFailureException), seen on these machines
-_UNKNOWN_WAREHOUSE = re.compile(r"Warehouse '[^']+' is not known")
-
-
 def _no_warehouse(e: Any) -> WarehouseError | None:
     seen = 0
     while e is not None and seen < 20:
-        name = str(e.getClass().getName())
-        if name == NO_SUCH_WAREHOUSE or (
-            name.startswith("org.apache.iceberg.exceptions.") and _UNKNOWN_WAREHOUSE.search(str(e.getMessage()))
-        ):
+        if str(e.getClass().getName()) == NO_SUCH_WAREHOUSE:
             return WarehouseError(no_warehouse(str(e.getMessage() or "not found"), uri=None, warehouse=None))
         e = e.getCause()
         seen += 1
