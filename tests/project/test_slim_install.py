@@ -88,7 +88,10 @@ def _venv(where: Path, *wheels: Path) -> Path:
     """A clean venv (uv) holding ``wheels`` and their dependencies; returns its bin/ folder."""
     _run([sys.executable, "-m", "uv", "venv", "--quiet", "--python", sys.executable, str(where)])
     python = where / "bin" / "python"
-    _run([sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python), *map(str, wheels)])
+    cmd = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python), *map(str, wheels)]
+    # offline first: pyspark is an sdist, and uv otherwise downloads and rebuilds it on every install (~36 s)
+    if subprocess.run([*cmd, "--offline"], capture_output=True, env=_clean_env(), timeout=600).returncode != 0:
+        _run(cmd)  # a cold cache: download once
     return where / "bin"
 
 
