@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests._restfixture import cache_dir as restfixture_cache
+from tests._restfixture import maven_lib
 from tests.factories import stop_process
 
 VERSION = "1.12.0"  # the Iceberg runtime lakesession gives Spark 3.5 and 4.1
@@ -28,41 +29,7 @@ HARNESS = Path(__file__).parent / "java" / "MetadataParseHarness.java"
 def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
     """iceberg-core's jars (a directory), resolved by Maven from Maven Central when not cached yet."""
     lib = restfixture_cache().parent / "icebergcore" / version / "lib"
-    if (lib / ".complete").exists():
-        return lib
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise RuntimeError(
-            "Maven (`mvn`) is needed once to fetch iceberg-core from Maven Central (apt-get install maven)"
-        )
-    staging = lib.with_name(f"lib.{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    out = subprocess.run(
-        [
-            mvn,
-            "-B",
-            "-q",
-            "-f",
-            str(POM),
-            f"-Dmaven.repo.local={restfixture_cache() / 'm2'}",
-            f"-Diceberg.version={version}",
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={staging}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if out.returncode != 0 or not (staging / f"iceberg-core-{version}.jar").exists():
-        raise RuntimeError(f"mvn could not resolve iceberg-core {version}:\n{out.stdout[-3000:]}{out.stderr[-2000:]}")
-    (staging / ".complete").write_text(version)
-    if (lib / ".complete").exists():  # another run finished first
-        shutil.rmtree(staging, ignore_errors=True)
-        return lib
-    shutil.rmtree(lib, ignore_errors=True)
-    staging.rename(lib)  # atomic: never a half-filled lib/
-    return lib
+    return maven_lib(lib, POM, version, f"iceberg-core-{version}.jar", f"iceberg-core {version}", timeout=timeout)
 
 
 def _compiled(lib: Path) -> Path:

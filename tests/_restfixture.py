@@ -57,16 +57,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lakesession" / "restfixture"
 
 
-def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
-    """The fixture's jars (a directory), resolved by Maven from Maven Central when not cached yet."""
-    lib = cache_dir() / version / "lib"
+def maven_lib(lib: Path, pom: Path, version: str, expect: str, what: str, *, timeout: float = 600.0) -> Path:
+    """``pom``'s runtime classpath in ``lib`` (a directory), resolved once by Maven from Maven Central.
+
+    Filled in a staging directory and renamed into place, so a concurrent or interrupted run never leaves a
+    half-filled ``lib/``; the Maven repository is shared (``cache_dir()/m2``), so shared jars download once.
+    """
     if (lib / ".complete").exists():
         return lib
     mvn = shutil.which("mvn")
     if mvn is None:
         raise RuntimeError(
-            "Maven (`mvn`) is needed once to fetch Apache's Iceberg REST fixture jars from Maven Central "
-            "(apt-get install maven), or put them in " + str(lib)
+            f"Maven (`mvn`) is needed once to fetch {what} from Maven Central (apt-get install maven), "
+            f"or put them in {lib}"
         )
     staging = lib.with_name(f"lib.{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -76,7 +79,7 @@ def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
             "-B",
             "-q",
             "-f",
-            str(POM),
+            str(pom),
             f"-Dmaven.repo.local={cache_dir() / 'm2'}",
             f"-Diceberg.version={version}",
             "dependency:copy-dependencies",
@@ -87,18 +90,22 @@ def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
         text=True,
         timeout=timeout,
     )
-    jar = staging / f"iceberg-open-api-{version}-test-fixtures.jar"
-    if out.returncode != 0 or not jar.exists():
-        raise RuntimeError(
-            f"mvn could not resolve the REST fixture's classpath:\n{out.stdout[-3000:]}{out.stderr[-2000:]}"
-        )
+    if out.returncode != 0 or not (staging / expect).exists():
+        raise RuntimeError(f"mvn could not resolve {what}:\n{out.stdout[-3000:]}{out.stderr[-2000:]}")
     (staging / ".complete").write_text(version)
     if (lib / ".complete").exists():  # another run finished first: keep its copy (it may be in use)
         shutil.rmtree(staging, ignore_errors=True)
         return lib
     shutil.rmtree(lib, ignore_errors=True)
-    staging.rename(lib)  # atomic: a concurrent or interrupted run never leaves a half-filled lib/
+    staging.rename(lib)
     return lib
+
+
+def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
+    """The fixture's jars (a directory), resolved by Maven from Maven Central when not cached yet."""
+    jar = f"iceberg-open-api-{version}-test-fixtures.jar"
+    what = "Apache's Iceberg REST fixture's classpath"
+    return maven_lib(cache_dir() / version / "lib", POM, version, jar, what, timeout=timeout)
 
 
 def _compiled_launcher(java: str, lib: Path) -> Path:
