@@ -12,7 +12,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from lakesession.reference.storage import S3Emulator, split_s3_location, table_session_policy
+from lakesession.reference.storage import S3Emulator, prefixes_session_policy, split_s3_location, table_session_policy
 from lakesession.reference.storage.emulator import SUPPORTED_MOTO_VERSION, Credentials, check_moto_version
 from lakesession.reference.storage.policy import evaluate, is_allowed, wildcard_match
 
@@ -79,7 +79,9 @@ def test_table_session_policy_normalises_and_is_path_boundary_safe():
 
     assert ok("s3:GetObject", "arn:aws:s3:::b/wh/orders/data/x.parquet")
     assert not ok("s3:GetObject", "arn:aws:s3:::b/wh/orders_archive/x")
-    assert not ok("s3:GetObject", "arn:aws:s3:::b/wh/orders")
+    assert ok("s3:GetObject", "arn:aws:s3:::b/wh/orders")  # the directory key itself: S3A's and pyarrow's HEAD
+    assert not ok("s3:GetObject", "arn:aws:s3:::b/wh/orders_archive")
+    assert not ok("s3:PutObject", "arn:aws:s3:::b/wh/orders")  # never write a file shadowing the directory
     assert not ok("s3:PutObject", "arn:aws:s3:::b/wh/orders/x")
     assert ok("S3:getobject", "arn:aws:s3:::b/wh/orders/x")  # actions are case-insensitive
     assert ok("s3:ListBucket", "arn:aws:s3:::b", **{"s3:prefix": "wh/orders/"})
@@ -87,6 +89,19 @@ def test_table_session_policy_normalises_and_is_path_boundary_safe():
     assert not ok("s3:ListBucket", "arn:aws:s3:::b", **{"s3:prefix": "wh/orders_archive"})
     assert not ok("s3:ListBucket", "arn:aws:s3:::b", **{"s3:prefix": "wh/"})
     assert not ok("s3:ListBucket", "arn:aws:s3:::b")  # no prefix: condition key absent
+
+    both = prefixes_session_policy(["s3://b/wh/orders/", "s3://b/raw/landing", "s3://c/x/y"], write=False)
+    union = lambda action, resource, **ctx: evaluate([both], action, resource, ctx) == "Allow"  # noqa: E731
+    assert union("s3:GetObject", "arn:aws:s3:::b/wh/orders/1") and union("s3:GetObject", "arn:aws:s3:::b/raw/landing/2")
+    assert union("s3:GetObject", "arn:aws:s3:::c/x/y/3") and union(
+        "s3:ListBucket", "arn:aws:s3:::c", **{"s3:prefix": "x/y/"}
+    )
+    assert not union("s3:GetObject", "arn:aws:s3:::b/raw/landing_old/2")
+    assert not union("s3:GetObject", "arn:aws:s3:::c/wh/orders/1")  # prefixes stay with their bucket
+    assert not union("s3:ListBucket", "arn:aws:s3:::c", **{"s3:prefix": "raw/landing/"})
+    assert union("s3:ListBucket", "arn:aws:s3:::b", **{"s3:prefix": "raw/landing/"})
+    with pytest.raises(ValueError):
+        prefixes_session_policy([], write=False)
 
 
 def test_evaluator_conditions_and_deny():

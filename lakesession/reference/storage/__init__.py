@@ -1,13 +1,14 @@
 """Object storage for the reference catalog: an embedded S3 + STS emulator that
 enforces scoped, expiring credentials, and the per-table session policy."""
 
-from .policy import split_s3_location, table_session_policy
+from .policy import prefixes_session_policy, split_s3_location, table_session_policy
 
 __all__ = [
     "SUPPORTED_MOTO_VERSION",
     "AccessKey",
     "Credentials",
     "S3Emulator",
+    "prefixes_session_policy",
     "split_s3_location",
     "table_session_policy",
 ]

@@ -55,44 +55,81 @@ def split_s3_location(location: str) -> tuple[str, str]:
 
 
 def table_session_policy(location: str, write: bool) -> dict[str, Any]:
-    """The IAM session policy for one table location, read-only or read-write.
+    """The IAM session policy for one table location, read-only or read-write (see :func:`prefixes_session_policy`)."""
+    return prefixes_session_policy([location], write)
 
-    Read: ``s3:GetObject`` and ``s3:GetObjectVersion`` on ``<prefix>/*``,
-    ``s3:ListBucket`` on the bucket only for ``s3:prefix`` like ``<prefix>/*``
-    (not the bare ``<prefix>``: it would list sibling names such as
-    ``<prefix>_archive/``), and ``s3:GetBucketLocation``. Write adds
+
+def prefixes_session_policy(locations: Iterable[str], write: bool) -> dict[str, Any]:
+    """The IAM session policy covering exactly the union of ``locations`` (one bucket or several).
+
+    Why one document for several prefixes: Hadoop S3A takes one credential per bucket, so a session
+    that holds grants on two prefixes of a bucket needs one key scoped to both, and to nothing else.
+
+    Read, per prefix: ``s3:GetObject`` and ``s3:GetObjectVersion`` on ``<prefix>/*`` and on the bare
+    ``<prefix>`` key (the directory itself: S3A, pyarrow and DuckDB probe it with a HEAD before they
+    list; no other securable can own that key, since locations never overlap), ``s3:ListBucket`` on
+    the bucket only for ``s3:prefix`` like ``<prefix>/*`` (not the bare ``<prefix>``: it would list
+    sibling names such as ``<prefix>_archive/``), and ``s3:GetBucketLocation``. Write adds
     ``s3:PutObject``, ``s3:DeleteObject``, ``s3:AbortMultipartUpload``,
-    ``s3:ListMultipartUploadParts`` on the objects. Never ``s3:ListBucketMultipartUploads``:
-    AWS has no ``s3:prefix`` key for it, so it would list every upload in the bucket (other
-    tables' keys and upload ids); Iceberg's S3FileIO and pyarrow keep their own upload ids
-    and never list uploads.
+    ``s3:ListMultipartUploadParts`` on ``<prefix>/*`` only (never the bare key: a file named like the
+    directory would shadow it). Never ``s3:ListBucketMultipartUploads``: AWS has no ``s3:prefix``
+    key for it, so it would list every upload in the bucket (other tables' keys and upload ids);
+    Iceberg's S3FileIO and pyarrow keep their own upload ids and never list uploads.
 
     Args:
-        location: ``s3://bucket/path/to/table`` (trailing slash optional).
+        locations: ``s3://bucket/path/to/table`` (trailing slash optional), at least one.
         write: include write permissions.
 
     Raises:
-        ValueError: not an S3 location, a bucket root (that would cover every
-            table in the bucket), or wildcard characters in the location.
+        ValueError: no location, not an S3 location, a bucket root (that would cover every
+            table in the bucket), or wildcard characters in a location.
     """
-    bucket, prefix = split_s3_location(location)
-    if not prefix:
-        raise ValueError(f"refusing to scope credentials to a whole bucket: {location!r}")
-    bucket_arn = f"arn:aws:s3:::{bucket}"
-    objects_arn = f"{bucket_arn}/{prefix}/*"
-    object_actions = list(READ_OBJECT_ACTIONS) + (list(WRITE_OBJECT_ACTIONS) if write else [])
+    split: list[tuple[str, str]] = []
+    for location in locations:
+        bucket, prefix = split_s3_location(location)
+        if not prefix:
+            raise ValueError(f"refusing to scope credentials to a whole bucket: {location!r}")
+        if (bucket, prefix) not in split:
+            split.append((bucket, prefix))
+    if not split:
+        raise ValueError("no location to scope credentials to")
+    buckets = sorted({bucket for bucket, _ in split})
+    objects = [f"arn:aws:s3:::{b}/{p}/*" for b, p in split]
     statements: list[dict[str, Any]] = [
-        {"Sid": "TableObjects", "Effect": "Allow", "Action": object_actions, "Resource": objects_arn},
+        {"Sid": "TableObjects", "Effect": "Allow", "Action": list(READ_OBJECT_ACTIONS), "Resource": objects},
         {
-            "Sid": "TableListing",
+            "Sid": "DirectoryKeys",
             "Effect": "Allow",
-            "Action": "s3:ListBucket",
-            "Resource": bucket_arn,
-            # only "<prefix>/…": a bare "<prefix>" would let the holder list names under "<prefix>_archive/"
-            "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
+            "Action": list(READ_OBJECT_ACTIONS),
+            "Resource": [f"arn:aws:s3:::{b}/{p}" for b, p in split],
         },
-        {"Sid": "BucketLocation", "Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": bucket_arn},
     ]
+    if write:
+        statements.append(
+            {"Sid": "TableWrites", "Effect": "Allow", "Action": list(WRITE_OBJECT_ACTIONS), "Resource": objects}
+        )
+    for bucket in buckets:
+        statements.append(
+            {
+                "Sid": "TableListing" if len(buckets) == 1 else f"TableListing{buckets.index(bucket)}",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:aws:s3:::{bucket}",
+                # only "<prefix>/…": a bare "<prefix>" would let the holder list names under "<prefix>_archive/"
+                "Condition": {"StringLike": {"s3:prefix": [f"{p}/*" for b, p in split if b == bucket]}},
+            }
+        )
+    statements.append(
+        {
+            "Sid": "BucketLocation",
+            "Effect": "Allow",
+            "Action": "s3:GetBucketLocation",
+            "Resource": [f"arn:aws:s3:::{b}" for b in buckets],
+        }
+    )
+    for statement in statements:  # one resource: a plain string, as IAM prints it (and shorter)
+        if isinstance(statement["Resource"], list) and len(statement["Resource"]) == 1:
+            statement["Resource"] = statement["Resource"][0]
     return {"Version": "2012-10-17", "Statement": statements}
 
 
