@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import CatalogAccessError, StorageAccessError
@@ -138,36 +139,59 @@ class RefreshingS3Handler(pafs.FileSystemHandler):
     def _do(self, operation: str, path: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """``S3FileSystem.<method>(*args)`` for ``path``, its refusals told in one line."""
         where = f"s3://{_strip(path)}"
+        if operation == WRITE:
+            self._refuse_read_only(where)
+        try:
+            return getattr(self._fs(), method)(*args, **kwargs)
+        except OSError as exc:
+            refused = self._refusal(exc, operation, where)
+            if refused is None:
+                raise
+            raise refused from exc
+
+    def _refuse_read_only(self, where: str) -> None:
+        """A write through a filesystem opened for reading never reaches the store."""
         who = f" as {self.principal}" if self.principal else ""
-        if operation == WRITE and self.creds.mode != "write":
+        if self.creds.mode != "write":
             raise self._denied(
                 where,
-                operation,
+                WRITE,
                 "ReadOnlyFilesystem",
                 f"lakesession refused to write {where}{who} before it reached the store: "
                 f"session.filesystem({self.creds.location!r}) was opened for reading. Fix: "
                 f"session.filesystem({self.creds.location!r}, mode='write') (it needs a LOCATION_WRITE grant).",
             )
-        try:
-            return getattr(self._fs(), method)(*args, **kwargs)
-        except OSError as exc:
-            denial = parse_denial(str(exc), operation=operation)
-            if denial is None:
-                raise
-            inside = where.startswith(self.creds.location.rstrip("/") + "/")
-            cause = (
-                f"the grant on {self.creds.location} does not allow it (ask for LOCATION_WRITE)"
-                if inside
-                else f"this filesystem's credentials cover {self.creds.location} only"
-            )
-            raise self._denied(
-                where,
-                denial.operation or operation,
-                denial.code,
-                f"The object store refused to {denial.operation or operation} {where}{who}: {denial.code}. "
-                f"Likely cause: {cause}. Fix: session.locations() lists the locations you may open with "
-                "session.filesystem(...).",
-            ) from exc
+
+    def _refusal(self, exc: OSError, operation: str, where: str) -> PathAccessError | None:
+        """The store's refusal in ``exc`` as one ``PathAccessError`` line (None: not a refusal)."""
+        denial = parse_denial(str(exc), operation=operation)
+        if denial is None:
+            return None
+        who = f" as {self.principal}" if self.principal else ""
+        granted = self._granted()
+        inside = where == granted or where.startswith(granted + "/")
+        cause = (
+            f"this filesystem's credentials cover {granted}/ only"
+            if not inside
+            else f"the grant on {granted}/ does not allow it (ask for LOCATION_WRITE)"
+            if operation == WRITE
+            else f"the store refused a key inside {granted}/ that the grant covers (a stale or revoked grant: "
+            "reopen session.filesystem(...))"
+        )
+        return self._denied(
+            where,
+            denial.operation or operation,
+            denial.code,
+            f"The object store refused to {denial.operation or operation} {where}{who}: {denial.code}. "
+            f"Likely cause: {cause}. Fix: session.locations() lists the locations you may open with "
+            "session.filesystem(...).",
+        )
+
+    def _output(self, path: str, method: str, metadata: Any) -> Any:
+        """An output stream whose write, flush and close refusals are ``PathAccessError`` lines too: with
+        delayed opens (one PUT per small file) the store sees the object only when the stream is closed."""
+        stream = self._do(WRITE, path, method, _strip(path), metadata=metadata)
+        return pa.PythonFile(_RefusalsTold(stream, self, f"s3://{_strip(path)}"), mode="w")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RefreshingS3Handler) and other.creds is self.creds
@@ -189,7 +213,26 @@ class RefreshingS3Handler(pafs.FileSystemHandler):
         return self._do(READ, selector.base_dir, "get_file_info", sel)
 
     def create_dir(self, path: str, recursive: bool) -> None:
-        self._do(WRITE, path, "create_dir", _strip(path), recursive=recursive)
+        """S3 has no directories (a key implies its parents), and pyarrow's own ``create_dir`` asks HeadBucket,
+        which a key scoped to a prefix may not (on AWS neither): inside the granted prefix this creates nothing,
+        so ``pyarrow.dataset.write_dataset`` and ``fs.create_dir`` work; outside it, one line refuses."""
+        where = f"s3://{_strip(path)}"
+        granted = self._granted()
+        self._refuse_read_only(where)
+        if where.rstrip("/") == granted or where.startswith(granted + "/"):
+            return
+        who = f" as {self.principal}" if self.principal else ""
+        raise self._denied(
+            where,
+            WRITE,
+            "OutsideLocation",
+            f"lakesession refused to create directory {where}{who}: this filesystem's credentials cover "
+            f"{granted}/ only. Fix: session.locations() lists the locations you may open with session.filesystem(...).",
+        )
+
+    def _granted(self) -> str:
+        """The prefix the held key covers, as ``s3://bucket/prefix`` (no trailing slash)."""
+        return "s3://" + _strip(self.creds.prefix or self.creds.location).rstrip("/")
 
     def delete_dir(self, path: str) -> None:
         self._do(WRITE, path, "delete_dir", _strip(path))
@@ -216,10 +259,51 @@ class RefreshingS3Handler(pafs.FileSystemHandler):
         return self._do(READ, path, "open_input_file", _strip(path))
 
     def open_output_stream(self, path: str, metadata: Any) -> Any:
-        return self._do(WRITE, path, "open_output_stream", _strip(path), metadata=metadata)
+        return self._output(path, "open_output_stream", metadata)
 
     def open_append_stream(self, path: str, metadata: Any) -> Any:
-        return self._do(WRITE, path, "open_append_stream", _strip(path), metadata=metadata)
+        return self._output(path, "open_append_stream", metadata)
+
+
+class _RefusalsTold:
+    """A writable file object over pyarrow's S3 output stream that tells the store's refusals in one line."""
+
+    def __init__(self, stream: Any, handler: RefreshingS3Handler, where: str):
+        self._stream, self._handler, self._where = stream, handler, where
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._stream, method)(*args)
+        except OSError as exc:
+            refused = self._handler._refusal(exc, WRITE, self._where)
+            if refused is None:
+                raise
+            raise refused from exc
+
+    def write(self, data: Any) -> Any:
+        return self._call("write", data)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def close(self) -> None:
+        self._call("close")
+
+    def tell(self) -> int:
+        return int(self._stream.tell())
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._stream.closed)
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
 
 
 def location_filesystem(

@@ -76,7 +76,7 @@ class Admin:
         from . import storage_locations
         from .routes.common import locations_of  # the catalog's index (imports pyiceberg: only when asked)
 
-        return storage_locations.register(locations_of(self._services), url)
+        return storage_locations.register(locations_of(self._services), url, self._services.extras)
 
     def register_location(self, url: str) -> str:
         """Register a raw storage prefix (``s3://bucket/prefix/``) that ``LOCATION_*`` grants can name."""
@@ -164,6 +164,7 @@ class ReferenceCatalog:
         bootstrap: Any = None,
         wrap_app: Callable[[Any], Any] | None = None,
         lazy_catalog: bool = False,
+        emulator: Any = None,
     ):
         self.settings = settings
         self.data_dir = data_dir
@@ -172,7 +173,11 @@ class ReferenceCatalog:
         services: Services = self.app.state.services
         self.services = services
         self.admin = Admin(services, self.app.state.issuer)
-        self.s3_emulator: Any = None
+        self.s3_emulator: Any = emulator
+        if emulator is not None:  # a registered location's bucket exists on the emulator, as on S3 (bootstrap too)
+            from .storage_locations import BUCKET_MAKER
+
+            services.extras[BUCKET_MAKER] = emulator.create_bucket
         self.sock = sock
         self.bind_url = settings.base_url
         if isinstance(bootstrap, bootstrap_mod.Bootstrap):  # refused before the admin principal is made
@@ -326,8 +331,7 @@ def start(
         )
         try:
             with locked(data_path):  # replicas sharing a data dir create its issuer key and admin secret once
-                handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app, lazy_catalog)
-            handle.s3_emulator = emulator
+                handle = ReferenceCatalog(cfg, sock, data_path, tmp, bootstrap, wrap_app, lazy_catalog, emulator)
             handle.bind_url = f"http://{url_host(host)}:{bound_port}"  # differs from uri behind a proxy
             if serve:
                 handle._start()

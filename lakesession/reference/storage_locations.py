@@ -14,6 +14,9 @@ also lie outside the warehouse root (tables own the warehouse) and below a bucke
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import delete
 
@@ -22,6 +25,13 @@ from .authz import LOCATION_SCHEMES, normalize_location
 from .errors import BadRequest, NotFound
 from .locations import LOCATION, LocationIndex, Owner
 from .storage.policy import split_s3_location
+
+logger = logging.getLogger(__name__)
+
+#: ``Services.extras`` key of a callable making a registered location's bucket exist (the S3 emulator's
+#: ``create_bucket``): on real S3 an admin registers a prefix of a bucket that exists; on the emulator, a
+#: location such as ``s3://raw-bucket/landing/`` would otherwise answer ``NoSuchBucket``
+BUCKET_MAKER = "location_bucket_maker"
 
 
 def owner(prefix: str) -> Owner:
@@ -53,11 +63,26 @@ def check(url: str, warehouse: str) -> str:
     return prefix
 
 
-def register(index: LocationIndex, url: str) -> str:
-    """Register ``url`` (idempotent); ``BadRequest`` if it overlaps anything else's storage."""
+def register(index: LocationIndex, url: str, extras: dict[str, Any] | None = None) -> str:
+    """Register ``url`` (idempotent); ``BadRequest`` if it overlaps anything else's storage. With the S3
+    emulator behind the catalog (``extras[BUCKET_MAKER]``), the location's bucket is made to exist too."""
     prefix = check(url, index.root)
     index.claim(owner(prefix), [(prefix, "storage location")])
+    make_bucket(extras, prefix)
     return prefix
+
+
+def make_bucket(extras: dict[str, Any] | None, prefix: str) -> None:
+    """Create ``prefix``'s bucket when the catalog's store can (the emulator); a bucket it cannot create (its
+    name taken by another emulator in this process) is logged: the registration stands, as it would on S3."""
+    maker: Callable[[str], None] | None = (extras or {}).get(BUCKET_MAKER)
+    if maker is None:
+        return
+    bucket, _ = split_s3_location(prefix)
+    try:
+        maker(bucket)
+    except ValueError as e:
+        logger.warning("storage location %s: the S3 emulator cannot create bucket %r: %s", prefix, bucket, e)
 
 
 def unregister(index: LocationIndex, url: str) -> str:

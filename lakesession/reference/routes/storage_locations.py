@@ -121,7 +121,7 @@ def register_location(
     body: LocationBody, ctx: RequestContext = Depends(get_context, scope="function")
 ) -> dict[str, str]:
     _manage(ctx, "register_location")
-    prefix = storage_locations.register(locations_of(ctx.services), body.location)
+    prefix = storage_locations.register(locations_of(ctx.services), body.location, ctx.services.extras)
     ctx.audit("register_location", Securable.location(prefix), "issued")
     return {"location": prefix}
 
