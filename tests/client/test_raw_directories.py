@@ -11,10 +11,10 @@ One catalog for the module (the fast set stays quick).
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -169,7 +169,7 @@ def test_the_vended_key_itself_reaches_the_directory_and_nothing_beside_it(vende
     assert _status(lambda: vended.list_objects_v2(Bucket=B, Prefix="")) == 403
     assert _status(lambda: vended.list_objects_v2(Bucket=B, Prefix="landing_old/")) == 403
     for key in ("landing_old/part-0.parquet", "private/part-0.parquet", "marked/top.parquet", "landing_old"):
-        assert _status(lambda key=key: vended.get_object(Bucket=B, Key=key)) == 403, key
+        assert _status(functools.partial(vended.get_object, Bucket=B, Key=key)) == 403, key
     # read-only: not even the directory key can be written (it would shadow the directory)
     assert _status(lambda: vended.put_object(Bucket=B, Key="landing/x.parquet", Body=b"x")) == 403
     assert _status(lambda: vended.put_object(Bucket=B, Key="landing", Body=b"x")) == 403
@@ -183,7 +183,11 @@ WRITES: dict[str, Callable[[str, Any], None]] = {
     "pandas": lambda d, fs: pd.DataFrame({"id": [7]}).to_parquet(f"s3://{d}/w-pandas.parquet", filesystem=fs),
     "pq.write_table": lambda d, fs: pq.write_table(pa.table({"id": [7]}), f"{d}/w-pq.parquet", filesystem=fs),
     "pyarrow.dataset": lambda d, fs: ds.write_dataset(
-        pa.table({"id": [7]}), f"{d}/w-ds", filesystem=fs, format="parquet", existing_data_behavior="overwrite_or_ignore"
+        pa.table({"id": [7]}),
+        f"{d}/w-ds",
+        filesystem=fs,
+        format="parquet",
+        existing_data_behavior="overwrite_or_ignore",
     ),
 }
 
