@@ -256,3 +256,28 @@ def test_registering_a_location_on_the_emulator_creates_its_bucket(session: Any)
     )
     assert r.status_code == 201, r.text
     assert _status(lambda: s3.head_bucket(Bucket=other)) == 200
+
+
+def test_a_bootstrap_files_locations_get_buckets_and_a_taken_name_leaves_the_registration(
+    session: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``locations:`` of a bootstrap file are registered before the emulator serves: their buckets exist too.
+    A bucket name another emulator of this process owns (names are global, as on S3) is logged, not fatal."""
+    from lakesession.reference import bootstrap, start
+
+    fresh = f"rawdirs-boot-{secrets.token_hex(4)}"
+    policy = bootstrap.Bootstrap(locations=[{"location": f"s3://{fresh}/in/"}, {"location": f"s3://{B}/elsewhere/"}])
+    with caplog.at_level("WARNING", logger="lakesession.reference.storage_locations"):
+        handle = start(warehouse=f"s3://rawdirs-wh-{secrets.token_hex(4)}/wh", s3_emulator=True, bootstrap=policy)
+    try:
+        s3 = handle.s3_emulator.client()
+        assert _status(lambda: s3.head_bucket(Bucket=fresh)) == 200
+        assert _status(lambda: s3.head_bucket(Bucket=B)) == 403  # the module's emulator owns it: not this account's
+        from lakesession.reference import storage_locations
+        from lakesession.reference.routes.common import locations_of
+
+        registered = storage_locations.registered(locations_of(handle.services))
+        assert f"s3://{fresh}/in/" in registered and f"s3://{B}/elsewhere/" in registered
+        assert any(f"cannot create bucket '{B}'" in r.getMessage() for r in caplog.records)
+    finally:
+        handle.stop()
