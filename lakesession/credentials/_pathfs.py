@@ -10,6 +10,7 @@ the gateway hands out by), before the key expires: a long loop of reads spans ma
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -19,9 +20,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import CatalogAccessError, StorageAccessError
-from ._denials import READ, WRITE, parse_denial
+from ._denials import READ, WRITE, Denial, parse_denial
 
 SCHEMES = ("s3://", "s3a://", "s3n://")
+_HEAD_400 = re.compile(r"HTTP status 400\) during HeadObject operation")
 DEFAULT_MIN_VALID = 60.0
 
 
@@ -165,6 +167,9 @@ class RefreshingS3Handler(pafs.FileSystemHandler):
     def _refusal(self, exc: OSError, operation: str, where: str) -> PathAccessError | None:
         """The store's refusal in ``exc`` as one ``PathAccessError`` line (None: not a refusal)."""
         denial = parse_denial(str(exc), operation=operation)
+        if denial is None and _HEAD_400.search(str(exc)):
+            # S3 answers a HEAD signed with an expired or unknown session token 400 without a body to name it
+            denial = Denial("BadRequest", READ, "HeadObject")
         if denial is None:
             return None
         who = f" as {self.principal}" if self.principal else ""
@@ -175,8 +180,8 @@ class RefreshingS3Handler(pafs.FileSystemHandler):
             if not inside
             else f"the grant on {granted}/ does not allow it (ask for LOCATION_WRITE)"
             if operation == WRITE
-            else f"the store refused a key inside {granted}/ that the grant covers (a stale or revoked grant: "
-            "reopen session.filesystem(...))"
+            else f"the store no longer honours the key for {granted}/ (revoked or expired early); a new session "
+            "(lakesession.connect()) fetches a new one"
         )
         return self._denied(
             where,

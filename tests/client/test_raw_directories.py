@@ -48,10 +48,10 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     s = lakesession.connect(data_dir=tmp_path_factory.mktemp("rawdirs"), catalog_name="rawdirs")
     handle = s.embedded.handle
     admin = handle.admin
-    for name in ("landing", "marked", "drop", "private"):
+    for name in ("landing", "marked", "drop", "private", "expiring"):
         admin.register_location(f"s3://{B}/{name}/")
     admin.create_role("raw_users", ["demo"])
-    for name in ("landing", "marked"):
+    for name in ("landing", "marked", "expiring"):
         admin.grant("raw_users", "LOCATION_READ", f"location s3://{B}/{name}/")
     admin.grant("raw_users", "LOCATION_WRITE", f"location s3://{B}/drop/")
     s3 = handle.s3_emulator.client()
@@ -59,6 +59,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         s3.put_object(Bucket=B, Key=f"{top}/2026/part-0.parquet", Body=_parquet([1, 2]))
         s3.put_object(Bucket=B, Key=f"{top}/2026/part-1.parquet", Body=_parquet([3]))
         s3.put_object(Bucket=B, Key=f"{top}/top.parquet", Body=_parquet([4]))
+    s3.put_object(Bucket=B, Key="expiring/part-0.parquet", Body=_parquet([5]))
     s3.put_object(Bucket=B, Key="marked/", Body=b"")  # what the S3 console's "Create folder" leaves
     s3.put_object(Bucket=B, Key="landing_old/part-0.parquet", Body=_parquet([99]))
     s3.put_object(Bucket=B, Key="private/part-0.parquet", Body=_parquet([98]))
@@ -286,3 +287,19 @@ def test_a_bootstrap_files_locations_get_buckets_and_a_taken_name_leaves_the_reg
         assert any(f"cannot create bucket '{B}'" in r.getMessage() for r in caplog.records)
     finally:
         handle.stop()
+
+
+def test_a_key_the_store_stops_honouring_inside_the_location_is_told_as_such(session: Any) -> None:
+    """A refusal *inside* the granted prefix is no scope problem: the message says the key died early (here the
+    emulator expires it ahead of its stated expiry, as a revoked STS session would be), never "ask for LOCATION_WRITE"."""
+    fs = session.filesystem(f"s3://{B}/expiring/")
+    assert _ids(pd.read_parquet(f"s3://{B}/expiring/", filesystem=fs)) == [5]
+    session.embedded.handle.s3_emulator.expire(fs.handler.creds.current()["s3.access-key-id"])
+    with pytest.raises(StorageAccessError) as refused:
+        pd.read_parquet(f"s3://{B}/expiring/", filesystem=fs)
+    message = str(refused.value)
+    # the HEAD pyarrow sends first answers 400 without a body (as S3 does for a dead session token): no raw OSError
+    assert refused.value.code == "BadRequest" and isinstance(refused.value, OSError)
+    assert refused.value.path == f"s3://{B}/expiring/" and len(message.splitlines()) == 1
+    assert f"the store no longer honours the key for s3://{B}/expiring/" in message and "LOCATION_WRITE" not in message
+    assert "lakesession.connect()" in message
