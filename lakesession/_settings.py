@@ -182,7 +182,19 @@ def _settings_variables() -> list[Variable]:
 ENVIRONMENT: tuple[Variable, ...] = (
     *_settings_variables(),
     Variable("LAKESESSION_CONFIG", "The config file (default `~/.config/lakesession/config.yaml`)."),
-    Variable("LAKESESSION_CACHE_DIR", "Downloads, jars, Ivy, class and lab caches (default `~/.cache/lakesession`)."),
+    Variable(
+        "LAKESESSION_CACHE_DIR",
+        "Downloads, Maven jars (`maven/`), class and lab caches (default `~/.cache/lakesession`).",
+    ),
+    Variable(
+        "LAKESESSION_CLOUDS",
+        "Iceberg's Azure and GCP bundles to put on Spark beyond S3's: `adls` (`azure`), `gcs` (`gcp`), `all`, "
+        "comma-separated. Added anyway when the warehouse or catalog settings name that cloud.",
+    ),
+    Variable(
+        "LAKESESSION_MAVEN_URL",
+        "A Maven Central mirror (same layout) for the jars lakesession downloads (default `https://repo1.maven.org/maven2`).",
+    ),
     Variable(
         "LAKESESSION_SPARK_LOG",
         "`console`: Spark's own log (ERROR lines with Java traces) on stderr, for debugging Spark; by default it "
@@ -191,7 +203,7 @@ ENVIRONMENT: tuple[Variable, ...] = (
     Variable("LAKESESSION_JVM_CLASS_CACHE", "`0` turns off the local JVM's class-data-sharing archive."),
     Variable(
         "LAKESESSION_JARS_VERBOSE",
-        "`1` shows Spark's full Ivy resolution report instead of lakesession's one progress line.",
+        "`1` shows Spark's full Ivy resolution report (a `spark.jars.packages` of yours) instead of one progress line.",
     ),
     Variable("LAKESESSION_WIDGETS", "`0` renders the notebook views as HTML instead of ipywidgets."),
     Variable("LAKESESSION_LAB_PUBLISH", "`0` stops a kernel publishing its sessions' status to the JupyterLab panel."),

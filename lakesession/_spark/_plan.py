@@ -179,6 +179,7 @@ class StartPlan:
                     remote=session._remote,
                     comet=session._comet,
                     warmups=self.warmups,
+                    warehouse=session.warehouse,
                 )
             finally:
                 if starting is not None and session._gateway is None:
