@@ -115,10 +115,14 @@ def test_maven_packages_match_spark_and_scala(version, scala, iceberg):
         f"org.apache.iceberg:iceberg-aws-bundle:{iceberg}",
     )
     assert J.maven_packages(info) == s3_only  # no cloud named: no Azure or GCP bundle (83 MB)
-    assert J.maven_packages(info, ["azure", "gcp"]) == J.maven_packages(info, "all") == (
-        *s3_only,
-        "org.apache.iceberg:iceberg-azure-bundle:1.10.0",  # ADLSFileIO's Azure SDK (SDK only: any runtime)
-        "org.apache.iceberg:iceberg-gcp-bundle:1.11.0",  # GCSFileIO's Google SDK
+    assert (
+        J.maven_packages(info, ["azure", "gcp"])
+        == J.maven_packages(info, "all")
+        == (
+            *s3_only,
+            "org.apache.iceberg:iceberg-azure-bundle:1.10.0",  # ADLSFileIO's Azure SDK (SDK only: any runtime)
+            "org.apache.iceberg:iceberg-gcp-bundle:1.11.0",  # GCSFileIO's Google SDK
+        )
     )
     # every pair in the table has Maven Central's sha1 and size pinned (the verified cache and progress need them)
     for artifact, v in versions.maven_artifacts(minor, scala, clouds="all"):
@@ -287,8 +291,10 @@ def test_auto_downloads_from_maven_when_reachable_and_no_cache(empty_cache, monk
         assert not any("azure" in r or "gcp" in r for r in mirror.requests)  # S3 only: no cloud bundle fetched
         assert messages[0].startswith("downloading 2 jars (117 MB) from Maven Central")
         assert "done in" in messages[-1]
-        assert J.resolve_jars("auto", progress=messages.append, clouds="adls").jars[-1].name.startswith(
-            "org.apache.iceberg_iceberg-azure-bundle"
+        assert (
+            J.resolve_jars("auto", progress=messages.append, clouds="adls")
+            .jars[-1]
+            .name.startswith("org.apache.iceberg_iceberg-azure-bundle")
         )
         assert sum("azure" in r for r in mirror.requests) == 1 and not any("gcp" in r for r in mirror.requests)
         n = len(messages)
