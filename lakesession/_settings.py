@@ -103,6 +103,12 @@ class Settings:
         "Apache DataFusion Comet's native scans and raw `s3a://` paths, credentials from the gateway (Spark 4.1).",
         default=False,
     )
+    clouds: str | Sequence[str] | None = _opt(
+        "spark",
+        "Iceberg's Azure and GCP bundles to give Spark beyond S3's: `adls` (`azure`), `gcs` (`gcp`), `all` "
+        "(comma-separated in the variable). Added anyway when the warehouse or catalog settings name that cloud.",
+        "LAKESESSION_CLOUDS",
+    )
     warmups: Sequence[str] | None = _opt(
         "spark",
         "Start-up warm-ups to run: some of `classcache`, `catalog`, `embedded`, or `all` (default) or `none` "
@@ -156,7 +162,7 @@ class Settings:
 
     def session_options(self) -> dict[str, Any]:
         names = ["catalog_name", "jars", "master", "remote", "engine", "gateway_host", "gateway_clients"]
-        names += ["assumed_credential_ttl", "access", "comet", "warmups"]
+        names += ["assumed_credential_ttl", "access", "comet", "clouds", "warmups"]
         opts: dict[str, Any] = {n: getattr(self, n) for n in names}
         opts["spark_conf"] = dict(self.spark_conf or {})
         opts["gateway_options"] = dict(self.gateway_options or {})
@@ -185,11 +191,6 @@ ENVIRONMENT: tuple[Variable, ...] = (
     Variable(
         "LAKESESSION_CACHE_DIR",
         "Downloads, Maven jars (`maven/`), class and lab caches (default `~/.cache/lakesession`).",
-    ),
-    Variable(
-        "LAKESESSION_CLOUDS",
-        "Iceberg's Azure and GCP bundles to put on Spark beyond S3's: `adls` (`azure`), `gcs` (`gcp`), `all`, "
-        "comma-separated. Added anyway when the warehouse or catalog settings name that cloud.",
     ),
     Variable(
         "LAKESESSION_MAVEN_URL",

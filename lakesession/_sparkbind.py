@@ -72,13 +72,15 @@ def bind(
     comet: bool = False,
     warmups: frozenset[str] = frozenset(("classcache", "catalog")),
     warehouse: str | None = None,
+    clouds: frozenset[str] | None = None,
 ) -> SparkSession:
     """A SparkSession of its own for ``holder`` whose ``catalog_name`` catalog is ``catalog_conf()``.
 
     ``catalog_conf`` is called once Spark is up (the JVM starts first; the gateway it names may still
     be starting meanwhile), and registered as runtime SQL conf of that session alone. ``warmups``:
     which of ``classcache`` and ``catalog`` a JVM launched here uses (``_spark._plan.WARMUPS``). ``warehouse``
-    (with ``spark_conf``) tells which cloud bundles a JVM launched here needs (``versions.clouds_for``)."""
+    (with ``spark_conf``) tells which cloud bundles a JVM launched here needs, besides ``clouds`` asked for
+    (``versions.clouds_for``)."""
     from pyspark import SparkContext
 
     from ._spark.session import base_conf, build_spark
@@ -102,7 +104,7 @@ def bind(
             from ._spark.jars import resolve_jars
             from ._spark.versions import clouds_for
 
-            clouds = clouds_for(warehouse, spark_conf)
+            clouds = clouds_for(warehouse, spark_conf, clouds)
             spark, created = build_spark(
                 one_class_path(
                     {

@@ -180,6 +180,7 @@ class StartPlan:
                     comet=session._comet,
                     warmups=self.warmups,
                     warehouse=session.warehouse,
+                    clouds=getattr(session, "_clouds", None),
                 )
             finally:
                 if starting is not None and session._gateway is None:

@@ -126,7 +126,11 @@ def start_spark(session: Any) -> Any:
         from .._spark.jars import resolve_jars
         from .._spark.versions import clouds_for
 
-        clouds = clouds_for(getattr(session, "warehouse", None), getattr(session, "_spark_conf", None))
+        clouds = clouds_for(
+            getattr(session, "warehouse", None),
+            getattr(session, "_spark_conf", None),
+            getattr(session, "_clouds", None),
+        )
         resolve_jars(getattr(session, "_jars", None), progress=progress, clouds=clouds)  # warms what spark() uses
     progress("starting the Spark JVM…")
     spark = session.spark()
