@@ -133,3 +133,18 @@ def test_progress_updates_in_place_on_a_terminal() -> None:
     p.end()
     text = out.getvalue()
     assert text.count("\r") == 3 and text.endswith("\n") and "50 MB of 99 MB" in text and "done in" in text
+
+
+def test_the_clouds_option_reaches_the_session_and_a_wrong_name_fails_before_anything_starts() -> None:
+    import lakesession
+    from lakesession.session import Session
+
+    session = lakesession.connect(uri="http://127.0.0.1:9", token="t", warehouse="analytics", clouds=["azure"])
+    try:
+        assert session._clouds == {"adls"}
+        # what the start asks resolve_jars for: asked ∪ what the warehouse and catalog settings say
+        assert versions.clouds_for(session.warehouse, session._spark_conf, session._clouds) == {"adls"}
+    finally:
+        session.close()
+    with pytest.raises(JarResolutionError, match="unknown cloud 'dropbox'"):
+        Session("http://127.0.0.1:9", None, clouds="dropbox")
