@@ -181,10 +181,6 @@ def maven_store(pinned: dict[tuple[str, str, str], str] | None = None) -> _maven
     return _maven.Store(maven_dir(), {**iceberg, **(pinned or {})}, legacy=(ivy_dir() / "jars",))
 
 
-def _sha1(path: Path) -> str:
-    return _maven.sha1(path)
-
-
 def _coords(spark: SparkInfo, clouds: Iterable[str]) -> list[tuple[str, str, str]]:
     return [(GROUP, a, v) for a, v in maven_artifacts(spark.minor, spark.scala, spark.version, clouds)]
 
