@@ -176,7 +176,9 @@ def maven_dir() -> Path:
 
 
 def maven_store(pinned: dict[tuple[str, str, str], str] | None = None) -> _maven.Store:
-    """The one store of Maven jars; ``pinned``: sha1s beyond Iceberg's (Comet's jars)."""
+    """The one store of Maven jars; ``pinned``: sha1s beyond Iceberg's (Comet's jars). Its folder must be the
+    user's alone (a planted jar with a matching stamp would skip the hash): checked on every use."""
+    _trust_caches()
     iceberg = {(GROUP, a, v): sha for (a, v), sha in MAVEN_SHA1.items()}
     return _maven.Store(maven_dir(), {**iceberg, **(pinned or {})}, legacy=(ivy_dir() / "jars",))
 
@@ -274,6 +276,8 @@ def _trust_caches() -> None:
         private_dir(cache_dir(), "lakesession cache")
         private_dir(cache_dir() / "jars", "jar cache")
         private_dir(maven_dir(), "Maven jar cache")
+        if os.path.lexists(ivy_dir()):  # a cache from before #33: its verified jars move into maven_dir()
+            private_dir(ivy_dir(), "Ivy cache")
     except _UntrustedCache as exc:
         raise JarResolutionError(f"{exc} (or {_EXPLICIT_HELP})") from None
     except OSError as exc:
