@@ -98,6 +98,7 @@ def bind(
         if SparkContext._active_spark_context is not None:
             if comet:
                 _check_running_comet(SparkContext._active_spark_context)
+            _check_running_clouds(SparkContext._active_spark_context, warehouse, spark_conf, clouds)
             spark = _child(catalog_name, catalog_conf(), spark_conf)
         else:
             from ._spark.comet import one_class_path
@@ -229,6 +230,28 @@ def _check_running_comet(sc: Any) -> None:
         raise ConfigError(
             "comet=True, but Spark is already running without Comet (spark.plugins is static): close the "
             "Session that started Spark (or stop the SparkContext), then start again with comet=True"
+        )
+
+
+def _check_running_clouds(
+    sc: Any, warehouse: str | None, spark_conf: Mapping[str, str], clouds: frozenset[str] | None
+) -> None:
+    """A running JVM lacking a cloud bundle this session needs: say so now, not as a NoClassDefFoundError later."""
+    from ._spark.versions import CLOUD_BUNDLES, clouds_for
+
+    conf = sc.getConf()
+    loaded = f"{conf.get('spark.jars') or ''},{conf.get('spark.driver.extraClassPath') or ''}"
+    missing = [
+        CLOUD_BUNDLES[c][0]
+        for c in sorted(clouds_for(warehouse, spark_conf, clouds))
+        if CLOUD_BUNDLES[c][0] not in loaded
+    ]
+    if missing:
+        logger.warning(
+            "Spark is already running without %s: this session's %s tables will fail to load. Fix: close the "
+            "Session that started Spark (or stop the SparkContext), then start the first one with clouds=[...]",
+            ", ".join(missing),
+            "/".join(m.split("-")[1] for m in missing),
         )
 
 

@@ -148,3 +148,26 @@ def test_the_clouds_option_reaches_the_session_and_a_wrong_name_fails_before_any
         session.close()
     with pytest.raises(JarResolutionError, match="unknown cloud 'dropbox'"):
         Session("http://127.0.0.1:9", None, clouds="dropbox")
+
+
+def test_a_running_jvm_without_a_needed_bundle_is_named_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    from lakesession import _sparkbind
+
+    class Sc:
+        def __init__(self, jars: str) -> None:
+            self.jars = jars
+
+        def getConf(self) -> dict[str, str]:
+            return {"spark.jars": self.jars}
+
+    s3_only = Sc("/c/maven/org.apache.iceberg_iceberg-spark-runtime-4.1_2.13-1.12.0.jar")
+    with caplog.at_level("WARNING", logger="lakesession._sparkbind"):
+        _sparkbind._check_running_clouds(s3_only, "abfss://c@a.dfs.core.windows.net/w", {}, None)
+    assert "already running without iceberg-azure-bundle" in caplog.text and "clouds=" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lakesession._sparkbind"):
+        _sparkbind._check_running_clouds(s3_only, "s3://b/w", {}, None)
+        _sparkbind._check_running_clouds(
+            Sc("/c/maven/org.apache.iceberg_iceberg-azure-bundle-1.10.0.jar"), None, {}, frozenset({"adls"})
+        )
+    assert caplog.text == ""
