@@ -246,6 +246,104 @@ def _engine_config() -> str:
     return "\n".join(out)
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+# what each Maven jar is for (a jar added to versions.py/comet.py without a line here fails the build)
+JAR_PURPOSE = {
+    "iceberg-spark-runtime": "Iceberg's Spark catalog, REST client and FileIOs (S3, ADLS, GCS)",
+    "iceberg-aws-bundle": "the AWS SDK v2 that `S3FileIO` calls (relocated)",
+    "iceberg-azure-bundle": "the Azure SDK that `ADLSFileIO` calls",
+    "iceberg-gcp-bundle": "the Google Cloud SDK that `GCSFileIO` calls",
+    "comet-spark": "Comet's plugin, shuffle manager and native library (linux amd64 and aarch64)",
+    "hadoop-aws": "S3A for raw `s3a://` paths (matches pyspark's Hadoop)",
+    "apache-client": "an AWS SDK v2 module S3A needs beyond those in `iceberg-aws-bundle` (no 600 MB SDK `bundle`)",
+    "s3-transfer-manager": "the other AWS SDK v2 module S3A needs",
+}
+
+
+def _purpose(artifact: str) -> str:
+    for prefix, text in JAR_PURPOSE.items():
+        if artifact.startswith(prefix):
+            return text
+    raise ValueError(f"docs/_gen.py: no JAR_PURPOSE entry for the Maven jar {artifact}")
+
+
+def _jar_rows(coords: list[tuple[str, str, str]]) -> list[str]:
+    from lakesession._spark.versions import JAR_BYTES
+
+    return [f"| `{a}-{v}.jar` | {_size(JAR_BYTES[(g, a, v)])} | {_purpose(a)} |" for g, a, v in coords]
+
+
+def _spark_jars() -> str:
+    """Per Spark line, the jars every start needs (sizes from ``versions.JAR_BYTES``), then the cloud bundles."""
+    from lakesession._spark import versions as V
+
+    rows = ["| pyspark | Scala | jars (Maven Central) | download |", "|---|---|---|---|"]
+    for minor, by_scala in V.MAVEN_ICEBERG.items():
+        for scala in by_scala:
+            coords = [(V.GROUP, a, v) for a, v in V.maven_artifacts(minor, scala)]
+            names = ", ".join(f"`{a}-{v}` ({_size(V.JAR_BYTES[(g, a, v)])})" for g, a, v in coords)
+            total = sum(V.JAR_BYTES[c] for c in coords)
+            rows.append(f"| {minor}.x | {scala} | {names} | {_size(total)} |")
+    rows += [
+        "",
+        "Only for storage on that cloud (any Spark line):",
+        "",
+        "| cloud | jar | size | for |",
+        "|---|---|---|---|",
+    ]
+    for cloud, (a, v) in V.CLOUD_BUNDLES.items():
+        rows.append(f"| `{cloud}` | `{a}-{v}.jar` | {_size(V.JAR_BYTES[(V.GROUP, a, v)])} | {_purpose(a)} |")
+    return "\n".join(rows)
+
+
+def _comet_jars() -> str:
+    """What ``comet=True`` downloads on each Spark line with a Comet release: ``comet.resolve``'s list, sized."""
+    from lakesession._spark import comet
+    from lakesession._spark import versions as V
+
+    out = []
+    for minor, by_scala in comet.MAVEN_COMET.items():
+        for scala, release in by_scala.items():
+            sdk = comet.SDK_FOR_ICEBERG[V.MAVEN_ICEBERG[minor][scala]]
+            coords = [
+                ("org.apache.datafusion", f"comet-spark-spark{minor}_{scala}", release),
+                ("org.apache.hadoop", "hadoop-aws", comet.HADOOP_FOR_SPARK[minor]),
+                ("software.amazon.awssdk", "apache-client", sdk),
+                ("software.amazon.awssdk", "s3-transfer-manager", sdk),
+            ]
+            iceberg = [(V.GROUP, a, v) for a, v in V.maven_artifacts(minor, scala)]
+            own = sum(V.JAR_BYTES[c] for c in coords)
+            total = own + sum(V.JAR_BYTES[c] for c in iceberg)
+            out += [
+                f"Spark {minor} (Scala {scala}), Comet {release}: {_size(own)} beyond the Iceberg jars every start "
+                f"needs, {_size(total)} in all on a first start (S3 only).",
+                "",
+                "| jar | size | for |",
+                "|---|---|---|",
+                *_jar_rows(coords),
+                *_jar_rows(iceberg),
+                "",
+            ]
+    return "\n".join(out).rstrip()
+
+
+def _spark_versions() -> str:
+    from lakesession._spark import versions as V
+
+    rows = ["| pyspark | Scala | Iceberg (Maven Central) | offline assembly (no Maven) |", "|---|---|---|---|"]
+    for minor, by_scala in sorted(
+        V.MAVEN_ICEBERG.items(), key=lambda kv: tuple(map(int, kv[0].split("."))), reverse=True
+    ):
+        for scala, iceberg in by_scala.items():
+            default = " (default)" if minor == V.DEFAULT_SPARK else ""
+            offline = f"Iceberg {V.OFFLINE_ICEBERG}" if minor in V.OFFLINE_SPARK else "—"
+            rows.append(f"| {minor}.x{default} | {scala} | {iceberg} | {offline} |")
+    return "\n".join(rows)
+
+
 def _file(name: str) -> Any:
     def read() -> str:
         text = (ROOT / name).read_text()
@@ -262,6 +360,9 @@ SECTIONS = {
     "troubleshooting": _troubleshooting,
     "serve-config": _serve_config,
     "engine-config": _engine_config,
+    "spark-jars": _spark_jars,
+    "comet-jars": _comet_jars,
+    "spark-versions": _spark_versions,
     "changelog": _file("CHANGELOG.md"),
     "contributing": _file("CONTRIBUTING.md"),
     "benchmark-results": _file("benchmarks/RESULTS.md"),

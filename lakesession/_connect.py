@@ -50,6 +50,7 @@ def connect(
     assumed_credential_ttl: float | None = None,
     access: Literal["vended-credentials", "remote-signing"] | None = None,
     comet: bool | None = None,
+    clouds: str | Sequence[str] | None = None,
     warmups: Sequence[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     storage: Literal["s3-emulator", "file"] | None = None,
@@ -69,6 +70,8 @@ def connect(
     Spark and ``table()`` hold no storage credentials, the catalog signs each S3 request. Embedded
     default only: ``data_dir``, ``storage``, ``credential_ttl``, ``access_token_ttl``. ``comet=True``: Apache
     DataFusion Comet's native scans and raw ``s3a://`` paths, credentials from the gateway (docs: Comet).
+    ``clouds``: Iceberg's Azure/GCP bundles for Spark (``["adls"]``, ``"gcs"``, ``"all"``) when the warehouse does
+    not say so itself (docs: Spark's JVM jars).
     ``warmups``: the start-up warm-ups to run (``["classcache", "catalog", "embedded"]``, the default, or fewer).
     """
     given = {k: v for k, v in locals().items() if k != "catalog"}
@@ -191,6 +194,7 @@ def spark(
     assumed_credential_ttl: float | None = None,
     access: Literal["vended-credentials", "remote-signing"] | None = None,
     comet: bool | None = None,
+    clouds: str | Sequence[str] | None = None,
     warmups: Sequence[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     storage: Literal["s3-emulator", "file"] | None = None,

@@ -103,6 +103,12 @@ class Settings:
         "Apache DataFusion Comet's native scans and raw `s3a://` paths, credentials from the gateway (Spark 4.1).",
         default=False,
     )
+    clouds: str | Sequence[str] | None = _opt(
+        "spark",
+        "Iceberg's Azure and GCP bundles to give Spark beyond S3's: `adls` (`azure`), `gcs` (`gcp`), `all` "
+        "(comma-separated in the variable). Added anyway when the warehouse or catalog settings name that cloud.",
+        "LAKESESSION_CLOUDS",
+    )
     warmups: Sequence[str] | None = _opt(
         "spark",
         "Start-up warm-ups to run: some of `classcache`, `catalog`, `embedded`, or `all` (default) or `none` "
@@ -156,7 +162,7 @@ class Settings:
 
     def session_options(self) -> dict[str, Any]:
         names = ["catalog_name", "jars", "master", "remote", "engine", "gateway_host", "gateway_clients"]
-        names += ["assumed_credential_ttl", "access", "comet", "warmups"]
+        names += ["assumed_credential_ttl", "access", "comet", "clouds", "warmups"]
         opts: dict[str, Any] = {n: getattr(self, n) for n in names}
         opts["spark_conf"] = dict(self.spark_conf or {})
         opts["gateway_options"] = dict(self.gateway_options or {})
@@ -182,7 +188,14 @@ def _settings_variables() -> list[Variable]:
 ENVIRONMENT: tuple[Variable, ...] = (
     *_settings_variables(),
     Variable("LAKESESSION_CONFIG", "The config file (default `~/.config/lakesession/config.yaml`)."),
-    Variable("LAKESESSION_CACHE_DIR", "Downloads, jars, Ivy, class and lab caches (default `~/.cache/lakesession`)."),
+    Variable(
+        "LAKESESSION_CACHE_DIR",
+        "Downloads, Maven jars (`maven/`), class and lab caches (default `~/.cache/lakesession`).",
+    ),
+    Variable(
+        "LAKESESSION_MAVEN_URL",
+        "A Maven Central mirror (same layout) for the jars lakesession downloads (default `https://repo1.maven.org/maven2`).",
+    ),
     Variable(
         "LAKESESSION_SPARK_LOG",
         "`console`: Spark's own log (ERROR lines with Java traces) on stderr, for debugging Spark; by default it "
@@ -191,7 +204,7 @@ ENVIRONMENT: tuple[Variable, ...] = (
     Variable("LAKESESSION_JVM_CLASS_CACHE", "`0` turns off the local JVM's class-data-sharing archive."),
     Variable(
         "LAKESESSION_JARS_VERBOSE",
-        "`1` shows Spark's full Ivy resolution report instead of lakesession's one progress line.",
+        "`1` shows Spark's full Ivy resolution report (a `spark.jars.packages` of yours) instead of one progress line.",
     ),
     Variable("LAKESESSION_WIDGETS", "`0` renders the notebook views as HTML instead of ipywidgets."),
     Variable("LAKESESSION_LAB_PUBLISH", "`0` stops a kernel publishing its sessions' status to the JupyterLab panel."),

@@ -71,12 +71,16 @@ def bind(
     remote: str | None,
     comet: bool = False,
     warmups: frozenset[str] = frozenset(("classcache", "catalog")),
+    warehouse: str | None = None,
+    clouds: frozenset[str] | None = None,
 ) -> SparkSession:
     """A SparkSession of its own for ``holder`` whose ``catalog_name`` catalog is ``catalog_conf()``.
 
     ``catalog_conf`` is called once Spark is up (the JVM starts first; the gateway it names may still
     be starting meanwhile), and registered as runtime SQL conf of that session alone. ``warmups``:
-    which of ``classcache`` and ``catalog`` a JVM launched here uses (``_spark._plan.WARMUPS``)."""
+    which of ``classcache`` and ``catalog`` a JVM launched here uses (``_spark._plan.WARMUPS``). ``warehouse``
+    (with ``spark_conf``) tells which cloud bundles a JVM launched here needs, besides ``clouds`` asked for
+    (``versions.clouds_for``)."""
     from pyspark import SparkContext
 
     from ._spark.session import base_conf, build_spark
@@ -94,16 +98,22 @@ def bind(
         if SparkContext._active_spark_context is not None:
             if comet:
                 _check_running_comet(SparkContext._active_spark_context)
+            _check_running_clouds(SparkContext._active_spark_context, warehouse, spark_conf, clouds)
             spark = _child(catalog_name, catalog_conf(), spark_conf)
         else:
+            from ._spark.comet import one_class_path
             from ._spark.jars import resolve_jars
+            from ._spark.versions import clouds_for
 
+            clouds = clouds_for(warehouse, spark_conf, clouds)
             spark, created = build_spark(
-                {
-                    **base_conf(catalog_name, resolve_jars(jars)),
-                    **_static(spark_conf),
-                    **_comet_launch(comet, spark_conf),
-                },
+                one_class_path(
+                    {
+                        **base_conf(catalog_name, resolve_jars(jars, clouds=clouds)),
+                        **_static(spark_conf),
+                        **_comet_launch(comet, spark_conf, clouds),
+                    }
+                ),
                 master=master,
                 classcache="classcache" in warmups,
             )
@@ -197,7 +207,7 @@ def _warm_catalog_classes(spark: SparkSession, catalog_name: str, catalog_conf: 
     threading.Thread(target=warm, name="lakesession-catalog-warm", daemon=True).start()
 
 
-def _comet_launch(comet: bool, spark_conf: Mapping[str, str]) -> dict[str, str]:
+def _comet_launch(comet: bool, spark_conf: Mapping[str, str], clouds: frozenset[str] = frozenset()) -> dict[str, str]:
     """Comet's jars and settings for a JVM launched here (``comet=True``), or just lakesession's provider
     and the raw-path jars when the user's own ``spark_conf`` already loads Comet."""
     from ._spark import comet as _comet
@@ -207,7 +217,8 @@ def _comet_launch(comet: bool, spark_conf: Mapping[str, str]) -> dict[str, str]:
     from ._spark.jars import detect_spark
 
     info = detect_spark()
-    return _comet.launch_conf(_comet.resolve(info.minor, info.scala, info.version, comet=comet), spark_conf)
+    jars = _comet.resolve(info.minor, info.scala, info.version, comet=comet, clouds=clouds)
+    return _comet.launch_conf(jars, spark_conf)
 
 
 def _check_running_comet(sc: Any) -> None:
@@ -219,6 +230,28 @@ def _check_running_comet(sc: Any) -> None:
         raise ConfigError(
             "comet=True, but Spark is already running without Comet (spark.plugins is static): close the "
             "Session that started Spark (or stop the SparkContext), then start again with comet=True"
+        )
+
+
+def _check_running_clouds(
+    sc: Any, warehouse: str | None, spark_conf: Mapping[str, str], clouds: frozenset[str] | None
+) -> None:
+    """A running JVM lacking a cloud bundle this session needs: say so now, not as a NoClassDefFoundError later."""
+    from ._spark.versions import CLOUD_BUNDLES, clouds_for
+
+    conf = sc.getConf()
+    loaded = f"{conf.get('spark.jars') or ''},{conf.get('spark.driver.extraClassPath') or ''}"
+    missing = [
+        CLOUD_BUNDLES[c][0]
+        for c in sorted(clouds_for(warehouse, spark_conf, clouds))
+        if CLOUD_BUNDLES[c][0] not in loaded
+    ]
+    if missing:
+        logger.warning(
+            "Spark is already running without %s: this session's %s tables will fail to load. Fix: close the "
+            "Session that started Spark (or stop the SparkContext), then start the first one with clouds=[...]",
+            ", ".join(missing),
+            "/".join(m.split("-")[1] for m in missing),
         )
 
 

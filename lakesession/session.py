@@ -60,6 +60,8 @@ class Session:
             each S3 request; Spark's signer calls go through the gateway, as the user).
         comet: Apache DataFusion Comet's native scans, with credentials from the gateway, and raw
             ``s3a://`` paths (docs/how-to/comet.md). Spark 4.1 only; a ConfigError elsewhere.
+        clouds: Iceberg's Azure/GCP bundles to give Spark (``adls``, ``gcs``, ``all``; else ``LAKESESSION_CLOUDS``),
+            beyond those the warehouse and catalog settings call for (docs/how-to/jars.md).
         warmups: Start-up warm-ups to run (``lakesession._spark._plan.WARMUPS``; default all, or
             ``LAKESESSION_WARMUPS``); an unknown name is an ``UnknownWarmupError``.
     """
@@ -85,12 +87,16 @@ class Session:
         access: str = "vended-credentials",
         comet: bool = False,
         warmups: Sequence[str] | None = None,
+        clouds: str | Sequence[str] | None = None,
     ):
         if comet:
             from ._spark.comet import check_available
 
             check_available(remote)  # before anything starts: a Spark line without Comet is a ConfigError
         self._comet = comet
+        from ._spark.versions import parse_clouds
+
+        self._clouds = None if clouds is None else parse_clouds(clouds)  # a bad name fails here
         from ._spark._plan import resolve_warmups
 
         self.warmups = resolve_warmups(warmups)  # a name that does not exist fails here, before anything starts

@@ -50,7 +50,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     try:
         js = resolve_jars("auto")
-        auto = js.source if js.source != "cache" else ("cache (ivy)" if "ivy" in str(js.jars[0]) else "cache (offline)")
+        auto = (
+            js.source
+            if js.source != "cache"
+            else ("cache (maven)" if "maven" in str(js.jars[0]) else "cache (offline)")
+        )
     except Exception as exc:  # the matrix must not fail the run
         auto = f"auto ({type(exc).__name__})"
     target = Path(out) / f"spark-{pyspark.__version__}.json"

@@ -138,6 +138,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
         master="local[2]",
         spark_conf=SPARK_TEST_CONF,
         gateway_options={"wrap_app": recorder.wrap},
+        clouds="all",  # the suite's one JVM also serves the ADLS and GCS modules (tests/interop/test_clouds_spark.py)
     )
     session.gateway_recorder = recorder  # type: ignore[attr-defined]
     session.spark()

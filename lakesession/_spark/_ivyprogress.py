@@ -1,5 +1,8 @@
 """One progress line instead of Ivy's resolution report when the Spark launcher resolves ``spark.jars.packages``.
 
+lakesession's own jars no longer go through Ivy (``_maven`` downloads them once, with a progress line of its
+own); this is for a ``spark.jars.packages`` the user passes in ``spark_conf``.
+
 spark-submit resolves Maven packages with Ivy before the driver JVM starts and prints Ivy's whole
 report (``:: loading settings``, every ``found``/``downloading`` line, the module table) on its
 stdout and stderr — into a newcomer's notebook. ``launch_gateway`` starts that JVM with both on

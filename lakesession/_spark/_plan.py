@@ -179,6 +179,8 @@ class StartPlan:
                     remote=session._remote,
                     comet=session._comet,
                     warmups=self.warmups,
+                    warehouse=session.warehouse,
+                    clouds=getattr(session, "_clouds", None),
                 )
             finally:
                 if starting is not None and session._gateway is None:

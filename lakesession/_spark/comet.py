@@ -6,9 +6,10 @@ SPI. lakesession ships its own provider (``jvm/lakesession-jvm.jar``, built from
 ``java/build.py``) which asks the session's gateway — with the session secret, never the user's
 token — for credentials scoped to the path being read.
 
-Jars are fetched from Maven Central once into ``<cache>/maven`` and checked against pinned sha1s;
-they go on the driver's class path (Comet's plugin and shuffle manager load before
-``spark.jars``), which keeps the class cache's key stable.
+Jars come from Maven Central once into ``<cache>/maven`` (``_maven``: pinned sha1s, one progress
+line), the same files ``resolve_jars`` gives Spark; they go on the driver's class path (Comet's plugin
+and shuffle manager load before ``spark.jars``), and ``one_class_path`` drops them from ``spark.jars``:
+each jar is on the JVM's class path once.
 """
 
 from __future__ import annotations
@@ -16,19 +17,15 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from lakesession.errors import ConfigError, JarResolutionError
+from lakesession.errors import ConfigError
 
-from .jars import _sha1
 from .versions import GROUP, MAVEN_ICEBERG, MAVEN_SHA1, maven_artifacts
 
-MAVEN = "https://repo1.maven.org/maven2"
 PLUGIN = "org.apache.spark.CometPlugin"
 SHUFFLE_MANAGER = "org.apache.spark.sql.comet.execution.shuffle.CometShuffleManager"
 COMET_PROVIDER = "dev.lakesession.jvm.CometCredentialProvider"
@@ -96,56 +93,21 @@ class CometJars:
 
 
 def maven_dir() -> Path:
-    from .jars import cache_dir
+    from .jars import maven_dir as shared
 
-    return cache_dir() / "maven"
+    return shared()
 
 
 def fetch(group: str, artifact: str, version: str) -> Path:
-    """``group:artifact:version`` from the cache, else Maven Central; verified against its pinned sha1.
-
-    Written to a temporary file and renamed: concurrent fetches never see a partial jar. A stamp
-    (size, mtime) next to a verified jar spares re-hashing it on later launches.
-    """
-    expected = SHA1.get((group, artifact, version))
-    if expected is None:
-        raise JarResolutionError(f"no pinned sha1 for {group}:{artifact}:{version} (lakesession/_spark/comet.py)")
-    root = maven_dir()
-    path = root / f"{group}_{artifact}-{version}.jar"
-    stamp = path.with_suffix(".verified")
-    if path.is_file():
-        st = path.stat()
-        if stamp.is_file() and stamp.read_text() == f"{expected} {st.st_size} {st.st_mtime_ns}":
-            return path
-        if _sha1(path) == expected:
-            _write_atomic(stamp, f"{expected} {st.st_size} {st.st_mtime_ns}".encode())
-            return path
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    url = f"{MAVEN}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{artifact}-", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=120) as resp:
-            while chunk := resp.read(1 << 20):
-                out.write(chunk)
-        got = _sha1(Path(tmp))
-        if got != expected:
-            raise JarResolutionError(f"{url}: sha1 {got} does not match Maven Central's {expected}")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise JarResolutionError(f"could not download {url} ({exc}); with no network, put the jar at {path}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    st = path.stat()
-    _write_atomic(stamp, f"{expected} {st.st_size} {st.st_mtime_ns}".encode())
-    return path
+    """``group:artifact:version`` from the cache, else Maven Central; verified against its pinned sha1."""
+    return fetch_all([(group, artifact, version)])[0]
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+def fetch_all(coords: Iterable[tuple[str, str, str]]) -> list[Path]:
+    """The jars from ``<cache>/maven`` (``jars.maven_store``), downloading what is missing behind one progress line."""
+    from .jars import maven_store
+
+    return maven_store(SHA1).fetch(list(coords))
 
 
 def provider_jar() -> Path:
@@ -153,22 +115,40 @@ def provider_jar() -> Path:
     return Path(str(resources.files("lakesession._spark").joinpath("jvm", PROVIDER_JAR)))
 
 
-def resolve(minor: str, scala: str, version: str = "", *, comet: bool = True) -> CometJars:
-    """The jars for Comet (if ``comet``) and raw s3a:// paths on this Spark line."""
+def resolve(minor: str, scala: str, version: str = "", *, comet: bool = True, clouds: Iterable[str] = ()) -> CometJars:
+    """The jars for Comet (if ``comet``) and raw s3a:// paths on this Spark line; ``clouds`` as in ``resolve_jars``.
+
+    One batch: what is missing downloads behind one progress line (Comet's 99 MB jar included).
+    """
     release = comet_for(minor, scala, version)
     hadoop = HADOOP_FOR_SPARK[minor]
     sdk = SDK_FOR_ICEBERG[MAVEN_ICEBERG[minor][scala]]
     # on the same (system) class path as Comet and S3A: SDK classes loaded by Spark's child loader
     # (spark.jars) are invisible to hadoop-aws there (NoClassDefFoundError: ExecutionInterceptor)
-    iceberg = tuple(fetch(GROUP, a, v) for a, v in maven_artifacts(minor, scala, version))
-    raw = (
-        *iceberg,
-        fetch("org.apache.hadoop", "hadoop-aws", hadoop),
-        fetch("software.amazon.awssdk", "apache-client", sdk),
-        fetch("software.amazon.awssdk", "s3-transfer-manager", sdk),
-    )
-    comet_jar = fetch("org.apache.datafusion", f"comet-spark-spark{minor}_{scala}", release) if comet else None
-    return CometJars(comet_jar, raw, provider_jar())
+    coords = [
+        *((GROUP, a, v) for a, v in maven_artifacts(minor, scala, version, clouds)),
+        ("org.apache.hadoop", "hadoop-aws", hadoop),
+        ("software.amazon.awssdk", "apache-client", sdk),
+        ("software.amazon.awssdk", "s3-transfer-manager", sdk),
+    ]
+    if comet:
+        coords.append(("org.apache.datafusion", f"comet-spark-spark{minor}_{scala}", release))
+    paths = fetch_all(coords)
+    return CometJars(paths[-1] if comet else None, tuple(paths[: len(paths) - comet]), provider_jar())
+
+
+def one_class_path(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` without the ``spark.jars`` entries already on ``spark.driver.extraClassPath`` (Comet's launch
+    puts Iceberg's jars there): each jar is loaded once, by the system class loader."""
+    on_path = {os.path.realpath(p) for p in conf.get("spark.driver.extraClassPath", "").split(os.pathsep) if p}
+    out = dict(conf)
+    if "spark.jars" in conf and on_path:
+        kept = [j for j in conf["spark.jars"].split(",") if j and os.path.realpath(j) not in on_path]
+        if kept:
+            out["spark.jars"] = ",".join(kept)
+        else:
+            del out["spark.jars"]
+    return out
 
 
 def names_comet(spark_conf: Mapping[str, str]) -> bool:

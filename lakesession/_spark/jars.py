@@ -4,26 +4,26 @@
 SparkSession builder. Where the jars come from (``mode``):
 
 * ``"auto"`` (default): ``LAKESESSION_JARS`` if set; else a verified cache (the
-  Maven jars in the Ivy cache, checked against Maven Central's sha1, or a valid
-  offline set); else Maven coordinates if Maven Central answers within 2 s;
+  Maven jars in ``<cache>/maven``, checked against Maven Central's sha1, or a valid
+  offline set); else Maven Central if it answers within 2 s;
   else offline assembly from PyPI/Debian packages (Spark 3.5 only; S3 only: no Azure/GCS SDKs).
 * ``"offline"``: the cached offline set, assembling it first if needed (Spark 3.5).
-* ``"maven"``: Maven coordinates for Spark's own resolver (``spark.jars.packages``),
-  with its Ivy cache under ``<cache>/ivy`` so repeat runs need no network.
+* ``"maven"``: the pinned jars from Maven Central, downloaded once into ``<cache>/maven``
+  (``_maven``: sha1-checked, one progress line) and passed as ``spark.jars``.
 * ``"cache"``: a verified cached set only; an error if there is none.
 * a list of jar paths: exactly those (each must exist).
 
+Only the Iceberg runtime and its AWS bundle come always; the Azure and GCP bundles (83 MB) only for a
+session whose storage is on that cloud (``clouds``, see ``versions.clouds_for``).
 Which Iceberg release goes with which Spark line is in :mod:`lakesession._spark.versions`.
 The cache lives in ``$LAKESESSION_CACHE_DIR`` (default ``~/.cache/lakesession``):
 ``downloads/`` holds the pinned wheels and .deb, ``jars/<key>/`` one assembled
-set with its ``manifest.json``, ``ivy/`` Spark's Ivy cache.
+set with its ``manifest.json``, ``maven/`` each Maven jar once (Comet's too).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -34,13 +34,14 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakesession._spark import _assemble
+from lakesession._spark import _assemble, _maven
 from lakesession._spark._owned import _UntrustedCache, private_dir
 from lakesession._spark.versions import (
+    CLOUDS_ENV,
     GROUP,
     MAVEN_SHA1,
     OFFLINE_ICEBERG,
@@ -50,6 +51,7 @@ from lakesession._spark.versions import (
     JavaNotFoundError,
     iceberg_for,
     maven_artifacts,
+    parse_clouds,
 )
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "detect_spark",
     "ivy_dir",
     "jars_main",
+    "maven_dir",
     "maven_packages",
     "resolve_jars",
 ]
@@ -157,53 +160,44 @@ def _check_supported(spark: SparkInfo) -> None:
     iceberg_for(spark.minor, spark.scala, f"{spark.version} in {spark.jars_dir}")
 
 
-def maven_packages(spark: SparkInfo) -> tuple[str, ...]:
-    """Maven coordinates (for ``spark.jars.packages``) matching ``spark``."""
-    return tuple(f"{GROUP}:{a}:{v}" for a, v in maven_artifacts(spark.minor, spark.scala, spark.version))
+def maven_packages(spark: SparkInfo, clouds: Iterable[str] = ()) -> tuple[str, ...]:
+    """Maven coordinates matching ``spark`` (for a ``spark.jars.packages`` of your own)."""
+    return tuple(f"{GROUP}:{a}:{v}" for a, v in maven_artifacts(spark.minor, spark.scala, spark.version, clouds))
 
 
 def ivy_dir() -> Path:
-    """Spark's Ivy cache (``spark.jars.ivy``) under lakesession's cache: Maven jars are fetched once."""
+    """Where Spark's Ivy cache used to be (``spark.jars.ivy``): verified jars there move to ``maven_dir()``."""
     return cache_dir() / "ivy"
 
 
-def _sha1(path: Path) -> str:
-    h = hashlib.sha1(usedforsecurity=False)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def maven_dir() -> Path:
+    """Each Maven jar once, whichever feature needs it (``_maven``)."""
+    return cache_dir() / "maven"
 
 
-def _ivy_cached(spark: SparkInfo) -> JarSet | None:
-    """The Maven jars for ``spark`` in the Ivy cache if each matches Maven Central's sha1, else None.
+def maven_store(pinned: dict[tuple[str, str, str], str] | None = None) -> _maven.Store:
+    """The one store of Maven jars; ``pinned``: sha1s beyond Iceberg's (Comet's jars). Its folder must be the
+    user's alone (a planted jar with a matching stamp would skip the hash): checked on every use."""
+    _trust_caches()
+    iceberg = {(GROUP, a, v): sha for (a, v), sha in MAVEN_SHA1.items()}
+    return _maven.Store(maven_dir(), {**iceberg, **(pinned or {})}, legacy=(ivy_dir() / "jars",))
 
-    The first check hashes them (~0.2 s); a stamp (size, mtime) next to the jars makes later checks free.
-    """
-    jars_dir = ivy_dir() / "jars"
-    stamp_file = jars_dir / ".lakesession-verified.json"
-    try:
-        stamps = json.loads(stamp_file.read_text())
-    except (OSError, ValueError):
-        stamps = {}
-    paths, changed = [], False
-    for artifact, version in maven_artifacts(spark.minor, spark.scala, spark.version):
-        path = jars_dir / f"{GROUP}_{artifact}-{version}.jar"
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        seen = [st.st_size, st.st_mtime_ns]
-        if stamps.get(path.name) != seen:
-            expected = MAVEN_SHA1.get((artifact, version))
-            if expected is None or _sha1(path) != expected:
-                return None
-            stamps[path.name], changed = seen, True
-        paths.append(path)
-    if changed:
-        with contextlib.suppress(OSError):
-            stamp_file.write_text(json.dumps(stamps))
-    return JarSet(tuple(paths), (), "cache")
+
+def _coords(spark: SparkInfo, clouds: Iterable[str]) -> list[tuple[str, str, str]]:
+    return [(GROUP, a, v) for a, v in maven_artifacts(spark.minor, spark.scala, spark.version, clouds)]
+
+
+def _maven_cached(spark: SparkInfo, clouds: Iterable[str]) -> JarSet | None:
+    """The Maven jars for ``spark`` if ``maven_dir()`` holds each, verified against Maven Central's sha1."""
+    store = maven_store()
+    coords = _coords(spark, clouds)
+    if store.missing(coords):
+        return None
+    return JarSet(tuple(store.path(c) for c in coords), (), "cache")
+
+
+def _maven_fetch(spark: SparkInfo, clouds: Iterable[str], say: Callable[[str], None] | None) -> JarSet:
+    return JarSet(tuple(maven_store().fetch(_coords(spark, clouds), say=say)), (), "maven")
 
 
 def java_executable() -> str:
@@ -281,7 +275,9 @@ def _trust_caches() -> None:
     try:
         private_dir(cache_dir(), "lakesession cache")
         private_dir(cache_dir() / "jars", "jar cache")
-        private_dir(ivy_dir(), "Ivy cache")
+        private_dir(maven_dir(), "Maven jar cache")
+        if os.path.lexists(ivy_dir()):  # a cache from before #33: its verified jars move into maven_dir()
+            private_dir(ivy_dir(), "Ivy cache")
     except _UntrustedCache as exc:
         raise JarResolutionError(f"{exc} (or {_EXPLICIT_HELP})") from None
     except OSError as exc:
@@ -299,13 +295,17 @@ def resolve_jars(
     *,
     progress: Callable[[str], None] | None = None,
     rebuild: bool = False,
+    clouds: str | Iterable[str] | None = None,
 ) -> JarSet:
     """Resolve the jars Spark needs for Iceberg REST + S3FileIO (see module doc for modes).
 
-    ``progress`` receives human-readable status lines (downloads, assembly).
-    ``rebuild`` forces a fresh offline assembly (modes "auto"/"offline").
+    ``progress`` receives human-readable status lines (downloads, assembly); without it, a download
+    shows one progress line on stderr. ``rebuild`` forces a fresh offline assembly (modes "auto"/"offline").
+    ``clouds``: ``adls``/``gcs`` bundles to add (``versions.clouds_for``; default ``$LAKESESSION_CLOUDS``);
+    S3's comes always.
     """
     say = progress or (lambda _m: None)
+    wanted = parse_clouds(clouds if clouds is not None else os.environ.get(CLOUDS_ENV))
     if mode is not None and not isinstance(mode, str):
         if not isinstance(mode, Sequence):
             raise JarResolutionError(f"mode must be one of {MODES} or a list of jar paths, not {type(mode).__name__}")
@@ -324,16 +324,16 @@ def resolve_jars(
     _check_supported(spark)
     _trust_caches()
     if mode == "maven":
-        return JarSet((), maven_packages(spark), "maven", ivy_dir())
+        return _maven_fetch(spark, wanted, progress)
 
     offline_ok = spark.minor in OFFLINE_SPARK
     key, hit = _cached(spark) if offline_ok else ("", None)
-    if hit and not rebuild:
+    if hit and not rebuild and not wanted:  # the offline set is S3 only
         return hit
     if mode in ("auto", "cache") and not rebuild:
-        ivy_hit = _ivy_cached(spark)
-        if ivy_hit is not None:
-            return ivy_hit
+        maven_hit = _maven_cached(spark, wanted)
+        if maven_hit is not None:
+            return maven_hit
     if mode == "cache":
         fix = "'lakesession jars --mode maven'" + (" or 'lakesession jars --mode offline'" if offline_ok else "")
         raise JarResolutionError(
@@ -342,8 +342,7 @@ def resolve_jars(
         )
     if mode == "auto" and not rebuild:
         if _maven_reachable():
-            say("Maven Central is reachable: using Maven coordinates (spark.jars.packages)")
-            return JarSet((), maven_packages(spark), "maven", ivy_dir())
+            return _maven_fetch(spark, wanted, progress)
         if not offline_ok:
             raise JarResolutionError(
                 f"Maven Central ({MAVEN_HOST[0]}) is not reachable and no Spark {spark.minor} jars are cached: "
@@ -375,11 +374,17 @@ def resolve_jars(
 
 
 def jars_main(argv: list[str]) -> int:
-    """``lakesession jars [--mode auto|offline|maven|cache] [--json] [--rebuild]``."""
+    """``lakesession jars [--mode auto|offline|maven|cache] [--clouds adls,gcs] [--json] [--rebuild]``."""
     parser = argparse.ArgumentParser(
         prog="lakesession jars", description="Resolve the JVM jars for Spark + Iceberg REST + S3 and print them."
     )
     parser.add_argument("--mode", choices=MODES, default="auto", help="where the jars come from (default: auto)")
+    parser.add_argument(
+        "--clouds",
+        default=None,
+        help="also the Iceberg bundles of these clouds (adls/azure, gcs/gcp, all; comma-separated; "
+        "default $LAKESESSION_CLOUDS): S3's comes always",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON object")
     parser.add_argument("--rebuild", action="store_true", help="re-assemble the offline set even if cached")
     args = parser.parse_args(argv)
@@ -388,7 +393,7 @@ def jars_main(argv: list[str]) -> int:
         print(f"lakesession: {msg}", file=sys.stderr, flush=True)
 
     try:
-        jar_set = resolve_jars(args.mode, progress=progress, rebuild=args.rebuild)
+        jar_set = resolve_jars(args.mode, progress=progress, rebuild=args.rebuild, clouds=args.clouds)
     except JarResolutionError as exc:
         print(f"lakesession jars: error: {exc}", file=sys.stderr)
         return 1

@@ -9,13 +9,22 @@ the Ivy cache can be trusted without the network.
 
 Azure and GCS: the Spark runtime jar already holds Iceberg's ``ADLSFileIO`` and ``GCSFileIO``; the
 ``iceberg-azure-bundle`` / ``iceberg-gcp-bundle`` jars add only the (relocated) cloud SDKs they call,
-so one bundle release serves every runtime: the newest on Maven Central (``CLOUD_BUNDLES``).
+so one bundle release serves every runtime: the newest on Maven Central (``CLOUD_BUNDLES``). They are
+83 MB together, so a session gets them only when its storage is on that cloud (``clouds_for``).
+
+``JAR_BYTES`` holds each pinned jar's size (Maven Central's Content-Length): the progress line's
+total and the documentation's tables (``docs/_gen.py``) come from it.
 
 Nothing here imports the rest of ``lakesession._spark`` (``jars`` and ``_assemble``
 both import from here).
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+from lakesession._wire.cloudkeys import cloud_of
 
 # re-exported here (jars, _assemble, connect_server import them from this leaf); the tree lives in errors.py
 from lakesession.errors import JarResolutionError as JarResolutionError
@@ -38,7 +47,28 @@ MAVEN_SHA1: dict[tuple[str, str], str] = {  # (artifact, version) -> Maven Centr
     ("iceberg-gcp-bundle", "1.11.0"): "11493e2804467aa65e36fc6f423e28d87ceefca7",
 }
 # SDK-only bundles for ADLSFileIO / GCSFileIO (newest releases Maven Central serves: Azure's stops at 1.10.0)
-CLOUD_BUNDLES: tuple[tuple[str, str], ...] = (("iceberg-azure-bundle", "1.10.0"), ("iceberg-gcp-bundle", "1.11.0"))
+CLOUD_BUNDLES: dict[str, tuple[str, str]] = {
+    "adls": ("iceberg-azure-bundle", "1.10.0"),
+    "gcs": ("iceberg-gcp-bundle", "1.11.0"),
+}
+CLOUD_NAMES = {"adls": "adls", "azure": "adls", "abfs": "adls", "gcs": "gcs", "gcp": "gcs", "gs": "gcs"}
+CLOUDS_ENV = "LAKESESSION_CLOUDS"
+# (group, artifact, version) -> bytes on Maven Central (Content-Length of the .jar, checked with its sha1)
+JAR_BYTES: dict[tuple[str, str, str], int] = {
+    (GROUP, "iceberg-spark-runtime-3.5_2.12", "1.12.0"): 48252525,
+    (GROUP, "iceberg-spark-runtime-3.5_2.13", "1.11.0"): 47973808,
+    (GROUP, "iceberg-spark-runtime-4.0_2.13", "1.11.0"): 47926285,
+    (GROUP, "iceberg-spark-runtime-4.1_2.13", "1.12.0"): 48309426,
+    (GROUP, "iceberg-aws-bundle", "1.11.0"): 63613165,
+    (GROUP, "iceberg-aws-bundle", "1.12.0"): 69034612,
+    (GROUP, "iceberg-azure-bundle", "1.10.0"): 18687191,
+    (GROUP, "iceberg-gcp-bundle", "1.11.0"): 64210864,
+    ("org.apache.datafusion", "comet-spark-spark4.1_2.13", "1.2.0"): 98985596,
+    ("org.apache.hadoop", "hadoop-aws", "3.4.2"): 936997,
+    ("org.apache.hadoop", "hadoop-client-api", "3.4.2"): 19665963,
+    ("software.amazon.awssdk", "apache-client", "2.54.17"): 77826,
+    ("software.amazon.awssdk", "s3-transfer-manager", "2.54.17"): 282942,
+}
 SUPPORTED_SPARK = tuple(MAVEN_ICEBERG)
 DEFAULT_SPARK = "4.1"  # the install default (pyproject's pyspark range resolves to it)
 PYSPARK_RANGE = "pyspark>=3.5,<4.2"
@@ -65,7 +95,70 @@ def iceberg_for(minor: str, scala: str, version: str = "") -> str:
         ) from None
 
 
-def maven_artifacts(minor: str, scala: str, version: str = "") -> tuple[tuple[str, str], ...]:
-    """(artifact, version) pairs Spark needs from Maven Central for this Spark line."""
+def maven_artifacts(
+    minor: str, scala: str, version: str = "", clouds: Iterable[str] = ()
+) -> tuple[tuple[str, str], ...]:
+    """(artifact, version) pairs Spark needs from Maven Central for this Spark line: the runtime and the AWS
+    bundle (S3FileIO, always), and the bundle of each cloud in ``clouds`` (``adls``, ``gcs``)."""
     iceberg = iceberg_for(minor, scala, version)
-    return ((f"iceberg-spark-runtime-{minor}_{scala}", iceberg), ("iceberg-aws-bundle", iceberg), *CLOUD_BUNDLES)
+    extra = tuple(CLOUD_BUNDLES[c] for c in sorted(parse_clouds(clouds)))
+    return ((f"iceberg-spark-runtime-{minor}_{scala}", iceberg), ("iceberg-aws-bundle", iceberg), *extra)
+
+
+def parse_clouds(value: str | Iterable[str] | None) -> frozenset[str]:
+    """``adls``/``gcs`` from names (``azure``, ``gcp``, ``all``, …) or a comma-separated string; ``s3`` is implied."""
+    if value is None:
+        return frozenset()
+    names = [n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value) if n.strip()]
+    out: set[str] = set()
+    for name in names:
+        if name == "all":
+            out.update(CLOUD_BUNDLES)
+        elif name in ("s3", "aws", "none"):
+            continue  # S3FileIO's bundle comes always
+        elif name in CLOUD_NAMES:
+            out.add(CLOUD_NAMES[name])
+        else:
+            raise JarResolutionError(
+                f"unknown cloud {name!r} in {CLOUDS_ENV}: name some of adls (azure), gcs (gcp) or all, comma-separated"
+            )
+    return frozenset(out)
+
+
+_CLOUD_CLASS = {"ADLSFileIO": "adls", "GCSFileIO": "gcs"}
+
+
+def clouds_for(
+    warehouse: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    asked: str | Iterable[str] | None = None,
+) -> frozenset[str]:
+    """The clouds (beyond S3) whose Iceberg bundle a JVM launched now needs, from what is known before it starts.
+
+    ``asked`` (or ``$LAKESESSION_CLOUDS``) names them outright; besides, a warehouse that is an ADLS or GCS
+    location, and catalog settings in ``spark_conf`` naming ``ADLSFileIO``/``GCSFileIO``, an ``abfss://``/``gs://``
+    location or ``adls.``/``gcs.`` properties. The embedded default and S3 warehouses need none: 83 MB saved.
+    """
+    out = set(parse_clouds(asked if asked is not None else os.environ.get(CLOUDS_ENV)))
+    places = [warehouse or ""]
+    for key, value in (spark_conf or {}).items():
+        if key.startswith("spark.sql.catalog."):
+            prop = key.split(".", 4)[-1] if key.count(".") >= 4 else ""
+            if prop.startswith("adls."):
+                out.add("adls")
+            elif prop.startswith("gcs."):
+                out.add("gcs")
+            places.append(value)
+    for place in places:
+        cloud = cloud_of(place)
+        if cloud in CLOUD_BUNDLES:
+            out.add(cloud)
+        for cls, c in _CLOUD_CLASS.items():
+            if place.endswith(cls):
+                out.add(c)
+    return frozenset(out)
+
+
+def jar_name(group: str, artifact: str, version: str) -> str:
+    """The file name of a Maven jar in lakesession's cache (Spark's Ivy retrieve uses the same)."""
+    return f"{group}_{artifact}-{version}.jar"

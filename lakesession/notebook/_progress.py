@@ -124,8 +124,14 @@ def start_spark(session: Any) -> Any:
     progress = JarProgress()
     if not getattr(session, "_remote", None):
         from .._spark.jars import resolve_jars
+        from .._spark.versions import clouds_for
 
-        resolve_jars(getattr(session, "_jars", None), progress=progress)  # warms the cache spark() then uses
+        clouds = clouds_for(
+            getattr(session, "warehouse", None),
+            getattr(session, "_spark_conf", None),
+            getattr(session, "_clouds", None),
+        )
+        resolve_jars(getattr(session, "_jars", None), progress=progress, clouds=clouds)  # warms what spark() uses
     progress("starting the Spark JVM…")
     spark = session.spark()
     progress("Spark is running")

@@ -97,10 +97,9 @@ def test_fetch_refuses_a_jar_whose_sha1_differs(monkeypatch: pytest.MonkeyPatch,
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"not the jar")
 
-    def no_network(*_a: object, **_k: object) -> None:
-        raise OSError("offline")
+    from tests.factories import free_port
 
-    monkeypatch.setattr(comet.urllib.request, "urlopen", no_network)
+    monkeypatch.setenv("LAKESESSION_MAVEN_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens: no network
     with pytest.raises(lakesession.errors.JarResolutionError, match="put the jar at"):
         comet.fetch("org.apache.hadoop", "hadoop-aws", "3.4.2")
     with pytest.raises(lakesession.errors.JarResolutionError, match="no pinned sha1"):

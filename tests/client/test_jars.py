@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from lakesession._spark import _assemble, _classscan, versions
+from lakesession._spark import _assemble, _classscan, _maven, versions
 from lakesession._spark import jars as J
+from tests._maven_mirror import serve
 
 REAL_CACHE = J.cache_dir()
 SPARK = J.detect_spark()
@@ -108,15 +109,25 @@ def test_detect_spark_reads_installed_pyspark():
 )
 def test_maven_packages_match_spark_and_scala(version, scala, iceberg):
     minor = version.rsplit(".", 1)[0]
-    assert J.maven_packages(J.SparkInfo(version, scala, Path("/x"))) == (
+    info = J.SparkInfo(version, scala, Path("/x"))
+    s3_only = (
         f"org.apache.iceberg:iceberg-spark-runtime-{minor}_{scala}:{iceberg}",
         f"org.apache.iceberg:iceberg-aws-bundle:{iceberg}",
-        "org.apache.iceberg:iceberg-azure-bundle:1.10.0",  # ADLSFileIO's Azure SDK (SDK only: any runtime)
-        "org.apache.iceberg:iceberg-gcp-bundle:1.11.0",  # GCSFileIO's Google SDK
     )
-    # every pair in the table has Maven Central's sha1 pinned (the verified-cache check needs it)
-    for artifact, v in versions.maven_artifacts(minor, scala):
+    assert J.maven_packages(info) == s3_only  # no cloud named: no Azure or GCP bundle (83 MB)
+    assert (
+        J.maven_packages(info, ["azure", "gcp"])
+        == J.maven_packages(info, "all")
+        == (
+            *s3_only,
+            "org.apache.iceberg:iceberg-azure-bundle:1.10.0",  # ADLSFileIO's Azure SDK (SDK only: any runtime)
+            "org.apache.iceberg:iceberg-gcp-bundle:1.11.0",  # GCSFileIO's Google SDK
+        )
+    )
+    # every pair in the table has Maven Central's sha1 and size pinned (the verified cache and progress need them)
+    for artifact, v in versions.maven_artifacts(minor, scala, clouds="all"):
         assert len(versions.MAVEN_SHA1[(artifact, v)]) == 40
+        assert versions.JAR_BYTES[(versions.GROUP, artifact, v)] > 10_000_000
 
 
 def test_default_spark_is_the_newest_supported_and_matches_pyproject():
@@ -207,21 +218,11 @@ def test_env_jars_win_in_auto(tmp_path, monkeypatch):
         J.resolve_jars("auto")
 
 
-def test_maven_mode_gives_packages(empty_cache):
-    js = J.resolve_jars("maven")
-    assert js.source == "maven" and js.jars == ()
-    conf = js.spark_conf()
-    assert conf == {
-        "spark.jars.packages": ",".join(J.maven_packages(J.detect_spark())),
-        "spark.jars.ivy": str(empty_cache / "ivy"),
-    }
-
-
-def _fake_ivy_jars(cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Small stand-ins for the Maven jars in the Ivy cache, with their sha1 pinned in the table."""
+def _fake_maven_jars(cache: Path, monkeypatch: pytest.MonkeyPatch, folder: str = "maven") -> list[Path]:
+    """Small stand-ins for the Maven jars in ``<cache>/<folder>``, with their sha1 pinned in the table."""
     import hashlib
 
-    jars_dir = cache / "ivy" / "jars"
+    jars_dir = cache / folder
     jars_dir.mkdir(parents=True)
     paths = []
     sha1 = dict(versions.MAVEN_SHA1)
@@ -234,31 +235,71 @@ def _fake_ivy_jars(cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return paths
 
 
-def test_auto_prefers_verified_ivy_jars_without_network(empty_cache, monkeypatch):
-    paths = _fake_ivy_jars(empty_cache, monkeypatch)
+def test_auto_prefers_verified_maven_jars_without_network(empty_cache, monkeypatch):
+    paths = _fake_maven_jars(empty_cache, monkeypatch)
     monkeypatch.setattr(J, "_maven_reachable", lambda *a: pytest.fail("a verified cache must not probe Maven"))
     for mode in ("auto", "cache"):
         js = J.resolve_jars(mode)
         assert (js.source, js.jars, js.packages) == ("cache", tuple(paths), ())
+        assert js.spark_conf() == {"spark.jars": ",".join(map(str, paths))}  # jars, never spark.jars.packages
     # the stamp spares re-hashing unchanged jars
-    monkeypatch.setattr(J, "_sha1", lambda p: pytest.fail("unchanged jars are not hashed again"))
+    monkeypatch.setattr(_maven, "sha1", lambda p: pytest.fail("unchanged jars are not hashed again"))
     assert J.resolve_jars("auto").jars == tuple(paths)
 
 
-def test_tampered_ivy_jar_is_not_trusted(empty_cache, monkeypatch):
-    paths = _fake_ivy_jars(empty_cache, monkeypatch)
+def test_jars_spark_ivy_retrieved_before_move_into_the_one_store(empty_cache, monkeypatch):
+    """A cache from before (Spark's Ivy retrieve folder) is not downloaded again: its verified jars move."""
+    old = _fake_maven_jars(empty_cache, monkeypatch, folder="ivy/jars")
+    monkeypatch.setattr(J, "_maven_reachable", lambda *a: pytest.fail("a verified cache must not probe Maven"))
+    js = J.resolve_jars("auto")
+    assert js.source == "cache" and [p.parent for p in js.jars] == [empty_cache / "maven"] * len(old)
+    assert not any(p.exists() for p in old)  # moved, not copied: each jar once
+
+
+def test_tampered_maven_jar_is_not_trusted_and_downloads_again(empty_cache, monkeypatch, tmp_path):
+    paths = _fake_maven_jars(empty_cache, monkeypatch)
+    good = {p: p.read_bytes() for p in paths}
     assert J.resolve_jars("cache").source == "cache"
     paths[0].write_bytes(b"evil jar of another size")
-    monkeypatch.setattr(J, "_maven_reachable", lambda *a: True)
-    js = J.resolve_jars("auto")
-    assert js.source == "maven" and js.packages and not js.jars
     with pytest.raises(J.JarResolutionError, match="no verified cached jar set"):
         J.resolve_jars("cache")
+    with serve(tmp_path / "mirror") as mirror:
+        for (artifact, version), p in zip(versions.maven_artifacts(SPARK.minor, SPARK.scala), paths, strict=True):
+            mirror.put(versions.GROUP, artifact, version, good[p])
+        monkeypatch.setenv(_maven.MAVEN_ENV, mirror.url)
+        monkeypatch.setattr(J, "_maven_reachable", lambda *a: True)
+        js = J.resolve_jars("auto")
+    assert js.source == "maven" and js.jars == tuple(paths) and not js.packages
+    assert paths[0].read_bytes() == good[paths[0]]
+    assert len(mirror.requests) == 1  # only the tampered one
 
 
-def test_auto_uses_maven_when_reachable_and_no_cache(empty_cache, monkeypatch):
-    monkeypatch.setattr(J, "_maven_reachable", lambda *a: True)
-    assert J.resolve_jars("auto").source == "maven"
+def test_auto_downloads_from_maven_when_reachable_and_no_cache(empty_cache, monkeypatch, tmp_path):
+    pinned = dict(versions.MAVEN_SHA1)
+    with serve(tmp_path / "mirror") as mirror:
+        for artifact, version in versions.maven_artifacts(SPARK.minor, SPARK.scala, clouds="all"):
+            pinned[(artifact, version)] = mirror.put(versions.GROUP, artifact, version, f"{artifact}".encode() * 999)
+        monkeypatch.setattr(J, "MAVEN_SHA1", pinned)
+        monkeypatch.setenv(_maven.MAVEN_ENV, mirror.url)
+        monkeypatch.setattr(J, "_maven_reachable", lambda *a: True)
+        messages: list[str] = []
+        js = J.resolve_jars("auto", progress=messages.append)
+        assert js.source == "maven"
+        assert [p.name for p in js.jars] == [
+            f"org.apache.iceberg_{a}-{v}.jar" for a, v in versions.maven_artifacts(SPARK.minor, SPARK.scala)
+        ]
+        assert not any("azure" in r or "gcp" in r for r in mirror.requests)  # S3 only: no cloud bundle fetched
+        assert messages[0].startswith("downloading 2 jars (117 MB) from Maven Central")
+        assert "done in" in messages[-1]
+        assert (
+            J.resolve_jars("auto", progress=messages.append, clouds="adls")
+            .jars[-1]
+            .name.startswith("org.apache.iceberg_iceberg-azure-bundle")
+        )
+        assert sum("azure" in r for r in mirror.requests) == 1 and not any("gcp" in r for r in mirror.requests)
+        n = len(messages)
+        assert J.resolve_jars("auto", progress=messages.append, clouds="adls").source == "cache"
+        assert len(messages) == n  # a warm cache says nothing
 
 
 def test_cache_mode_without_cache_names_the_fix(empty_cache):
@@ -650,13 +691,13 @@ def test_spark_session_with_assembled_jars(built, tmp_path):
 @pytest.mark.slow
 @pytest.mark.spark
 def test_spark_session_with_maven_jars(tmp_path, monkeypatch):
-    """Spark's own resolver (spark.jars.packages) with the Ivy cache under lakesession's cache:
-    the jars it fetched then count as a verified cache (Maven Central's sha1) for mode "auto"."""
-    monkeypatch.setenv(J.CACHE_ENV, str(REAL_CACHE))  # the real Ivy cache: Maven is fetched once per machine
+    """The pinned jars from Maven Central in lakesession's cache (``<cache>/maven``) as ``spark.jars``:
+    they then count as a verified cache (Maven Central's sha1) for mode "auto"."""
+    monkeypatch.setenv(J.CACHE_ENV, str(REAL_CACHE))  # the real cache: Maven is fetched once per machine
     js = J.resolve_jars("maven")
-    assert js.ivy == REAL_CACHE / "ivy"
+    assert {p.parent for p in js.jars} == {REAL_CACHE / "maven"} and not js.packages
     run_smoke(js.spark_conf(), tmp_path)
-    cached = J._ivy_cached(SPARK)  # (under Spark 3.5 "cache" mode may prefer an offline set)
+    cached = J._maven_cached(SPARK, ())  # (under Spark 3.5 "cache" mode may prefer an offline set)
     assert cached is not None and cached.source == "cache"
     assert [p.name for p in cached.jars] == [
         f"org.apache.iceberg_{a}-{v}.jar" for a, v in versions.maven_artifacts(SPARK.minor, SPARK.scala)

@@ -36,6 +36,7 @@ def _session(handle: Any, who: str, name: str) -> lakesession.Session:
         scope="catalog",
         catalog_name=name,
         spark_conf=SPARK_TEST_CONF,
+        clouds="all",  # the warehouse is set on the server (unknown before Spark starts); one JVM serves both clouds
     )
 
 

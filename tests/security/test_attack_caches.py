@@ -184,3 +184,29 @@ def test_a_cache_behind_a_symlink_is_checked_where_it_points(tmp_path: Path, cap
     os.lchown(link, NOBODY, NOBODY)
     with pytest.raises(_UntrustedCache, match="symlink owned by uid"):
         private_dir(link, "Ivy cache")
+
+
+def test_a_jar_and_stamp_planted_in_a_world_writable_maven_cache_never_reach_the_jvm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Comet's jars come from the same store even with ``jars=[paths]`` (which skips resolve_jars' checks)."""
+    from lakesession._spark import comet
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LAKESESSION_CACHE_DIR", str(cache))
+    monkeypatch.setenv("LAKESESSION_MAVEN_URL", "http://127.0.0.1:9")  # nothing listens: no download either
+    maven = cache / "maven"
+    maven.mkdir(parents=True)
+    os.chmod(cache, 0o700)
+    jar = maven / "org.apache.hadoop_hadoop-aws-3.4.2.jar"
+    jar.write_bytes(b"PK\x03\x04 not hadoop-aws at all")
+    st = jar.stat()
+    sha1 = comet.SHA1[("org.apache.hadoop", "hadoop-aws", "3.4.2")]
+    stamp = jar.with_suffix(".verified")
+    stamp.write_text(f"{sha1} {st.st_size} {st.st_mtime_ns}")  # claims the planted jar was verified
+    os.chmod(maven, 0o777)
+    as_another_user(jar, stamp)
+    with caplog.at_level(logging.WARNING), pytest.raises(JarResolutionError, match="could not download"):
+        comet.fetch("org.apache.hadoop", "hadoop-aws", "3.4.2")
+    assert not jar.exists() and stat.S_IMODE(maven.stat().st_mode) == 0o700
+    assert "Maven jar cache" in caplog.text and "writable by other users" in caplog.text
