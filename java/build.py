@@ -29,6 +29,7 @@ COMPILE = (
     ("org.apache.datafusion", "comet-spark-spark4.1_2.13", "1.2.0"),
     ("org.apache.iceberg", "iceberg-aws-bundle", "1.12.0"),
     ("org.apache.hadoop", "hadoop-client-api", "3.4.2"),
+    ("org.apache.hadoop", "hadoop-aws", "3.4.2"),  # S3A's client factory (GatewayS3ClientFactory)
 )
 # dev.lakesession.engine compiles against Spark 4.1 (the patch release does not matter: it matches Catalyst's
 # nodes by name at run time) and the Scala library pyspark 4.1 ships. (group, artifact, version) -> Maven
