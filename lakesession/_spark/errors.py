@@ -195,6 +195,8 @@ _GATEWAY_REFUSAL = re.compile(
     r"lakesession: access to (\S+) refused by the session's gateway \(HTTP (\d{3})\): ([^\n]*)"
 )
 GATEWAY_EXCEPTION = "dev.lakesession.jvm.GatewayClient$GatewayException"
+# what the AWS SDK appends when S3A's request check (GrantCheckInterceptor) fails a request as an S3 403
+_SDK_SUFFIX = re.compile(r"\s*\(Service: S3, Status Code: \d+, Request ID: [^)]*\)(:\S+)?\s*$")
 
 
 def _gateway_refusal(e: Any) -> CatalogAccessError | None:
@@ -204,6 +206,7 @@ def _gateway_refusal(e: Any) -> CatalogAccessError | None:
         found = _GATEWAY_REFUSAL.search(str(e.getMessage() or ""))
         if found is not None:
             path, status, message = found.groups()
+            message = _SDK_SUFFIX.sub("", message)
             kind = "forbidden" if status == "403" else "not authorized" if status == "401" else "catalog error"
             return CatalogAccessError(f"access to {path} refused (HTTP {status}): {message}", kind, GATEWAY_EXCEPTION)
         e = e.getCause()

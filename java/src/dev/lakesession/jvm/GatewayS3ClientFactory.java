@@ -41,13 +41,30 @@ public class GatewayS3ClientFactory extends DefaultS3ClientFactory {
       return parameters; // AWS: the SDK finds the endpoint from the region
     }
     parameters.withEndpoint(endpoint);
-    if (conf.getTrimmed("fs.s3a.path.style.access") == null) {
+    if (!userSet(conf, "fs.s3a.path.style.access")) {
       parameters.withPathStyleAccess(Boolean.parseBoolean(client.getOrDefault("s3.path-style-access", "false")));
     }
     String region = client.getOrDefault("client.region", client.get("s3.region"));
-    if (region != null && conf.getTrimmed("fs.s3a.endpoint.region", "").isEmpty()) {
+    if (region != null && !userSet(conf, "fs.s3a.endpoint.region")) {
       parameters.withRegion(region);
     }
     return parameters;
+  }
+
+  /** Set by someone, not just Hadoop's core-default.xml (which says path.style.access=false). */
+  static boolean userSet(Configuration conf, String key) {
+    if (conf.getTrimmed(key, "").isEmpty()) {
+      return false;
+    }
+    String[] sources = conf.getPropertySources(key);
+    if (sources == null) {
+      return true;
+    }
+    for (String s : sources) {
+      if (!s.endsWith("-default.xml")) {
+        return true;
+      }
+    }
+    return false;
   }
 }

@@ -13,6 +13,7 @@ import software.amazon.awssdk.core.SdkRequest;
 import software.amazon.awssdk.core.interceptor.Context;
 import software.amazon.awssdk.core.interceptor.ExecutionAttributes;
 import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
+import software.amazon.awssdk.http.SdkHttpResponse;
 import software.amazon.awssdk.services.s3.model.AbortMultipartUploadRequest;
 import software.amazon.awssdk.services.s3.model.CompleteMultipartUploadRequest;
 import software.amazon.awssdk.services.s3.model.CopyObjectRequest;
@@ -135,7 +136,7 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
           continue;
         }
         // outside the union: the catalog decides (403 -> refuse here; 200 -> the union grew)
-        union.gateway().pathCredentials(path, mode, 0);
+        union.gateway().pathCredentials("s3a://" + bucket + "/" + key, mode, 0); // S3A's spelling in messages
         union.invalidate();
         if (!"read".equals(mode)) {
           BucketCredentials.of(conf, bucket, "read").invalidate();
@@ -143,6 +144,8 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
       }
     } catch (GatewayClient.GatewayException e) {
       throw refusal(e);
+    } catch (IllegalStateException e) {
+      throw refusal(new GatewayClient.GatewayException(403, "s3a://" + bucket + "/", e.getMessage()));
     } catch (IOException e) {
       throw S3Exception.builder().message("lakesession: " + e.getMessage()).statusCode(503).cause(e).build();
     }
@@ -156,7 +159,12 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
             .statusCode(e.status == 401 ? 401 : 403)
             .message(message)
             .awsErrorDetails(
-                AwsErrorDetails.builder().errorCode("AccessDenied").errorMessage(message).serviceName("S3").build())
+                AwsErrorDetails.builder()
+                    .errorCode("AccessDenied")
+                    .errorMessage(message)
+                    .serviceName("S3")
+                    .sdkHttpResponse(SdkHttpResponse.builder().statusCode(e.status == 401 ? 401 : 403).build())
+                    .build())
             .build();
   }
 }
