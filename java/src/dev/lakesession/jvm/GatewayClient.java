@@ -275,7 +275,7 @@ final class GatewayClient implements AutoCloseable {
                 str(c.get("s3.secret-access-key")),
                 str(c.get("s3.session-token")),
                 exp == null ? 0L : Long.parseLong(exp.toString()));
-        if (cand.accessKeyId == null || cand.secretAccessKey == null || !cand.covers(path)) {
+        if (cand.accessKeyId == null || cand.secretAccessKey == null || !cand.covers(normalize(path))) {
           continue;
         }
         if (best == null || cand.prefix.length() > best.prefix.length()) {
