@@ -3,7 +3,7 @@
     python java/build.py          # writes lakesession/_spark/jvm/lakesession-jvm.jar (committed)
 
 Compiles with ``javac --release 17`` against the compile-time jars from Maven Central (Comet's SPI,
-the AWS SDK v2 in iceberg-aws-bundle, Hadoop's client API; for ``lakesession engine``'s sandbox
+the AWS SDK v2 in iceberg-aws-bundle, Hadoop's client API and hadoop-aws (S3A's client factory); for ``lakesession engine``'s sandbox
 extension, ``dev.lakesession.engine``, Spark 4.1's catalyst/sql/sql-api/core/common-utils, Scala
 2.13's library and the Jackson its types are annotated with), fetched and sha1-checked like the
 jars ``comet=True`` uses. At run time the providers need only the JDK and the engine classes only
