@@ -3,7 +3,7 @@
     python java/build.py          # writes lakesession/_spark/jvm/lakesession-jvm.jar (committed)
 
 Compiles with ``javac --release 17`` against the compile-time jars from Maven Central (Comet's SPI,
-the AWS SDK v2 in iceberg-aws-bundle, Hadoop's client API; for ``lakesession engine``'s sandbox
+the AWS SDK v2 in iceberg-aws-bundle, Hadoop's client API and hadoop-aws (S3A's client factory); for ``lakesession engine``'s sandbox
 extension, ``dev.lakesession.engine``, Spark 4.1's catalyst/sql/sql-api/core/common-utils, Scala
 2.13's library and the Jackson its types are annotated with), fetched and sha1-checked like the
 jars ``comet=True`` uses. At run time the providers need only the JDK and the engine classes only
@@ -29,6 +29,7 @@ COMPILE = (
     ("org.apache.datafusion", "comet-spark-spark4.1_2.13", "1.2.0"),
     ("org.apache.iceberg", "iceberg-aws-bundle", "1.12.0"),
     ("org.apache.hadoop", "hadoop-client-api", "3.4.2"),
+    ("org.apache.hadoop", "hadoop-aws", "3.4.2"),  # S3A's client factory (GatewayS3ClientFactory)
 )
 # dev.lakesession.engine compiles against Spark 4.1 (the patch release does not matter: it matches Catalyst's
 # nodes by name at run time) and the Scala library pyspark 4.1 ships. (group, artifact, version) -> Maven

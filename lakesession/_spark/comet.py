@@ -30,6 +30,8 @@ PLUGIN = "org.apache.spark.CometPlugin"
 SHUFFLE_MANAGER = "org.apache.spark.sql.comet.execution.shuffle.CometShuffleManager"
 COMET_PROVIDER = "dev.lakesession.jvm.CometCredentialProvider"
 S3A_PROVIDER = "dev.lakesession.jvm.S3ACredentialsProvider"
+S3A_CHECK = "dev.lakesession.jvm.GrantCheckInterceptor"
+S3A_CLIENT_FACTORY = "dev.lakesession.jvm.GatewayS3ClientFactory"
 PROVIDER_JAR = "lakesession-jvm.jar"
 IO_TIMEOUT = "spark.comet.iceberg.ioTimeout"
 DEFAULT_IO_TIMEOUT = 30  # seconds: Comet's default I/O deadline for opendal requests
@@ -205,6 +207,10 @@ def session_conf(catalog_name: str, gateway_uri: str, secret: str, user: Mapping
         f"{p}.lakesession.min-valid-seconds": min_valid,
         "fs.s3a.comet.credential.provider.class": COMET_PROVIDER,
         "fs.s3a.aws.credentials.provider": S3A_PROVIDER,
+        # every S3A request checked against the session's grants before the store sees it (issue #33)
+        "fs.s3a.audit.execution.interceptors": S3A_CHECK,
+        # the store's endpoint, path style and region as the catalog vends them (unless fs.s3a.endpoint is set)
+        "fs.s3a.s3.client.factory.impl": S3A_CLIENT_FACTORY,
         "fs.s3a.lakesession.gateway.uri": gateway_uri,
         "fs.s3a.lakesession.gateway.token": secret,
         "fs.s3a.lakesession.min-valid-seconds": min_valid,

@@ -195,6 +195,8 @@ _GATEWAY_REFUSAL = re.compile(
     r"lakesession: access to (\S+) refused by the session's gateway \(HTTP (\d{3})\): ([^\n]*)"
 )
 GATEWAY_EXCEPTION = "dev.lakesession.jvm.GatewayClient$GatewayException"
+# what the AWS SDK appends when S3A's request check (GrantCheckInterceptor) fails a request as an S3 403
+_SDK_SUFFIX = re.compile(r"\s*\(Service: S3, Status Code: \d+, Request ID: [^)]*\)(:\S+)?\s*$")
 
 
 def _gateway_refusal(e: Any) -> CatalogAccessError | None:
@@ -204,6 +206,7 @@ def _gateway_refusal(e: Any) -> CatalogAccessError | None:
         found = _GATEWAY_REFUSAL.search(str(e.getMessage() or ""))
         if found is not None:
             path, status, message = found.groups()
+            message = _SDK_SUFFIX.sub("", message)
             kind = "forbidden" if status == "403" else "not authorized" if status == "401" else "catalog error"
             return CatalogAccessError(f"access to {path} refused (HTTP {status}): {message}", kind, GATEWAY_EXCEPTION)
         e = e.getCause()
@@ -211,12 +214,15 @@ def _gateway_refusal(e: Any) -> CatalogAccessError | None:
     return None
 
 
-_STORE_REFUSAL = re.compile(r"^(s3a://\S+?):? \S+ on s3a://")
+_STORE_REFUSAL = re.compile(r"^(s3a://\S+?):? (.*?) on s3a://")
 STORE_DENIED = "java.nio.file.AccessDeniedException"
+_WRITES = re.compile(r"put|write|delete|upload|copy|rename|mkdir|commit|create", re.IGNORECASE)
 
 
 def _store_refusal(e: Any) -> CatalogAccessError | None:
-    """S3A's AccessDeniedException for an s3a:// path: the store refused the session's credentials there."""
+    """S3A's AccessDeniedException for an s3a:// path: the store refused the session's credentials there
+    (S3A's request check refuses ungranted paths before the store; this is what is left: e.g. a
+    ``fs.s3a.bucket.<b>.lakesession.location`` narrowing, or a grant revoked mid-job)."""
     from py4j.java_gateway import is_instance_of
     from pyspark import SparkContext
 
@@ -225,10 +231,12 @@ def _store_refusal(e: Any) -> CatalogAccessError | None:
         if is_instance_of(SparkContext._gateway, e, STORE_DENIED):
             found = _STORE_REFUSAL.match(str(e.getMessage() or ""))
             if found is not None:
+                path, operation = found.group(1), found.group(2)
+                grant = "LOCATION_WRITE" if _WRITES.search(operation) else "LOCATION_READ"
                 return CatalogAccessError(
-                    f"access to {found.group(1)} refused by the store: no grant of this session covers it "
-                    "(raw paths need a LOCATION_READ/LOCATION_WRITE grant on a registered location; S3A reads a "
-                    "bucket with one location's credentials: see docs/how-to/comet.md)",
+                    f"access to {path} refused by the store ({operation}): no grant of this session covers it; "
+                    f"ask for {grant} on a registered location holding it (TABLE_READ_DATA/TABLE_WRITE_DATA when it "
+                    "is a table's)",
                     "forbidden",
                     STORE_DENIED,
                 )

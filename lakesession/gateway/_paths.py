@@ -10,6 +10,20 @@ the grant (or the gateway's, when the catalog offers no credentials by path). A 
 (``required_life``): it is refreshed instead, one upstream call per prefix at a time (single
 flight), and refreshed ahead in the background once half of that margin is used up again.
 
+``GET /lakesession/bucket-credentials?bucket=B&mode=read|write&min-valid-seconds=60``: Hadoop S3A takes
+one credential per bucket, so the JVM's ``S3ACredentialsProvider`` asks here for ONE credential covering the
+union of this session's prefixes in bucket ``B``: the tables it loaded there (``mode=write``: only those whose
+credentials are not read-only), the registered locations granted to the user (the catalog's ``locations``
+route; ``mode=write``: those holding ``LOCATION_WRITE``) and the locations ``path-credentials`` was granted
+since. One upstream ``location-credentials`` call with ``location`` repeated, held per (bucket, mode, prefix
+set) under the same min-valid / refresh-ahead / single-flight rules; when the set grows (a table loaded, a
+grant used), the next call vends for the new union. The answer is ``{"bucket", "mode", "prefixes",
+"storage-credentials": [one entry per prefix, the same config]}``; the config carries the store's client
+settings the catalog vends (``s3.endpoint``, ``s3.path-style-access``, ``client.region``), which the JVM's
+S3A client factory uses unless the user set ``fs.s3a.endpoint``. No prefix in the bucket: ``prefixes`` is
+empty and there is no credential (the JVM's request check then asks ``path-credentials``, whose 403 names
+the grant).
+
 ``GET /lakesession/policy-locations``: the prefixes of the tables this session loaded plus the
 registered locations granted to the user (for ``CometS3LocationScopedCredentialProvider``).
 """
@@ -38,6 +52,7 @@ LOCATIONS_ROUTE = "GET /v1/{prefix}/lakesession/locations"
 SCHEMES = ("s3://", "s3a://", "s3n://")
 CREDENTIAL_KEYS = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token", "s3.session-token-expires-at-ms")
 JSON = {"content-type": "application/json"}
+GRANTED_TTL = 30.0  # seconds the registered locations granted to the user are remembered (bucket-credentials)
 
 
 def canonical(url: str) -> str:
@@ -85,6 +100,8 @@ class PathRoutes:
         self._flights: SingleFlight[Reply] = SingleFlight()
         self._config: dict[str, object] | None = None
         self._ahead: set[tuple[str, str]] = set()  # refreshes ahead under way
+        self._unions: dict[tuple[str, str, tuple[str, ...]], _Held] = {}  # (bucket, mode, prefixes) -> union key
+        self._granted: tuple[float, list[tuple[str, list[str]]]] | None = None  # (fetched at, [(prefix, privileges)])
         self.upstream_fetches = 0
 
     # -- what the gateway learns from other calls ---------------------------------------------------
@@ -125,11 +142,13 @@ class PathRoutes:
     # -- routes ---------------------------------------------------------------------------------------
     def handle(self, method: str, raw_path: str, query: str) -> Reply:
         route = raw_path[len(PREFIX) :].rstrip("/")
-        if method != "GET" or route not in ("path-credentials", "policy-locations"):
+        if method != "GET" or route not in ("path-credentials", "policy-locations", "bucket-credentials"):
             return error_reply(404, "NotFoundException", f"No gateway route {method} {raw_path}")
         if route == "policy-locations":
             return self._policy_locations()
         params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        if route == "bucket-credentials":
+            return self._bucket_route(params)
         path, mode = params.get("path", ""), params.get("mode") or "read"
         try:
             min_valid = float(params.get("min-valid-seconds") or DEFAULT_MIN_VALID)
@@ -264,6 +283,153 @@ class PathRoutes:
             self._held[(got, mode)] = _Held(got, mode, config, time.time(), expires)
         return 200, json.dumps({"storage-credentials": [{"prefix": got, "config": config}]}).encode(), headers
 
+    # -- one credential per bucket (S3A) ---------------------------------------------------------------
+    def _bucket_route(self, params: dict[str, str]) -> Reply:
+        bucket, mode = params.get("bucket", ""), params.get("mode") or "read"
+        try:
+            min_valid = float(params.get("min-valid-seconds") or DEFAULT_MIN_VALID)
+        except ValueError:
+            min_valid = -1.0
+        if not bucket or "/" in bucket or mode not in ("read", "write") or not 0 <= min_valid <= 12 * 3600:
+            return error_reply(
+                400, "BadRequestException", "Expected bucket=NAME, mode=read|write, min-valid-seconds in 0..43200"
+            )
+        started = time.monotonic()
+        reply, via, prefixes = self._bucket_credentials(bucket, mode, min_valid)
+        self.access_log.add(
+            AccessRecord(
+                time=time.time(),
+                action="bucket_credentials",
+                object=f"bucket {bucket} ({len(prefixes)} prefixes)",
+                status=reply[0],
+                duration_ms=round((time.monotonic() - started) * 1000, 2),
+                request_id=reply[2].get("x-request-id"),
+                credentials_expire_at=earliest_expiry(reply[1]) if reply[0] == 200 and prefixes else None,
+                via=via,
+            )
+        )
+        return reply
+
+    def _granted_locations(self) -> list[tuple[str, list[str]]]:
+        """The registered locations granted to the user, with their privileges (asked at most every 30 s)."""
+        now = time.monotonic()
+        if self._granted is not None and now - self._granted[0] < GRANTED_TTL:
+            return self._granted[1]
+        out: list[tuple[str, list[str]]] = []
+        prefix, endpoints = self._catalog()
+        if prefix is not None and LOCATIONS_ROUTE in endpoints:
+            status, body, _ = self.upstream.forward(
+                "GET", f"/v1/{quote(prefix, safe='')}/lakesession/locations", "", {"accept": "application/json"}, b""
+            )
+            if status == 200:
+                for x in json.loads(body).get("locations", []):
+                    privileges = [str(p) for p in x.get("privileges", [])]
+                    out.append((as_prefix(x["location"]), privileges))
+        self._granted = (now, out)
+        return out
+
+    def _bucket_prefixes(self, bucket: str, mode: str, min_valid: float) -> tuple[str, ...]:
+        """This session's prefixes in ``bucket`` for ``mode`` (see the module docstring), sorted."""
+        inside = "s3://" + bucket + "/"
+        with self._lock:
+            tables = [(p, t) for p, t in self._tables.items() if p.startswith(inside)]
+            held = {p for (p, m) in self._held if p.startswith(inside) and (m == mode or m == "write")}
+        found: set[str] = set(held)
+        for prefix, (table_path, refresh_query) in tables:
+            if mode == "write":
+                reply = self._table_credentials(table_path, refresh_query, min_valid)
+                config = _credential_config(reply[1], prefix) if reply[0] == 200 else None
+                if config is None or config.get(STORAGE_ACCESS) == READ_ONLY_ACCESS:
+                    continue
+            found.add(prefix)
+        for prefix, privileges in self._granted_locations():
+            if prefix.startswith(inside) and (mode == "read" or "LOCATION_WRITE" in privileges):
+                found.add(prefix)
+        # a prefix inside another one adds nothing (tables and locations never overlap; held ones may be deeper)
+        return tuple(sorted(p for p in found if not any(p != q and p.startswith(q) for q in found)))
+
+    def _bucket_credentials(self, bucket: str, mode: str, min_valid: float) -> tuple[Reply, str, tuple[str, ...]]:
+        prefixes = self._bucket_prefixes(bucket, mode, min_valid)
+        doc: dict[str, object] = {"bucket": bucket, "mode": mode, "prefixes": prefixes}
+        if not prefixes:
+            return (200, json.dumps(doc | {"storage-credentials": []}).encode(), dict(JSON)), "none", prefixes
+        key = (bucket, mode, prefixes)
+        now = time.time()
+        with self._lock:
+            held = self._unions.get(key)
+        via = "cache"
+        if held is not None and held.usable(now, min_valid):
+            if held.remaining(now) < 2 * required_life(held.expires_at - held.fetched_at, min_valid):
+                self._union_ahead(key)
+        else:
+            reply, shared = self._flights.do(("union", bucket, mode, *prefixes), lambda: self._fetch_union(key))
+            if reply[0] != 200:
+                return reply, "upstream", prefixes
+            with self._lock:
+                held = self._unions.get(key)
+            if held is None:
+                return error_reply(502, "ServiceFailureException", "The catalog vended no credentials"), "upstream", ()
+            via = "shared" if shared else "upstream"
+        config = {k: v for k, v in held.config.items() if k != "client.refresh-credentials-endpoint"}
+        doc["storage-credentials"] = [{"prefix": p, "config": config} for p in prefixes]
+        return (200, json.dumps(doc).encode(), dict(JSON)), via, prefixes
+
+    def _union_ahead(self, key: tuple[str, str, tuple[str, ...]]) -> None:
+        ahead = ("union:" + key[0], key[1] + ":" + ",".join(key[2]))
+        with self._lock:
+            if ahead in self._ahead:
+                return
+            self._ahead.add(ahead)
+
+        def run() -> None:
+            try:
+                self._flights.do(("union", key[0], key[1], *key[2]), lambda: self._fetch_union(key))
+            except Exception:  # the next request retries in the foreground
+                logger.debug("refresh-ahead of bucket %s failed", key[0], exc_info=True)
+            finally:
+                with self._lock:
+                    self._ahead.discard(ahead)
+
+        threading.Thread(target=run, name="lakesession-bucket-refresh", daemon=True).start()
+
+    def _fetch_union(self, key: tuple[str, str, tuple[str, ...]]) -> Reply:
+        """ONE upstream ``location-credentials`` call, ``location`` repeated: a 200 is held per (bucket, mode, set)."""
+        bucket, mode, prefixes = key
+        prefix, endpoints = self._catalog()
+        if prefix is None or LOCATION_ROUTE not in endpoints:
+            msg = (
+                f"No credentials for bucket {bucket}: the catalog does not offer credentials by path "
+                f"({LOCATION_ROUTE} is not in its /v1/config endpoints)"
+            )
+            return error_reply(403, "ForbiddenException", msg)
+        query = "&".join(f"location={quote(p, safe='')}" for p in prefixes) + f"&mode={mode}"
+        self.upstream_fetches += 1
+        status, body, headers = self.upstream.forward(
+            "GET",
+            f"/v1/{quote(prefix, safe='')}/lakesession/location-credentials",
+            query,
+            {"accept": "application/json"},
+            b"",
+        )
+        if status != 200:
+            with self._lock:  # a revoked grant: never serve a union that held it; ask the catalog again
+                self._unions = {k: v for k, v in self._unions.items() if k[0] != bucket}
+                self._held = {k: v for k, v in self._held.items() if not k[0].startswith(f"s3://{bucket}/")}
+                self._granted = None
+            return status, body, headers
+        try:
+            entry = json.loads(body)["storage-credentials"][0]
+            config = {k: v for k, v in entry["config"].items() if isinstance(v, str)}
+            expires = int(config["s3.session-token-expires-at-ms"]) / 1000
+        except (ValueError, KeyError, IndexError, TypeError):
+            return error_reply(
+                502, "ServiceFailureException", f"The catalog's credentials for bucket {bucket} were malformed"
+            )
+        with self._lock:
+            self._unions = {k: v for k, v in self._unions.items() if k[:2] != (bucket, mode) or k == key}
+            self._unions[key] = _Held(f"s3://{bucket}/", mode, config, time.time(), expires)
+        return status, body, headers
+
     def _policy_locations(self) -> Reply:
         with self._lock:
             out = list(self._tables)
@@ -279,6 +445,8 @@ class PathRoutes:
     def clear(self) -> None:
         with self._lock:
             self._held.clear()
+            self._unions.clear()
+            self._granted = None
 
 
 def _credential_config(body: bytes, prefix: str) -> dict[str, str] | None:

@@ -28,7 +28,7 @@ from typing import Any
 from .._wire.redact import quiet_botocore_bodies
 from .._wire.singleflight import SingleFlight
 from .errors import ServiceUnavailable
-from .storage.policy import table_session_policy
+from .storage.policy import prefixes_session_policy
 from .webidentity import CatalogIdentity, WebIdentity
 
 READ, WRITE = "read", "write"
@@ -175,10 +175,22 @@ class CredentialVendor:
         return self._sts
 
     def vend(
-        self, principal: str, table: str, location: str, mode: str, *, now: float | None = None
+        self,
+        principal: str,
+        table: str,
+        location: str,
+        mode: str,
+        *,
+        now: float | None = None,
+        also: tuple[str, ...] = (),
     ) -> tuple[VendedCredential, bool]:
-        """Credentials for ``principal`` on ``table`` at ``location``; returns (credential, cache_hit)."""
-        key = (principal, table, location.rstrip("/"), mode)
+        """Credentials for ``principal`` on ``table`` at ``location``; returns (credential, cache_hit).
+
+        ``also``: more prefixes the same credential covers (one session policy for the union, for readers
+        such as Hadoop S3A that take one credential per bucket); the cache key holds the sorted prefix set.
+        """
+        prefixes = tuple(sorted({p.rstrip("/") for p in (location, *also)}))
+        key = (principal, table, "\n".join(prefixes), mode)
         now = time.time() if now is None else now
         with self._lock:
             hit = self._cache.get(key)
@@ -192,7 +204,7 @@ class CredentialVendor:
             else:
                 hit = False
                 try:
-                    cred = self._assume(principal, location, mode)
+                    cred = self._assume(principal, location, mode, prefixes)
                 except BaseException:
                     if self.shared is not None:
                         self.shared.release(key)
@@ -231,8 +243,8 @@ class CredentialVendor:
 
         return Credentials(s3.access_key_id, s3.secret_access_key, s3.session_token)
 
-    def _assume(self, principal: str, location: str, mode: str) -> VendedCredential:
-        policy = table_session_policy(location, write=(mode == WRITE))
+    def _assume(self, principal: str, location: str, mode: str, prefixes: tuple[str, ...] = ()) -> VendedCredential:
+        policy = prefixes_session_policy(prefixes or (location,), write=(mode == WRITE))
         if self.identity is not None:
             self.sts_calls += 1
             try:

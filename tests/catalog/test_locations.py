@@ -27,11 +27,16 @@ POLICY = (
     .user("alice", "alice-secret-xyz", role="readers")
     .user("bob", "bob-secret-xyz", role="writers")
     .user("carol", "carol-secret-xyz", role="scratchers")
+    .user("dave", "dave-secret-xyz", role="unioners")
     .location("s3://raw-bucket/landing/", "s3://raw-bucket/secret/")
     .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
     .grant("readers", "LOCATION_READ", "location s3://raw-bucket/landing/")
     .grant("readers", "TABLE_READ_DATA", "table shop.orders")
     .grant("writers", "LOCATION_WRITE", "location s3://raw-bucket/landing")
+    .grant("unioners", "LOCATION_READ", "location s3://raw-bucket/landing/")
+    .grant("unioners", "LOCATION_READ", "location s3://raw-bucket/secret/")
+    .grant("unioners", "TABLE_READ_DATA", "table shop.orders")
+    .grant("unioners", "TABLE_READ_DATA", "table shop.orders_archive")
     .grant_all("scratchers", ["TABLE_CREATE", "TABLE_WRITE_DATA"], "namespace scratch")
 )
 WH = "s3://loc-bucket/wh"
@@ -294,3 +299,69 @@ def test_attack_staged_location_cannot_reach_other_storage(cat: ReferenceCatalog
         headers=bearer(cat, "alice"),
     )
     assert r.status_code == 200 and r.json()["storage-credentials"][0]["prefix"] == f"{WH}/shop/orders"
+
+
+def ask_many(handle: ReferenceCatalog, who: str, locations: list[str], mode: str = "read") -> httpx.Response:
+    params = [("location", loc) for loc in locations] + [("mode", mode)]
+    return httpx.get(f"{handle.uri}{P}/lakesession/location-credentials", params=params, headers=bearer(handle, who))
+
+
+def test_attack_union_key_reads_each_granted_prefix_and_nothing_else(cat: ReferenceCatalog) -> None:
+    """Several locations in one request: one key for the union of the owning prefixes, used directly against
+    the store: each granted prefix reads, every key outside the union (siblings, a granted table not asked
+    for, another bucket) is AccessDenied."""
+    r = ask_many(cat, "dave", ["s3a://raw-bucket/landing/", "s3a://raw-bucket/secret/c.txt", f"{WH}/shop/orders/"])
+    assert r.status_code == 200, r.text
+    entries = r.json()["storage-credentials"]
+    assert [e["prefix"] for e in entries] == [
+        "s3a://raw-bucket/landing/",
+        "s3a://raw-bucket/secret/",
+        f"{WH}/shop/orders/",
+    ]
+    assert all(e["config"] == entries[0]["config"] for e in entries)  # one credential for the union
+    cfg = entries[0]["config"]
+    assert cfg["s3.endpoint"] == cat.s3_emulator.endpoint and cfg["s3.path-style-access"] == "true"
+    assert cfg["client.region"]
+    s3 = s3_with(cat, r)
+    assert s3.get_object(Bucket="raw-bucket", Key="landing/a.txt")["Body"].read() == b"x"
+    assert s3.get_object(Bucket="raw-bucket", Key="secret/c.txt")["Body"].read() == b"x"
+    assert s3.list_objects_v2(Bucket="loc-bucket", Prefix="wh/shop/orders/")["Contents"]
+    assert denied(lambda: s3.get_object(Bucket="raw-bucket", Key="landing_archive/b.txt"))  # sibling name
+    assert denied(lambda: s3.get_object(Bucket="raw-bucket", Key="other/d.txt"))
+    assert denied(lambda: s3.list_objects_v2(Bucket="raw-bucket", Prefix="landing"))
+    assert denied(lambda: s3.list_objects_v2(Bucket="loc-bucket", Prefix="wh/shop/orders_archive/"))  # not asked
+    assert denied(lambda: s3.list_objects_v2(Bucket="loc-bucket", Prefix="wh/"))
+    assert denied(lambda: s3.put_object(Bucket="raw-bucket", Key="landing/dave.txt", Body=b"d"))  # read only
+    # the same set in another order: the vendor's cache hands out the same key (cache key: the sorted set)
+    again = ask_many(cat, "dave", [f"{WH}/shop/orders/x", "s3://raw-bucket/secret/", "s3://raw-bucket/landing/"])
+    assert again.status_code == 200 and again.json()["storage-credentials"][0]["config"] == cfg
+    # a different set: a different key, scoped to it
+    alone = ask_many(cat, "dave", ["s3://raw-bucket/landing/"])
+    assert alone.json()["storage-credentials"][0]["config"]["s3.access-key-id"] != cfg["s3.access-key-id"]
+    assert denied(lambda: s3_with(cat, alone).get_object(Bucket="raw-bucket", Key="secret/c.txt"))
+
+
+def test_attack_an_ungranted_location_among_granted_ones_vends_nothing(cat: ReferenceCatalog) -> None:
+    before = len(cat.s3_emulator._realm.sessions)  # STS sessions the store knows: nothing is minted below
+    for locations in (
+        ["s3://raw-bucket/landing/", "s3://raw-bucket/secret/c.txt"],  # alice: secret is not hers
+        ["s3://raw-bucket/secret/c.txt", "s3://raw-bucket/landing/"],
+        ["s3://raw-bucket/landing/", "s3://raw-bucket/landing_archive/b.txt"],
+        ["s3://raw-bucket/landing/", f"{WH}/shop/orders_archive/"],
+    ):
+        r = ask_many(cat, "alice", locations)
+        assert r.status_code == 403, (locations, r.text)
+        assert "storage-credentials" not in r.text
+        refused = next(loc for loc in locations if "landing/" not in loc)
+        assert refused in r.json()["error"]["message"]  # the refused one is named
+    assert len(cat.s3_emulator._realm.sessions) == before
+    records = cat.admin.audit(action="location_credentials", limit=500)
+    assert any(
+        x.decision == "deny" and x.principal == "alice" and "landing_archive" in str(x.securable) for x in records
+    )
+    # bounded
+    r = ask_many(cat, "dave", ["s3://raw-bucket/landing/"] * 65)
+    assert r.status_code == 400 and "64" in r.json()["error"]["message"]
+    # write: each location needs its write grant; bob holds LOCATION_WRITE on landing only
+    r = ask_many(cat, "bob", ["s3://raw-bucket/landing/", "s3://raw-bucket/secret/"], "write")
+    assert r.status_code == 403 and "secret" in r.json()["error"]["message"]

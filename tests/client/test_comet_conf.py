@@ -83,6 +83,9 @@ def test_session_conf_wires_both_paths_to_this_sessions_gateway_and_respects_the
     assert conf["fs.s3a.aws.credentials.provider"] == comet.S3A_PROVIDER
     assert conf["fs.s3a.lakesession.gateway.uri"] == "http://127.0.0.1:5000/catalog"
     assert conf["spark.sql.catalog.lake.lakesession.min-valid-seconds"] == "30"
+    assert conf["fs.s3a.audit.execution.interceptors"] == "dev.lakesession.jvm.GrantCheckInterceptor"
+    assert conf["fs.s3a.s3.client.factory.impl"] == "dev.lakesession.jvm.GatewayS3ClientFactory"
+    assert not any(k in conf for k in ("fs.s3a.endpoint", "fs.s3a.path.style.access", "fs.s3a.endpoint.region"))
     assert conf["fs.s3a.impl.disable.cache"] == "true"  # a cached S3AFileSystem would carry another session's provider
     assert comet.min_valid_seconds({}) == comet.DEFAULT_IO_TIMEOUT + comet.MARGIN
     assert comet.min_valid_seconds({comet.IO_TIMEOUT: "5000"}) == 5 + comet.MARGIN  # a bare number: ms

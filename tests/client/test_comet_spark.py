@@ -269,13 +269,13 @@ def test_raw_s3a_paths_granted_read_natively_and_by_s3a_ungranted_refused(
         landing_key = s3a[-1].key
         assert f"{RAW}/landing/" in minted_for(handle, landing_key)
 
-        # a write with a read-only location grant: the store refuses it
+        # a write with a read-only location grant: the catalog refuses it (naming LOCATION_WRITE) before the store
         since = time.time()
-        with pytest.raises(Exception) as write_error:
+        with pytest.raises(CatalogAccessError, match="LOCATION_WRITE") as write_error:
             spark.range(3).write.mode("overwrite").parquet(f"s3a://{RAW}/landing/out/")
-        assert "403" in str(write_error.value) or "AccessDenied" in str(write_error.value)
+        assert f"s3a://{RAW}/landing/out" in str(write_error.value)
         puts = [h for h in log.hits if h.at >= since and h.method in ("PUT", "POST") and h.path.startswith(f"/{RAW}/")]
-        assert puts and all(h.status == 403 for h in puts)
+        assert puts == []
     finally:
         spark.conf.set("spark.comet.enabled", "true")
 
@@ -289,9 +289,7 @@ def test_raw_s3a_paths_granted_read_natively_and_by_s3a_ungranted_refused(
         finally:
             spark.conf.set("spark.comet.enabled", "true")
     tried = [h for h in log.hits if h.at >= since and h.path.startswith(f"/{RAW}") and "secret" in h.query + h.path]
-    assert tried and all(h.status == 403 for h in tried)  # S3A tried alice's landing key there: the store refused
-    for key in {h.key for h in tried}:
-        assert f"{RAW}/landing/" in minted_for(handle, key)
+    assert tried == []  # refused by the catalog (S3A's request check, Comet's provider) before the store
     creds = handle.s3_emulator.client(credentials=_creds_for(users["alice"], f"s3://{RAW}/landing/x"))
     from botocore.exceptions import ClientError
 

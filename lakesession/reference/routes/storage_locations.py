@@ -8,6 +8,12 @@ credentials by path. A path inside a table's storage is decided by the table's g
 write where the caller holds the read grant: that 403 names the object and both grants. The
 credentials' session policy covers exactly the owning prefix, which the answer names.
 
+``location`` may be repeated (at most ``MAX_LOCATIONS``): each one is checked exactly as above (the
+first refused one is the 403, and nothing is vended); one credential is vended whose session policy
+covers the union of the owning prefixes (``prefixes_session_policy``), and the answer holds one
+``storage-credentials`` entry per owning prefix, all with that same config. Hadoop S3A takes one
+credential per bucket: the session's gateway asks this way for all its prefixes in a bucket.
+
 ``GET /v1/{prefix}/lakesession/locations``: the registered locations the caller holds a grant on.
 ``/management/v1/locations``: admins register (POST), list (GET) and unregister (DELETE) locations.
 """
@@ -36,24 +42,24 @@ PRIVILEGE = {(TABLE, READ): P.TABLE_READ_DATA, (TABLE, WRITE): P.TABLE_WRITE_DAT
 PRIVILEGE |= {(LOCATION, READ): P.LOCATION_READ, (LOCATION, WRITE): P.LOCATION_WRITE}
 
 
+MAX_LOCATIONS = 64  # ``location`` repeated: one credential for the union, bounded
+
+
 @router.get("/v1/{prefix}/lakesession/location-credentials")
 async def location_credentials(
     prefix: str,
     request: Request,
-    location: str = Query(..., max_length=2000),
+    location: list[str] = Query(..., max_length=2000),
     mode: str = Query(READ, max_length=16),
 ) -> Response:
     """Re-authorized on every call, like a table's ``/credentials``; one threadpool hop."""
+    if len(location) > MAX_LOCATIONS:
+        raise BadRequest(f"At most {MAX_LOCATIONS} location parameters per request, got {len(location)}")
     return await run_in_threadpool(in_context, request, lambda ctx: _location_credentials(ctx, prefix, location, mode))
 
 
-def _location_credentials(ctx: RequestContext, prefix: str, location: str, mode: str) -> Response:
-    check_prefix(ctx.services, prefix)
-    if mode not in (READ, WRITE):
-        raise BadRequest(f"Invalid mode {mode!r}: expected 'read' or 'write'")
-    vendor = ctx.services.vendor
-    if vendor is None:
-        raise BadRequest("This catalog vends no storage credentials (its warehouse is not on S3)")
+def _authorize(ctx: RequestContext, location: str, mode: str) -> tuple[str, Securable]:
+    """(owning prefix, its securable) for one requested location, or the 403 that names it (audited either way)."""
     if not location.startswith(storage_locations.LOCATION_SCHEMES) or "/../" in f"{location}/":
         raise BadRequest(f"Invalid location {location!r}: expected s3://bucket/path")
     path = normalize_location(location)
@@ -74,21 +80,47 @@ def _location_credentials(ctx: RequestContext, prefix: str, location: str, mode:
             f"Principal {ctx.principal.name!r} holds {PRIVILEGE[(sec.kind, READ)].value} on {sec}; writing "
             f"{location} needs {PRIVILEGE[(sec.kind, WRITE)].value}"
         )
-    if not ok or found is None:
+    if not ok or found is None or sec is None:
         ctx.flush()
         raise Forbidden(
             f"Principal {ctx.principal.name!r} may not {mode} {location}: no {mode} grant on a table or a registered "
             "storage location covers it (an admin registers raw prefixes under /management/v1/locations and "
             f"grants LOCATION_{mode.upper()} on them)"
         )
-    owned = found[0]
-    cred, cache_hit = vendor.vend(ctx.principal.name, str(sec), owned, mode)
-    detail |= {"prefix": owned, "expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit}
-    ctx.audit("location_credentials", target, "issued", detail)
-    scheme = location.split("://", 1)[0]
-    shown = scheme + owned[len("s3") :]  # the caller's spelling (s3a://…): its prefix matching stays simple
-    body = {"storage-credentials": [{"prefix": shown, "config": cred.config(vendor.s3)}]}
-    return json_bytes(json.dumps(body).encode())
+    return found[0], sec
+
+
+def _location_credentials(ctx: RequestContext, prefix: str, locations: list[str], mode: str) -> Response:
+    """Every location is checked as if asked alone (the first refused one is the 403, nothing is vended);
+    one credential covers the union of the owning prefixes, named once per prefix in the answer."""
+    check_prefix(ctx.services, prefix)
+    if mode not in (READ, WRITE):
+        raise BadRequest(f"Invalid mode {mode!r}: expected 'read' or 'write'")
+    vendor = ctx.services.vendor
+    if vendor is None:
+        raise BadRequest("This catalog vends no storage credentials (its warehouse is not on S3)")
+    if not locations:
+        raise BadRequest("Expected at least one location=s3://bucket/path")
+    owned: dict[str, tuple[str, Securable]] = {}  # owning prefix -> (the caller's spelling, securable)
+    for location in locations:
+        got, sec = _authorize(ctx, location, mode)
+        owned.setdefault(got, (location, sec))
+    first, (location, sec) = next(iter(owned.items()))
+    others = tuple(p for p in owned if p != first)
+    # one location: the securable's own cache entry (today's key); several: the union's (sorted prefix set)
+    subject = str(sec) if not others else "union"
+    cred, cache_hit = vendor.vend(ctx.principal.name, subject, first, mode, also=others)
+    entries = []
+    for got, (spelled, sec) in owned.items():
+        detail: dict[str, Any] = {"path": spelled, "mode": mode, "prefix": got}
+        detail |= {"expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit}
+        if others:
+            detail["union"] = sorted(owned)
+        ctx.audit("location_credentials", sec, "issued", detail)
+        scheme = spelled.split("://", 1)[0]
+        # the caller's spelling (s3a://…): its prefix matching stays simple
+        entries.append({"prefix": scheme + got[len("s3") :], "config": cred.config(vendor.s3)})
+    return json_bytes(json.dumps({"storage-credentials": entries}).encode())
 
 
 @router.get("/v1/{prefix}/lakesession/locations")

@@ -106,6 +106,84 @@ final class GatewayClient implements AutoCloseable {
     return pick(r.body(), path);
   }
 
+  /** The gateway's answer for one bucket: the session's prefixes there and ONE credential for their union. */
+  static final class BucketAnswer {
+    final List<String> prefixes; // s3://bucket/prefix/ (normalized), sorted
+    final Creds creds; // null when no prefix of this session is in the bucket
+    final Map<String, String> client; // s3.endpoint, s3.path-style-access, client.region as vended
+
+    BucketAnswer(List<String> prefixes, Creds creds, Map<String, String> client) {
+      this.prefixes = prefixes;
+      this.creds = creds;
+      this.client = client;
+    }
+
+    /** Whether {@code path} (s3://bucket/key) lies inside one of the prefixes (path-boundary safe). */
+    boolean covers(String path) {
+      for (String p : prefixes) {
+        String bare = p.endsWith("/") ? p.substring(0, p.length() - 1) : p;
+        if (path.startsWith(bare + "/") || path.equals(bare)) {
+          return true;
+        }
+      }
+      return false;
+    }
+  }
+
+  /** {@code GET /lakesession/bucket-credentials}: the union of this session's prefixes in {@code bucket}. */
+  BucketAnswer bucketCredentials(String bucket, String mode, int minValidSeconds) throws IOException {
+    String url =
+        base
+            + "/lakesession/bucket-credentials?bucket="
+            + enc(bucket)
+            + "&mode="
+            + enc(mode)
+            + "&min-valid-seconds="
+            + minValidSeconds;
+    HttpResponse<String> r = get(url);
+    if (r.statusCode() != 200) {
+      throw new GatewayException(r.statusCode(), "s3://" + bucket + "/", errorMessage(r.body()));
+    }
+    Object doc = Json.parse(r.body());
+    List<String> prefixes = new ArrayList<>();
+    Creds creds = null;
+    Map<String, String> client = new java.util.HashMap<>();
+    if (doc instanceof Map) {
+      Object ps = ((Map<?, ?>) doc).get("prefixes");
+      if (ps instanceof List) {
+        for (Object o : (List<?>) ps) {
+          if (o instanceof String) {
+            prefixes.add(normalize((String) o));
+          }
+        }
+      }
+      Object list = ((Map<?, ?>) doc).get("storage-credentials");
+      if (list instanceof List && !((List<?>) list).isEmpty() && ((List<?>) list).get(0) instanceof Map) {
+        Object cfg = ((Map<?, ?>) ((List<?>) list).get(0)).get("config");
+        if (cfg instanceof Map) {
+          Map<?, ?> c = (Map<?, ?>) cfg;
+          Object exp = c.get("s3.session-token-expires-at-ms");
+          creds =
+              new Creds(
+                  "s3://" + bucket + "/",
+                  str(c.get("s3.access-key-id")),
+                  str(c.get("s3.secret-access-key")),
+                  str(c.get("s3.session-token")),
+                  exp == null ? 0L : Long.parseLong(exp.toString()));
+          for (String k : new String[] {"s3.endpoint", "s3.path-style-access", "client.region", "s3.region"}) {
+            if (c.get(k) != null) {
+              client.put(k, c.get(k).toString());
+            }
+          }
+          if (creds.accessKeyId == null || creds.secretAccessKey == null) {
+            creds = null;
+          }
+        }
+      }
+    }
+    return new BucketAnswer(prefixes, creds, client);
+  }
+
   /** The storage locations this session may read: tables it loaded, locations granted to the user. */
   List<String> policyLocations() throws IOException {
     HttpResponse<String> r = get(base + "/lakesession/policy-locations");
@@ -197,7 +275,7 @@ final class GatewayClient implements AutoCloseable {
                 str(c.get("s3.secret-access-key")),
                 str(c.get("s3.session-token")),
                 exp == null ? 0L : Long.parseLong(exp.toString()));
-        if (cand.accessKeyId == null || cand.secretAccessKey == null || !cand.covers(path)) {
+        if (cand.accessKeyId == null || cand.secretAccessKey == null || !cand.covers(normalize(path))) {
           continue;
         }
         if (best == null || cand.prefix.length() > best.prefix.length()) {

@@ -1,0 +1,170 @@
+package dev.lakesession.jvm;
+
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.hadoop.conf.Configurable;
+import org.apache.hadoop.conf.Configuration;
+import software.amazon.awssdk.auth.credentials.AwsCredentialsProvider;
+import software.amazon.awssdk.awscore.AwsRequest;
+import software.amazon.awssdk.awscore.AwsRequestOverrideConfiguration;
+import software.amazon.awssdk.awscore.exception.AwsErrorDetails;
+import software.amazon.awssdk.core.SdkRequest;
+import software.amazon.awssdk.core.interceptor.Context;
+import software.amazon.awssdk.core.interceptor.ExecutionAttributes;
+import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
+import software.amazon.awssdk.http.SdkHttpResponse;
+import software.amazon.awssdk.services.s3.model.AbortMultipartUploadRequest;
+import software.amazon.awssdk.services.s3.model.CompleteMultipartUploadRequest;
+import software.amazon.awssdk.services.s3.model.CopyObjectRequest;
+import software.amazon.awssdk.services.s3.model.CreateMultipartUploadRequest;
+import software.amazon.awssdk.services.s3.model.DeleteObjectRequest;
+import software.amazon.awssdk.services.s3.model.DeleteObjectsRequest;
+import software.amazon.awssdk.services.s3.model.ObjectIdentifier;
+import software.amazon.awssdk.services.s3.model.PutObjectRequest;
+import software.amazon.awssdk.services.s3.model.S3Exception;
+import software.amazon.awssdk.services.s3.model.UploadPartCopyRequest;
+import software.amazon.awssdk.services.s3.model.UploadPartRequest;
+
+/**
+ * S3A's request check ({@code fs.s3a.audit.execution.interceptors}; S3A's auditing, on by default
+ * in Hadoop 3.4, instantiates it per filesystem and hands it the filesystem's Configuration): every
+ * S3 request's bucket/key is checked against the bucket's union of this session's prefixes before
+ * the store sees it. A key outside the union is the catalog's to decide, through the gateway's
+ * {@code path-credentials}: a refusal fails the request with the catalog's words as an S3 403
+ * (S3A raises AccessDeniedException, no request reaches the store); a grant means the union grew,
+ * so the bucket's held key is dropped and the request goes on with the new union's. Writes are
+ * signed with the bucket's write union (a per-request credentials provider), reads with the read
+ * union S3A's provider hands out.
+ */
+public final class GrantCheckInterceptor implements ExecutionInterceptor, Configurable {
+  private Configuration conf;
+
+  public GrantCheckInterceptor() {}
+
+  @Override
+  public void setConf(Configuration conf) {
+    this.conf = conf;
+  }
+
+  @Override
+  public Configuration getConf() {
+    return conf;
+  }
+
+  static boolean isWrite(SdkRequest r) {
+    return r instanceof PutObjectRequest
+        || r instanceof DeleteObjectRequest
+        || r instanceof DeleteObjectsRequest
+        || r instanceof CreateMultipartUploadRequest
+        || r instanceof UploadPartRequest
+        || r instanceof UploadPartCopyRequest
+        || r instanceof CompleteMultipartUploadRequest
+        || r instanceof AbortMultipartUploadRequest
+        || r instanceof CopyObjectRequest;
+  }
+
+  @Override
+  public SdkRequest modifyRequest(Context.ModifyRequest context, ExecutionAttributes attributes) {
+    SdkRequest request = context.request();
+    if (conf == null || conf.getTrimmed("fs.s3a.lakesession.gateway.uri") == null) {
+      return request; // not a lakesession-wired filesystem
+    }
+    boolean write = isWrite(request);
+    String bucket = field(request, write && request instanceof CopyObjectRequest ? "DestinationBucket" : "Bucket");
+    if (bucket == null) {
+      return request;
+    }
+    List<String> keys = new ArrayList<>();
+    if (request instanceof CopyObjectRequest) {
+      CopyObjectRequest copy = (CopyObjectRequest) request;
+      keys.add(copy.destinationKey());
+      check(copy.sourceBucket(), List.of(copy.sourceKey()), "read");
+    } else if (request instanceof DeleteObjectsRequest) {
+      for (ObjectIdentifier o : ((DeleteObjectsRequest) request).delete().objects()) {
+        keys.add(o.key());
+      }
+    } else {
+      String key = field(request, "Key");
+      if (key == null) {
+        key = field(request, "Prefix");
+      }
+      if (key != null) {
+        keys.add(key);
+      }
+    }
+    BucketCredentials union = check(bucket, keys, write ? "write" : "read");
+    if (!write || !(request instanceof AwsRequest)) {
+      return request;
+    }
+    AwsRequest aws = (AwsRequest) request;
+    AwsCredentialsProvider writer =
+        () -> {
+          try {
+            Creds c = union.answer().creds;
+            if (c == null) {
+              throw new IllegalStateException("lakesession: no write credential for bucket " + union.bucket);
+            }
+            return S3ACredentialsProvider.toSdk(c);
+          } catch (IOException e) {
+            throw new java.io.UncheckedIOException(e);
+          }
+        };
+    AwsRequestOverrideConfiguration.Builder o =
+        aws.overrideConfiguration().map(AwsRequestOverrideConfiguration::toBuilder).orElseGet(AwsRequestOverrideConfiguration::builder);
+    return aws.toBuilder().overrideConfiguration(o.credentialsProvider(writer).build()).build();
+  }
+
+  private static String field(SdkRequest r, String name) {
+    try {
+      return r.getValueForField(name, String.class).orElse(null);
+    } catch (RuntimeException e) {
+      return null;
+    }
+  }
+
+  /** The bucket's union for {@code mode}, once every key is inside it (the catalog asked for those outside). */
+  private BucketCredentials check(String bucket, List<String> keys, String mode) {
+    BucketCredentials union = BucketCredentials.of(conf, bucket, mode);
+    try {
+      for (String key : keys) {
+        if (key == null || key.isEmpty()) {
+          continue; // the bucket itself (a root listing): the store's policy decides
+        }
+        String path = "s3://" + bucket + "/" + key;
+        if (union.held().covers(path)) {
+          continue;
+        }
+        // outside the union: the catalog decides (403 -> refuse here; 200 -> the union grew)
+        union.gateway().pathCredentials("s3a://" + bucket + "/" + key, mode, 0); // S3A's spelling in messages
+        union.invalidate();
+        if (!"read".equals(mode)) {
+          BucketCredentials.of(conf, bucket, "read").invalidate();
+        }
+      }
+    } catch (GatewayClient.GatewayException e) {
+      throw refusal(e);
+    } catch (IllegalStateException e) {
+      throw refusal(new GatewayClient.GatewayException(403, "s3a://" + bucket + "/", e.getMessage()));
+    } catch (IOException e) {
+      throw S3Exception.builder().message("lakesession: " + e.getMessage()).statusCode(503).cause(e).build();
+    }
+    return union;
+  }
+
+  private static S3Exception refusal(GatewayClient.GatewayException e) {
+    String message = e.getMessage();
+    return (S3Exception)
+        S3Exception.builder()
+            .statusCode(e.status == 401 ? 401 : 403)
+            .message(message)
+            .awsErrorDetails(
+                AwsErrorDetails.builder()
+                    .errorCode("AccessDenied")
+                    .errorMessage(message)
+                    .serviceName("S3")
+                    .sdkHttpResponse(SdkHttpResponse.builder().statusCode(e.status == 401 ? 401 : 403).build())
+                    .build())
+            .build();
+  }
+}
