@@ -261,7 +261,8 @@ def comet_conf(comet: bool, catalog_name: str, gateway: Any, spark_conf: Mapping
 
     if not comet and not _comet.names_comet(spark_conf):
         return {}
-    return _comet.session_conf(catalog_name, gateway.uri, gateway.secret, spark_conf)
+    conf = _comet.session_conf(catalog_name, gateway.uri, gateway.secret, spark_conf)
+    return conf | _comet.store_conf(gateway.uri, gateway.secret, spark_conf)
 
 
 def _static(spark_conf: Mapping[str, str]) -> dict[str, str]:

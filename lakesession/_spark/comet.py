@@ -193,6 +193,49 @@ def min_valid_seconds(user: Mapping[str, str]) -> int:
     return math.ceil(seconds) + MARGIN
 
 
+#: what the catalog vends (Iceberg's FileIO keys) -> the per-bucket S3A key Comet's native reader reads
+STORE_KEYS = {
+    "s3.endpoint": "endpoint",
+    "s3.path-style-access": "path.style.access",
+    "client.region": "endpoint.region",
+}
+
+
+def store_conf(gateway_uri: str, secret: str, spark_conf: Mapping[str, str]) -> dict[str, str]:
+    """``fs.s3a.bucket.<b>.endpoint`` / ``.path.style.access`` / ``.endpoint.region`` as the catalog vends them,
+    for each bucket holding a location granted to this session.
+
+    Why: S3A finds the store through lakesession's client factory, but Comet's native Parquet reader builds
+    its own client from Hadoop's ``fs.s3a.*`` keys before it asks for credentials, so it needs them as conf.
+    A store the user set (``fs.s3a.endpoint``, or the bucket's own key) wins; a bucket the gateway cannot
+    answer for is left to the default (AWS).
+    """
+    import httpx
+
+    from ..credentials._pathfs import policy_locations
+
+    def user_set(key: str) -> bool:
+        return key in spark_conf or f"spark.hadoop.{key}" in spark_conf
+
+    if user_set("fs.s3a.endpoint"):
+        return {}
+    buckets = sorted({loc.split("://", 1)[1].split("/", 1)[0] for loc in policy_locations(gateway_uri, secret)})
+    out: dict[str, str] = {}
+    for bucket in buckets:
+        if user_set(f"fs.s3a.bucket.{bucket}.endpoint"):
+            continue
+        r = httpx.get(
+            f"{gateway_uri}/lakesession/bucket-credentials",
+            params={"bucket": bucket, "mode": "read"},
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=60,
+        )
+        entries = (r.json().get("storage-credentials") or []) if r.status_code == 200 else []
+        config = entries[0].get("config", {}) if entries else {}
+        out |= {f"fs.s3a.bucket.{bucket}.{dst}": config[src] for src, dst in STORE_KEYS.items() if config.get(src)}
+    return out
+
+
 def session_conf(catalog_name: str, gateway_uri: str, secret: str, user: Mapping[str, str]) -> dict[str, str]:
     """Runtime conf of one SparkSession: its catalog's and its raw paths' providers, bound to its gateway.
 

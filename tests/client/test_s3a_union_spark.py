@@ -123,11 +123,13 @@ def test_directory_reads_with_and_without_slash_comet_off_and_on(
     spark = users["alice"].spark()
     assert _user_set(spark) == {}  # nothing set by hand, by anyone
     try:
-        for on in (False,):  # Comet's native reader: see the module docstring (its endpoint is not vended yet)
+        for on in (False, True):  # S3A, then Comet's native reader (its store comes from comet.store_conf)
             _comet(spark, on)
             for path in (f"s3a://{B}/landing/", f"s3a://{B}/landing"):
                 since = time.time()
                 df = spark.read.parquet(path)
+                plan = str(df._jdf.queryExecution().executedPlan().toString())
+                assert ("CometNativeScan" in plan or "CometScan" in plan) == on, plan  # Comet's reader, or S3A's
                 assert df.count() == 2000, (on, path)
                 assert df.agg({"id": "sum"}).collect()[0][0] == sum(range(2000)), (on, path)
                 hits = [h for h in log.hits if h.at >= since and h.path.startswith(f"/{B}/")]
