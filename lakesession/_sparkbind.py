@@ -119,13 +119,15 @@ def bind(
             )
             from pyspark import __version__
 
-            preload = created and "catalog" in warmups and first_query_loads_catalog(__version__)
-            if preload:
+            preload = created and "catalog" in warmups
+            if preload and first_query_loads_catalog(__version__):
                 _warm_catalog_classes(spark, catalog_name, catalog_conf())
             _register(spark, catalog_name, catalog_conf(), spark_conf)
             if created:
                 REGISTRY.created = spark
-            if preload:
+            if (
+                preload
+            ):  # Spark 3.5: beside the first query, which waits for it; Spark 4: before the first catalog query
                 _preload(spark, catalog_name)
         REGISTRY.holders.add(holder)
         return spark
@@ -164,8 +166,11 @@ def _preload(spark: SparkSession, catalog_name: str) -> None:
     Spark 3.5's first query (``first_query_loads_catalog``) stops in its optimizer until Iceberg's catalog
     has initialized (class loading, ``GET /v1/config``); begun here, that overlaps the query's parsing
     and analysis instead (``CatalogManager.catalog`` is synchronized: the query then takes the loaded
-    plugin). The session is made active on that thread first: Spark reads a catalog's settings from the
-    active session's conf. A failure is the first query's to report: it loads the catalog again.
+    plugin). Spark 4's first query needs no catalog, but its first *catalog* query would spend ~1 s
+    (cold JVM: Iceberg's REST client, HTTP and JSON classes) initializing one: begun here, that happens
+    while the user's notebook is still on its first cells (``benchmarks/session_start.py``, first
+    catalog query). The session is made active on that thread first: Spark reads a catalog's settings
+    from the active session's conf. A failure is the first query's to report: it loads the catalog again.
     """
     jvm: Any = spark._jvm
     jsession = spark._jsparkSession
