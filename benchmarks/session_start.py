@@ -143,7 +143,7 @@ def measure(python: str, version: str, runs: int, quick: bool = False) -> tuple[
             run(python, SETTLE)  # until that JVM has written the archive at exit
             run(python, LAKESESSION, data)  # proves and promotes the archive; not timed
         for i in range(runs):
-            p = run(python, PLAIN)
+            p = run(python, PLAIN, data)
             lk = run(python, LAKESESSION, data)
             b = run(python, LAKESESSION, data, LAKESESSION_WARMUPS="catalog,embedded")
             c = run(python, LAKESESSION, data, LAKESESSION_WARMUPS="none")
