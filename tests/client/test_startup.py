@@ -19,7 +19,7 @@ from tests.support import run_cold_child
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 CHILD = """
-import json, os, sys, time
+import json, sys, time
 import pyspark
 import lakesession
 from lakesession.gateway._app import GatewayApp
@@ -28,7 +28,8 @@ asked = []
 early = GatewayApp._early
 GatewayApp._early = lambda self, method, path, headers: asked.append(path) or early(self, method, path, headers)
 major = int(pyspark.__version__.split(".")[0])
-warm = "catalog" in os.environ["LAKESESSION_WARMUPS"]
+from lakesession._spark._plan import resolve_warmups
+warm = "catalog" in resolve_warmups(None)  # LAKESESSION_WARMUPS
 spark = lakesession.spark(data_dir=sys.argv[1], spark_conf={"spark.ui.enabled": "false"})
 deadline = time.monotonic() + 90
 while "/v1/config" not in asked and time.monotonic() < deadline and (major < 4 or warm):
