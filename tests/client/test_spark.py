@@ -309,3 +309,11 @@ def test_first_query_loads_the_default_catalog_as_lakesession_assumes(spark) -> 
         assert loaded == first_query_loads_catalog(pyspark.__version__), (pyspark.__version__, asked)
     finally:
         server.stop()
+
+
+def test_the_catalog_warm_up_parses_a_table_metadata_this_iceberg_accepts(spark) -> None:  # type: ignore[no-untyped-def]
+    """The ``catalog`` warm-up's table-metadata parse (``_sparkbind.warm_table_classes``) logs its failures only at
+    DEBUG: an Iceberg that stopped accepting its document would silently warm nothing. Checked on the running JVM."""
+    from lakesession._sparkbind import warm_table_classes
+
+    assert warm_table_classes(spark._jvm) == "s3://lakesession-warm-up/t"

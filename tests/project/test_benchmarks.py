@@ -130,6 +130,7 @@ SMOKES = [
             rf"ratio lakesession/plain = {NUM}",
             rf"class cache off: {NUM}",
             rf"warm-ups off: {NUM} \(ratio warm-ups on/off = {NUM}\)",
+            rf"first catalog query: plain {NUM}s, lakesession {NUM}s \(ratio {NUM}",
         ),
         spark=True,
     ),
