@@ -162,15 +162,19 @@ class PathRoutes:
             return error_reply(400, "BadRequestException", "min-valid-seconds must be between 0 and 43200")
         started = time.monotonic()
         reply, prefix, via = self._path_credentials(path, mode, min_valid)
+        return self._logged("path_credentials", f"path {prefix or path}", reply, started, via, reply[0] == 200)
+
+    def _logged(self, action: str, obj: str, reply: Reply, started: float, via: str, issued: bool) -> Reply:
+        """``reply``, recorded in the session's access log (``session.accesses()``)."""
         self.access_log.add(
             AccessRecord(
                 time=time.time(),
-                action="path_credentials",
-                object=f"path {prefix or path}",
+                action=action,
+                object=obj,
                 status=reply[0],
                 duration_ms=round((time.monotonic() - started) * 1000, 2),
                 request_id=reply[2].get("x-request-id"),
-                credentials_expire_at=earliest_expiry(reply[1]) if reply[0] == 200 else None,
+                credentials_expire_at=earliest_expiry(reply[1]) if issued else None,
                 via=via,
             )
         )
@@ -296,19 +300,10 @@ class PathRoutes:
             )
         started = time.monotonic()
         reply, via, prefixes = self._bucket_credentials(bucket, mode, min_valid)
-        self.access_log.add(
-            AccessRecord(
-                time=time.time(),
-                action="bucket_credentials",
-                object=f"bucket {bucket} ({len(prefixes)} prefixes)",
-                status=reply[0],
-                duration_ms=round((time.monotonic() - started) * 1000, 2),
-                request_id=reply[2].get("x-request-id"),
-                credentials_expire_at=earliest_expiry(reply[1]) if reply[0] == 200 and prefixes else None,
-                via=via,
-            )
+        issued = reply[0] == 200 and bool(prefixes)
+        return self._logged(
+            "bucket_credentials", f"bucket {bucket} ({len(prefixes)} prefixes)", reply, started, via, issued
         )
-        return reply
 
     def _granted_locations(self) -> list[tuple[str, list[str]]]:
         """The registered locations granted to the user, with their privileges (asked at most every 30 s)."""
