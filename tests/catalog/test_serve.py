@@ -12,6 +12,8 @@ import httpx
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
+pytestmark = pytest.mark.slow  # starts fresh interpreters (the real command): the slow group
+
 
 def test_serve_prints_uris_serves_and_stops_on_sigterm(tmp_path) -> None:  # type: ignore[no-untyped-def]
     policy = tmp_path / "policy.yaml"

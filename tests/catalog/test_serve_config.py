@@ -127,6 +127,7 @@ def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
         resolve(f, environ={"LAKESESSION_SERVE__TOKEN_TTL": "5"})
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_serve_refuses_bad_config_before_binding(tmp_path: Path) -> None:
     f = write(tmp_path, "port: 0\nacess_token_ttl: 900\n")
     r = run_serve(["--config", str(f), "--data-dir", str(tmp_path / "d")])
@@ -263,6 +264,7 @@ def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path: Path) -> 
     assert kw["data_dir"] == Path("here")  # a flag is relative to the working directory, as usual
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_serve_names_an_invalid_bucket(tmp_path: Path) -> None:
     r = run_serve(["--port", "0", "--data-dir", str(tmp_path), "--warehouse", "s3://x/wh", "--s3-emulator"])
     assert r.returncode == 2 and "invalid bucket name 'x'" in r.stderr and "Traceback" not in r.stderr
@@ -287,6 +289,7 @@ def test_dataclass_sections_refuse_unknown_keys(tmp_path: Path) -> None:
         model.model_validate({"token_rat": "1/second"})
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_unreachable_database_is_a_clean_error_without_the_password(tmp_path: Path) -> None:
     from lakesession.reference.serveconfig import normalize_db_url
 

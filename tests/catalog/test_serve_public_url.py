@@ -14,6 +14,8 @@ import pytest
 from lakesession.reference.servecmd import public_url_warning
 from tests._serve import Served, run_serve
 
+pytestmark = pytest.mark.slow  # starts fresh interpreters (the real command): the slow group
+
 WARNING = "lakesession serve: warning: listening on 0.0.0.0 but advertising http://127.0.0.1:"
 
 

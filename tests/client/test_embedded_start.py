@@ -46,6 +46,7 @@ def test_advertised_endpoints_are_the_mounted_routes() -> None:
     assert config.IDEMPOTENCY_LIFETIME == idempotency.LIFETIME
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_a_database_at_head_skips_alembic_and_an_older_one_still_migrates(tmp_path: Path) -> None:
     url = store.sqlite_url(tmp_path / "c.db")
     engine = store.make_engine(url)
@@ -119,6 +120,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_embedded_start_defers_pyiceberg_and_moto_until_a_catalog_request(tmp_path: Path) -> None:
     from lakesession.embedded import _schema_template
 

@@ -26,6 +26,8 @@ from lakesession.errors import ConfigError, LakesessionError, SparkMissingError
 from tests._serve import Served
 from tests.factories import Policy
 
+pytestmark = pytest.mark.slow  # fresh interpreters, one per boundary: the slow group
+
 ROOT = Path(__file__).resolve().parents[2]
 #: the modules both halves may load: the server's own, the wire rules, and the (lazy) package itself
 SERVER_SIDE = ("lakesession.reference", "lakesession._wire")
