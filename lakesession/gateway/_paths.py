@@ -255,22 +255,8 @@ class PathRoutes:
 
     def _fetch_location(self, path: str, mode: str) -> Reply:
         """One upstream ``location-credentials`` call; a 200 is held per (prefix, mode), anything else drops it."""
-        prefix, endpoints = self._catalog()
-        if prefix is None or LOCATION_ROUTE not in endpoints:
-            msg = (
-                f"No credentials for {path}: it is under no table this session loaded, and the catalog does not "
-                f"offer credentials for raw paths ({LOCATION_ROUTE} is not in its /v1/config endpoints)"
-            )
-            return error_reply(403, "ForbiddenException", msg)
-        query = f"location={quote(path, safe='')}&mode={mode}"
-        self.upstream_fetches += 1
-        status, body, headers = self.upstream.forward(
-            "GET",
-            f"/v1/{quote(prefix, safe='')}/lakesession/location-credentials",
-            query,
-            {"accept": "application/json"},
-            b"",
-        )
+        why = f"{path}: it is under no table this session loaded, and the catalog does not offer credentials for raw paths"
+        status, body, headers = self._ask_catalog([path], mode, why)
         if status != 200:
             with self._lock:  # a revoked grant: never serve what was held for it
                 for key in [k for k in self._held if as_prefix(path).startswith(k[0])]:
@@ -390,21 +376,8 @@ class PathRoutes:
     def _fetch_union(self, key: tuple[str, str, tuple[str, ...]]) -> Reply:
         """ONE upstream ``location-credentials`` call, ``location`` repeated: a 200 is held per (bucket, mode, set)."""
         bucket, mode, prefixes = key
-        prefix, endpoints = self._catalog()
-        if prefix is None or LOCATION_ROUTE not in endpoints:
-            msg = (
-                f"No credentials for bucket {bucket}: the catalog does not offer credentials by path "
-                f"({LOCATION_ROUTE} is not in its /v1/config endpoints)"
-            )
-            return error_reply(403, "ForbiddenException", msg)
-        query = "&".join(f"location={quote(p, safe='')}" for p in prefixes) + f"&mode={mode}"
-        self.upstream_fetches += 1
-        status, body, headers = self.upstream.forward(
-            "GET",
-            f"/v1/{quote(prefix, safe='')}/lakesession/location-credentials",
-            query,
-            {"accept": "application/json"},
-            b"",
+        status, body, headers = self._ask_catalog(
+            list(prefixes), mode, f"bucket {bucket}: the catalog does not offer credentials by path"
         )
         if status != 200:
             with self._lock:  # a revoked grant: never serve a union that held it; ask the catalog again
@@ -424,6 +397,23 @@ class PathRoutes:
             self._unions = {k: v for k, v in self._unions.items() if k[:2] != (bucket, mode) or k == key}
             self._unions[key] = _Held(f"s3://{bucket}/", mode, config, time.time(), expires)
         return status, body, headers
+
+    def _ask_catalog(self, locations: list[str], mode: str, why: str) -> Reply:
+        """One upstream ``location-credentials`` call for ``locations`` (one key for their union), or the 403
+        saying ``why`` when the catalog's ``/v1/config`` does not advertise the route."""
+        prefix, endpoints = self._catalog()
+        if prefix is None or LOCATION_ROUTE not in endpoints:
+            msg = f"No credentials for {why} ({LOCATION_ROUTE} is not in its /v1/config endpoints)"
+            return error_reply(403, "ForbiddenException", msg)
+        query = "&".join(f"location={quote(p, safe='')}" for p in locations) + f"&mode={mode}"
+        self.upstream_fetches += 1
+        return self.upstream.forward(
+            "GET",
+            f"/v1/{quote(prefix, safe='')}/lakesession/location-credentials",
+            query,
+            {"accept": "application/json"},
+            b"",
+        )
 
     def _policy_locations(self) -> Reply:
         with self._lock:
