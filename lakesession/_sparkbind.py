@@ -100,6 +100,7 @@ def bind(
             if comet:
                 _check_running_comet(SparkContext._active_spark_context)
             _check_running_clouds(SparkContext._active_spark_context, warehouse, spark_conf, clouds)
+            _check_running_sealed(SparkContext._active_spark_context)
             spark = _child(catalog_name, catalog_conf(), spark_conf)
         else:
             from ._spark.comet import one_class_path
@@ -117,6 +118,7 @@ def bind(
                 ),
                 master=master,
                 classcache="classcache" in warmups,
+                user_conf=spark_conf,
             )
             from pyspark import __version__
 
@@ -313,6 +315,23 @@ def _check_running_clouds(
             ", ".join(missing),
             "/".join(m.split("-")[1] for m in missing),
         )
+
+
+def _check_running_sealed(sc: Any) -> None:
+    """A SparkContext lakesession did not start, without ``spark.authenticate``: say what it exposes, once."""
+    global _warned_unsealed
+    if _warned_unsealed or REGISTRY.created is not None:
+        return
+    if (sc.getConf().get("spark.authenticate") or "false").lower() != "true":
+        _warned_unsealed = True
+        logger.warning(
+            "lakesession: the running Spark was started without spark.authenticate: its BlockManager hands this "
+            "session's vended storage keys (in Iceberg's broadcasts) to anyone who connects. Fix: stop it and let "
+            "lakesession.spark() start Spark (sealed), or start it with spark.authenticate=true"
+        )
+
+
+_warned_unsealed = False
 
 
 def comet_conf(comet: bool, catalog_name: str, gateway: Any, spark_conf: Mapping[str, str]) -> dict[str, str]:

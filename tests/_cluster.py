@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -16,10 +17,27 @@ from tests.factories import free_port, stop_process
 SPARK_CLASS = Path(__import__("pyspark").__file__).parent / "bin" / "spark-class"
 
 
+def auth_file(tmp: Path) -> Path:
+    """The cluster's properties file, written the way docs/explanation/security.md tells operators to:
+    ``spark.authenticate`` with a fresh shared secret and AES-encrypted RPC, readable by its owner only. The
+    master and the worker start with ``--properties-file``; drivers name it in ``LAKESESSION_SPARK_SECRET_FILE``."""
+    path = tmp / "spark-auth.conf"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(
+                "spark.authenticate true\n"
+                f"spark.authenticate.secret {secrets.token_hex(32)}\n"
+                "spark.network.crypto.enabled true\n"
+            )
+    return path
+
+
 def cluster_env(tmp: Path) -> dict[str, str]:
-    """The environment of the cluster's JVMs and its drivers: loopback only, no ambient AWS keys."""
+    """The environment of the cluster's JVMs and its drivers: loopback only, no ambient AWS keys, the secret's file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(tmp / "work"), PYSPARK_PYTHON=sys.executable)
+    env["LAKESESSION_SPARK_SECRET_FILE"] = str(auth_file(tmp))
     return env
 
 
@@ -39,17 +57,19 @@ def _quiet(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 @contextmanager
 def standalone_cluster(tmp: Path) -> Iterator[str]:
-    """``spark://127.0.0.1:<port>`` of a running master with one registered worker; both stopped at the end."""
+    """``spark://127.0.0.1:<port>`` of a running master with one registered worker, both authenticating with the
+    secret of ``auth_file(tmp)`` (``cluster_env(tmp)`` gives it to drivers); both stopped at the end."""
     env = cluster_env(tmp)
     port = free_port()
-    master_cmd = [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+    props = ["--properties-file", str(auth_file(tmp))]
+    master_cmd = [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", *props]
     master = _quiet([*master_cmd, "--port", str(port), "--webui-port", str(free_port())], env)
     worker = None
     try:
         wait_port(port)
         url = f"spark://127.0.0.1:{port}"
         worker_cmd = [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", url, "--cores", "1"]
-        worker_cmd += ["--memory", "1g", "--webui-port", str(free_port()), "--host", "127.0.0.1"]
+        worker_cmd += ["--memory", "1g", "--webui-port", str(free_port()), "--host", "127.0.0.1", *props]
         worker = _quiet(worker_cmd, env)
         time.sleep(3)
         yield url

@@ -43,6 +43,7 @@ def java_options(*, console: bool = False) -> str:
     path = log_file()
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)  # Spark's log may quote queries, paths and plans: the user's alone
         _prune(path.parent)
     config = resources.files(__package__).joinpath("log4j2.properties")
     return f"{_define('log4j2.configurationFile', config)} {_define(LOG_PROPERTY, path)}"

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import _sparklog
+from . import _seal, _sparklog
 from .jars import JarSet, detect_spark, resolve_jars
 from .versions import JarResolutionError
 
@@ -57,17 +57,24 @@ def server_command(
         **jar_set.spark_conf(),
         **(conf or {}),
     }
+    # sealed like every JVM lakesession starts (``_seal``); a cluster's secret goes in a 0600 properties file
+    sealed = _seal.seal(settings, master, user_conf=conf)
     cmd = [str(spark_bin("spark-submit")), "--class", CONNECT_CLASS, "--name", "lakesession Spark Connect"]
     cmd += ["--master", master]
-    for key, value in settings.items():
+    if sealed.hidden:
+        cmd += ["--properties-file", str(_seal.properties_file(sealed.hidden))]
+    for key, value in sealed.apply(settings).items():
         cmd += ["--conf", f"{key}={value}"]
     return cmd
 
 
-def server_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: no ambient AWS keys (only vended credentials reach S3), this Python for UDFs."""
+def server_env(base: Mapping[str, str] | None = None, *, master: str = "local[*]") -> dict[str, str]:
+    """The server's environment: no ambient AWS keys (only vended credentials reach S3), this Python for UDFs,
+    and in local mode its UI on loopback (``SPARK_LOCAL_IP``)."""
     env = {k: v for k, v in (base if base is not None else os.environ).items() if not k.startswith("AWS_")}
     env.setdefault("PYSPARK_PYTHON", sys.executable)
+    if _seal.is_local(master):
+        env.setdefault("SPARK_LOCAL_IP", _seal.LOOPBACK)
     return env
 
 
@@ -83,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.print:
         print(" ".join(cmd))
         return 0
-    return subprocess.call(cmd, env=server_env())
+    return subprocess.call(cmd, env=server_env(master=args.master))
 
 
 if __name__ == "__main__":

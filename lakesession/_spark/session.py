@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _classcache, _ivyprogress, _sparklog
+from . import _classcache, _ivyprogress, _seal, _sparklog
 from .errors import install_connect_error_conversion, install_error_conversion
 from .jars import JarSet, cache_dir, check_java, java_executable
 
@@ -93,20 +93,33 @@ def quiet_query_error_logs() -> None:
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def _launch_quietly(builder: Any, conf: Mapping[str, str]) -> None:
-    """Launch the JVM for ``builder`` with Ivy's report as one progress line; ``getOrCreate`` then uses it.
+def _launch(builder: Any, conf: Mapping[str, str], hidden: Mapping[str, str]) -> None:
+    """Launch the JVM for ``builder`` here; ``getOrCreate`` then uses it. ``hidden`` keys are left off the command line.
 
     pyspark launches the JVM (``launch_gateway``) from the builder's options when it creates the
-    SparkContext, unless a gateway is there already: this launches it the same way, stderr filtered.
+    SparkContext, putting every option on the java command line, which every account of the host can read
+    (``ps``). Launched here the same way, minus ``hidden`` (the cluster's secret): ``getOrCreate`` then sets
+    those on the JVM's SparkConf through pyspark's authenticated gateway. Ivy's report on resolving
+    ``spark.jars.packages`` becomes one progress line (``_ivyprogress``).
     """
-    from pyspark import SparkContext
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
 
     options = getattr(builder, "_options", None)  # pyspark 3.5 and 4: what getOrCreate would pass on
     if SparkContext._gateway is not None or not isinstance(options, dict):
         return
-    packages = [p for p in conf["spark.jars.packages"].split(",") if p]
-    ivy = conf.get("spark.jars.ivy")
-    gateway = _ivyprogress.launch_gateway(options, packages, Path(ivy) / "cache" if ivy else None)
+    shown = {k: v for k, v in options.items() if k not in hidden}
+    packages = [p for p in conf.get("spark.jars.packages", "").split(",") if p]
+    if packages and not _ivyprogress.verbose():
+        ivy = conf.get("spark.jars.ivy")
+        gateway = _ivyprogress.launch_gateway(shown, packages, Path(ivy) / "cache" if ivy else None)
+    elif hidden:
+        launch = SparkConf(loadDefaults=False)
+        for key, value in shown.items():
+            launch.set(key, value)
+        gateway = launch_gateway(launch)
+    else:
+        return  # nothing to hide or filter: getOrCreate launches it as usual
     SparkContext._ensure_initialized(gateway=gateway)
 
 
@@ -118,18 +131,28 @@ def build_spark(
     app_name: str = "lakesession",
     builder_hook: Callable[[Any], Any] | None = None,
     classcache: bool = True,
+    user_conf: Mapping[str, str] | None = None,
+    ui: bool = True,
 ) -> tuple[SparkSession, bool]:
     """Create (or reuse) the SparkSession with ``conf``; returns it and whether it was created here.
 
     Runtime-settable keys (catalogs) are applied to a reused session. ``classcache``: map the JVM's
     class-data-sharing archive (``_classcache``; the warm-up of that name). A JVM launched here that
     resolves ``spark.jars.packages`` shows one progress line instead of Ivy's report (``_ivyprogress``).
+    A JVM launched here is sealed (``_seal``: loopback, ``spark.authenticate``, private dirs, redaction);
+    ``user_conf`` is what the user asked for (a key set there wins, with a warning when it opens the JVM),
+    ``ui`` whether Spark's UI may run (on loopback).
     """
     from pyspark import SparkContext
     from pyspark.find_spark_home import _find_spark_home
     from pyspark.sql import SparkSession
 
     launch = _classcache.Plan()
+    master = master or os.environ.get("LAKESESSION_SPARK_MASTER", "local[*]")
+    sealed = _seal.Seal()
+    if remote is None and SparkContext._active_spark_context is None:
+        sealed = _seal.seal(conf, master, user_conf=user_conf, ui=ui)
+        conf = sealed.apply(conf)
     if remote is None:
         java_version = check_java()
         if SparkContext._active_spark_context is None and classcache:
@@ -140,8 +163,8 @@ def build_spark(
     if remote:
         builder = builder.remote(remote)
     else:
-        builder = builder.master(master or os.environ.get("LAKESESSION_SPARK_MASTER", "local[*]"))
-    for k, v in conf.items():
+        builder = builder.master(master)
+    for k, v in {**conf, **sealed.hidden}.items():
         if remote and k.startswith(REMOTE_SKIP):
             continue  # the Connect server owns its JVM
         builder = builder.config(k, v)
@@ -150,12 +173,21 @@ def build_spark(
     existed = SparkContext._active_spark_context is not None
     # the JVM inherits os.environ: keep tokens that could act as the user out of it
     saved = {k: os.environ.pop(k) for k in SECRET_ENV if k in os.environ}
+    replaced = {k: os.environ.get(k) for k in sealed.env}
+    os.environ.update(sealed.env)
     try:
-        if not existed and not remote and conf.get("spark.jars.packages") and not _ivyprogress.verbose():
-            _launch_quietly(builder, conf)
+        if not existed and not remote:
+            _launch(builder, conf, sealed.hidden)
         spark = builder.getOrCreate()
     finally:
+        for key, value in replaced.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         os.environ.update(saved)
+    if not existed and not remote:
+        _seal.tighten()
     if launch.claim is not None:
         _classcache.launched(launch, getattr(getattr(spark.sparkContext._gateway, "proc", None), "pid", None))
     if existed or remote:

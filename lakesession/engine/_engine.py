@@ -171,7 +171,9 @@ class Engine:
                 "spark.eventLog.enabled": "false",
                 "spark.lakesession.engine.sandbox": "true",
                 "spark.lakesession.engine.settableConfs": ",".join(cfg.settable_confs),
-                "spark.lakesession.engine.protectedConfPrefixes": ",".join(cfg.protected_conf_prefixes),
+                "spark.lakesession.engine.protectedConfPrefixes": ",".join(
+                    ConfPolicy.of((), cfg.protected_conf_prefixes).protected_prefixes
+                ),
                 "spark.lakesession.engine.internalCatalogPrefix": prefix,
                 f"spark.sql.catalog.{cfg.catalog_name}": "org.apache.iceberg.spark.SparkCatalog",
                 f"spark.sql.catalog.{cfg.catalog_name}.type": "rest",
@@ -199,7 +201,12 @@ class Engine:
         os.environ[_TOKEN_ENV] = self._backend_token
         try:
             self.spark, _ = build_spark(
-                conf, master=self.config.master, app_name="lakesession engine", classcache=False
+                conf,
+                master=self.config.master,
+                app_name="lakesession engine",
+                classcache=False,
+                user_conf=self.config.spark_conf,
+                ui=False,  # its UI would show every user's queries to whoever reaches it
             )
         finally:
             os.environ.pop(_TOKEN_ENV, None)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "ALWAYS_PROTECTED_PREFIXES",
     "DEFAULT_PROTECTED_PREFIXES",
     "DEFAULT_SETTABLE",
     "RULES",
@@ -89,7 +90,29 @@ DEFAULT_PROTECTED_PREFIXES: tuple[str, ...] = (
     "spark.plugins",
     "spark.sql.warehouse.dir",
 )
-_SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]?key|credential")
+#: keys no user may read whatever the operator configures: where the JVM listens, how it authenticates,
+#: its files (Spark's own network is sealed: ``lakesession._spark._seal``; a user needs none of it)
+ALWAYS_PROTECTED_PREFIXES: tuple[str, ...] = (
+    "spark.app.",
+    "spark.archives",
+    "spark.authenticate",
+    "spark.blockmanager.",
+    "spark.connect.authenticate",
+    "spark.connect.grpc.",
+    "spark.driver.",
+    "spark.eventlog.",
+    "spark.files",
+    "spark.io.encryption.",
+    "spark.jars",
+    "spark.local.dir",
+    "spark.master",
+    "spark.network.",
+    "spark.redaction.",
+    "spark.repl.",
+    "spark.submit.",
+    "spark.ui.",
+)
+_SECRET_KEY = re.compile(r"(?i)secret|password|token|access[._-]?key|credential|signature|sqlkey")
 
 _TYPES: dict[str, tuple[str, str]] = {  # protobuf message type -> (rule, what)
     "spark.connect.CommonInlineUserDefinedFunction": ("user-code", "a user-defined function"),
@@ -238,7 +261,8 @@ class ConfPolicy:
 
     @classmethod
     def of(cls, settable: Iterable[str], protected_prefixes: Iterable[str]) -> ConfPolicy:
-        return cls(frozenset(k.lower() for k in settable), tuple(p.lower() for p in protected_prefixes))
+        prefixes = dict.fromkeys(p.lower() for p in (*ALWAYS_PROTECTED_PREFIXES, *protected_prefixes))
+        return cls(frozenset(k.lower() for k in settable), tuple(prefixes))
 
     def may_set(self, key: str) -> bool:
         return key.lower() in self.settable

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests._cluster import standalone_cluster
+from tests._cluster import auth_file, standalone_cluster
 from tests._engine import ENGINE_TESTS, EU, login, start_engine
 
 pytestmark = ENGINE_TESTS
@@ -28,6 +28,8 @@ def test_the_engine_runs_on_a_cluster_and_a_restart_keeps_committed_data(
         "spark.executor.cores=1",
         "--conf",
         "spark.executor.memory=1g",
+        "--conf",  # the cluster's secret, as docs/how-to/engine.md tells operators to give it
+        f"spark.authenticate.secret.file={auth_file(tmp_path)}",
     ]
     with (
         standalone_cluster(tmp_path) as master,
