@@ -8,9 +8,10 @@ a plain pyspark of its own (no ``spark.authenticate``, no secret), driving its `
 Each fetched piece is decompressed with the victim's default codec (lz4) and printed, so the test can look
 for the victim's keys in it.
 
-    python -m tests._blockthief <host> <port>[,<port>…] <highest broadcast id>
+    python -m tests._blockthief <host>:<port>[,<host>:<port>…] <highest broadcast id>
 
 prints one JSON object: ``{"fetched": {"<port>/<block>": "<payload, base64>"}, "refused": {"<port>": "<error>"}}``.
+``targets(pid)``: every socket a process listens on, as an attacker on this host would find them (``ss -ltn``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 
-def steal(host: str, ports: list[int], highest: int) -> dict[str, Any]:
+def steal(targets: list[tuple[str, int]], highest: int) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     spark = (
@@ -43,7 +44,7 @@ def steal(host: str, ports: list[int], highest: int) -> dict[str, Any]:
     codec = jvm.org.apache.spark.io.CompressionCodec.createCodec(sc.conf(), "lz4")
     fetched: dict[str, str] = {}
     refused: dict[str, str] = {}
-    for port in ports:
+    for host, port in targets:
         misses = 0
         for n in range(highest + 1):
             block = f"broadcast_{n}_piece0"
@@ -65,12 +66,20 @@ def steal(host: str, ports: list[int], highest: int) -> dict[str, Any]:
     return {"fetched": fetched, "refused": refused}
 
 
-def run(host: str, ports: list[int], highest: int = 40, *, timeout: float = 240.0) -> dict[str, Any]:
-    """Run the attacker as a separate process (its own JVM, no secret); what it fetched and what refused it."""
+def targets(pid: int) -> list[tuple[str, int]]:
+    """Where ``pid`` listens, as an attacker connects to it (a wildcard address through loopback)."""
+    from tests._sockets import listening
+
+    return [("127.0.0.1" if addr in ("0.0.0.0", "::") else addr, port) for addr, port in listening(pid)]
+
+
+def run(where: list[tuple[str, int]], highest: int = 40, *, timeout: float = 240.0) -> dict[str, Any]:
+    """Run the attacker as a separate process (its own JVM, no secret) against ``where`` (``(host, port)``s);
+    what it fetched and what refused it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKESESSION_", "AWS_", "SPARK_"))}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
     done = subprocess.run(
-        [sys.executable, "-m", "tests._blockthief", host, ",".join(map(str, ports)), str(highest)],
+        [sys.executable, "-m", "tests._blockthief", ",".join(f"{h}:{p}" for h, p in where), str(highest)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -89,8 +98,8 @@ def payloads(result: dict[str, Any]) -> list[bytes]:
 
 
 def main(argv: list[str]) -> int:
-    host, ports, highest = argv[0], [int(p) for p in argv[1].split(",") if p], int(argv[2])
-    print(json.dumps(steal(host, ports, highest)))
+    where = [(t.rsplit(":", 1)[0], int(t.rsplit(":", 1)[1])) for t in argv[0].split(",") if t]
+    print(json.dumps(steal(where, int(argv[1]))))
     return 0
 
 

@@ -133,7 +133,8 @@ def start_engine(
     ]
     environ = {**os.environ, "LAKESESSION_ENGINE_CLIENT_SECRET": ENGINE_SECRET, **(env or {})}
     with log.open("w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=environ)
+        # its own working directory: the tests check that Spark leaves nothing there (no spark-warehouse/)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=environ, cwd=tmp)
     try:
         address = _await_ready(proc, log, timeout)
         yield RunningEngine(address, proc, log)

@@ -58,3 +58,30 @@ def is_loopback(address: str) -> bool:
 def exposed(pid: int) -> list[tuple[str, int]]:
     """The listening sockets of ``pid`` that are not on loopback (wildcards included)."""
     return [(a, p) for a, p in listening(pid) if not is_loopback(a)]
+
+
+def children(pid: int) -> list[int]:
+    """The direct child processes of ``pid`` (an engine's JVM, a worker's executors)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def java_children(pid: int) -> list[int]:
+    """The Java processes among ``pid``'s children."""
+    out = []
+    for child in children(pid):
+        try:
+            exe = os.readlink(f"/proc/{child}/exe")
+        except OSError:
+            continue
+        if os.path.basename(exe) == "java":
+            out.append(child)
+    return out

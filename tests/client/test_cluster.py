@@ -70,3 +70,39 @@ def test_executors_use_and_refresh_vended_credentials(tmp_path) -> None:  # type
     assert result["counts"] == sorted(result["counts"])  # each pass saw the rows written before it
     assert result["slow"] == 8000 and result["slow_seconds"] > 2 * 6  # outlived two TTLs inside one query
     assert result["refreshes"] > 0  # executor JVMs asked the gateway for fresh credentials
+
+
+def test_a_process_without_the_secret_fetches_no_block_from_the_cluster(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The driver and its executor on a standalone cluster started the documented way (``tests/_cluster.py``):
+    after a read whose broadcast carries vended keys, an attacker with no secret fetches nothing from either."""
+    from tests import _blockthief
+    from tests._victim import victim
+
+    conf = {"spark.ui.enabled": "false", "spark.executor.cores": "1", "spark.cores.max": "1"}
+    with (
+        standalone_cluster(tmp_path) as master,
+        victim(master, tmp_path / "driver", conf, env=cluster_env(tmp_path)) as (report, _),
+    ):
+        assert report["rows"] == 2 and report["authenticate"] == "true"
+        driver = _blockthief.targets(report["pid"])
+        executors = [
+            t for pid in _java_processes_named("CoarseGrainedExecutorBackend") for t in _blockthief.targets(pid)
+        ]
+        assert executors, "no executor is listening: the cluster ran nothing"
+        stolen = _blockthief.run(driver + executors)
+    assert stolen["fetched"] == {}, sorted(stolen["fetched"])
+    assert set(stolen["refused"]) == {str(p) for _, p in driver + executors}
+
+
+def _java_processes_named(main_class: str) -> list[int]:
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if main_class.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found

@@ -50,7 +50,7 @@ def test_the_attack_works_on_an_unsealed_jvm(tmp_path: Path) -> None:
     """The control: a user who turns ``spark.authenticate`` off is warned, and the attacker reads the keys."""
     with victim("local[2]", tmp_path / "victim", {"spark.authenticate": "false"}) as (report, _):
         host, port = report["blockmanager"]
-        stolen = _blockthief.run(host, [port])
+        stolen = _blockthief.run([(host, port)])
         err = (tmp_path / "victim" / "victim.err").read_text()
     assert report["authenticate"] == "false"
     assert "spark.authenticate=false" in err  # one warning line naming the risk
@@ -59,13 +59,12 @@ def test_the_attack_works_on_an_unsealed_jvm(tmp_path: Path) -> None:
 
 
 def test_a_process_without_the_secret_fetches_no_block(spark: Any) -> None:
-    pid = _jvm_pid(spark)
-    ports = [port for _, port in _sockets.listening(pid)]
+    where = _blockthief.targets(_jvm_pid(spark))
     bm = spark.sparkContext._jsc.sc().env().blockManager().blockManagerId()
-    assert bm.port() in ports
-    stolen = _blockthief.run("127.0.0.1", ports)
+    assert bm.port() in [port for _, port in where]
+    stolen = _blockthief.run(where)
     assert stolen["fetched"] == {}, sorted(stolen["fetched"])
-    assert set(stolen["refused"]) == {str(p) for p in ports}
+    assert set(stolen["refused"]) == {str(p) for _, p in where}
 
 
 def test_every_socket_of_the_jvm_is_on_loopback(spark: Any) -> None:
