@@ -201,6 +201,11 @@ ENVIRONMENT: tuple[Variable, ...] = (
         "`console`: Spark's own log (ERROR lines with Java traces) on stderr, for debugging Spark; by default it "
         "goes to `<cache>/logs/spark-<pid>.log`, which a Spark error names.",
     ),
+    Variable(
+        "LAKESESSION_SPARK_SECRET_FILE",
+        "On a Spark standalone cluster: a file only you may read holding the cluster's `spark.authenticate.secret` "
+        "(or its properties file); local mode needs none (Spark makes a secret per start).",
+    ),
     Variable("LAKESESSION_JVM_CLASS_CACHE", "`0` turns off the local JVM's class-data-sharing archive."),
     Variable(
         "LAKESESSION_JARS_VERBOSE",
