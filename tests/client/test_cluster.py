@@ -11,10 +11,11 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from tests._cluster import cluster_env, standalone_cluster
+from tests._cluster import auth_file, cluster_env, standalone_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -89,14 +90,27 @@ def test_a_process_without_the_secret_fetches_no_block_from_the_cluster(tmp_path
             t for pid in _java_processes_named("CoarseGrainedExecutorBackend") for t in _blockthief.targets(pid)
         ]
         assert executors, "no executor is listening: the cluster ran nothing"
+        secret = next(
+            line.split()[1] for line in auth_file(tmp_path).read_text().splitlines() if line.startswith(SECRET_KEY)
+        )
+        shown = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, secret)]
+        assert shown == []  # on no command line: not the driver's, the master's, the worker's or the executor's
         stolen = _blockthief.run(driver + executors)
     assert stolen["fetched"] == {}, sorted(stolen["fetched"])
     assert set(stolen["refused"]) == {str(p) for _, p in driver + executors}
 
 
-def _java_processes_named(main_class: str) -> list[int]:
-    from pathlib import Path
+SECRET_KEY = "spark.authenticate.secret "
 
+
+def _cmdline_has(proc: Path, text: str) -> bool:
+    try:
+        return text.encode() in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _java_processes_named(main_class: str) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():

@@ -167,3 +167,26 @@ def test_the_connect_server_is_sealed_too() -> None:
     assert confs["spark.authenticate"] == "true"
     assert confs["spark.driver.bindAddress"] == confs["spark.driver.host"] == "127.0.0.1"
     assert connect_server.server_env({}, master="local[2]")["SPARK_LOCAL_IP"] == "127.0.0.1"
+
+
+def test_a_running_spark_without_authentication_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    from lakesession import _sparkbind
+
+    class Conf:
+        def get(self, key: str) -> str | None:
+            return None  # started by the user, without spark.authenticate
+
+    class Context:
+        def getConf(self) -> Conf:
+            return Conf()
+
+    saved = _sparkbind._warned_unsealed
+    _sparkbind._warned_unsealed = False
+    try:
+        with caplog.at_level(logging.WARNING, logger="lakesession"):
+            _sparkbind._check_running_sealed(Context())
+            _sparkbind._check_running_sealed(Context())
+    finally:
+        _sparkbind._warned_unsealed = saved
+    lines = [r.getMessage() for r in caplog.records if "spark.authenticate" in r.getMessage()]
+    assert len(lines) == 1 and "vended storage keys" in lines[0]
