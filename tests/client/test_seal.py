@@ -169,8 +169,12 @@ def test_the_connect_server_is_sealed_too() -> None:
     assert connect_server.server_env({}, master="local[2]")["SPARK_LOCAL_IP"] == "127.0.0.1"
 
 
-def test_a_running_spark_without_authentication_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_running_spark_without_authentication_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from lakesession import _sparkbind
+
+    monkeypatch.setattr(_sparkbind.REGISTRY, "created", None)  # a SparkContext lakesession did not start
 
     class Conf:
         def get(self, key: str) -> str | None:
