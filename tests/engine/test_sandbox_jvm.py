@@ -618,7 +618,7 @@ BUILT_NAMES = (
     "SELECT * FROM identifier\n(\n'lake_' || '_chain_x' || '.granted.t')",
     "WITH c AS (SELECT * FROM IDENTIFIER(concat('lake__', 'chain_x.granted.t'))) SELECT * FROM c",
     "SELECT * FROM range(1) WHERE EXISTS (SELECT * FROM IDENTIFIER(concat('lake__', 'chain_x.granted.t')))",
-    "SELECT count(*) FROM IDENTIFIER(concat('lake__', 'chain_x.granted')).t",
+    "SELECT count(*) FROM IDENTIFIER(replace('lake~~chain_x.granted.t', '~', '_'))",
 )
 
 

@@ -113,6 +113,7 @@ final class PlanChecks extends AbstractFunction1<LogicalPlan, BoxedUnit> {
       return BoxedUnit.UNIT;
     }
     view.requireIntact();
+    Map<String, Boolean> signed = new HashMap<>(); // sqlText -> whether the front door signed it (one HMAC per text)
     try {
       if (policy.internalCatalog(view.currentCatalog()) && !leavesCatalog(plan, policy)) {
         throw Refused.refuse(
@@ -126,6 +127,7 @@ final class PlanChecks extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             @Override
             public void plan(LogicalPlan node) {
               checkNode(node, policy);
+              chainCatalog(node, policy, signed);
             }
 
             @Override
@@ -137,6 +139,41 @@ final class PlanChecks extends AbstractFunction1<LogicalPlan, BoxedUnit> {
       throw Refused.cannotInspect(e);
     }
     return BoxedUnit.UNIT;
+  }
+
+  /**
+   * A node resolved from a view-chain catalog (a relation, a write target, a resolved table or identifier:
+   * any node whose {@code catalog} field is one) must come from a statement the front door expanded and
+   * signed. The check reads the node's origin, the SQL text its parser was given: a name built by
+   * IDENTIFIER (comments, parameters, variables), a view body, a CTE or a subquery of a user's own text,
+   * and a DataFrame read (no SQL text at all) are refused, however the name was spelled. A relation the
+   * signed text resolved keeps that origin under DataFrame operators and in a temporary view made of it.
+   */
+  private static void chainCatalog(LogicalPlan node, Policy policy, Map<String, Boolean> signed) {
+    String catalog = catalogField(node);
+    if (catalog == null || !policy.internalCatalog(catalog)) {
+      return;
+    }
+    Object text = Nodes.unwrap(node.origin().sqlText());
+    boolean ok = text instanceof String t
+        && signed.computeIfAbsent(t, x -> Signature.valid(x, Policy.Engine.current().sqlKey));
+    if (!ok) {
+      throw Refused.refuse(
+          "a table of the engine's view-chain catalogs in a statement the engine did not expand",
+          Why.INTERNAL_CATALOG,
+          Why.INTERNAL);
+    }
+  }
+
+  /** The name of the catalog in a node's {@code catalog} field (a CatalogPlugin, or an Option of one), or null. */
+  static String catalogField(LogicalPlan node) {
+    for (int i = 0; i < node.productArity(); i++) {
+      if ("catalog".equals(node.productElementName(i))) {
+        Object v = Nodes.unwrap(node.productElement(i));
+        return v instanceof CatalogPlugin c ? c.name() : null;
+      }
+    }
+    return null;
   }
 
   /** USE / SET CATALOG of an ordinary catalog is the way out of an internal one. */

@@ -134,6 +134,7 @@ public final class SandboxExtensions extends AbstractFunction1<SparkSessionExten
   public BoxedUnit apply(SparkSessionExtensions extensions) {
     extensions.injectParser((session, delegate) -> new SandboxParser(new SessionView(session), delegate));
     extensions.injectHintResolutionRule(session -> new EarlyChecks(new SessionView(session)));
+    extensions.injectPostHocResolutionRule(session -> new UserFacing(new SessionView(session)));
     extensions.injectCheckRule(session -> new PlanChecks(new SessionView(session)));
     return BoxedUnit.UNIT;
   }
