@@ -23,7 +23,7 @@ import scala.runtime.AbstractPartialFunction;
  *
  * <ul>
  *   <li>{@code current_user()}, {@code session_user()}, {@code user()} become the user the front door
- *       named for the session ({@value #USER}; the engine's OS account otherwise), in every subquery and
+ *       named for the session ({@code spark.lakesession.engine.user}; the engine's OS account otherwise), in every subquery and
  *       in the engine's expansion of DEFINER views (their SQL is part of the user's statement);
  *   <li>{@code SHOW CATALOGS} and {@code spark.catalog.listCatalogs()} leave out the engine's view-chain
  *       catalogs (a session lists the catalogs it loaded, chain catalogs included).
@@ -31,7 +31,7 @@ import scala.runtime.AbstractPartialFunction;
  */
 final class UserFacing extends Rule<LogicalPlan> {
   /** The session's authenticated user: set by the front door, never settable or readable by a user. */
-  static final String USER = "spark.lakesession.engine.user";
+  static final String USER = Rulebook.string("session_user_conf");
 
   private final SessionView view;
 
