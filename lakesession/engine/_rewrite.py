@@ -27,11 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._wire.enginerules import SIGNATURE, chain_prefix, signature_trailer
-from ._sandbox import Refused
+from ._sandbox import DYNAMIC_SQL, Refused
 
 __all__ = ["SIGNATURE", "Rewriter", "sign", "signature_ok"]
-
-_DYNAMIC_SQL = re.compile(r"(?i)\bidentifier\s*\(|\bexecute\s+immediate\b")
 
 
 def sign(text: str, key: bytes) -> str:
@@ -103,7 +101,7 @@ class Rewriter:
         if not pinned:
             return Expanded(query, query)
         sql = expansion.sql
-        if _DYNAMIC_SQL.search(sql):
+        if DYNAMIC_SQL.search(sql):
             raise Refused("dynamic-sql", "a view whose SQL builds names at run time")
         named = len(re.findall(re.escape(self.prefix), sql, flags=re.IGNORECASE))
         if named != count[0]:

@@ -88,3 +88,23 @@ def test_the_docs_rule_table_is_the_rulebooks_rendering() -> None:
     page = (ROOT / "docs" / "explanation" / "security-model.md").read_text()
     assert "<!-- generated: engine-rules -->" in page
     assert "| `user-code` |" not in page  # no hand-written copy beside it
+
+
+def test_the_front_doors_first_net_sees_identifier_through_comments() -> None:
+    """``IDENTIFIER/**/(`` passed the front door's old ``\\bidentifier\\s*\\(`` (#39); the JVM decides anyway."""
+    import pytest
+    from pyspark.sql.connect.proto import base_pb2
+
+    old = re.compile(r"(?i)\bidentifier\s*\(|\bexecute\s+immediate\b")
+    for sql in (
+        "SELECT * FROM IDENTIFIER/**/(concat('lake__', 'chain_1.sales.orders'))",
+        "SELECT * FROM identifier /* a\nb */ -- c\n ('x')",
+        "EXECUTE/**/IMMEDIATE 'SELECT 1'",
+    ):
+        plan = base_pb2.Plan()
+        plan.root.sql.query = sql
+        with pytest.raises(_sandbox.Refused) as info:
+            _sandbox.check_plan(plan, "lake__chain_")
+        assert info.value.rule == "dynamic-sql"
+    assert old.search("SELECT * FROM IDENTIFIER/**/(concat('lake__', 'chain_1.sales.orders'))") is None  # the bypass
+    assert _sandbox.DYNAMIC_SQL.search("SELECT identifier_col FROM t") is None
