@@ -138,7 +138,7 @@ def test_current_user_is_the_authenticated_user_also_inside_definer_views(
     bob = login(catalog, "bob", engine)
     try:
         bob.engine().sql(
-            "CREATE OR REPLACE VIEW lake.sales.v_who TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS "
+            "CREATE VIEW lake.sales.v_who TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS "
             "SELECT id, current_user() AS who, session_user() AS s FROM sales.orders WHERE region = 'EU'"
         ).collect()
         assert [tuple(r) for r in bob.engine().sql("SELECT current_user()").collect()] == [("bob",)]
