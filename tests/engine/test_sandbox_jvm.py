@@ -724,6 +724,10 @@ def test_signed_statements_still_read_chain_catalogs(engine: Engine, open_: Any)
     assert session.sql(signed).filter("id > 0").count() == 1
     session.sql(signed).createOrReplaceTempView("eu_only")
     assert rows(session, "SELECT * FROM eu_only") == [(1,)]
+    # a signed text never builds a name at run time (the front door never signs one; the JVM holds it anyway)
+    for text in ("SELECT * FROM IDENTIFIER(:t)", "SELECT * FROM IDENTIFIER(:t) -- lake__chain_x"):
+        built = sign(text, SQL_KEY)
+        refused("dynamic-sql", lambda b=built: session.sql(b, args={"t": "lake__chain_x.granted.t"}).collect())
 
 
 def test_current_user_is_the_sessions_user(engine: Engine, open_: Any) -> None:
