@@ -108,3 +108,13 @@ def test_the_front_doors_first_net_sees_identifier_through_comments() -> None:
         assert info.value.rule == "dynamic-sql"
     assert old.search("SELECT * FROM IDENTIFIER/**/(concat('lake__', 'chain_1.sales.orders'))") is None  # the bypass
     assert _sandbox.DYNAMIC_SQL.search("SELECT identifier_col FROM t") is None
+
+
+def test_the_engines_own_keys_stay_internal_whatever_the_operator_lists() -> None:
+    """``spark.lakesession.*`` (the session's user, the signing key) is never settable nor readable by a user,
+    even with an operator's allow-list naming it and no protected prefixes configured."""
+    user_key = enginerules.SESSION_USER_CONF
+    policy = _sandbox.ConfPolicy.of([user_key, "spark.sql.shuffle.partitions"], [])
+    assert policy.may_set("spark.sql.shuffle.partitions")
+    assert not policy.may_set(user_key) and policy.protected(user_key)
+    assert policy.protected("spark.lakesession.engine.sqlKey") and policy.protected("my.Credential.file")
