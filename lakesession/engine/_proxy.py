@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from .._wire.enginerules import REFUSED_CLASS, chain_prefix
+from .._wire.enginerules import ERROR_CLASS, REFUSED_CLASS, SQL_STATE, chain_prefix
 from ._auth import Authenticator, Unauthenticated
 from ._rewrite import Rewriter
 from ._sandbox import ConfPolicy, Refused, check_plan, walk
@@ -56,7 +56,13 @@ def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
     info = error_details_pb2.ErrorInfo(
         reason=REFUSED_REASON,
         domain="lakesession",
-        metadata={"classes": json.dumps([REFUSED_CLASS]), "rule": rule},
+        # the JVM's refusals carry the same class, error class and SQLSTATE (the rulebook's refusal contract)
+        metadata={
+            "classes": json.dumps([REFUSED_CLASS]),
+            "rule": rule,
+            "errorClass": ERROR_CLASS,
+            "sqlState": SQL_STATE,
+        },
     )
     detail = any_pb2.Any()
     detail.Pack(info)

@@ -118,3 +118,19 @@ def test_the_engines_own_keys_stay_internal_whatever_the_operator_lists() -> Non
     assert policy.may_set("spark.sql.shuffle.partitions")
     assert not policy.may_set(user_key) and policy.protected(user_key)
     assert policy.protected("spark.lakesession.engine.sqlKey") and policy.protected("my.Credential.file")
+
+
+def test_the_front_doors_refusals_carry_the_jvms_error_class() -> None:
+    """Both layers' refusals name the same class, error class and SQLSTATE (the rulebook's refusal contract)."""
+    import grpc
+    from google.rpc import error_details_pb2, status_pb2
+
+    from lakesession.engine._proxy import _status
+
+    status = _status(grpc.StatusCode.PERMISSION_DENIED, "lakesession engine refused x: rule 'settings' (y)", "settings")
+    details = dict(status.trailing_metadata)["grpc-status-details-bin"]
+    info = error_details_pb2.ErrorInfo()
+    status_pb2.Status.FromString(details).details[0].Unpack(info)
+    assert info.metadata["errorClass"] == BOOK["refusal"]["error_class"] == "LAKESESSION_ENGINE_REFUSED"
+    assert info.metadata["sqlState"] == BOOK["refusal"]["sql_state"]
+    assert info.metadata["classes"] == f'["{BOOK["refusal"]["java_class"]}"]' and info.metadata["rule"] == "settings"
