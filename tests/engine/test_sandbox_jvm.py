@@ -178,7 +178,7 @@ def rows(session: Any, sql: str) -> list[tuple[Any, ...]]:
 def test_module_in_a_process_of_its_own() -> None:
     """The module's JVM carries the sandbox's extensions and jars from launch, and the suite shares one
     SparkContext (the `lake` fixture) that earlier modules leave running: the tests below run in a child pytest."""
-    run_module_in_child(__file__, expected_passed=27)
+    run_module_in_child(__file__, expected_passed=28)
 
 
 def test_queries_views_and_settable_keys_are_allowed(user: Any) -> None:
@@ -663,6 +663,21 @@ def test_a_chain_catalog_named_through_a_built_name_is_refused(engine: Engine, o
         lambda: session.sql("INSERT INTO IDENTIFIER(concat('lake__', 'chain_x.granted.t')) VALUES (9, 'X')").collect(),
     )
     assert sorted(rows(open_, "SELECT id FROM lake__chain_x.granted.t")) == [(1,), (2,)]
+
+
+def test_a_function_of_a_chain_catalog_named_through_a_built_name_is_refused(engine: Engine, open_: Any) -> None:
+    """Functions resolve from a catalog too: a built name reaching a view-chain catalog's is refused while Spark
+    resolves it (after resolution a function no longer says which catalog it came from).
+
+    Without the rule: the chain catalog's ``system.bucket`` answered in a sandboxed session."""
+    call = "SELECT IDENTIFIER(concat('lake__', 'chain_x.system.bucket'))(4, 7)"
+    expected = rows(open_, call)
+    assert expected == rows(open_, "SELECT lake.system.bucket(4, 7)")
+    session = engine.connect()
+    assert rows(session, "SELECT lake.system.bucket(4, 7)") == expected  # the ordinary catalog's: allowed
+    refused("internal-catalog", lambda: session.sql(call).collect())
+    session.sql("DECLARE OR REPLACE VARIABLE fn STRING DEFAULT 'lake_' || '_chain_x.system.bucket'")
+    refused("internal-catalog", lambda: session.sql("SELECT IDENTIFIER(fn)(4, 7)").collect())
 
 
 def test_a_view_body_naming_a_chain_catalog_through_identifier_is_refused(engine: Engine, open_: Any) -> None:
