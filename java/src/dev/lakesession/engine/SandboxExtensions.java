@@ -33,6 +33,9 @@ import scala.runtime.BoxedUnit;
  *       IMMEDIATE runs its statement, time-travel subqueries run, reads by path list and sample files);
  *   <li>a <b>parser wrapper</b> ({@link SandboxParser}), for what no plan shows: {@code ${…}}
  *       substitution of settings and environment variables into SQL text, and SQL scripts;
+ *   <li>a rule of the analyzer's <b>resolution</b> batch ({@link BuiltNames}): a name built at run time
+ *       ({@code IDENTIFIER(expr)}) is refused the moment its value names a view-chain catalog, before
+ *       Spark resolves a function by it (a resolved function no longer says which catalog it came from);
  *   <li>a rule of the analyzer's <b>post-hoc resolution</b> batch ({@link UserFacing}): {@code
  *       current_user()} answers the session's authenticated user, and catalog listings leave out the
  *       view-chain catalogs.
@@ -142,6 +145,7 @@ public final class SandboxExtensions extends AbstractFunction1<SparkSessionExten
   public BoxedUnit apply(SparkSessionExtensions extensions) {
     extensions.injectParser((session, delegate) -> new SandboxParser(new SessionView(session), delegate));
     extensions.injectHintResolutionRule(session -> new EarlyChecks(new SessionView(session)));
+    extensions.injectResolutionRule(session -> new BuiltNames(new SessionView(session)));
     extensions.injectPostHocResolutionRule(session -> new UserFacing(new SessionView(session)));
     extensions.injectCheckRule(session -> new PlanChecks(new SessionView(session)));
     return BoxedUnit.UNIT;
