@@ -5,7 +5,7 @@ build fails (it runs with ``--strict``) on a marker this hook does not know. Sec
 settings and environment tables (``lakesession._settings``), the CLI's help (``lakesession.cli``),
 the exception tree (``lakesession.errors``), the server's configuration keys
 (``lakesession.reference.serveconfig``), the trusted engine's options (``lakesession.engine.EngineConfig``
-and its command's parser) and repository files shown as pages (CHANGELOG, results).
+and its command's parser) and its sandbox's rules (``lakesession/_wire/engine_rules.json``) and repository files shown as pages (CHANGELOG, results).
 """
 
 from __future__ import annotations
@@ -344,6 +344,18 @@ def _spark_versions() -> str:
     return "\n".join(rows)
 
 
+def _engine_rules() -> str:
+    """The trusted engine's rule table, rendered from its rulebook (``lakesession/_wire/engine_rules.json``).
+
+    The front door and the JVM's checks read the same file (the jar carries a byte-equal copy)."""
+    from lakesession._wire.enginerules import BOOK
+
+    rows = ["| rule | refused, for example | why |", "|---|---|---|"]
+    for rule in BOOK["rules"]:
+        rows.append(f"| `{rule['id']}` | {rule['examples']} | {rule['why']} |")
+    return "\n".join(rows)
+
+
 def _file(name: str) -> Any:
     def read() -> str:
         text = (ROOT / name).read_text()
@@ -360,6 +372,7 @@ SECTIONS = {
     "troubleshooting": _troubleshooting,
     "serve-config": _serve_config,
     "engine-config": _engine_config,
+    "engine-rules": _engine_rules,
     "spark-jars": _spark_jars,
     "comet-jars": _comet_jars,
     "spark-versions": _spark_versions,

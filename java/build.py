@@ -44,16 +44,20 @@ ENGINE_COMPILE: dict[tuple[str, str, str], str] = {
     # only for the annotations on Spark's DataType (without it -Xlint:all warns that they cannot be read)
     ("com.fasterxml.jackson.core", "jackson-databind", "2.21.2"): "71ab8ff75b4fd74afdee0004173fdd15de1d6a28",
 }
+#: the engine's rulebook, shipped byte for byte as a class-path resource (dev.lakesession.engine.Rulebook reads it)
+RULEBOOK = HERE.parent / "lakesession" / "_wire" / "engine_rules.json"
+RULEBOOK_ENTRY = "dev/lakesession/engine/rules.json"
 STAMP = (2020, 1, 1, 0, 0, 0)
 HASH_ATTR = "Lakesession-Source-SHA256"
 
 
-def source_hash(src: Path = SRC) -> str:
-    """SHA-256 over every source file's relative path and bytes, in sorted order."""
+def source_hash(src: Path = SRC, rulebook: Path = RULEBOOK) -> str:
+    """SHA-256 over every source file's relative path and bytes, in sorted order, then the rulebook's."""
     digest = hashlib.sha256()
     for path in sorted(p for p in src.rglob("*.java") if p.is_file()):
         digest.update(path.relative_to(src).as_posix().encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
+    digest.update(RULEBOOK_ENTRY.encode() + b"\0" + rulebook.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -88,6 +92,7 @@ def build(out: Path = OUT) -> Path:
             for cls in sorted(Path(classes).rglob("*.class")):
                 info = zipfile.ZipInfo(cls.relative_to(classes).as_posix(), STAMP)
                 z.writestr(info, cls.read_bytes(), zipfile.ZIP_DEFLATED)
+            z.writestr(zipfile.ZipInfo(RULEBOOK_ENTRY, STAMP), RULEBOOK.read_bytes(), zipfile.ZIP_DEFLATED)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".jar.tmp")  # renamed into place: a running JVM keeps its open copy
         tmp.write_bytes(buf.getvalue())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._wire.enginerules import chain_prefix
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -56,7 +58,7 @@ def _chain_catalog(session: Any, chain: tuple[Any, ...], table: Any) -> str:
     route = gw.chains.register(
         chain, encode_referenced_by(list(chain), catalog_prop(session, "namespace-separator", "%1F")), {table}
     )
-    name = f"{session.catalog_name}__chain_{route.id}"
+    name = f"{chain_prefix(session.catalog_name)}{route.id}"
     with session._lock:
         if name not in session._chain_catalogs:
             spark = session.spark()

@@ -18,6 +18,7 @@ from typing import Any
 from pyspark.errors.exceptions import captured
 from pyspark.errors.exceptions.base import PySparkException
 
+from .._wire.enginerules import REFUSED_PREFIX
 from ..catalog._chains import chain_hint
 from ..catalog._refusals import no_warehouse
 from ..errors import CapabilityError as _CapabilityError
@@ -293,7 +294,7 @@ def _connect_iceberg_cause(info: Any, resp: Any) -> tuple[str, str] | None:
     return None
 
 
-_REFUSED = "lakesession engine refused "
+_REFUSED = REFUSED_PREFIX
 _UNAUTHENTICATED = "lakesession engine: "  # the front door's UNAUTHENTICATED statuses (engine/_proxy.py)
 
 

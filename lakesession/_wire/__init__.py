@@ -11,6 +11,8 @@ every distribution), so the slim ``lakesession-client`` distribution carries it 
 * ``redact``: botocore's DEBUG records without credentials;
 * ``singleflight``: concurrent calls for one key share one execution;
 * ``sockets``: listening sockets bound before their server starts;
+* ``enginerules``: the trusted engine's rulebook (``engine_rules.json``, also in the JVM jar and the docs) and
+  the names both halves share with it: view-chain catalogs, the refusal's text, the SQL signature trailer;
 * ``jwks``: JWT access-token checks and an OIDC discovery + JWKS verifier (the catalog's for an external
   issuer, a trusted engine's for its users' tokens).
 """

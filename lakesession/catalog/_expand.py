@@ -23,6 +23,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from .._wire.enginerules import chain_prefix
 from .._wire.viewsql import table_refs as _table_refs
 from ._chains import (
     MAX_DEPTH,
@@ -105,7 +106,7 @@ class _Expander:
     def top_level(self, table: exp.Table) -> ViewId | None:
         """The identifier in this catalog that a reference of the user's query names, if any."""
         parts = [p.name for p in table.parts]
-        internal = f"{self.catalog_name.lower()}__chain_"
+        internal = chain_prefix(self.catalog_name.lower())
         if parts[0].lower().startswith(internal):
             raise ViewChainError(
                 f"{'.'.join(parts)} names an internal view-chain catalog: reference the view "

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from .._wire.enginerules import SESSION_USER_CONF, chain_prefix
 from ..errors import ConfigError
 from ._auth import Authenticator
 from ._config import EngineConfig
@@ -158,7 +159,6 @@ class Engine:
         extra_jars = cfg.spark_conf.get("spark.jars", "")
         jars = [j for j in conf.get("spark.jars", "").split(",") if j]
         conf["spark.jars"] = ",".join([*jars, str(comet.provider_jar()), *[j for j in extra_jars.split(",") if j]])
-        prefix = f"{cfg.catalog_name}__chain_"
         conf.update(
             {
                 "spark.sql.extensions": f"{EXTENSIONS},{SANDBOX_EXTENSIONS}",
@@ -174,7 +174,7 @@ class Engine:
                 "spark.lakesession.engine.protectedConfPrefixes": ",".join(
                     ConfPolicy.of((), cfg.protected_conf_prefixes).protected_prefixes
                 ),
-                "spark.lakesession.engine.internalCatalogPrefix": prefix,
+                "spark.lakesession.engine.internalCatalogPrefix": chain_prefix(cfg.catalog_name),
                 f"spark.sql.catalog.{cfg.catalog_name}": "org.apache.iceberg.spark.SparkCatalog",
                 f"spark.sql.catalog.{cfg.catalog_name}.type": "rest",
                 f"spark.sql.catalog.{cfg.catalog_name}.uri": _CLOSED,
@@ -220,6 +220,7 @@ class Engine:
 
         conf = catalog_conf(user.catalog_name, user.gateway.uri, user.gateway.secret, user.warehouse)
         conf["spark.sql.defaultCatalog"] = user.catalog_name
+        conf[SESSION_USER_CONF] = user.principal  # current_user()/session_user() (dev.lakesession.engine.UserFacing)
         return conf
 
     def _chain_conf(self, user: EngineUser, name: str, uri: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from .._wire.enginerules import ERROR_CLASS, REFUSED_CLASS, SQL_STATE, chain_prefix
 from ._auth import Authenticator, Unauthenticated
 from ._rewrite import Rewriter
 from ._sandbox import ConfPolicy, Refused, check_plan, walk
@@ -55,7 +56,13 @@ def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
     info = error_details_pb2.ErrorInfo(
         reason=REFUSED_REASON,
         domain="lakesession",
-        metadata={"classes": json.dumps(["dev.lakesession.engine.Refused"]), "rule": rule},
+        # the JVM's refusals carry the same class, error class and SQLSTATE (the rulebook's refusal contract)
+        metadata={
+            "classes": json.dumps([REFUSED_CLASS]),
+            "rule": rule,
+            "errorClass": ERROR_CLASS,
+            "sqlState": SQL_STATE,
+        },
     )
     detail = any_pb2.Any()
     detail.Pack(info)
@@ -170,7 +177,7 @@ class FrontDoor:
         return Rewriter(user, self._key, chain_conf)
 
     def _prefix(self, user: EngineUser | None = None) -> str:
-        return f"{self.users.catalog_name}__chain_"
+        return chain_prefix(self.users.catalog_name)
 
     def _rewrite(self, plan: Any, user: EngineUser, session_id: str) -> dict[str, str]:
         """Expand views in every SQL text and named table of ``plan``; returns signed text -> original."""

@@ -26,18 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._sandbox import Refused
+from .._wire.enginerules import SIGNATURE, chain_prefix, signature_trailer
+from ._sandbox import DYNAMIC_SQL, Refused
 
 __all__ = ["SIGNATURE", "Rewriter", "sign", "signature_ok"]
-
-SIGNATURE = re.compile(r"\n/\* lakesession-engine-signature: ([0-9a-f]{64}) \*/$")
-_DYNAMIC_SQL = re.compile(r"(?i)\bidentifier\s*\(|\bexecute\s+immediate\b")
 
 
 def sign(text: str, key: bytes) -> str:
     """``text`` with its signature appended (what the JVM's parser verifies)."""
     mac = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
-    return f"{text}\n/* lakesession-engine-signature: {mac} */"
+    return f"{text}{signature_trailer(mac)}"
 
 
 def signature_ok(signed: str, key: bytes) -> bool:
@@ -68,7 +66,7 @@ class Rewriter:
 
     @property
     def prefix(self) -> str:
-        return f"{self.user.catalog_name}__chain_"
+        return chain_prefix(self.user.catalog_name)
 
     def expand(self, query: str) -> Expanded:
         """``query`` with its views expanded and signed, or unchanged when it reads no view of the catalog."""
@@ -103,7 +101,7 @@ class Rewriter:
         if not pinned:
             return Expanded(query, query)
         sql = expansion.sql
-        if _DYNAMIC_SQL.search(sql):
+        if DYNAMIC_SQL.search(sql):
             raise Refused("dynamic-sql", "a view whose SQL builds names at run time")
         named = len(re.findall(re.escape(self.prefix), sql, flags=re.IGNORECASE))
         if named != count[0]:

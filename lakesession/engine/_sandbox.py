@@ -10,7 +10,9 @@ it sees the analyzed plan, whatever way it arrived); here SQL text is only scann
 ways a name can be built at run time (``IDENTIFIER(…)``, ``EXECUTE IMMEDIATE``) and for the
 engine's internal view-chain catalogs, which a user may never name.
 
-Every refusal is a ``Refused`` naming its rule; ``RULES`` is the list the docs show.
+Every refusal is a ``Refused`` naming its rule. The rules, the message types refused, the settings'
+allow-list and protected prefixes come from the rulebook (``lakesession/_wire/engine_rules.json``), which
+the JVM's checks and the docs' rule table read too.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .._wire.enginerules import BOOK, REFUSED_PREFIX
+
 __all__ = [
     "ALWAYS_PROTECTED_PREFIXES",
     "DEFAULT_PROTECTED_PREFIXES",
     "DEFAULT_SETTABLE",
+    "DYNAMIC_SQL",
     "RULES",
     "ConfPolicy",
     "Refused",
@@ -32,124 +37,30 @@ __all__ = [
     "walk",
 ]
 
-RULES: dict[str, str] = {
-    "user-code": "user-defined functions (Python, Scala, Java), mapInPandas/applyInPandas/mapInArrow, foreach, "
-    "Python data sources, Dataset closures, TRANSFORM scripts, ML and pipeline commands, server extensions",
-    "reflection": "reflect / java_method / try_reflect",
-    "artifacts": "addArtifacts (jars, files, Python modules), ADD JAR/FILE/ARCHIVE, CREATE FUNCTION, "
-    "relations cached as artifacts",
-    "path-access": "reads and writes by path (spark.read.parquet(path), parquet.`s3a://…`, file: URIs), "
-    "LOCATION clauses, non-catalog data sources, the engine's own session catalog",
-    "procedures": "CALL of stored procedures (they take paths: register_table, add_files, migrate …)",
-    "shared-state": "CACHE TABLE / persist / clearCache, global temporary views, checkpoints "
-    "(Spark shares them between every session of the engine)",
-    "streaming": "streaming queries and their listeners",
-    "settings": "setting a configuration key outside the engine's allow-list, reading a protected one",
-    "internal-catalog": "naming the engine's view-chain catalogs (they hold tables granted only through a view)",
-    "dynamic-sql": "IDENTIFIER(…), EXECUTE IMMEDIATE and SQL scripts (what they run is decided after the checks)",
-    "session": "another user's session, cloning sessions",
-    "view-chain": "a view chain that cannot be resolved (a cycle, deeper than 10 views, unparsable view SQL)",
-}
+_BOOK = BOOK  # lakesession/_wire/engine_rules.json: the JVM's checks and the docs read the same file
 
+#: rule id -> what it refuses (the docs' table renders the rulebook's longer columns)
+RULES: dict[str, str] = {r["id"]: r["summary"] for r in _BOOK["rules"]}
 #: keys a user may set (``spark.conf.set`` / ``SET k=v``): query behaviour only, nothing about catalogs,
 #: storage, the JVM or the engine
-DEFAULT_SETTABLE: tuple[str, ...] = (
-    "spark.sql.shuffle.partitions",
-    "spark.sql.session.timeZone",
-    "spark.sql.ansi.enabled",
-    "spark.sql.adaptive.enabled",
-    "spark.sql.adaptive.coalescePartitions.enabled",
-    "spark.sql.adaptive.skewJoin.enabled",
-    "spark.sql.autoBroadcastJoinThreshold",
-    "spark.sql.caseSensitive",
-    "spark.sql.execution.arrow.pyspark.enabled",
-    "spark.sql.execution.arrow.pyspark.fallback.enabled",
-    "spark.sql.execution.arrow.maxRecordsPerBatch",
-    "spark.sql.execution.arrow.useLargeVarTypes",
-    "spark.sql.execution.pandas.convertToArrowArraySafely",
-    "spark.sql.repl.eagerEval.enabled",
-    "spark.sql.repl.eagerEval.maxNumRows",
-    "spark.sql.repl.eagerEval.truncate",
-    "spark.sql.legacy.timeParserPolicy",
-    "spark.sql.datetime.java8API.enabled",
-    "spark.sql.timestampType",
-    "spark.sql.maxPlanStringLength",
-    "spark.sql.pivotMaxValues",
-    "spark.sql.crossJoin.enabled",
-)
+DEFAULT_SETTABLE: tuple[str, ...] = tuple(_BOOK["settable_confs"])
 #: keys a user may not even read: catalogs (their gateway secrets), Hadoop/S3 settings, the engine's own
-DEFAULT_PROTECTED_PREFIXES: tuple[str, ...] = (
-    "spark.sql.catalog.",
-    "spark.sql.defaultcatalog",
-    "spark.hadoop.",
-    "spark.lakesession.",
-    "spark.sql.extensions",
-    "spark.jars",
-    "spark.driver.",
-    "spark.executor.",
-    "spark.plugins",
-    "spark.sql.warehouse.dir",
-)
+DEFAULT_PROTECTED_PREFIXES: tuple[str, ...] = tuple(_BOOK["protected_conf_prefixes"])
 #: keys no user may read whatever the operator configures: where the JVM listens, how it authenticates,
-#: its files (Spark's own network is sealed: ``lakesession._spark._seal``; a user needs none of it)
-ALWAYS_PROTECTED_PREFIXES: tuple[str, ...] = (
-    "spark.app.",
-    "spark.archives",
-    "spark.authenticate",
-    "spark.blockmanager.",
-    "spark.connect.authenticate",
-    "spark.connect.grpc.",
-    "spark.driver.",
-    "spark.eventlog.",
-    "spark.files",
-    "spark.io.encryption.",
-    "spark.jars",
-    "spark.local.dir",
-    "spark.master",
-    "spark.network.",
-    "spark.redaction.",
-    "spark.repl.",
-    "spark.submit.",
-    "spark.ui.",
-)
-_SECRET_KEY = re.compile(r"(?i)secret|password|token|access[._-]?key|credential|signature|sqlkey")
+#: its files (Spark's own network is sealed: ``lakesession._spark._seal``; a user needs none of it), and
+#: the engine's own ``spark.lakesession.*`` (the session's user, the signing key)
+ALWAYS_PROTECTED_PREFIXES: tuple[str, ...] = tuple(_BOOK["always_protected_conf_prefixes"])
+_INTERNAL_CONF = str(_BOOK["internal_conf_prefix"])
+_SECRET_KEY = re.compile(_BOOK["secret_key_pattern"])
 
 _TYPES: dict[str, tuple[str, str]] = {  # protobuf message type -> (rule, what)
-    "spark.connect.CommonInlineUserDefinedFunction": ("user-code", "a user-defined function"),
-    "spark.connect.PythonUDF": ("user-code", "a Python function"),
-    "spark.connect.ScalarScalaUDF": ("user-code", "a Scala function"),
-    "spark.connect.JavaUDF": ("user-code", "a Java function"),
-    "spark.connect.TypedAggregateExpression": ("user-code", "a typed aggregator"),
-    "spark.connect.CommonInlineUserDefinedTableFunction": ("user-code", "a user-defined table function"),
-    "spark.connect.PythonUDTF": ("user-code", "a Python table function"),
-    "spark.connect.CommonInlineUserDefinedDataSource": ("user-code", "a Python data source"),
-    "spark.connect.PythonDataSource": ("user-code", "a Python data source"),
-    "spark.connect.MapPartitions": ("user-code", "mapInPandas/mapInArrow"),
-    "spark.connect.GroupMap": ("user-code", "applyInPandas/applyInArrow"),
-    "spark.connect.CoGroupMap": ("user-code", "cogroup applyInPandas"),
-    "spark.connect.ApplyInPandasWithState": ("user-code", "applyInPandasWithState"),
-    "spark.connect.ExecuteExternalCommand": ("user-code", "an external command"),
-    "spark.connect.MlCommand": ("user-code", "a Spark ML command"),
-    "spark.connect.MlRelation": ("user-code", "a Spark ML relation"),
-    "spark.connect.PipelineCommand": ("user-code", "a declarative pipeline"),
-    "google.protobuf.Any": ("user-code", "a server extension message"),
-    "spark.connect.CachedLocalRelation": ("artifacts", "a relation uploaded as an artifact"),
-    "spark.connect.ChunkedCachedLocalRelation": ("artifacts", "a relation uploaded as an artifact"),
-    "spark.connect.Read.DataSource": ("path-access", "a read by path or data source"),
-    "spark.connect.CreateExternalTable": ("path-access", "createExternalTable"),
-    "spark.connect.RefreshByPath": ("path-access", "refreshByPath"),
-    "spark.connect.CheckpointCommand": ("shared-state", "a checkpoint"),
-    "spark.connect.CacheTable": ("shared-state", "cacheTable"),
-    "spark.connect.ClearCache": ("shared-state", "clearCache"),
-    "spark.connect.AnalyzePlanRequest.Persist": ("shared-state", "cache()/persist()"),
-    "spark.connect.WriteStreamOperationStart": ("streaming", "a streaming write (foreach/foreachBatch included)"),
-    "spark.connect.StreamingQueryCommand": ("streaming", "a streaming query"),
-    "spark.connect.StreamingQueryManagerCommand": ("streaming", "the streaming query manager"),
-    "spark.connect.StreamingQueryListenerBusCommand": ("streaming", "a streaming listener"),
-    "spark.connect.CreateResourceProfileCommand": ("settings", "a resource profile"),
+    name: (v["rule"], v["what"]) for name, v in _BOOK["connect_messages"].items()
 }
-_REFLECTION = frozenset({"reflect", "java_method", "try_reflect"})
-_DYNAMIC_SQL = re.compile(r"(?i)\bidentifier\s*\(|\bexecute\s+immediate\b")
+_REFLECTION = frozenset(_BOOK["reflection_functions"])
+#: SQL comments and whitespace between two tokens (``IDENTIFIER/**/(`` is still a call): the front door's first net;
+#: the JVM checks what a built name resolved to
+_GAP = r"(?:\s|/\*.*?\*/|--[^\n]*(?:\n|$))*"
+DYNAMIC_SQL = re.compile(rf"(?is)\bidentifier{_GAP}\(|\bexecute{_GAP}immediate\b")
 _SQL_FIELDS = frozenset({"query", "sql", "expression"})  # SQL.query, SqlCommand.sql, ExpressionString.expression
 _PATH_OPTIONS = frozenset({"path", "paths", "location"})
 
@@ -165,7 +76,7 @@ class Refused(Exception):
     def __str__(self) -> str:
         why = RULES.get(self.rule, "")
         tail = f"; {self.hint}" if self.hint else ""
-        return f"lakesession engine refused {self.what}: rule '{self.rule}' ({why}){tail}"
+        return f"{REFUSED_PREFIX}{self.what}: rule '{self.rule}' ({why}){tail}"
 
 
 def _repeated(field: Any) -> bool:
@@ -239,7 +150,7 @@ def check_plan(message: Any, internal_prefix: str) -> None:
             low = text.lower()
             if prefix and prefix in low:
                 raise Refused("internal-catalog", "a name of the engine's view-chain catalogs")
-            if field in _SQL_FIELDS and _DYNAMIC_SQL.search(text):
+            if field in _SQL_FIELDS and DYNAMIC_SQL.search(text):
                 raise Refused(
                     "dynamic-sql",
                     "IDENTIFIER(…) / EXECUTE IMMEDIATE",
@@ -265,7 +176,8 @@ class ConfPolicy:
         return cls(frozenset(k.lower() for k in settable), tuple(prefixes))
 
     def may_set(self, key: str) -> bool:
-        return key.lower() in self.settable
+        low = key.lower()
+        return low in self.settable and not low.startswith(_INTERNAL_CONF)
 
     def protected(self, key: str) -> bool:
         low = key.lower()

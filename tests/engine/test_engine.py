@@ -128,3 +128,35 @@ def test_a_session_outlives_its_tokens(catalog: Any, engine: RunningEngine, view
     # every token of the first query had expired by then: the engine acted for alice with a new exchanged one
     later = [r for r in audit(catalog, principal="alice", since=started + TOKEN_TTL) if r["decision"] == "allow"]
     assert any((r["detail"] or {}).get("actor") == "engine" for r in later), later[-3:]
+
+
+def test_current_user_is_the_authenticated_user_also_inside_definer_views(
+    catalog: Any, engine: RunningEngine, view: str
+) -> None:
+    """``current_user()``/``session_user()`` answer the token's principal, in alice's own SQL and in the body of
+    bob's DEFINER view the engine expanded into it (#39). Before: ``'root'``, the engine's OS account."""
+    bob = login(catalog, "bob", engine)
+    try:
+        bob.engine().sql(
+            "CREATE VIEW lake.sales.v_who TBLPROPERTIES ('trino.run-as-owner' = 'bob') AS "
+            "SELECT id, current_user() AS who, session_user() AS s FROM sales.orders WHERE region = 'EU'"
+        ).collect()
+        assert [tuple(r) for r in bob.engine().sql("SELECT current_user()").collect()] == [("bob",)]
+    finally:
+        bob.close()
+    catalog.admin.grant("eu-readers", "VIEW_READ", "view sales.v_who")
+    alice = login(catalog, "alice", engine)
+    try:
+        spark = alice.engine()
+        assert [tuple(r) for r in spark.sql("SELECT current_user(), session_user(), user()").collect()] == [
+            ("alice", "alice", "alice")
+        ]
+        assert [tuple(r) for r in spark.sql("SELECT DISTINCT who, s FROM lake.sales.v_who").collect()] == [
+            ("alice", "alice")
+        ]
+        assert [tuple(r) for r in spark.sql("SELECT current_user(), count(*) FROM lake.sales.v_eu").collect()] == [
+            ("alice", 3)
+        ]
+        assert {r["who"] for r in spark.table("lake.sales.v_who").collect()} == {"alice"}
+    finally:
+        alice.close()

@@ -606,6 +606,32 @@ def test_cache_checkpoints_and_global_views_are_refused(alice: User, bob: User) 
     alice.received.error(info.value)
 
 
+# -- view-chain catalogs (#39) -----------------------------------------------------------------------------
+
+
+def test_view_chain_catalogs_are_invisible_and_built_names_refused(alice: User) -> None:
+    """Once alice has read bob's view, her session holds a view-chain catalog (``lake__chain_<id>``): it is
+    not listed, and a name built to reach it is refused.
+
+    Without the check (reported in #39): ``SHOW CATALOGS`` and ``listCatalogs()`` named ``lake__chain_<id>``;
+    ``IDENTIFIER/**/(concat('lake__', 'chain_<id>.sales.orders'))`` passed the front door (its regex wanted
+    ``identifier`` and ``(`` with only spaces between) and the JVM (it read only literal mentions), and Spark
+    resolved the name in the chain catalog. (The JVM's own refusal with the front door out of the way, and its
+    control run: test_sandbox_jvm's test_a_chain_catalog_named_through_a_built_name_is_refused.)
+    """
+    assert len(alice.spark.sql("SELECT * FROM lake.sales.v_eu").collect()) == len(EU)
+    shown = [r[0] for r in alice.spark.sql("SHOW CATALOGS").collect()]
+    assert "lake" in shown and not [c for c in shown if "__chain_" in c], shown
+    listed = [c.name for c in alice.spark.catalog.listCatalogs()]
+    assert "lake" in listed and not [c for c in listed if "__chain_" in c], listed
+    built = "SELECT * FROM IDENTIFIER/**/(concat('lake__', 'chain_0.sales.orders'))"
+    alice.refused("dynamic-sql", lambda: alice.spark.sql(built).collect())
+    alice.refused("dynamic-sql", lambda: alice.spark.sql("SELECT * FROM identifier -- x\n ('lake.sales.orders')"))
+    assert [tuple(r) for r in alice.spark.sql("SELECT current_catalog(), current_user()").collect()] == [
+        ("lake", "alice")
+    ]
+
+
 # -- sessions, user ids, tokens ----------------------------------------------------------------------------
 
 

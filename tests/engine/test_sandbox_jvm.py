@@ -159,6 +159,15 @@ def refused(rule: str, action: Callable[[], Any]) -> str:
     return message
 
 
+def refused_any(rules: tuple[str, ...], action: Callable[[], Any]) -> str:
+    """``refused`` under any one of ``rules``."""
+    with pytest.raises(Exception) as info:
+        action()
+    message = str(info.value)
+    assert PREFIX in message and any(f"rule '{r}'" in message for r in rules), message
+    return message
+
+
 def rows(session: Any, sql: str) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in session.sql(sql).collect()]
 
@@ -169,7 +178,7 @@ def rows(session: Any, sql: str) -> list[tuple[Any, ...]]:
 def test_module_in_a_process_of_its_own() -> None:
     """The module's JVM carries the sandbox's extensions and jars from launch, and the suite shares one
     SparkContext (the `lake` fixture) that earlier modules leave running: the tests below run in a child pytest."""
-    run_module_in_child(__file__, expected_passed=21)
+    run_module_in_child(__file__, expected_passed=28)
 
 
 def test_queries_views_and_settable_keys_are_allowed(user: Any) -> None:
@@ -599,3 +608,157 @@ def test_execute_immediate_scripts_and_time_travel_subqueries_are_refused(user: 
     refused("dynamic-sql", lambda: user.sql("BEGIN SELECT 42; END").collect())
     refused("dynamic-sql", lambda: user.sql(travel).collect())
     assert rows(user, "SELECT count(*) FROM lake.db.travel TIMESTAMP AS OF current_timestamp()") == [(1,)]
+
+
+# -- chain catalogs reached through a built name (#39) -------------------------------------------------------
+
+#: ways to name ``lake__chain_x.granted.t`` without the prefix appearing in the statement's text
+BUILT_NAMES = (
+    "SELECT * FROM IDENTIFIER/**/(concat('lake__', 'chain_x.granted.t'))",
+    "SELECT * FROM identifier\n(\n'lake_' || '_chain_x' || '.granted.t')",
+    "WITH c AS (SELECT * FROM IDENTIFIER(concat('lake__', 'chain_x.granted.t'))) SELECT * FROM c",
+    "SELECT * FROM range(1) WHERE EXISTS (SELECT * FROM IDENTIFIER(concat('lake__', 'chain_x.granted.t')))",
+    "SELECT count(*) FROM IDENTIFIER(replace('lake~~chain_x.granted.t', '~', '_'))",
+)
+
+
+def _granted(open_: Any) -> None:
+    open_.sql("CREATE NAMESPACE IF NOT EXISTS lake__chain_x.granted")
+    open_.sql("CREATE TABLE IF NOT EXISTS lake__chain_x.granted.t (id INT, region STRING) USING iceberg")
+    if not rows(open_, "SELECT * FROM lake__chain_x.granted.t"):
+        open_.sql("INSERT INTO lake__chain_x.granted.t VALUES (1, 'EU'), (2, 'US')")
+
+
+def test_a_chain_catalog_named_through_a_built_name_is_refused(engine: Engine, open_: Any) -> None:
+    """The JVM refuses, after analysis, every relation resolved from a view-chain catalog in a statement the
+    front door did not sign, however the name was built (the front door's regex is not involved here).
+
+    Without the rule (today's parser, which checks only literal mentions of the prefix): each built name
+    read the chain catalog's table, both rows, in a sandboxed session."""
+    _granted(open_)
+    session = engine.connect()
+    for sql in BUILT_NAMES:
+        refused("internal-catalog", lambda sql=sql: session.sql(sql).collect())
+    # a query parameter, a session variable (DECLARE VARIABLE), a SQL script's statement
+    refused(
+        "internal-catalog",
+        lambda: session.sql("SELECT * FROM IDENTIFIER(:t)", args={"t": "lake__chain_x.granted.t"}).collect(),
+    )
+    refused(
+        "internal-catalog",
+        lambda: session.sql("SELECT * FROM IDENTIFIER(?)", args=["lake__chain_x.granted.t"]).collect(),
+    )
+    session.sql("DECLARE OR REPLACE VARIABLE chain_name STRING DEFAULT concat('lake__', 'chain_x.granted.t')")
+    refused("internal-catalog", lambda: session.sql("SELECT * FROM IDENTIFIER(chain_name)").collect())
+    message = refused_any(
+        ("internal-catalog", "dynamic-sql"),
+        lambda: session.sql(
+            "BEGIN DECLARE n STRING DEFAULT concat('lake__', 'chain_x.granted.t'); SELECT * FROM IDENTIFIER(n); END"
+        ).collect(),
+    )
+    assert "lake__chain_x" not in message or "internal-catalog" in message
+    # writes through a built name: nothing was inserted
+    refused(
+        "internal-catalog",
+        lambda: session.sql("INSERT INTO IDENTIFIER(concat('lake__', 'chain_x.granted.t')) VALUES (9, 'X')").collect(),
+    )
+    assert sorted(rows(open_, "SELECT id FROM lake__chain_x.granted.t")) == [(1,), (2,)]
+
+
+def test_a_function_of_a_chain_catalog_named_through_a_built_name_is_refused(engine: Engine, open_: Any) -> None:
+    """Functions resolve from a catalog too: a built name reaching a view-chain catalog's is refused while Spark
+    resolves it (after resolution a function no longer says which catalog it came from).
+
+    Without the rule: the chain catalog's ``system.bucket`` answered in a sandboxed session."""
+    call = "SELECT IDENTIFIER(concat('lake__', 'chain_x.system.bucket'))(4, 7)"
+    expected = rows(open_, call)
+    assert expected == rows(open_, "SELECT lake.system.bucket(4, 7)")
+    session = engine.connect()
+    assert rows(session, "SELECT lake.system.bucket(4, 7)") == expected  # the ordinary catalog's: allowed
+    refused("internal-catalog", lambda: session.sql(call).collect())
+    session.sql("DECLARE OR REPLACE VARIABLE fn STRING DEFAULT 'lake_' || '_chain_x.system.bucket'")
+    refused("internal-catalog", lambda: session.sql("SELECT IDENTIFIER(fn)(4, 7)").collect())
+
+
+def test_a_view_body_naming_a_chain_catalog_through_identifier_is_refused(engine: Engine, open_: Any) -> None:
+    """A view someone else defined (here: the same session before the sandbox was switched on for it), whose
+    body builds the chain catalog's name: refused when read.
+
+    Without the rule: reading the view from the sandboxed session returned the chain table's rows."""
+    _granted(open_)
+    session = engine.connect(sandbox=False)
+    session.sql("CREATE NAMESPACE IF NOT EXISTS mem.db")
+    session.sql(
+        "CREATE OR REPLACE VIEW mem.db.via_chain AS SELECT * FROM IDENTIFIER(concat('lake__', 'chain_x.granted.t'))"
+    )
+    assert sorted(rows(session, "SELECT id FROM mem.db.via_chain")) == [(1,), (2,)]
+    session.conf.set(SANDBOX, "true")
+    refused("internal-catalog", lambda: session.sql("SELECT * FROM mem.db.via_chain").collect())
+    refused("internal-catalog", lambda: session.table("mem.db.via_chain").collect())
+
+
+def test_dataframe_reads_and_the_catalog_api_cannot_reach_a_chain_catalog(engine: Engine, open_: Any) -> None:
+    """``spark.table()`` with a built name and ``setCurrentCatalog``: refused by the JVM alone.
+
+    Without the rule (the open session): both read the chain catalog's rows."""
+    _granted(open_)
+    name = "_".join(["lake", "", "chain", "x"]) + ".granted.t"
+    assert len(open_.table(name).collect()) == 2
+    session = engine.connect()
+    refused("internal-catalog", lambda: session.table(name).collect())
+    refused("internal-catalog", lambda: session.catalog.setCurrentCatalog(name.split(".")[0]))
+    refused("internal-catalog", lambda: session.table("granted.t").collect())
+    refused("internal-catalog", lambda: session.sql("SELECT current_catalog()").collect())
+    session.sql("USE lake")
+
+
+def test_chain_catalogs_are_not_listed(engine: Engine, open_: Any) -> None:
+    """SHOW CATALOGS and ``listCatalogs`` never name a view-chain catalog, even once the session loaded one.
+
+    Without the rule (the open session): both listed ``lake__chain_x``."""
+    _granted(open_)
+    assert ("lake__chain_x",) in rows(open_, "SHOW CATALOGS")
+    assert "lake__chain_x" in [c.name for c in open_.catalog.listCatalogs()]
+    session = engine.connect()
+    with pytest.raises(Exception):  # loads the chain catalog into the session before it is refused
+        session.sql(BUILT_NAMES[0]).collect()
+    assert ("lake",) in rows(session, "SHOW CATALOGS") or ("spark_catalog",) in rows(session, "SHOW CATALOGS")
+    assert not [r for r in rows(session, "SHOW CATALOGS") if "chain" in r[0]]
+    assert not [r for r in rows(session, "SHOW CATALOGS LIKE 'lake*'") if "chain" in r[0]]
+    assert not [c for c in session.catalog.listCatalogs() if "chain" in c.name]
+
+
+def test_signed_statements_still_read_chain_catalogs(engine: Engine, open_: Any) -> None:
+    """The engine's own signed expansion keeps working: as SQL, under DataFrame operators, as a temporary view."""
+    from lakesession.engine._rewrite import sign
+
+    _granted(open_)
+    session = engine.connect()
+    signed = sign("SELECT id FROM lake__chain_x.granted.t WHERE region = 'EU'", SQL_KEY)
+    assert rows(session, signed) == [(1,)]
+    assert session.sql(signed).filter("id > 0").count() == 1
+    session.sql(signed).createOrReplaceTempView("eu_only")
+    assert rows(session, "SELECT * FROM eu_only") == [(1,)]
+    # a signed text never builds a name at run time (the front door never signs one; the JVM holds it anyway)
+    for text in ("SELECT * FROM IDENTIFIER(:t)", "SELECT * FROM IDENTIFIER(:t) -- lake__chain_x"):
+        built = sign(text, SQL_KEY)
+        refused("dynamic-sql", lambda b=built: session.sql(b, args={"t": "lake__chain_x.granted.t"}).collect())
+
+
+def test_current_user_is_the_sessions_user(engine: Engine, open_: Any) -> None:
+    """``current_user()``/``session_user()``/``user()`` answer the user the platform named for the session.
+
+    Without the rule: Spark answered the engine's OS account."""
+    import getpass
+
+    assert rows(open_, "SELECT current_user()") == [(getpass.getuser(),)]
+    session = engine.connect()
+    session.conf.set("spark.lakesession.engine.user", "alice")
+    assert rows(session, "SELECT current_user(), session_user(), user()") == [("alice", "alice", "alice")]
+    assert rows(session, "SELECT * FROM range(1) WHERE current_user() = 'alice'") == [(0,)]
+    assert rows(session, "SELECT (SELECT current_user())") == [("alice",)]
+    from pyspark.sql.connect import functions as CF
+
+    assert session.range(1).select(CF.current_user()).collect()[0][0] == "alice"
+    refused("settings", lambda: session.sql("SET spark.lakesession.engine.user").collect())
+    refused("settings", lambda: session.sql("SET spark.lakesession.engine.user=bob"))

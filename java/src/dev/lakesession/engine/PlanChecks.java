@@ -1,6 +1,7 @@
 package dev.lakesession.engine;
 
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.regex.Pattern;
@@ -33,71 +34,26 @@ final class PlanChecks extends AbstractFunction1<LogicalPlan, BoxedUnit> {
   private static final Pattern LOCATION_KEY = Pattern.compile("(?i)^(location|path|paths)$|\\.(path|location)$");
   private static final String SESSION_CATALOG = "spark_catalog";
 
-  private static void node(String rule, String why, String what, String... names) {
-    for (String n : names) {
-      NODES.put(n, new Verdict(rule, what == null ? "the operation " + n : what, why));
+  static {
+    // the rulebook's tables (lakesession/_wire/engine_rules.json): rule, reason id, what (null: "the operation <name>")
+    for (Map<String, Object> e : Rulebook.entries("catalyst_nodes")) {
+      for (Object n : (List<?>) e.get("names")) {
+        String what = e.get("what") == null ? "the operation " + n : (String) e.get("what");
+        NODES.put((String) n, verdict(e, what));
+      }
+    }
+    for (Map<String, Object> e : Rulebook.entries("catalyst_classes")) { // by full class name (ambiguous simple names)
+      CLASSES.put((String) e.get("class"), verdict(e, (String) e.get("what")));
+    }
+    for (Map<String, Object> e : Rulebook.entries("catalyst_expressions")) {
+      for (Object n : (List<?>) e.get("names")) {
+        EXPRESSIONS.put((String) n, verdict(e, null));
+      }
     }
   }
 
-  static {
-    node(Why.USER_CODE, Why.CODE, null,
-        "MapInPandas", "MapInArrow", "FlatMapGroupsInPandas", "FlatMapGroupsInArrow", "FlatMapCoGroupsInPandas",
-        "FlatMapCoGroupsInArrow", "FlatMapGroupsInPandasWithState", "TransformWithStateInPySpark",
-        "TransformWithStateInPandas", "TransformWithState", "BatchEvalPython", "ArrowEvalPython", "BatchEvalPythonUDTF",
-        "ArrowEvalPythonUDTF", "PythonWorkerLogs", "MapPartitions", "MapPartitionsInR", "MapPartitionsInRWithArrow",
-        "MapElements", "MapGroups", "CoGroup", "FlatMapGroupsWithState", "AppendColumns", "AppendColumnsWithObject",
-        "TypedFilter", "FlatMapGroupsInR", "FlatMapGroupsInRWithArrow");
-    node(Why.USER_CODE, Why.RDD, "a DataFrame over an RDD (createDataFrame(rdd), a checkpoint)",
-        "ExternalRDD", "LogicalRDD");
-    node(Why.USER_CODE, Why.CODE, "SELECT TRANSFORM … USING (a script)",
-        "ScriptTransformation", "HiveScriptTransformation");
-    node(Why.ARTIFACTS, Why.ADDS_CODE, "ADD JAR", "AddJarsCommand");
-    node(Why.ARTIFACTS, Why.ADDS_CODE, "ADD FILE", "AddFilesCommand");
-    node(Why.ARTIFACTS, Why.ADDS_CODE, "ADD ARCHIVE", "AddArchivesCommand");
-    node(Why.ARTIFACTS, Why.ADDS_CODE, "listing the engine's jars, files or archives",
-        "ListJarsCommand", "ListFilesCommand", "ListArchivesCommand");
-    node(Why.ARTIFACTS, Why.ADDS_CODE, "CREATE FUNCTION",
-        "CreateFunctionCommand", "CreateFunction", "CreateUserDefinedFunction", "CreateUserDefinedFunctionCommand",
-        "CreateSQLFunctionCommand");
-    node(Why.ARTIFACTS, Why.ADDS_CODE, "REFRESH FUNCTION (loading a function's resources)",
-        "RefreshFunctionCommand", "RefreshFunction");
-    node(Why.PATH_ACCESS, Why.PATH, null,
-        "LogicalRelation", "HiveTableRelation", "StreamingRelation", "StreamingRelationV2", "StreamingDataSourceV2Relation",
-        "StreamingDataSourceV2ScanRelation", "StreamingExecutionRelation", "InsertIntoDataSourceCommand",
-        "InsertIntoHadoopFsRelationCommand", "SaveIntoDataSourceCommand", "WriteToStream", "WriteToStreamStatement");
-    node(Why.PATH_ACCESS, Why.PATH, "INSERT OVERWRITE DIRECTORY",
-        "InsertIntoDir", "InsertIntoDataSourceDirCommand", "InsertIntoHiveDirCommand");
-    node(Why.PATH_ACCESS, Why.PATH, "LOAD DATA", "LoadDataCommand");
-    node(Why.PATH_ACCESS, Why.PATH, "CREATE TEMPORARY VIEW … USING (a data source by path)", "CreateTempViewUsing");
-    node(Why.PATH_ACCESS, Why.PATH, "REFRESH of a path", "RefreshResource");
-    node(Why.PATH_ACCESS, Why.LOCATION, "ALTER TABLE … SET LOCATION", "SetTableLocation", "AlterTableSetLocationCommand");
-    node(Why.PATH_ACCESS, Why.LOCATION, "ALTER NAMESPACE … SET LOCATION",
-        "SetNamespaceLocation", "AlterDatabaseSetLocationCommand");
-    node(Why.PATH_ACCESS, Why.SESSION_CATALOG, "a table or namespace in the session catalog spark_catalog",
-        "CreateDataSourceTableCommand", "CreateDataSourceTableAsSelectCommand", "CreateTableLikeCommand",
-        "CreateDatabaseCommand", "CreateHiveTableAsSelectCommand", "OptimizedCreateHiveTableAsSelectCommand",
-        "RepairTableCommand");
-    node(Why.PATH_ACCESS, Why.EXTERNAL, "a command of an external data source", "ExternalCommandExecutor");
-    node(Why.PROCEDURES, Why.PROCEDURE, "CALL of a stored procedure", "Call", "CallStatement", "CallCommand");
-    node(Why.SHARED_STATE, Why.SHARED, "CACHE TABLE", "CacheTable", "CacheTableCommand");
-    node(Why.SHARED_STATE, Why.SHARED, "CACHE TABLE … AS SELECT", "CacheTableAsSelect");
-    node(Why.SHARED_STATE, Why.SHARED, "UNCACHE TABLE", "UncacheTable", "UncacheTableCommand");
-    node(Why.SHARED_STATE, Why.SHARED, "CLEAR CACHE", "ClearCacheCommand", "ClearCache");
-    node(Why.DYNAMIC_SQL, Why.DYNAMIC, "EXECUTE IMMEDIATE", "UnresolvedExecuteImmediate");
-    CLASSES.put(
-        "org.apache.spark.sql.execution.datasources.CreateTable", // v1 CREATE TABLE: only the session catalog has it
-        new Verdict(Why.PATH_ACCESS, "a table in the session catalog spark_catalog", Why.SESSION_CATALOG));
-
-    for (String n : new String[] {
-      "PythonUDF", "PythonUDAF", "PythonUDTF", "UnresolvedPolymorphicPythonUDTF", "ScalaUDF", "ScalaUDAF", "ScalaAggregator",
-      "UserDefinedGenerator", "TypedAggregateExpression", "SimpleTypedAggregateExpression", "ComplexTypedAggregateExpression",
-      "HiveSimpleUDF", "HiveGenericUDF", "HiveUDAFFunction", "HiveGenericUDTF"}) {
-      EXPRESSIONS.put(n, new Verdict(Why.USER_CODE, null, Why.CODE));
-    }
-    EXPRESSIONS.put("CallMethodViaReflection", new Verdict(Why.REFLECTION, null, Why.CALLS_JAVA));
-    for (String n : new String[] {"FromProtobuf", "ToProtobuf", "ProtobufDataToCatalyst", "CatalystDataToProtobuf"}) {
-      EXPRESSIONS.put(n, new Verdict(Why.REFLECTION, null, Why.LOADS_CLASSES));
-    }
+  private static Verdict verdict(Map<String, Object> entry, String what) {
+    return new Verdict(Rulebook.rule((String) entry.get("rule")), what, Rulebook.reason((String) entry.get("reason")));
   }
 
   private final SessionView view;
@@ -113,6 +69,7 @@ final class PlanChecks extends AbstractFunction1<LogicalPlan, BoxedUnit> {
       return BoxedUnit.UNIT;
     }
     view.requireIntact();
+    Map<String, Boolean> signed = new HashMap<>(); // sqlText -> whether the front door signed it (one HMAC per text)
     try {
       if (policy.internalCatalog(view.currentCatalog()) && !leavesCatalog(plan, policy)) {
         throw Refused.refuse(
@@ -126,6 +83,7 @@ final class PlanChecks extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             @Override
             public void plan(LogicalPlan node) {
               checkNode(node, policy);
+              chainCatalog(node, policy, signed);
             }
 
             @Override
@@ -137,6 +95,41 @@ final class PlanChecks extends AbstractFunction1<LogicalPlan, BoxedUnit> {
       throw Refused.cannotInspect(e);
     }
     return BoxedUnit.UNIT;
+  }
+
+  /**
+   * A node resolved from a view-chain catalog (a relation, a write target, a resolved table or identifier:
+   * any node whose {@code catalog} field is one) must come from a statement the front door expanded and
+   * signed. The check reads the node's origin, the SQL text its parser was given: a name built by
+   * IDENTIFIER (comments, parameters, variables), a view body, a CTE or a subquery of a user's own text,
+   * and a DataFrame read (no SQL text at all) are refused, however the name was spelled. A relation the
+   * signed text resolved keeps that origin under DataFrame operators and in a temporary view made of it.
+   */
+  private static void chainCatalog(LogicalPlan node, Policy policy, Map<String, Boolean> signed) {
+    String catalog = catalogField(node);
+    if (catalog == null || !policy.internalCatalog(catalog)) {
+      return;
+    }
+    Object text = Nodes.unwrap(node.origin().sqlText());
+    boolean ok = text instanceof String t
+        && signed.computeIfAbsent(t, x -> Signature.valid(x, Policy.Engine.current().sqlKey));
+    if (!ok) {
+      throw Refused.refuse(
+          "a table of the engine's view-chain catalogs in a statement the engine did not expand",
+          Why.INTERNAL_CATALOG,
+          Why.INTERNAL);
+    }
+  }
+
+  /** The name of the catalog in a node's {@code catalog} field (a CatalogPlugin, or an Option of one), or null. */
+  static String catalogField(LogicalPlan node) {
+    for (int i = 0; i < node.productArity(); i++) {
+      if ("catalog".equals(node.productElementName(i))) {
+        Object v = Nodes.unwrap(node.productElement(i));
+        return v instanceof CatalogPlugin c ? c.name() : null;
+      }
+    }
+    return null;
   }
 
   /** USE / SET CATALOG of an ordinary catalog is the way out of an internal one. */

@@ -22,13 +22,17 @@ import org.apache.spark.sql.internal.SQLConf;
  * protected prefixes and internal-catalog prefixes to the engine's.
  */
 final class Policy {
-  static final String PREFIX = "spark.lakesession.";
+  static final String PREFIX = Rulebook.string("internal_conf_prefix");
   static final String SANDBOX = "spark.lakesession.engine.sandbox";
   static final String SETTABLE = "spark.lakesession.engine.settableConfs";
   static final String PROTECTED = "spark.lakesession.engine.protectedConfPrefixes";
   static final String INTERNAL = "spark.lakesession.engine.internalCatalogPrefix";
   static final String REDACTION = "spark.redaction.regex";
-  static final String DEFAULT_REDACTION = "(?i)secret|password|token|access[.]?key";
+  /** Keys named like a secret are protected whatever spark.redaction.regex says (the rulebook's pattern). */
+  static final Pattern SECRET_KEY = Pattern.compile(Rulebook.string("secret_key_pattern"));
+  /** Prefixes protected whatever the engine's conf says (the rulebook's always_protected_conf_prefixes). */
+  static final List<String> ALWAYS_PROTECTED = List.copyOf(Rulebook.strings("always_protected_conf_prefixes"));
+  static final String DEFAULT_REDACTION = SECRET_KEY.pattern();
 
   /** The engine's own values: the SparkContext's conf (SparkEnv's live copy, not a session's). */
   static final class Engine {
@@ -82,7 +86,8 @@ final class Policy {
     if (engine.settable != null) {
       settable.retainAll(split(engine.settable));
     }
-    Set<String> prefixes = new LinkedHashSet<>(split(engine.protectedPrefixes));
+    Set<String> prefixes = new LinkedHashSet<>(ALWAYS_PROTECTED);
+    prefixes.addAll(split(engine.protectedPrefixes));
     prefixes.addAll(split(conf.getConfString(PROTECTED, "")));
     Set<String> internal = new LinkedHashSet<>(split(engine.internal));
     internal.addAll(split(conf.getConfString(INTERNAL, "")));
@@ -108,6 +113,9 @@ final class Policy {
       if (k.startsWith(p)) {
         return true;
       }
+    }
+    if (SECRET_KEY.matcher(key).find()) {
+      return true;
     }
     for (Pattern p : redaction) {
       if (p.matcher(key).find()) {

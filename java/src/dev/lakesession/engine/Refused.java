@@ -23,11 +23,12 @@ public final class Refused extends SecurityException implements SparkThrowable {
   private static final long serialVersionUID = 1L;
 
   /** The error class a client can match on (it is not in Spark's error-conditions file). */
-  public static final String ERROR_CLASS = "LAKESESSION_ENGINE_REFUSED";
+  public static final String ERROR_CLASS = Rulebook.string("refusal", "error_class");
   /** SQLSTATE 42501: insufficient privilege. */
-  public static final String SQL_STATE = "42501";
+  public static final String SQL_STATE = Rulebook.string("refusal", "sql_state");
 
-  private static final String TEMPLATE = "lakesession engine refused <what>: rule '<rule>' (<why>)";
+  private static final String PREFIX = Rulebook.string("refusal", "prefix");
+  private static final String TEMPLATE = PREFIX + "<what>: rule '<rule>' (<why>)";
   private static final int MAX_WHAT = 160;
 
   private final String what;
@@ -35,7 +36,7 @@ public final class Refused extends SecurityException implements SparkThrowable {
   private final String why;
 
   private Refused(String what, String rule, String why) {
-    super("lakesession engine refused " + what + ": rule '" + rule + "' (" + why + ")");
+    super(PREFIX + what + ": rule '" + rule + "' (" + why + ")");
     this.what = what;
     this.rule = rule;
     this.why = why;

@@ -32,8 +32,17 @@ import scala.runtime.BoxedUnit;
  *       resolving a statement, before a check rule could see it (CALL runs procedures, EXECUTE
  *       IMMEDIATE runs its statement, time-travel subqueries run, reads by path list and sample files);
  *   <li>a <b>parser wrapper</b> ({@link SandboxParser}), for what no plan shows: {@code ${…}}
- *       substitution of settings and environment variables into SQL text, and SQL scripts.
+ *       substitution of settings and environment variables into SQL text, and SQL scripts;
+ *   <li>a rule of the analyzer's <b>resolution</b> batch ({@link BuiltNames}): a name built at run time
+ *       ({@code IDENTIFIER(expr)}) is refused the moment its value names a view-chain catalog, before
+ *       Spark resolves a function by it (a resolved function no longer says which catalog it came from);
+ *   <li>a rule of the analyzer's <b>post-hoc resolution</b> batch ({@link UserFacing}): {@code
+ *       current_user()} answers the session's authenticated user, and catalog listings leave out the
+ *       view-chain catalogs.
  * </ul>
+ *
+ * The rules' names, reasons and the Catalyst names they refuse come from the rulebook this jar carries
+ * ({@link Rulebook}; the front door and the docs read the same file).
  *
  * It must be the <b>last</b> entry of {@code spark.sql.extensions} (its parser must read SQL text
  * first); otherwise, or with Spark's single-pass analyzer switched on, every statement is refused.
@@ -98,8 +107,10 @@ import scala.runtime.BoxedUnit;
  *       is not the last extension or Spark's single-pass analyzer is on.
  *   <li><b>internal-catalog</b> — USE / SET CATALOG / SHOW TABLES|VIEWS|NAMESPACES IN / namespace
  *       commands naming a catalog under internalCatalogPrefix; any statement while such a catalog is
- *       current (but the USE that leaves it). Why: those catalogs hold tables granted only through a
- *       DEFINER view.
+ *       current (but the USE that leaves it); after analysis, every node resolved from such a catalog
+ *       (a relation, a write target, a resolved table or identifier) whose origin is not a statement
+ *       the front door signed, however its name was built (IDENTIFIER, parameters, variables, view
+ *       bodies, DataFrame reads). Why: those catalogs hold tables granted only through a DEFINER view.
  *   <li><b>dynamic-sql</b> — EXECUTE IMMEDIATE, SQL scripts (BEGIN … END), a subquery in a
  *       time-travel clause. Why: the statement that runs is decided while Spark analyses it, before
  *       the check sees it (Spark would check EXECUTE IMMEDIATE's inner statement again, but the front
@@ -134,6 +145,8 @@ public final class SandboxExtensions extends AbstractFunction1<SparkSessionExten
   public BoxedUnit apply(SparkSessionExtensions extensions) {
     extensions.injectParser((session, delegate) -> new SandboxParser(new SessionView(session), delegate));
     extensions.injectHintResolutionRule(session -> new EarlyChecks(new SessionView(session)));
+    extensions.injectResolutionRule(session -> new BuiltNames(new SessionView(session)));
+    extensions.injectPostHocResolutionRule(session -> new UserFacing(new SessionView(session)));
     extensions.injectCheckRule(session -> new PlanChecks(new SessionView(session)));
     return BoxedUnit.UNIT;
   }

@@ -45,14 +45,51 @@ final class SandboxParser implements ParserInterface {
     }
   }
 
-  /** A whole statement: it may name an internal catalog only when the front door signed it. */
-  private void statement(String sql) {
+  /**
+   * A whole statement: it may name an internal catalog only when the front door signed it. Returns whether
+   * it is signed (its relations from view-chain catalogs are then allowed after analysis: PlanChecks).
+   */
+  private boolean statement(String sql) {
     text(sql);
     Policy policy = view.policy();
-    if (policy.sandbox && policy.mentionsInternal(sql) && !Signature.valid(sql, Policy.Engine.current().sqlKey)) {
+    if (!policy.sandbox) {
+      return false;
+    }
+    boolean signed = Signature.valid(sql, Policy.Engine.current().sqlKey);
+    if (!signed && policy.mentionsInternal(sql)) {
       throw Refused.refuse("a statement naming the engine's view-chain catalogs", Why.INTERNAL_CATALOG, Why.INTERNAL);
     }
+    return signed;
   }
+
+  /**
+   * A signed statement builds no name at run time: its relations may come from view-chain catalogs, so a
+   * name decided by a parameter or variable (IDENTIFIER) would reach any of them. The front door never
+   * signs such a text; this holds even if it did.
+   */
+  private static LogicalPlan fixedNames(LogicalPlan plan) {
+    Nodes.walk(
+        plan,
+        new Nodes.Visitor() {
+          @Override
+          public void plan(LogicalPlan node) {
+            if (BUILT.contains(Nodes.name(node))) {
+              throw Refused.refuse("a signed statement that builds a name at run time", Why.DYNAMIC_SQL, Why.DYNAMIC);
+            }
+          }
+
+          @Override
+          public void expression(Expression expression) {
+            if (BUILT.contains(Nodes.name(expression))) {
+              throw Refused.refuse("a signed statement that builds a name at run time", Why.DYNAMIC_SQL, Why.DYNAMIC);
+            }
+          }
+        });
+    return plan;
+  }
+
+  private static final java.util.Set<String> BUILT =
+      java.util.Set.of("PlanWithUnresolvedIdentifier", "ExpressionWithUnresolvedIdentifier", "UnresolvedExecuteImmediate");
 
   /** A fragment (expression, identifier, schema): never signed, so it may not name an internal catalog. */
   private void fragment(String sql) {
@@ -72,14 +109,16 @@ final class SandboxParser implements ParserInterface {
 
   @Override
   public LogicalPlan parsePlan(String sqlText) throws ParseException {
-    statement(sqlText);
-    return script(delegate.parsePlan(sqlText));
+    boolean signed = statement(sqlText);
+    LogicalPlan plan = script(delegate.parsePlan(sqlText));
+    return signed ? fixedNames(plan) : plan;
   }
 
   @Override
   public LogicalPlan parsePlanWithParameters(String sqlText, ParameterContext parameterContext) throws ParseException {
-    statement(sqlText);
-    return script(delegate.parsePlanWithParameters(sqlText, parameterContext));
+    boolean signed = statement(sqlText);
+    LogicalPlan plan = script(delegate.parsePlanWithParameters(sqlText, parameterContext));
+    return signed ? fixedNames(plan) : plan;
   }
 
   @Override
@@ -108,8 +147,9 @@ final class SandboxParser implements ParserInterface {
 
   @Override
   public LogicalPlan parseQuery(String sqlText) throws ParseException {
-    statement(sqlText);
-    return delegate.parseQuery(sqlText);
+    boolean signed = statement(sqlText);
+    LogicalPlan plan = delegate.parseQuery(sqlText);
+    return signed ? fixedNames(plan) : plan;
   }
 
   @Override

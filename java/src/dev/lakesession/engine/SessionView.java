@@ -45,6 +45,11 @@ final class SessionView {
     }
   }
 
+  /** The catalogs the session lists (SHOW CATALOGS [LIKE pattern]): its loaded ones and spark_catalog. */
+  scala.collection.immutable.Seq<String> listCatalogs(scala.Option<String> pattern) {
+    return session.sessionState().catalogManager().listCatalogs(pattern);
+  }
+
   /**
    * Refuses every statement while the session is set up so that a check could be skipped: the
    * sandbox's parser is not the outermost one (another extension listed after it would read SQL

@@ -21,7 +21,7 @@ import javax.crypto.spec.SecretKeySpec;
  */
 final class Signature {
   static final String KEY = "spark.lakesession.engine.sqlKey";
-  private static final Pattern TRAILER = Pattern.compile("\n/\\* lakesession-engine-signature: ([0-9a-f]{64}) \\*/$");
+  private static final Pattern TRAILER = Pattern.compile(Rulebook.string("signature", "pattern")); // the rulebook's
 
   private Signature() {}
 
