@@ -108,6 +108,12 @@ class Engine:
             catalog_name=cfg.catalog_name,
             gateway_host=cfg.gateway_host,
             gateway_clients=self._gateway_clients,
+            on_evict=self._evicted,
+            idle_timeout=cfg.idle_timeout if cfg.idle_timeout and cfg.idle_timeout > 0 else None,
+            max_users=cfg.max_users if cfg.max_users and cfg.max_users > 0 else None,
+            max_sessions=cfg.max_sessions_per_user
+            if cfg.max_sessions_per_user and cfg.max_sessions_per_user > 0
+            else None,
         )
         backend_port = self._start_spark()
         policy = ConfPolicy.of(cfg.settable_confs, cfg.protected_conf_prefixes)
@@ -132,6 +138,7 @@ class Engine:
         self._server, self.port = self.front.server(
             f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=credentials
         )
+        users.start_reaper()
         logger.info("lakesession engine serving %s (Spark Connect on 127.0.0.1:%d)", self.address, backend_port)
         return self
 
@@ -226,6 +233,14 @@ class Engine:
         from .._spark.session import catalog_conf
 
         return catalog_conf(name, uri, user.gateway.secret, user.warehouse)
+
+    def _evicted(self, user: EngineUser, why: str) -> None:
+        """An evicted user's Connect sessions end in the JVM too (their catalogs point at the stopped gateway)."""
+        front = self.front
+        if front is None:
+            return
+        for session_id in front.sessions.drop(user.principal, why):
+            front.release_backend(session_id, user.principal)
 
     # -- stop ---------------------------------------------------------------------------------------
     def stop(self, grace: float = 10.0) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import grpc
 from ._auth import Authenticator, Unauthenticated
 from ._rewrite import Rewriter
 from ._sandbox import ConfPolicy, Refused, check_plan, walk
-from ._users import EngineUser, Users
+from ._users import EngineUser, ExchangeRefused, Exhausted, IssuerUnavailable, SessionEnded, Users
 
 __all__ = ["FrontDoor", "SessionTable"]
 
@@ -44,7 +45,7 @@ def _identity(b: bytes) -> bytes:
 REFUSED_REASON = "ENGINE_REFUSED"
 
 
-def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
+def _status(code: grpc.StatusCode, message: str, rule: str, error_class: str | None = None) -> Any:
     """A gRPC status carrying an ``ErrorInfo`` (what Spark Connect clients turn into an exception)."""
     import json
 
@@ -52,14 +53,16 @@ def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
     from google.rpc import error_details_pb2, status_pb2
     from grpc_status import rpc_status
 
-    info = error_details_pb2.ErrorInfo(
-        reason=REFUSED_REASON,
-        domain="lakesession",
-        metadata={"classes": json.dumps(["dev.lakesession.engine.Refused"]), "rule": rule},
-    )
+    metadata = {"classes": json.dumps(["dev.lakesession.engine.Refused"]), "rule": rule}
+    if error_class:  # INVALID_HANDLE.SESSION_CHANGED: pyspark's client then knows its session is gone
+        metadata["errorClass"] = error_class
+    info = error_details_pb2.ErrorInfo(reason=REFUSED_REASON, domain="lakesession", metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
     return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=[detail]))
+
+
+_HANDLED = (Unauthenticated, Refused, Exhausted, ExchangeRefused, IssuerUnavailable, SessionEnded)
 
 
 @dataclass
@@ -68,6 +71,7 @@ class SessionTable:
 
     _owners: dict[str, str] = field(default_factory=dict)
     _configured: dict[str, set[str]] = field(default_factory=dict)  # session -> catalogs configured in it
+    _ended: OrderedDict[str, str] = field(default_factory=OrderedDict)  # sessions of evicted users (bounded)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def bind(self, session_id: str, principal: str) -> bool:
@@ -76,6 +80,8 @@ class SessionTable:
             raise Refused("session", "a request without a session id")
         with self._lock:
             owner = self._owners.get(session_id)
+            if owner is None and session_id in self._ended:
+                raise SessionEnded(self._ended[session_id])
             if owner is None:
                 self._owners[session_id] = principal
                 self._configured[session_id] = set()
@@ -99,6 +105,18 @@ class SessionTable:
             if self._owners.get(session_id) == principal:
                 del self._owners[session_id]
                 self._configured.pop(session_id, None)
+
+    def drop(self, principal: str, why: str) -> list[str]:
+        """Forget every session of ``principal`` (evicted: ``why``); their ids (their next call: ``SessionEnded``)."""
+        with self._lock:
+            ids = [s for s, owner in self._owners.items() if owner == principal]
+            for sid in ids:
+                del self._owners[sid]
+                self._configured.pop(sid, None)
+                self._ended[sid] = why
+            while len(self._ended) > 10_000:
+                self._ended.popitem(last=False)
+        return ids
 
     def count(self) -> int:
         with self._lock:
@@ -145,6 +163,14 @@ class FrontDoor:
         caller = self.auth.authenticate(context.invocation_metadata())
         user = self.users.get(caller.principal, caller.token)
         new = self.sessions.bind(request.session_id, caller.principal)
+        if new:
+            try:
+                self.users.open_session(user, request.session_id)
+            except Exhausted:
+                self.sessions.release(request.session_id, caller.principal)
+                raise
+        self.users.check(user, force=new)  # a revoked principal is refused (and evicted) here
+        self.users.hold(user)  # until the call ends (``Users.tracked``): a running query is never idle
         request.user_context.Clear()
         request.user_context.user_id = caller.principal
         request.user_context.user_name = caller.principal
@@ -198,7 +224,30 @@ class FrontDoor:
                         msg.common.CopyFrom(common)
         return back
 
+    def release_backend(self, session_id: str, principal: str) -> None:
+        """End ``session_id`` in the JVM (its SparkSession, catalogs and vended credentials)."""
+        req = self.pb.ReleaseSessionRequest(session_id=session_id, client_type="lakesession-engine")
+        req.user_context.user_id = principal
+        try:
+            self._call("unary_unary", "ReleaseSession")(req.SerializeToString(), metadata=self._metadata, timeout=30)
+        except grpc.RpcError as exc:  # already gone (never configured, or the JVM ended it): nothing to free
+            logger.debug("release of an evicted session: %s", exc.code())
+
     def _abort(self, context: grpc.ServicerContext, exc: Exception) -> None:
+        if isinstance(exc, SessionEnded):
+            message = f"lakesession engine: your engine session ended ({exc}); run the query again to open a new one"
+            context.abort_with_status(
+                _status(grpc.StatusCode.FAILED_PRECONDITION, message, "session-ended", "INVALID_HANDLE.SESSION_CHANGED")
+            )
+        if isinstance(exc, Exhausted):
+            logger.warning("%s", exc)
+            context.abort_with_status(_status(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), exc.rule))
+        if isinstance(exc, ExchangeRefused):
+            message = f"lakesession engine: the issuer refused to let the engine act for you ({exc}); log in again"
+            context.abort_with_status(_status(grpc.StatusCode.UNAUTHENTICATED, message, "auth"))
+        if isinstance(exc, IssuerUnavailable):
+            message = f"lakesession engine: cannot act for you now: {exc}"
+            context.abort_with_status(_status(grpc.StatusCode.UNAVAILABLE, message, "catalog-unavailable"))
         if isinstance(exc, Unauthenticated):
             context.abort_with_status(_status(grpc.StatusCode.UNAUTHENTICATED, f"lakesession engine: {exc}", "auth"))
         if isinstance(exc, Refused):
@@ -226,7 +275,7 @@ class FrontDoor:
             stream = self._call("unary_stream", "ExecutePlan")(req.SerializeToString(), metadata=self._metadata)
             for chunk in stream:
                 yield self._map_back(chunk, back) if back else chunk
-        except (Unauthenticated, Refused, grpc.RpcError) as exc:
+        except (*_HANDLED, grpc.RpcError) as exc:
             self._abort(context, exc)
 
     def _map_back(self, chunk: bytes, back: dict[str, str]) -> bytes:
@@ -250,7 +299,7 @@ class FrontDoor:
             self._rewrite(req, user, req.session_id)
             result: bytes = self._call("unary_unary", "AnalyzePlan")(req.SerializeToString(), metadata=self._metadata)
             return result
-        except (Unauthenticated, Refused, grpc.RpcError) as exc:
+        except (*_HANDLED, grpc.RpcError) as exc:
             self._abort(context, exc)
             raise
 
@@ -277,7 +326,7 @@ class FrontDoor:
             del resp.pairs[:]
             resp.pairs.extend(kept)
             return bytes(resp.SerializeToString())
-        except (Unauthenticated, Refused, grpc.RpcError) as exc:
+        except (*_HANDLED, grpc.RpcError) as exc:
             self._abort(context, exc)
             raise
 
@@ -305,8 +354,9 @@ class FrontDoor:
                 result: bytes = self._call("unary_unary", method)(req.SerializeToString(), metadata=self._metadata)
                 if method == "ReleaseSession":
                     self.sessions.release(req.session_id, user.principal)
+                    self.users.close_session(user, req.session_id)
                 return result
-            except (Unauthenticated, Refused, grpc.RpcError) as exc:
+            except (*_HANDLED, grpc.RpcError) as exc:
                 self._abort(context, exc)
                 raise
 
@@ -317,7 +367,7 @@ class FrontDoor:
             req = self.pb.ReattachExecuteRequest.FromString(raw)
             self._admit(req, context)
             yield from self._call("unary_stream", "ReattachExecute")(req.SerializeToString(), metadata=self._metadata)
-        except (Unauthenticated, Refused, grpc.RpcError) as exc:
+        except (*_HANDLED, grpc.RpcError) as exc:
             self._abort(context, exc)
 
     # -- serving ------------------------------------------------------------------------------
@@ -327,13 +377,13 @@ class FrontDoor:
         su = grpc.stream_unary_rpc_method_handler
         raw = {"request_deserializer": _identity, "response_serializer": _identity}
         methods = {
-            "ExecutePlan": us(self.execute_plan, **raw),
-            "AnalyzePlan": uu(self.analyze_plan, **raw),
-            "Config": uu(self.config, **raw),
+            "ExecutePlan": us(self.users.tracked(self.execute_plan, True), **raw),
+            "AnalyzePlan": uu(self.users.tracked(self.analyze_plan, False), **raw),
+            "Config": uu(self.users.tracked(self.config, False), **raw),
             "AddArtifacts": su(self.refuse_artifacts, **raw),
             "ArtifactStatus": uu(self.refuse_artifacts, **raw),
             "CloneSession": uu(self.refuse_clone, **raw),
-            "ReattachExecute": us(self.reattach, **raw),
+            "ReattachExecute": us(self.users.tracked(self.reattach, True), **raw),
         }
         for method, request_type in (
             ("Interrupt", "InterruptRequest"),
@@ -341,7 +391,7 @@ class FrontDoor:
             ("ReleaseSession", "ReleaseSessionRequest"),
             ("FetchErrorDetails", "FetchErrorDetailsRequest"),
         ):
-            methods[method] = uu(self._passthrough(method, request_type), **raw)
+            methods[method] = uu(self.users.tracked(self._passthrough(method, request_type), False), **raw)
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
     def server(self, address: str, *, workers: int = 64, credentials: Any = None) -> tuple[grpc.Server, int]:
