@@ -24,7 +24,7 @@ import grpc
 from ._auth import Authenticator, Unauthenticated
 from ._rewrite import Rewriter
 from ._sandbox import ConfPolicy, Refused, check_plan, walk
-from ._users import EngineUser, ExchangeRefused, Exhausted, IssuerUnavailable, SessionEnded, Users
+from ._users import CatalogUnavailable, EngineUser, ExchangeRefused, Exhausted, SessionEnded, Users
 
 __all__ = ["FrontDoor", "SessionTable"]
 
@@ -35,6 +35,14 @@ _MAX_MESSAGE = 128 * 1024 * 1024
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", _MAX_MESSAGE),
     ("grpc.max_receive_message_length", _MAX_MESSAGE),
+]
+
+#: notebooks ping every 5 s while a call runs (``_engineclient``): gRPC's default (one per 5 min) would end them
+_SERVER_OPTIONS = [
+    *_CHANNEL_OPTIONS,
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 4_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
 ]
 
 
@@ -62,7 +70,7 @@ def _status(code: grpc.StatusCode, message: str, rule: str, error_class: str | N
     return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=[detail]))
 
 
-_HANDLED = (Unauthenticated, Refused, Exhausted, ExchangeRefused, IssuerUnavailable, SessionEnded)
+_HANDLED = (Unauthenticated, Refused, Exhausted, ExchangeRefused, CatalogUnavailable, SessionEnded)
 
 
 @dataclass
@@ -200,6 +208,15 @@ class FrontDoor:
 
     def _rewrite(self, plan: Any, user: EngineUser, session_id: str) -> dict[str, str]:
         """Expand views in every SQL text and named table of ``plan``; returns signed text -> original."""
+        try:
+            return self._expand(plan, user, session_id)
+        except Exception as exc:  # the catalog down: one line (UNAVAILABLE), not requests' exception text
+            down = CatalogUnavailable.of(exc, user.catalog_uri)
+            if down is None:
+                raise
+            raise down from None
+
+    def _expand(self, plan: Any, user: EngineUser, session_id: str) -> dict[str, str]:
         rewriter = self._rewriter(user, session_id)
         back: dict[str, str] = {}
         for msg in list(walk(plan)):
@@ -245,7 +262,7 @@ class FrontDoor:
         if isinstance(exc, ExchangeRefused):
             message = f"lakesession engine: the issuer refused to let the engine act for you ({exc}); log in again"
             context.abort_with_status(_status(grpc.StatusCode.UNAUTHENTICATED, message, "auth"))
-        if isinstance(exc, IssuerUnavailable):
+        if isinstance(exc, CatalogUnavailable):
             message = f"lakesession engine: cannot act for you now: {exc}"
             context.abort_with_status(_status(grpc.StatusCode.UNAVAILABLE, message, "catalog-unavailable"))
         if isinstance(exc, Unauthenticated):
@@ -396,7 +413,7 @@ class FrontDoor:
 
     def server(self, address: str, *, workers: int = 64, credentials: Any = None) -> tuple[grpc.Server, int]:
         """A started gRPC server on ``address`` (``host:port``; port 0 picks one); returns it and its port."""
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=_CHANNEL_OPTIONS)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=_SERVER_OPTIONS)
         server.add_generic_rpc_handlers([self.handler()])
         port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
         server.start()

@@ -35,7 +35,15 @@ from ..identity._base import Token
 from ..identity._errors import LoginRequiredError
 from ..identity._flows import TokenExchange
 
-__all__ = ["EngineUser", "ExchangeRefused", "Exhausted", "IssuerUnavailable", "PresentedToken", "SessionEnded", "Users"]
+__all__ = [
+    "CatalogUnavailable",
+    "EngineUser",
+    "ExchangeRefused",
+    "Exhausted",
+    "PresentedToken",
+    "SessionEnded",
+    "Users",
+]
 
 logger = logging.getLogger("lakesession.engine")
 
@@ -64,8 +72,17 @@ class SessionEnded(Exception):
     """A Connect session the engine ended (its user was evicted): the client must open a new one."""
 
 
-class IssuerUnavailable(Exception):
-    """The issuer (the catalog's, for the exchange) could not be reached: the user cannot be acted for now."""
+class CatalogUnavailable(Exception):
+    """The catalog or its issuer could not be reached: the engine cannot act for the user now."""
+
+    @classmethod
+    def of(cls, exc: BaseException, where: str) -> CatalogUnavailable | None:
+        """The one-line refusal for ``exc`` if it is a connection failure (pyiceberg's ``requests``), else None."""
+        import requests
+
+        if not isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+            return None
+        return cls(f"the catalog at {where} is unreachable ({type(exc).__name__}); try again once it is back")
 
 
 class PresentedToken(TokenSource):
@@ -147,11 +164,14 @@ def _trim() -> None:
 
 
 def _exchange(identity: TokenExchange, where: str) -> None:
-    """One exchange now; ``ExchangeRefused`` / ``IssuerUnavailable`` say why it failed."""
+    """One exchange now; ``ExchangeRefused`` / ``CatalogUnavailable`` say why it failed."""
     try:
         identity.token()
     except TokenRefreshError as exc:
-        raise IssuerUnavailable(f"the issuer at {where} is unreachable ({exc}); try again once it is back") from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CatalogUnavailable(
+            f"the catalog's issuer at {where} is unreachable ({first}); try again once it is back"
+        ) from None
     except IdentityError as exc:
         raise ExchangeRefused(str(exc).splitlines()[0]) from None
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lakesession.engine._users import Exhausted, ExchangeRefused, Users
+from lakesession.engine._users import ExchangeRefused, Exhausted, Users
 from tests._engine import ENGINE_SECRET
 from tests.factories import Policy, make_catalog
 
