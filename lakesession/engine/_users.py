@@ -237,7 +237,7 @@ class Users:
     def check(self, user: EngineUser, *, force: bool = False) -> None:
         """Exchange ``user``'s token again if due (or ``force``): a refusal evicts the user at once."""
         now = time.monotonic()
-        if not force and now - user.checked < self.recheck:
+        if now - user.checked < (1.0 if force else self.recheck):  # 1 s: the exchange that created the user
             return
         user.identity.invalidate()
         try:

@@ -116,10 +116,14 @@ def test_a_revoked_sign_in_session_is_refused_and_evicted(crowd: Any) -> None:
     try:
         user = table.get("u005", token)
         uri = user.gateway.uri
-        table.check(user, force=True)  # still good
+        user.checked -= 60  # its last exchange is old: check() asks the issuer again
+        table.check(user)  # still good
+        assert evicted == []
         issuer.refresh_store.revoke_family(sid, reason="test", principal="u005")
+        table.check(user)  # checked a moment ago: not again (a query's dozens of calls cost no exchange)
+        user.checked -= 2
         with pytest.raises(ExchangeRefused):
-            table.check(user, force=True)
+            table.check(user, force=True)  # a new session: asked again
         assert evicted == ["u005"] and table.find("u005") is None
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{uri}/v1/config", timeout=2)  # its gateway is gone
