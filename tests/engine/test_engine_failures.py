@@ -2,8 +2,9 @@
 
 * the engine killed (``kill -9``) during a long query: the notebook's query fails within 15 s with one line
   naming the engine (``EngineUnavailableError``), not minutes later with ``[NO_ACTIVE_SESSION]``;
-* the engine's Spark JVM dies with it: no orphan JVM a few seconds after ``kill -9`` (``/proc``);
-* the catalog down: the engine answers one line, and so does the notebook (``CatalogAccessError``).
+* the engine's Spark JVM dies with it: no orphan JVM a few seconds after ``kill -9`` (``/proc``).
+
+The catalog going down is in ``test_engine_limits`` (it stops a catalog of its own).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lakesession.errors import EngineUnavailableError
-from tests._engine import ENGINE_TESTS, RunningEngine, login, start_engine
+from tests._engine import ENGINE_TESTS, login, start_engine
 
 pytestmark = ENGINE_TESTS
 
@@ -88,8 +89,3 @@ def test_a_dead_engine_mid_query_fails_in_one_line_within_15_s_and_leaves_no_jvm
     message = str(error)
     assert "\n" not in message and engine.address in message, message
     assert took < 15, took
-
-
-def test_the_catalog_down_is_one_line(catalog: Any, engine: RunningEngine, view: str) -> None:
-    """The catalog stops answering: the engine's answer and the notebook's error are one line each."""
-    ...
