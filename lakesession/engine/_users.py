@@ -210,8 +210,10 @@ class Users:
 
         A new user costs one exchange before anything is started; ``Exhausted`` past ``max_users``.
         """
-        with self._lock:
+        with self._lock:  # last_seen under the lock: the reaper re-checks it there before evicting
             user = self._users.get(principal)
+            if user is not None:
+                user.last_seen = time.monotonic()
         if user is None:
             with self._creating:  # one creation at a time: the cap holds, and a burst cannot start N gateways
                 with self._lock:
@@ -301,10 +303,13 @@ class Users:
 
         return unary
 
-    def evict(self, user: EngineUser, why: str) -> bool:
-        """Forget ``user``: its Connect sessions (``on_evict``), gateway and connections. False if already gone."""
+    def evict(self, user: EngineUser, why: str, *, idle_for: float | None = None) -> bool:
+        """Forget ``user``: its Connect sessions (``on_evict``), gateway and connections. False if already gone,
+        or (``idle_for``) no longer idle: a call that came in meanwhile keeps the user."""
         with self._lock:
             if self._users.get(user.principal) is not user:
+                return False
+            if idle_for is not None and (user.active or time.monotonic() - user.last_seen < idle_for):
                 return False
             del self._users[user.principal]
             self.evicted += 1
@@ -322,7 +327,8 @@ class Users:
             return []
         now = time.monotonic() if now is None else now
         idle = [u for u in self.all() if u.active == 0 and now - u.last_seen >= self.idle_timeout]
-        gone = [u.principal for u in idle if self.evict(u, f"idle for {self.idle_timeout:g} s")]
+        why = f"idle for {self.idle_timeout:g} s"
+        gone = [u.principal for u in idle if self.evict(u, why, idle_for=self.idle_timeout)]
         if gone:
             _trim()
         return gone
