@@ -140,19 +140,22 @@ def _gone(error: BaseException) -> bool:
 
 
 def _fail_in_one_line(session: Any, url: str) -> None:
-    """The session's client raises ``EngineUnavailableError`` naming ``url`` once the engine is gone."""
+    """The session's client raises ``EngineUnavailableError`` naming ``url`` once the engine is gone, and again
+    for every later call (pyspark's own ``[NO_ACTIVE_SESSION]`` once it knows the session is closed)."""
     client = session.client
     original = client._handle_error
+    gone: list[str] = []
 
     def handle(error: Exception) -> Any:
         if _gone(error):
             client._closed = True  # its session died with the engine: the next engine() opens a new one
             why = str(error.details()).splitlines()[0] if hasattr(error, "details") else type(error).__name__
-            raise EngineUnavailableError(
+            gone[:] = [
                 f"the trusted engine at {url} stopped answering ({why}); the query there is lost. "
-                "Fix: run it again once the engine is back (a new engine session opens by itself)",
-                url,
-            ) from None
+                "Fix: run it again once the engine is back (a new engine session opens by itself)"
+            ]
+        if gone and (_gone(error) or _no_session(error)):  # pyspark may swallow the first (plan compression)
+            raise EngineUnavailableError(gone[0], url) from None
         try:
             return original(error)
         except EngineUnavailableError as exc:
@@ -161,6 +164,11 @@ def _fail_in_one_line(session: Any, url: str) -> None:
             raise EngineUnavailableError(f"{exc} (engine {url})", url) from None
 
     client._handle_error = handle
+
+
+def _no_session(error: BaseException) -> bool:
+    get = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)  # pyspark 4 / 3.5
+    return callable(get) and get() == "NO_ACTIVE_SESSION"
 
 
 def connect_engine(url: str, token: Callable[[], str]) -> ConnectSession:

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lakesession.errors import EngineUnavailableError
 from tests._engine import ENGINE_TESTS, login, start_engine
 
@@ -89,3 +91,21 @@ def test_a_dead_engine_mid_query_fails_in_one_line_within_15_s_and_leaves_no_jvm
     message = str(error)
     assert "\n" not in message and engine.address in message, message
     assert took < 15, took
+
+
+def test_an_engine_that_is_not_there_is_one_line_naming_it() -> None:
+    """No engine on the port at all (stopped, wrong address): the same one line, after the short retries."""
+    from lakesession._engineclient import connect_engine
+    from lakesession._wire.sockets import bind
+
+    with bind("127.0.0.1", 0) as probe:
+        port = int(probe.getsockname()[1])  # free once closed: nothing listens there
+    url = f"sc://127.0.0.1:{port}"
+    session = connect_engine(url, lambda: "a-token")
+    started = time.monotonic()
+    with pytest.raises(EngineUnavailableError) as err:
+        session.sql("SELECT 1").collect()
+    took = time.monotonic() - started
+    assert err.value.address == url and url in str(err.value) and "\n" not in str(err.value)
+    assert took < 15, took
+    assert session.is_stopped  # the next session.engine() opens a new one
