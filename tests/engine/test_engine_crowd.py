@@ -1,4 +1,5 @@
-"""Many users through the real engine process: its threads, sockets and memory come back after they go.
+"""Many users through the real engine process: its threads, sockets and memory come back after they go; a user
+whose sign-in session is revoked is refused and evicted at their next session.
 
 A catalog of its own with ``N`` principals (tokens minted by its embedded issuer) and an engine with
 ``--idle-timeout 3``; each user opens a Connect session with one raw ``Config`` call (the front door
@@ -31,6 +32,7 @@ def crowd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Runni
     policy = Policy().service("engine", ENGINE_SECRET, role="engines").grant("engines", "TOKEN_EXCHANGE", "catalog")
     for i in range(N + WARM):
         policy.user(f"c{i:03d}")
+    policy.user("rita")
     with make_catalog(policy, bucket="lake-crowd", trusted_engines=[{"principal": "engine"}]) as handle:
         args = ["--idle-timeout", "3", "--max-users", str(N + WARM)]
         with start_engine(handle, tmp_path_factory.mktemp("crowd-engine"), extra_args=args) as engine:
@@ -84,3 +86,40 @@ def test_100_users_through_the_engine_process_come_and_go(crowd: tuple[Any, Runn
     assert end["threads"] <= start["threads"] * 1.10 + 1, (start, end)
     assert end["sockets"] <= start["sockets"] * 1.10 + 1, (start, end)
     assert end["rss_mib"] <= start["rss_mib"] * 1.10, (start, end)
+
+
+def test_a_revoked_user_is_refused_at_the_next_session_and_evicted(crowd: tuple[Any, RunningEngine]) -> None:
+    """rita's sign-in session (refresh family) is revoked: her token still verifies (JWKS), but the issuer no longer
+    exchanges it, so the engine refuses her next session in one line and frees what she held."""
+    import grpc
+    import httpx
+
+    catalog, engine = crowd
+    issuer = catalog.admin._issuer
+    first = issuer.issue_token("rita", with_refresh=True)
+    answer = httpx.post(
+        f"{catalog.issuer_uri}/token",
+        data={"grant_type": "refresh_token", "refresh_token": first["refresh_token"], "client_id": "lakesession-cli"},
+    )
+    token = answer.raise_for_status().json()["access_token"]
+    raw = RawConnect(engine)
+    pb = raw.pb
+
+    def open_session() -> Any:
+        request = pb.ConfigRequest(session_id=str(uuid.uuid4()))
+        request.operation.get.keys.append("spark.sql.shuffle.partitions")
+        return raw.call(request, token)
+
+    try:
+        open_session()  # rita works
+        mark = len(engine.log_text())
+        issuer.refresh_store.revoke_family(issuer.verify(token)["sid"], reason="test", principal="rita")
+        time.sleep(1.1)  # past the exchange that created her (a new session asks the issuer again after 1 s)
+        with pytest.raises(grpc.RpcError) as err:
+            open_session()
+    finally:
+        raw.close()
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    details = err.value.details()
+    assert "\n" not in details and "refused to let the engine act for you" in details and "log in again" in details
+    assert "evicted user 'rita' (the issuer refused to act for them" in engine.log_text()[mark:]
