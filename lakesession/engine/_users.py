@@ -32,7 +32,7 @@ from ..errors import IdentityError, TokenRefreshError
 from ..gateway import AccessLog, Gateway
 from ..identity import TokenSource
 from ..identity._base import Token
-from ..identity._errors import LoginRequiredError
+from ..identity._errors import LoginRequiredError, _Transient
 from ..identity._flows import TokenExchange
 
 __all__ = [
@@ -92,18 +92,29 @@ class PresentedToken(TokenSource):
 
     def __init__(self, token: str) -> None:
         super().__init__()
+        self._refused = False
         self.update(token)
 
     def update(self, token: str) -> None:
         cur = self._current
         if cur is not None and cur.access_token == token:
             return
+        self._refused = False
         self._install(Token.from_expiry(token, None))
+
+    def invalidate(self) -> None:
+        """The issuer refused to exchange this token (``TokenExchange`` says so before it tries once more)."""
+        self._refused = True
+        super().invalidate()
 
     def _due(self, token: Token, now: float) -> bool:
         return token.expired(now)
 
     def _obtain(self, current: Token | None) -> Token:
+        if self._refused:
+            raise LoginRequiredError(
+                "The issuer refused to exchange your access token (a revoked or ended sign-in session?); log in again."
+            )
         raise LoginRequiredError(
             "Your access token expired while the engine was working for you; send any request with a fresh "
             "token (lakesession refreshes it for you) and run the query again."
@@ -241,12 +252,17 @@ class Users:
         now = time.monotonic()
         if now - user.checked < (1.0 if force else self.recheck):  # 1 s: the exchange that created the user
             return
-        user.identity.invalidate()
         try:
-            _exchange(user.identity, self.token_url)
-        except ExchangeRefused:
-            self.evict(user, "the issuer refused to act for them")
-            raise
+            # one exchange beside the current token: an issuer that is only unreachable changes nothing (the
+            # current exchanged token stays in use until it expires), a refusal evicts
+            fresh = user.identity._obtain(None)
+        except _Transient as exc:
+            logger.info("could not re-check %r at the issuer (%s); keeping the current token", user.principal, exc)
+            return
+        except IdentityError as exc:
+            self.evict(user, f"the issuer refused to act for them: {str(exc).splitlines()[0]}")
+            raise ExchangeRefused(str(exc).splitlines()[0]) from None
+        user.identity._install(fresh)
         user.checked = now
 
     def open_session(self, user: EngineUser, session_id: str) -> None:

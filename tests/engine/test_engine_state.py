@@ -122,13 +122,28 @@ def test_a_revoked_sign_in_session_is_refused_and_evicted(crowd: Any) -> None:
         issuer.refresh_store.revoke_family(sid, reason="test", principal="u005")
         table.check(user)  # checked a moment ago: not again (a query's dozens of calls cost no exchange)
         user.checked -= 2
-        with pytest.raises(ExchangeRefused):
+        with pytest.raises(ExchangeRefused, match="refused to exchange your access token"):
             table.check(user, force=True)  # a new session: asked again
         assert evicted == ["u005"] and table.find("u005") is None
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{uri}/v1/config", timeout=2)  # its gateway is gone
         with pytest.raises(ExchangeRefused):
             table.get("u005", token)  # and it does not come back with that token
+    finally:
+        table.close()
+
+
+def test_an_unreachable_issuer_at_a_recheck_keeps_the_user_and_their_token(crowd: Any) -> None:
+    """Only a refusal evicts: an issuer that does not answer leaves the current exchanged token in use."""
+    evicted: list[str] = []
+    table = users(crowd, on_evict=lambda user, why: evicted.append(user.principal))
+    try:
+        user = table.get("u007", crowd.admin.token_for("u007"))
+        exchanged = user.identity.token()
+        user.identity._token_url = "http://127.0.0.1:9/token"  # nothing listens there
+        user.checked -= 60
+        table.check(user, force=True)
+        assert evicted == [] and table.find("u007") is user and user.identity.token() == exchanged
     finally:
         table.close()
 
