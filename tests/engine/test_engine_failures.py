@@ -86,7 +86,9 @@ def test_a_dead_engine_mid_query_fails_in_one_line_within_15_s_and_leaves_no_jvm
     took = outcome["at"] - killed
     error = outcome["error"]
     print(f"\ndead engine: {type(error).__name__} after {took:.1f} s: {error}; JVM gone after {jvm_gone} s")
-    assert jvm_gone is not None and jvm_gone < 5, f"the engine's JVM {jvms[0]} outlived it"
+    # SIGKILL at the engine's death: at once (0.03-0.24 s measured); on stdin EOF alone, after its shutdown hooks (2.2 s
+    # measured here with one query running, ~25 s reported with more going on)
+    assert jvm_gone is not None and jvm_gone < 1.5, f"the engine's JVM {jvms[0]} outlived it by {jvm_gone} s"
     assert isinstance(error, EngineUnavailableError), repr(error)
     message = str(error)
     assert "\n" not in message and engine.address in message, message
