@@ -34,6 +34,7 @@ from ..identity import TokenSource
 from ..identity._base import Token
 from ..identity._errors import LoginRequiredError, _Transient
 from ..identity._flows import TokenExchange
+from ._limits import CatalogUnavailable, ExchangeRefused, Exhausted, SessionEnded, trim_memory
 
 __all__ = [
     "CatalogUnavailable",
@@ -50,39 +51,6 @@ logger = logging.getLogger("lakesession.engine")
 #: a user's token is exchanged again (proving the issuer still acts for them) at most this often,
 #: and on each new Connect session
 RECHECK_SECONDS = 30.0
-
-
-@dataclass
-class Exhausted(Exception):
-    """A limit of the engine reached (gRPC RESOURCE_EXHAUSTED): one line naming the limit and the fix."""
-
-    what: str
-    rule: str
-    hint: str
-
-    def __str__(self) -> str:
-        return f"lakesession engine refused {self.what}: rule '{self.rule}'; {self.hint}"
-
-
-class ExchangeRefused(Exception):
-    """The issuer refused to exchange the user's token (revoked, deleted, unknown principal)."""
-
-
-class SessionEnded(Exception):
-    """A Connect session the engine ended (its user was evicted): the client must open a new one."""
-
-
-class CatalogUnavailable(Exception):
-    """The catalog or its issuer could not be reached: the engine cannot act for the user now."""
-
-    @classmethod
-    def of(cls, exc: BaseException, where: str) -> CatalogUnavailable | None:
-        """The one-line refusal for ``exc`` if it is a connection failure (pyiceberg's ``requests``), else None."""
-        import requests
-
-        if not isinstance(exc, (requests.ConnectionError, requests.Timeout)):
-            return None
-        return cls(f"the catalog at {where} is unreachable ({type(exc).__name__}); try again once it is back")
 
 
 class PresentedToken(TokenSource):
@@ -159,19 +127,6 @@ class EngineUser:
         if http is not None:
             http.close()
         self.identity.close()
-
-
-def _trim() -> None:
-    """Give freed memory back to the OS: glibc keeps it in per-thread arenas (each gateway had threads), so
-    without this the engine's RSS stays at its peak after the users who caused it have gone."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim this way
-        pass
 
 
 def _exchange(identity: TokenExchange, where: str) -> None:
@@ -346,7 +301,7 @@ class Users:
         why = f"idle for {self.idle_timeout:g} s"
         gone = [u.principal for u in idle if self.evict(u, why, idle_for=self.idle_timeout)]
         if gone:
-            _trim()
+            trim_memory()
         return gone
 
     def start_reaper(self) -> None:

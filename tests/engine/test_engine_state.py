@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lakesession.engine._users import ExchangeRefused, Exhausted, Users
+from lakesession.engine._limits import ExchangeRefused, Exhausted
+from lakesession.engine._users import Users
 from tests._engine import ENGINE_SECRET
 from tests.factories import Policy, make_catalog
 
