@@ -24,7 +24,8 @@ LakesessionError
 │   ├── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
 │   └── CapabilityError                   the catalog does not offer what was asked (remote signing, grants)
 ├── ViewChainError                        a view chain cannot be resolved: cycle, too deep, unparsable SQL
-├── EngineRefusedError                    the trusted engine refused a request: names the sandbox rule
+├── EngineRefusedError                    the trusted engine refused a request: names the sandbox rule or limit
+├── EngineUnavailableError                the trusted engine stopped answering (killed, restarted, unreachable)
 ├── CredentialsError                      a table's vended storage credentials (lakesession.credentials)
 │   ├── CredentialsRevokedError           the catalog refused a refresh (403): the grant is gone
 │   └── CredentialsRefreshError           expired, and the catalog could not refresh them
@@ -52,6 +53,7 @@ __all__ = [
     "CredentialsRevokedError",
     "DeviceFlowError",
     "EngineRefusedError",
+    "EngineUnavailableError",
     "IdentityError",
     "JarResolutionError",
     "JavaNotFoundError",
@@ -208,6 +210,15 @@ class EngineRefusedError(_OneLine, LakesessionError):
     def __init__(self, message: str, rule: str):
         super().__init__(message)
         self.rule = rule
+
+
+class EngineUnavailableError(_OneLine, LakesessionError):
+    """The trusted engine stopped answering (killed, restarting, unreachable) or ended the session: the
+    message names the engine; ``address`` is its URL. A query that was running there is lost."""
+
+    def __init__(self, message: str, address: str):
+        super().__init__(message)
+        self.address = address
 
 
 # -- vended storage credentials ---------------------------------------------------------------------------------

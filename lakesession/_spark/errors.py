@@ -24,7 +24,7 @@ from ..catalog._refusals import no_warehouse
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
 from ..errors import ConfigError as _ConfigError
-from ..errors import EngineRefusedError, LoginRequiredError
+from ..errors import EngineRefusedError, EngineUnavailableError, LoginRequiredError
 from ..errors import IdentityError as _IdentityError
 from ..errors import ScopeError as _ScopeError
 from ..gateway._nologin import found_no_login
@@ -323,6 +323,12 @@ def install_connect_error_conversion() -> None:
         return
 
     def convert(info: Any, truncated_message: str, resp: Any, *args: Any, **kwargs: Any) -> Any:
+        rule = info.metadata.get("rule") if info is not None and info.domain == "lakesession" else None
+        line = (truncated_message or "").splitlines()[0] if truncated_message else ""
+        if rule == "catalog-unavailable":  # the engine could not reach the catalog (or its issuer) for you
+            return _CatalogAccessError(line, "catalog unavailable")
+        if rule == "session-ended":  # the engine ended the session (idle): the client marked it closed
+            return EngineUnavailableError(line, "")
         refused = refused_error(Exception(truncated_message or ""))  # the trusted engine's sandbox said no
         if refused is not None:
             return refused

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,35 @@ def _launch(builder: Any, conf: Mapping[str, str], hidden: Mapping[str, str]) ->
     SparkContext._ensure_initialized(gateway=gateway)
 
 
+@contextmanager
+def _preexec(extra: Callable[[], None] | None) -> Iterator[None]:
+    """pyspark launches its JVM with a ``preexec_fn`` of its own: run ``extra`` in the child too (the engine's
+    parent-death signal). pyspark calls ``Popen`` by its module's name, so that name is wrapped meanwhile."""
+    if extra is None:
+        yield
+        return
+    import pyspark.java_gateway as java_gateway
+
+    original = java_gateway.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        theirs = kwargs.get("preexec_fn")
+
+        def both() -> None:
+            if theirs is not None:
+                theirs()
+            extra()
+
+        kwargs["preexec_fn"] = both
+        return original(*args, **kwargs)
+
+    java_gateway.Popen = popen  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        java_gateway.Popen = original  # type: ignore[misc]
+
+
 def build_spark(
     conf: Mapping[str, str],
     *,
@@ -133,6 +163,7 @@ def build_spark(
     classcache: bool = True,
     user_conf: Mapping[str, str] | None = None,
     ui: bool = True,
+    jvm_preexec: Callable[[], None] | None = None,
 ) -> tuple[SparkSession, bool]:
     """Create (or reuse) the SparkSession with ``conf``; returns it and whether it was created here.
 
@@ -141,7 +172,8 @@ def build_spark(
     resolves ``spark.jars.packages`` shows one progress line instead of Ivy's report (``_ivyprogress``).
     A JVM launched here is sealed (``_seal``: loopback, ``spark.authenticate``, private dirs, redaction);
     ``user_conf`` is what the user asked for (a key set there wins, with a warning when it opens the JVM),
-    ``ui`` whether Spark's UI may run (on loopback).
+    ``ui`` whether Spark's UI may run (on loopback). ``jvm_preexec`` runs in the JVM's process before it
+    starts (the engine's: die with the engine).
     """
     from pyspark import SparkContext
     from pyspark.find_spark_home import _find_spark_home
@@ -176,9 +208,10 @@ def build_spark(
     replaced = {k: os.environ.get(k) for k in sealed.env}
     os.environ.update(sealed.env)
     try:
-        if not existed and not remote:
-            _launch(builder, conf, sealed.hidden)
-        spark = builder.getOrCreate()
+        with _preexec(jvm_preexec if not existed and not remote else None):
+            if not existed and not remote:
+                _launch(builder, conf, sealed.hidden)
+            spark = builder.getOrCreate()
     finally:
         for key, value in replaced.items():
             if value is None:

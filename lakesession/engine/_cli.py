@@ -43,6 +43,11 @@ def build_parser(prog: str = "lakesession engine") -> argparse.ArgumentParser:
     p.add_argument("--gateway-host", dest="gateway_host", help="per-user gateways' bind address (clusters)")
     p.add_argument("--gateway-client", dest="gateway_clients", action="append", help="cluster host/CIDR")
     p.add_argument("--jars", help="jar mode: auto, maven, cache, offline")
+    p.add_argument("--idle-timeout", dest="idle_timeout", type=float, help="seconds before an idle user is forgotten")
+    p.add_argument("--max-users", dest="max_users", type=int, help="users served at once (default 256)")
+    p.add_argument(
+        "--max-sessions-per-user", dest="max_sessions_per_user", type=int, help="Connect sessions per user (16)"
+    )
     p.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value (repeatable)")
     p.add_argument("--print-ready", action="store_true", help="print 'READY sc://host:port' once serving")
     return p
@@ -71,6 +76,9 @@ def main(argv: list[str] | None = None, *, prog: str = "lakesession engine") -> 
             "gateway_host",
             "gateway_clients",
             "jars",
+            "idle_timeout",
+            "max_users",
+            "max_sessions_per_user",
         )
     }
     extra = dict(kv.split("=", 1) for kv in args.conf if "=" in kv)

@@ -86,6 +86,22 @@ class EngineConfig:
     )
     jars: str | None = _opt("Jar mode (`auto`, `maven`, `cache`, `offline`).", env="LAKESESSION_ENGINE_JARS")
     workers: int = _opt("gRPC worker threads (each running query holds one).", 64)
+    idle_timeout: float = _opt(
+        "Seconds after a user's last call ends before the engine forgets them: their gateway (a port and two "
+        "threads), connections and Connect sessions (temporary views, settings). Their next query opens a new "
+        "session by itself. A query that runs longer never counts as idle.",
+        900.0,
+    )
+    max_users: int = _opt(
+        "Users served at once (each holds a gateway until idle for `idle_timeout`); the next one is refused "
+        "(RESOURCE_EXHAUSTED, rule `max-users`) until one goes idle.",
+        256,
+    )
+    max_sessions_per_user: int = _opt(
+        "Connect sessions one user may hold at once (a notebook holds one per `Session`); the next is refused "
+        "(RESOURCE_EXHAUSTED, rule `max-sessions-per-user`).",
+        16,
+    )
 
     @property
     def issuer_url(self) -> str:

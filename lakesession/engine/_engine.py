@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -48,6 +51,28 @@ def _tls_credentials(config: EngineConfig) -> Any:
             return grpc.ssl_server_credentials([(k.read(), c.read())])
     except OSError as exc:
         raise ConfigError(f"cannot read the engine's TLS files: {exc.strerror}: {exc.filename}") from None
+
+
+def _die_with_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` making the JVM receive SIGKILL when the engine dies, ``kill -9`` included (Linux).
+
+    The kernel sends it when the *thread* that started the JVM exits, so only the main thread (which lives
+    as long as the process) may start it this way; elsewhere None (the JVM still exits on its stdin's EOF,
+    after its shutdown hooks, ~25 s). SIGKILL, not SIGTERM: those hooks are the slow part.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the engine died between fork and prctl
+            os._exit(1)
+
+    return preexec
 
 
 def _loopback(host: str) -> bool:
@@ -109,6 +134,12 @@ class Engine:
             catalog_name=cfg.catalog_name,
             gateway_host=cfg.gateway_host,
             gateway_clients=self._gateway_clients,
+            on_evict=self._evicted,
+            idle_timeout=cfg.idle_timeout if cfg.idle_timeout and cfg.idle_timeout > 0 else None,
+            max_users=cfg.max_users if cfg.max_users and cfg.max_users > 0 else None,
+            max_sessions=cfg.max_sessions_per_user
+            if cfg.max_sessions_per_user and cfg.max_sessions_per_user > 0
+            else None,
         )
         backend_port = self._start_spark()
         policy = ConfPolicy.of(cfg.settable_confs, cfg.protected_conf_prefixes)
@@ -133,6 +164,7 @@ class Engine:
         self._server, self.port = self.front.server(
             f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=credentials
         )
+        users.start_reaper()
         logger.info("lakesession engine serving %s (Spark Connect on 127.0.0.1:%d)", self.address, backend_port)
         return self
 
@@ -207,6 +239,7 @@ class Engine:
                 classcache=False,
                 user_conf=self.config.spark_conf,
                 ui=False,  # its UI would show every user's queries to whoever reaches it
+                jvm_preexec=_die_with_this_process(),  # no orphan JVM after kill -9 of the engine
             )
         finally:
             os.environ.pop(_TOKEN_ENV, None)
@@ -227,6 +260,14 @@ class Engine:
         from .._spark.session import catalog_conf
 
         return catalog_conf(name, uri, user.gateway.secret, user.warehouse)
+
+    def _evicted(self, user: EngineUser, why: str) -> None:
+        """An evicted user's Connect sessions end in the JVM too (their catalogs point at the stopped gateway)."""
+        front = self.front
+        if front is None:
+            return
+        for session_id in front.sessions.drop(user.principal, why):
+            front.release_backend(session_id, user.principal)
 
     # -- stop ---------------------------------------------------------------------------------------
     def stop(self, grace: float = 10.0) -> None:

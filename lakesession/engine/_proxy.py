@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from .._wire.enginerules import ERROR_CLASS, REFUSED_CLASS, SQL_STATE, chain_pre
 from ._auth import Authenticator, Unauthenticated
 from ._rewrite import Rewriter
 from ._sandbox import ConfPolicy, Refused, check_plan, walk
-from ._users import EngineUser, Users
+from ._users import CatalogUnavailable, EngineUser, ExchangeRefused, Exhausted, SessionEnded, Users
 
 __all__ = ["FrontDoor", "SessionTable"]
 
@@ -37,6 +38,14 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE),
 ]
 
+#: notebooks ping every 5 s while a call runs (``_engineclient``): gRPC's default (one per 5 min) would end them
+_SERVER_OPTIONS = [
+    *_CHANNEL_OPTIONS,
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 4_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
 
 def _identity(b: bytes) -> bytes:
     return b
@@ -45,7 +54,7 @@ def _identity(b: bytes) -> bytes:
 REFUSED_REASON = "ENGINE_REFUSED"
 
 
-def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
+def _status(code: grpc.StatusCode, message: str, rule: str, error_class: str | None = None) -> Any:
     """A gRPC status carrying an ``ErrorInfo`` (what Spark Connect clients turn into an exception)."""
     import json
 
@@ -53,14 +62,15 @@ def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
     from google.rpc import error_details_pb2, status_pb2
     from grpc_status import rpc_status
 
+    # the JVM's refusals carry the same class, error class and SQLSTATE (the rulebook's refusal contract); a
+    # session the engine ended says INVALID_HANDLE.SESSION_CHANGED: pyspark's client then knows it is gone
     info = error_details_pb2.ErrorInfo(
         reason=REFUSED_REASON,
         domain="lakesession",
-        # the JVM's refusals carry the same class, error class and SQLSTATE (the rulebook's refusal contract)
         metadata={
             "classes": json.dumps([REFUSED_CLASS]),
             "rule": rule,
-            "errorClass": ERROR_CLASS,
+            "errorClass": error_class or ERROR_CLASS,
             "sqlState": SQL_STATE,
         },
     )
@@ -69,12 +79,16 @@ def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
     return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=[detail]))
 
 
+_HANDLED = (Unauthenticated, Refused, Exhausted, ExchangeRefused, CatalogUnavailable, SessionEnded)
+
+
 @dataclass
 class SessionTable:
     """Connect session id -> the principal that opened it (ids are the client's UUIDs)."""
 
     _owners: dict[str, str] = field(default_factory=dict)
     _configured: dict[str, set[str]] = field(default_factory=dict)  # session -> catalogs configured in it
+    _ended: OrderedDict[str, str] = field(default_factory=OrderedDict)  # sessions of evicted users (bounded)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def bind(self, session_id: str, principal: str) -> bool:
@@ -83,6 +97,8 @@ class SessionTable:
             raise Refused("session", "a request without a session id")
         with self._lock:
             owner = self._owners.get(session_id)
+            if owner is None and session_id in self._ended:
+                raise SessionEnded(self._ended[session_id])
             if owner is None:
                 self._owners[session_id] = principal
                 self._configured[session_id] = set()
@@ -106,6 +122,18 @@ class SessionTable:
             if self._owners.get(session_id) == principal:
                 del self._owners[session_id]
                 self._configured.pop(session_id, None)
+
+    def drop(self, principal: str, why: str) -> list[str]:
+        """Forget every session of ``principal`` (evicted: ``why``); their ids (their next call: ``SessionEnded``)."""
+        with self._lock:
+            ids = [s for s, owner in self._owners.items() if owner == principal]
+            for sid in ids:
+                del self._owners[sid]
+                self._configured.pop(sid, None)
+                self._ended[sid] = why
+            while len(self._ended) > 10_000:
+                self._ended.popitem(last=False)
+        return ids
 
     def count(self) -> int:
         with self._lock:
@@ -152,6 +180,14 @@ class FrontDoor:
         caller = self.auth.authenticate(context.invocation_metadata())
         user = self.users.get(caller.principal, caller.token)
         new = self.sessions.bind(request.session_id, caller.principal)
+        if new:
+            try:
+                self.users.open_session(user, request.session_id)
+            except Exhausted:
+                self.sessions.release(request.session_id, caller.principal)
+                raise
+        self.users.check(user, force=new)  # a revoked principal is refused (and evicted) here
+        self.users.hold(user)  # until the call ends (``Users.tracked``): a running query is never idle
         request.user_context.Clear()
         request.user_context.user_id = caller.principal
         request.user_context.user_name = caller.principal
@@ -181,6 +217,15 @@ class FrontDoor:
 
     def _rewrite(self, plan: Any, user: EngineUser, session_id: str) -> dict[str, str]:
         """Expand views in every SQL text and named table of ``plan``; returns signed text -> original."""
+        try:
+            return self._expand(plan, user, session_id)
+        except Exception as exc:  # the catalog down: one line (UNAVAILABLE), not requests' exception text
+            down = CatalogUnavailable.of(exc, user.catalog_uri)
+            if down is None:
+                raise
+            raise down from None
+
+    def _expand(self, plan: Any, user: EngineUser, session_id: str) -> dict[str, str]:
         rewriter = self._rewriter(user, session_id)
         back: dict[str, str] = {}
         for msg in list(walk(plan)):
@@ -205,7 +250,30 @@ class FrontDoor:
                         msg.common.CopyFrom(common)
         return back
 
+    def release_backend(self, session_id: str, principal: str) -> None:
+        """End ``session_id`` in the JVM (its SparkSession, catalogs and vended credentials)."""
+        req = self.pb.ReleaseSessionRequest(session_id=session_id, client_type="lakesession-engine")
+        req.user_context.user_id = principal
+        try:
+            self._call("unary_unary", "ReleaseSession")(req.SerializeToString(), metadata=self._metadata, timeout=30)
+        except grpc.RpcError as exc:  # already gone (never configured, or the JVM ended it): nothing to free
+            logger.debug("release of an evicted session: %s", exc.code())
+
     def _abort(self, context: grpc.ServicerContext, exc: Exception) -> None:
+        if isinstance(exc, SessionEnded):
+            message = f"lakesession engine: your engine session ended ({exc}); run the query again to open a new one"
+            context.abort_with_status(
+                _status(grpc.StatusCode.FAILED_PRECONDITION, message, "session-ended", "INVALID_HANDLE.SESSION_CHANGED")
+            )
+        if isinstance(exc, Exhausted):
+            logger.warning("%s", exc)
+            context.abort_with_status(_status(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), exc.rule))
+        if isinstance(exc, ExchangeRefused):
+            message = f"lakesession engine: the issuer refused to let the engine act for you ({exc}); log in again"
+            context.abort_with_status(_status(grpc.StatusCode.UNAUTHENTICATED, message, "auth"))
+        if isinstance(exc, CatalogUnavailable):
+            message = f"lakesession engine: cannot act for you now: {exc}"
+            context.abort_with_status(_status(grpc.StatusCode.UNAVAILABLE, message, "catalog-unavailable"))
         if isinstance(exc, Unauthenticated):
             context.abort_with_status(_status(grpc.StatusCode.UNAUTHENTICATED, f"lakesession engine: {exc}", "auth"))
         if isinstance(exc, Refused):
@@ -233,7 +301,7 @@ class FrontDoor:
             stream = self._call("unary_stream", "ExecutePlan")(req.SerializeToString(), metadata=self._metadata)
             for chunk in stream:
                 yield self._map_back(chunk, back) if back else chunk
-        except (Unauthenticated, Refused, grpc.RpcError) as exc:
+        except (*_HANDLED, grpc.RpcError) as exc:
             self._abort(context, exc)
 
     def _map_back(self, chunk: bytes, back: dict[str, str]) -> bytes:
@@ -257,7 +325,7 @@ class FrontDoor:
             self._rewrite(req, user, req.session_id)
             result: bytes = self._call("unary_unary", "AnalyzePlan")(req.SerializeToString(), metadata=self._metadata)
             return result
-        except (Unauthenticated, Refused, grpc.RpcError) as exc:
+        except (*_HANDLED, grpc.RpcError) as exc:
             self._abort(context, exc)
             raise
 
@@ -284,7 +352,7 @@ class FrontDoor:
             del resp.pairs[:]
             resp.pairs.extend(kept)
             return bytes(resp.SerializeToString())
-        except (Unauthenticated, Refused, grpc.RpcError) as exc:
+        except (*_HANDLED, grpc.RpcError) as exc:
             self._abort(context, exc)
             raise
 
@@ -312,8 +380,9 @@ class FrontDoor:
                 result: bytes = self._call("unary_unary", method)(req.SerializeToString(), metadata=self._metadata)
                 if method == "ReleaseSession":
                     self.sessions.release(req.session_id, user.principal)
+                    self.users.close_session(user, req.session_id)
                 return result
-            except (Unauthenticated, Refused, grpc.RpcError) as exc:
+            except (*_HANDLED, grpc.RpcError) as exc:
                 self._abort(context, exc)
                 raise
 
@@ -324,7 +393,7 @@ class FrontDoor:
             req = self.pb.ReattachExecuteRequest.FromString(raw)
             self._admit(req, context)
             yield from self._call("unary_stream", "ReattachExecute")(req.SerializeToString(), metadata=self._metadata)
-        except (Unauthenticated, Refused, grpc.RpcError) as exc:
+        except (*_HANDLED, grpc.RpcError) as exc:
             self._abort(context, exc)
 
     # -- serving ------------------------------------------------------------------------------
@@ -334,13 +403,13 @@ class FrontDoor:
         su = grpc.stream_unary_rpc_method_handler
         raw = {"request_deserializer": _identity, "response_serializer": _identity}
         methods = {
-            "ExecutePlan": us(self.execute_plan, **raw),
-            "AnalyzePlan": uu(self.analyze_plan, **raw),
-            "Config": uu(self.config, **raw),
+            "ExecutePlan": us(self.users.tracked(self.execute_plan, True), **raw),
+            "AnalyzePlan": uu(self.users.tracked(self.analyze_plan, False), **raw),
+            "Config": uu(self.users.tracked(self.config, False), **raw),
             "AddArtifacts": su(self.refuse_artifacts, **raw),
             "ArtifactStatus": uu(self.refuse_artifacts, **raw),
             "CloneSession": uu(self.refuse_clone, **raw),
-            "ReattachExecute": us(self.reattach, **raw),
+            "ReattachExecute": us(self.users.tracked(self.reattach, True), **raw),
         }
         for method, request_type in (
             ("Interrupt", "InterruptRequest"),
@@ -348,12 +417,12 @@ class FrontDoor:
             ("ReleaseSession", "ReleaseSessionRequest"),
             ("FetchErrorDetails", "FetchErrorDetailsRequest"),
         ):
-            methods[method] = uu(self._passthrough(method, request_type), **raw)
+            methods[method] = uu(self.users.tracked(self._passthrough(method, request_type), False), **raw)
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
     def server(self, address: str, *, workers: int = 64, credentials: Any = None) -> tuple[grpc.Server, int]:
         """A started gRPC server on ``address`` (``host:port``; port 0 picks one); returns it and its port."""
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=_CHANNEL_OPTIONS)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=_SERVER_OPTIONS)
         server.add_generic_rpc_handlers([self.handler()])
         port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
         server.start()
