@@ -121,16 +121,8 @@ class Engine:
             self._session_conf,
             self._chain_conf,
         )
-        credentials = None
-        if cfg.tls_cert:
-            import grpc
-
-            if not cfg.tls_key:
-                raise ConfigError("tls_cert needs tls_key")
-            with open(cfg.tls_key, "rb") as k, open(cfg.tls_cert, "rb") as c:
-                credentials = grpc.ssl_server_credentials([(k.read(), c.read())])
         self._server, self.port = self.front.server(
-            f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=credentials
+            f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=self._tls  # read once, in __init__
         )
         logger.info("lakesession engine serving %s (Spark Connect on 127.0.0.1:%d)", self.address, backend_port)
         return self
