@@ -9,13 +9,19 @@ loads carry that chain in ``referenced-by`` (the gateway's chain routes), so the
 decides — per step, for the right user — and a table authorized through a view is never
 loaded into, or cached by, the main catalog.
 
-Statements other than queries (and ``INSERT … SELECT``) run unchanged: a ``CREATE VIEW`` must
-store what the user wrote, not chain catalog names.
+Statements other than queries (``INSERT … SELECT`` and ``EXPLAIN`` of either included) run unchanged:
+a ``CREATE VIEW`` must store what the user wrote, not chain catalog names.
+
+Names resolve as Spark resolves them: one- and two-part names in the current catalog and namespace
+(``where``, when the caller knows them), and a name the catalog does not know as written falls back to its
+lower-case form (Spark's identifiers are case-insensitive by default; catalogs store what DDL wrote, usually
+lower case) unless a table exists under the name as written.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +47,10 @@ logger = logging.getLogger("lakesession.catalog")
 __all__ = ["Expansion", "expand", "quoted"]
 
 ChainCatalog = Callable[[tuple[ViewId, ...], ViewId], str]
+#: () -> (current catalog, current namespace): asked only when a one- or two-part name needs it
+Where = Callable[[], tuple[str, tuple[str, ...]]]
+#: Spark's EXPLAIN and its modes: the statement after it is expanded like a query
+_EXPLAIN = re.compile(r"(?is)^\s*explain(?:\s+(?:extended|codegen|cost|formatted))?\s+")
 
 
 @dataclass
@@ -92,10 +102,13 @@ class _Expander:
         current_namespace: tuple[str, ...] | None,
         chain_catalog: ChainCatalog,
         max_depth: int,
+        where: Where | None = None,
     ):
         self.client = client
         self.catalog_name = catalog_name
         self.current_namespace = current_namespace
+        self._where = where
+        self._current: tuple[str, tuple[str, ...]] | None = None
         self.chain_catalog = chain_catalog
         self.max_depth = max_depth
         self.result = Expansion("")
@@ -116,18 +129,44 @@ class _Expander:
             if parts[0].lower() != self.catalog_name.lower():
                 return None  # another catalog
             return tuple(parts[1:-1]), parts[-1]
+        if self._where is not None:  # Spark's rules: the current catalog, then its current namespace
+            catalog, namespace = self.where()
+            if catalog != self.catalog_name:
+                return None  # resolved in another catalog
+            if len(parts) == 2:
+                if parts[0] in (self.catalog_name, "spark_catalog"):
+                    return None  # a catalog's root, which holds no views
+                return (parts[0],), parts[1]
+            return (namespace, parts[0]) if namespace else None
         if len(parts) == 2:
             return (parts[0],), parts[1]
         if self.current_namespace:
             return self.current_namespace, parts[0]
         return None
 
+    def where(self) -> tuple[str, tuple[str, ...]]:
+        """The session's current catalog and namespace (asked once per expansion, and only when needed)."""
+        if self._current is None:
+            assert self._where is not None
+            self._current = self._where()
+        return self._current
+
+    def load_view(self, ident: ViewId) -> tuple[ViewId, int, Any]:
+        """``(identifier, status, body)`` of the view ``ident`` names: as written, else its lower-case form
+        (Spark's identifiers are case-insensitive) unless a table goes by the name as written."""
+        status, body = self.client.get("views", ident, [])
+        lower = (tuple(p.lower() for p in ident[0]), ident[1].lower())
+        if status == 200 or lower == ident or self.client.get("tables", ident, [])[0] == 200:
+            return ident, status, body
+        lower_status, lower_body = self.client.get("views", lower, [])
+        return (lower, lower_status, lower_body) if lower_status == 200 else (ident, status, body)
+
     def query(self, tree: exp.Expr) -> None:
         for table in _table_refs(tree):
             ident = self.top_level(table)
             if ident is None:
                 continue
-            status, body = self.client.get("views", ident, [])
+            ident, status, body = self.load_view(ident)
             if status == 200:
                 table.replace(self._subquery(self.view(ident, body, []), table))
             elif len(table.parts) < 3:  # run where it was resolved: this session's catalog
@@ -192,6 +231,7 @@ def expand(
     current_namespace: tuple[str, ...] | None,
     chain_catalog: ChainCatalog,
     max_depth: int = MAX_DEPTH,
+    where: Where | None = None,
 ) -> Expansion:
     """``query`` with every view of ``catalog_name`` it reads expanded (see the module docstring).
 
@@ -202,11 +242,26 @@ def expand(
         current_namespace: Where one-part names resolve (Spark's current namespace when the
             current catalog is ``catalog_name``), or None to leave them to Spark.
         chain_catalog: ``(chain, table) -> catalog name`` serving ``table`` through ``chain``.
+        where: ``() -> (current catalog, current namespace)`` of the session that runs the query, called
+            at most once and only for a one- or two-part name; given, it replaces ``current_namespace``.
 
     Raises:
         ViewChainError: a cycle, a chain deeper than ``max_depth``, unparsable view SQL, or a
             reference to an internal chain catalog.
     """
+    explain = _EXPLAIN.match(query)
+    if explain is not None:  # its plan is the statement's: expanded the same way
+        inner = expand(
+            query[explain.end() :],
+            client=client,
+            catalog_name=catalog_name,
+            current_namespace=current_namespace,
+            chain_catalog=chain_catalog,
+            max_depth=max_depth,
+            where=where,
+        )
+        inner.sql = query[: explain.end()] + inner.sql if inner.sql != query[explain.end() :] else query
+        return inner
     try:
         tree = sqlglot.parse_one(query, read="spark")
     except sqlglot.errors.ParseError:
@@ -214,7 +269,7 @@ def expand(
         return Expansion(query)
     if tree is None:
         return Expansion(query)
-    expander = _Expander(client, catalog_name, current_namespace, chain_catalog, max_depth)
+    expander = _Expander(client, catalog_name, current_namespace, chain_catalog, max_depth, where)
     if isinstance(tree, exp.Query):
         expander.query(tree)
     elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Query):

@@ -1,0 +1,95 @@
+"""``expand`` resolves names as Spark does before expanding views (no JVM: a fake catalog answers).
+
+EXPLAIN's statement is expanded like the statement itself; one- and two-part names resolve in the session's
+current catalog and namespace (asked lazily, once, and only when such a name occurs); a name the catalog does
+not know as written falls back to its lower-case form unless a table goes by the name as written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakesession.catalog._expand import expand
+from tests.client.test_gateway_chains import FakeViews
+
+
+class FakeCatalog(FakeViews):
+    """Views as in ``FakeViews``, and tables by name (everything else: 404, as the reference answers)."""
+
+    def __init__(self, views: dict[str, str], tables: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        super().__init__(views)
+        self.tables = tables
+
+    def get(self, kind: str, ident: Any, chain: list[Any]) -> tuple[int, Any]:
+        if kind == "tables":
+            name = ".".join((*ident[0], ident[1]))
+            self.calls.append((f"table {name}", list(chain)))
+            return (200, {}) if name in self.tables else (404, {})
+        return super().get(kind, ident, chain)
+
+
+VIEWS = {"sales.v_eu": "SELECT id FROM sales.orders WHERE region = 'EU'"}
+
+
+def run(query: str, where: Any = None, catalog: FakeCatalog | None = None) -> tuple[str, list[Any]]:
+    pinned: list[Any] = []
+
+    def chain_catalog(chain: Any, table: Any) -> str:
+        pinned.append((chain, table))
+        return "lake__chain_1"
+
+    result = expand(
+        query,
+        client=catalog or FakeCatalog(VIEWS),
+        catalog_name="lake",
+        current_namespace=None,
+        chain_catalog=chain_catalog,
+        where=where,
+    )
+    return result.sql, pinned
+
+
+EXPANDED = "(SELECT id FROM `lake__chain_1`.`sales`.`orders` AS orders WHERE region = 'EU') AS v_eu"
+
+
+def test_explain_expands_its_statement_in_every_mode() -> None:
+    for explain in ("EXPLAIN", "explain extended", "EXPLAIN FORMATTED", "EXPLAIN\n COST"):
+        sql, pinned = run(f"{explain} SELECT * FROM lake.sales.v_eu")
+        assert sql == f"{explain} SELECT * FROM {EXPANDED}", sql
+        assert pinned == [(((("sales",), "v_eu"),), (("sales",), "orders"))]
+    assert run("EXPLAIN SELECT 1")[0] == "EXPLAIN SELECT 1"  # nothing to expand: the text as written
+    assert run("EXPLAINED")[0] == "EXPLAINED"
+
+
+def test_one_and_two_part_names_resolve_in_the_current_catalog_and_namespace() -> None:
+    asked: list[int] = []
+
+    def where(catalog: str = "lake", namespace: tuple[str, ...] = ("sales",)) -> Any:
+        def ask() -> tuple[str, tuple[str, ...]]:
+            asked.append(1)
+            return catalog, namespace
+
+        return ask
+
+    assert run("SELECT * FROM v_eu", where())[0] == f"SELECT * FROM {EXPANDED}"
+    assert run("SELECT * FROM v_eu JOIN sales.v_eu", where())[0].count("lake__chain_1") == 2
+    assert len(asked) == 2  # once per expansion
+    assert run("SELECT * FROM lake.sales.v_eu", where())[0] == f"SELECT * FROM {EXPANDED}"
+    assert len(asked) == 2  # a qualified name needs no current namespace
+    # another current catalog, the catalog's root, or another namespace: Spark resolves elsewhere, nothing expanded
+    assert run("SELECT * FROM v_eu", where("spark_catalog", ("default",)))[0] == "SELECT * FROM v_eu"
+    assert run("SELECT * FROM sales.v_eu", where("spark_catalog", ("default",)))[0] == "SELECT * FROM sales.v_eu"
+    assert run("SELECT * FROM v_eu", where("lake", ()))[0] == "SELECT * FROM v_eu"
+    assert "lake__chain" not in run("SELECT * FROM v_eu", where("lake", ("hr",)))[0]
+
+
+def test_a_differently_cased_name_finds_the_view_unless_a_table_goes_by_it() -> None:
+    where = lambda: ("lake", ("SALES",))  # noqa: E731  (a namespace set with USE in upper case)
+    for query in ("SELECT * FROM SALES.V_EU", "SELECT * FROM lake.Sales.V_eu", "SELECT * FROM V_EU"):
+        sql, _ = run(query, where)
+        assert sql.endswith(EXPANDED.replace("AS v_eu", f"AS {query.rsplit('.', 1)[-1].split()[-1]}")), sql
+    catalog = FakeCatalog(VIEWS, tables={"SALES.V_EU"})
+    assert run("SELECT * FROM lake.SALES.V_EU", catalog=catalog)[0] == "SELECT * FROM lake.SALES.V_EU"
+    assert ("table SALES.V_EU", []) in catalog.calls
+    exact = FakeCatalog({**VIEWS, "SALES.V_EU": "SELECT 2 AS two"})
+    assert "SELECT 2 AS two" in run("SELECT * FROM lake.SALES.V_EU", catalog=exact)[0]  # the name as written first
