@@ -38,6 +38,7 @@ from ._chains import (
     _classify,
     _Client,
     _dotted,
+    _message,
     _pick_sql,
     current_version,
 )
@@ -118,13 +119,7 @@ class _Expander:
     def top_level(self, table: exp.Table) -> ViewId | None:
         """The identifier in this catalog that a reference of the user's query names, if any."""
         parts = [p.name for p in table.parts]
-        internal = f"{self.catalog_name.lower()}__chain_"
-        if parts[0].lower().startswith(internal):
-            raise ViewChainError(
-                f"{'.'.join(parts)} names an internal view-chain catalog: reference the view "
-                f"instead (e.g. {self.catalog_name}.ns.view); tables read through a view are "
-                f"not reachable directly."
-            )
+        self.refuse_internal(parts)
         if len(parts) >= 3:
             if parts[0].lower() != self.catalog_name.lower():
                 return None  # another catalog
@@ -143,6 +138,32 @@ class _Expander:
         if self.current_namespace:
             return self.current_namespace, parts[0]
         return None
+
+    def refuse_internal(self, parts: list[str]) -> None:
+        """A name of an internal view-chain catalog: ``ViewChainError``."""
+        if parts[0].lower().startswith(f"{self.catalog_name.lower()}__chain_"):
+            raise ViewChainError(
+                f"{'.'.join(parts)} names an internal view-chain catalog: reference the view "
+                f"instead (e.g. {self.catalog_name}.ns.view); tables read through a view are "
+                f"not reachable directly."
+            )
+
+    def refuse_unreadable(self, ident: ViewId, view_body: Any) -> None:
+        """A name refused as a view and as a table: both refusals, not only the table's (Spark asks for a table
+        first and stops at its 403, so a view the user may not read was reported as a table lacking a privilege
+        of tables). The catalog does not say which of the two exists; the message does not guess."""
+        status, table_body = self.client.get("tables", ident, [])
+        if status != 403:
+            return
+        from ..errors import CatalogAccessError
+
+        said = [m for m in (_message(view_body), _message(table_body)) if m]
+        raise CatalogAccessError(
+            f"Forbidden: {_dotted(ident)} is refused both as a view and as a table: {'; '.join(said) or 'no reason given'}",
+            "forbidden",
+            "org.apache.iceberg.exceptions.ForbiddenException",
+            403,
+        )
 
     def where(self) -> tuple[str, tuple[str, ...]]:
         """The session's current catalog and namespace (asked once per expansion, and only when needed)."""
@@ -167,6 +188,8 @@ class _Expander:
             if ident is None:
                 continue
             ident, status, body = self.load_view(ident)
+            if status == 403:
+                self.refuse_unreadable(ident, body)
             if status == 200:
                 table.replace(self._subquery(self.view(ident, body, []), table))
             elif len(table.parts) < 3:  # run where it was resolved: this session's catalog
@@ -275,8 +298,8 @@ def expand(
     elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Query):
         expander.query(tree.expression)
     else:
-        for table in _table_refs(tree):  # still refuse direct use of chain catalogs
-            expander.top_level(table)
+        for table in _table_refs(tree):  # still refuse direct use of chain catalogs (resolving nothing)
+            expander.refuse_internal([p.name for p in table.parts])
         return Expansion(query)
     result = expander.result
     result.sql = tree.sql(dialect="spark") if expander.changed else query

@@ -121,8 +121,9 @@ class Engine:
             self._session_conf,
             self._chain_conf,
         )
+        # the TLS credentials Engine() read: the files are read once, and a bad one failed before Spark started
         self._server, self.port = self.front.server(
-            f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=self._tls  # read once, in __init__
+            f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=self._tls
         )
         logger.info("lakesession engine serving %s (Spark Connect on 127.0.0.1:%d)", self.address, backend_port)
         return self

@@ -16,14 +16,16 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import grpc
 
 from ._auth import Authenticator, Unauthenticated
-from ._rewrite import Rewriter
+from ._rewrite import CatalogRefusal, ExpansionCache, Rewriter
 from ._sandbox import ConfPolicy, Refused, check_plan, walk
 from ._users import EngineUser, Users
+from ._where import EMPTY_TABLE_LIST, QUESTION, Whereabouts, changes_where, list_tables_here
 
 __all__ = ["FrontDoor", "SessionTable"]
 
@@ -44,7 +46,7 @@ def _identity(b: bytes) -> bytes:
 REFUSED_REASON = "ENGINE_REFUSED"
 
 
-def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
+def _status(code: grpc.StatusCode, message: str, rule: str, cls: str = "dev.lakesession.engine.Refused") -> Any:
     """A gRPC status carrying an ``ErrorInfo`` (what Spark Connect clients turn into an exception)."""
     import json
 
@@ -55,7 +57,7 @@ def _status(code: grpc.StatusCode, message: str, rule: str) -> Any:
     info = error_details_pb2.ErrorInfo(
         reason=REFUSED_REASON,
         domain="lakesession",
-        metadata={"classes": json.dumps(["dev.lakesession.engine.Refused"]), "rule": rule},
+        metadata={"classes": json.dumps([cls]), "rule": rule},
     )
     detail = any_pb2.Any()
     detail.Pack(info)
@@ -162,12 +164,42 @@ class FrontDoor:
             req.operation.set.pairs.add(key=k, value=v)
         self._call("unary_unary", "Config")(req.SerializeToString(), metadata=self._metadata)
 
+    @cached_property
+    def expansions(self) -> ExpansionCache:
+        """One expansion per statement: ``sql()``, ``collect()`` and analyses send the same text."""
+        return ExpansionCache()
+
+    @cached_property
+    def whereabouts(self) -> Whereabouts:
+        """Each session's current catalog and namespace, as its Spark resolves names."""
+        return Whereabouts(self._ask_where)
+
+    def _ask_where(self, session_id: str, user: EngineUser) -> list[tuple[Any, ...]]:
+        """The rows of ``QUESTION`` run in ``session_id`` (the front door's own call, no user text)."""
+        import pyarrow as pa
+
+        pb = self.pb
+        req = pb.ExecutePlanRequest(session_id=session_id, client_type="lakesession-engine")
+        req.user_context.user_id = user.principal
+        req.user_context.user_name = user.principal
+        req.plan.root.sql.query = QUESTION
+        rows: list[tuple[Any, ...]] = []
+        for chunk in self._call("unary_stream", "ExecutePlan")(req.SerializeToString(), metadata=self._metadata):
+            resp = pb.ExecutePlanResponse.FromString(chunk)
+            if resp.HasField("arrow_batch"):
+                table = pa.ipc.open_stream(resp.arrow_batch.data).read_all()
+                rows.extend(tuple(row.values()) for row in table.to_pylist())
+        return rows
+
     def _rewriter(self, user: EngineUser, session_id: str) -> Rewriter:
         def chain_conf(name: str, uri: str) -> None:
             if self.sessions.needs(session_id, name):
                 self._configure(user, session_id, self._chain_conf(user, name, uri))
 
-        return Rewriter(user, self._key, chain_conf)
+        def where() -> tuple[str, tuple[str, ...]]:
+            return self.whereabouts.get(session_id, user)
+
+        return Rewriter(user, self._key, chain_conf, where=where, cache=self.expansions, session_id=session_id)
 
     def _prefix(self, user: EngineUser | None = None) -> str:
         return f"{self.users.catalog_name}__chain_"
@@ -175,6 +207,12 @@ class FrontDoor:
     def _rewrite(self, plan: Any, user: EngineUser, session_id: str) -> dict[str, str]:
         """Expand views in every SQL text and named table of ``plan``; returns signed text -> original."""
         rewriter = self._rewriter(user, session_id)
+        if changes_where(plan):  # USE, SET CATALOG, setCurrentDatabase …: ask its Spark again next time
+            self.whereabouts.forget(session_id)
+        for msg in list_tables_here(plan):  # a catalog's root holds no tables: Spark's parser fails on its ''
+            if self.whereabouts.get(session_id, user) == (user.catalog_name, ()):
+                msg.ClearField("catalog")
+                msg.sql.query = EMPTY_TABLE_LIST
         back: dict[str, str] = {}
         for msg in list(walk(plan)):
             name = msg.DESCRIPTOR.full_name
@@ -199,6 +237,15 @@ class FrontDoor:
         return back
 
     def _abort(self, context: grpc.ServicerContext, exc: Exception) -> None:
+        if isinstance(exc, CatalogRefusal):  # the catalog's 403, as Spark would have passed it on
+            context.abort_with_status(
+                _status(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    str(exc),
+                    "catalog",
+                    "org.apache.iceberg.exceptions.ForbiddenException",
+                )
+            )
         if isinstance(exc, Unauthenticated):
             context.abort_with_status(_status(grpc.StatusCode.UNAUTHENTICATED, f"lakesession engine: {exc}", "auth"))
         if isinstance(exc, Refused):

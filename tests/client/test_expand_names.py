@@ -93,3 +93,39 @@ def test_a_differently_cased_name_finds_the_view_unless_a_table_goes_by_it() -> 
     assert ("table SALES.V_EU", []) in catalog.calls
     exact = FakeCatalog({**VIEWS, "SALES.V_EU": "SELECT 2 AS two"})
     assert "SELECT 2 AS two" in run("SELECT * FROM lake.SALES.V_EU", catalog=exact)[0]  # the name as written first
+
+
+def test_a_statement_that_is_no_query_asks_nothing() -> None:
+    """``USE lake.sales`` is about to move the session: resolving its names would ask where it is now."""
+    asked: list[int] = []
+    assert run("USE lake.sales", lambda: asked.append(1))[0] == "USE lake.sales"
+    assert run("USE sales", lambda: asked.append(1))[0] == "USE sales"
+    assert asked == []
+
+
+class Refusing(FakeCatalog):
+    """Refuses everything the way the reference catalog does (403 naming the privilege of each kind)."""
+
+    def get(self, kind: str, ident: Any, chain: list[Any]) -> tuple[int, Any]:
+        name = ".".join((*ident[0], ident[1]))
+        privilege = "VIEW_READ" if kind == "views" else "TABLE_READ_PROPERTIES"
+        self.calls.append((f"{kind} {name}", list(chain)))
+        message = (
+            f"Principal 'carol' is not authorized for load_{kind[:-1]} on {kind[:-1]} {name} ({privilege} required)"
+        )
+        return 403, {"error": {"message": message, "type": "ForbiddenException", "code": 403}}
+
+
+def test_a_name_refused_as_a_view_and_as_a_table_says_both() -> None:
+    """Spark asks for a table first and stops at its 403: a view the user may not read looked like a table."""
+    import pytest
+
+    from lakesession.errors import CatalogAccessError
+
+    with pytest.raises(CatalogAccessError) as err:
+        run("SELECT * FROM lake.sales.v_carol", catalog=Refusing({}))
+    message = str(err.value)
+    assert "view sales.v_carol (VIEW_READ required)" in message and "TABLE_READ_PROPERTIES" in message, message
+    assert err.value.kind == "forbidden" and err.value.status == 403
+    readable = FakeCatalog({}, tables={"sales.orders"})  # a table the user reads: not a view (404), no error
+    assert run("SELECT * FROM lake.sales.orders", catalog=readable)[0] == "SELECT * FROM lake.sales.orders"

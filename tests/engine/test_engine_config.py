@@ -97,7 +97,9 @@ def test_the_tls_files_are_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyP
     served: list[object] = []
     monkeypatch.setattr(grpc, "ssl_server_credentials", counting)
     monkeypatch.setattr(_engine.Engine, "_start_spark", lambda self: 1)
-    monkeypatch.setattr(FrontDoor, "server", lambda self, address, **kw: (served.append(kw["credentials"]), (None, 7))[1])
+    monkeypatch.setattr(
+        FrontDoor, "server", lambda self, address, **kw: (served.append(kw["credentials"]), (None, 7))[1]
+    )
     engine = Engine(config(tls_cert=str(cert), tls_key=str(key), token_url="http://issuer.invalid/token"))
     cert.unlink()
     key.unlink()
