@@ -129,8 +129,8 @@ class _Expander:
             if catalog != self.catalog_name:
                 return None  # resolved in another catalog
             if len(parts) == 2:
-                if parts[0] in (self.catalog_name, "spark_catalog"):
-                    return None  # a catalog's root, which holds no views
+                if parts[0] in (self.catalog_name, "spark_catalog") or parts[0].lower() == "global_temp":
+                    return None  # a catalog's root (no views there), or Spark's global temporary views
                 return (parts[0],), parts[1]
             return (namespace, parts[0]) if namespace else None
         if len(parts) == 2:
@@ -188,11 +188,13 @@ class _Expander:
             if ident is None:
                 continue
             ident, status, body = self.load_view(ident)
-            if status == 403:
+            if status == 403 and len(table.parts) > 1:  # one part: maybe a temporary view, Spark's to resolve
                 self.refuse_unreadable(ident, body)
             if status == 200:
                 table.replace(self._subquery(self.view(ident, body, []), table))
-            elif len(table.parts) < 3:  # run where it was resolved: this session's catalog
+            elif len(table.parts) == 2 or (len(table.parts) == 1 and self._where is None):
+                # run where it was resolved: this session's catalog (a one-part name Spark resolves itself: it
+                # may be one of the session's temporary views, which come first)
                 table.replace(self._pinned(self.catalog_name, ident, table))
             self.changed = True
 

@@ -129,3 +129,16 @@ def test_a_name_refused_as_a_view_and_as_a_table_says_both() -> None:
     assert err.value.kind == "forbidden" and err.value.status == 403
     readable = FakeCatalog({}, tables={"sales.orders"})  # a table the user reads: not a view (404), no error
     assert run("SELECT * FROM lake.sales.orders", catalog=readable)[0] == "SELECT * FROM lake.sales.orders"
+
+
+def test_temporary_views_stay_sparks_to_resolve() -> None:
+    """A one-part name that is no view of the catalog may be a temporary view (Spark resolves those first), and
+    ``global_temp.x`` is Spark's global temporary views: neither is pinned to the catalog."""
+    where = lambda: ("lake", ("sales",))  # noqa: E731
+    sql, _ = run("SELECT * FROM eu JOIN lake.sales.v_eu USING (id)", where)
+    assert sql.startswith("SELECT * FROM eu JOIN (SELECT"), sql
+    assert run("SELECT * FROM global_temp.bobs", where)[0] == "SELECT * FROM global_temp.bobs"
+    assert "`lake`.`global_temp`" not in run("SELECT * FROM global_temp.bobs JOIN lake.sales.v_eu", where)[0]
+    # refused as a view and as a table in the catalog, a one-part name may still be a temporary view: no error
+    refusing = Refusing({})
+    assert run("SELECT * FROM eu", where, catalog=refusing)[0] == "SELECT * FROM eu"
