@@ -104,11 +104,13 @@ class _Expander:
         chain_catalog: ChainCatalog,
         max_depth: int,
         where: Where | None = None,
+        refuse_unreadable: bool = False,
     ):
         self.client = client
         self.catalog_name = catalog_name
         self.current_namespace = current_namespace
         self._where = where
+        self._refuse_unreadable = refuse_unreadable
         self._current: tuple[str, tuple[str, ...]] | None = None
         self.chain_catalog = chain_catalog
         self.max_depth = max_depth
@@ -188,7 +190,7 @@ class _Expander:
             if ident is None:
                 continue
             ident, status, body = self.load_view(ident)
-            if status == 403 and len(table.parts) > 1:  # one part: maybe a temporary view, Spark's to resolve
+            if status == 403 and self._refuse_unreadable and len(table.parts) > 1:  # one part: maybe a temp view
                 self.refuse_unreadable(ident, body)
             if status == 200:
                 table.replace(self._subquery(self.view(ident, body, []), table))
@@ -257,6 +259,7 @@ def expand(
     chain_catalog: ChainCatalog,
     max_depth: int = MAX_DEPTH,
     where: Where | None = None,
+    refuse_unreadable: bool = False,
 ) -> Expansion:
     """``query`` with every view of ``catalog_name`` it reads expanded (see the module docstring).
 
@@ -269,10 +272,14 @@ def expand(
         chain_catalog: ``(chain, table) -> catalog name`` serving ``table`` through ``chain``.
         where: ``() -> (current catalog, current namespace)`` of the session that runs the query, called
             at most once and only for a one- or two-part name; given, it replaces ``current_namespace``.
+        refuse_unreadable: A name of the query refused both as a view and as a table raises
+            ``CatalogAccessError`` with both refusals (the engine, and the notebook's routing to it); else
+            Spark meets the table's refusal alone.
 
     Raises:
         ViewChainError: a cycle, a chain deeper than ``max_depth``, unparsable view SQL, or a
             reference to an internal chain catalog.
+        CatalogAccessError: with ``refuse_unreadable``, a name refused both as a view and as a table.
     """
     explain = _EXPLAIN.match(query)
     if explain is not None:  # its plan is the statement's: expanded the same way
@@ -284,6 +291,7 @@ def expand(
             chain_catalog=chain_catalog,
             max_depth=max_depth,
             where=where,
+            refuse_unreadable=refuse_unreadable,
         )
         inner.sql = query[: explain.end()] + inner.sql if inner.sql != query[explain.end() :] else query
         return inner
@@ -294,7 +302,7 @@ def expand(
         return Expansion(query)
     if tree is None:
         return Expansion(query)
-    expander = _Expander(client, catalog_name, current_namespace, chain_catalog, max_depth, where)
+    expander = _Expander(client, catalog_name, current_namespace, chain_catalog, max_depth, where, refuse_unreadable)
     if isinstance(tree, exp.Query):
         expander.query(tree)
     elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Query):

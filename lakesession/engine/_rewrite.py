@@ -183,6 +183,7 @@ class Rewriter:
                 current_namespace=None,
                 chain_catalog=chain_catalog,
                 where=where,
+                refuse_unreadable=True,
             )
         except ViewChainError as exc:
             raise Refused("view-chain", "this query", str(exc)) from None

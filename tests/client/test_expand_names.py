@@ -31,7 +31,9 @@ class FakeCatalog(FakeViews):
 VIEWS = {"sales.v_eu": "SELECT id FROM sales.orders WHERE region = 'EU'"}
 
 
-def run(query: str, where: Any = None, catalog: FakeCatalog | None = None) -> tuple[str, list[Any]]:
+def run(
+    query: str, where: Any = None, catalog: FakeCatalog | None = None, refuse: bool = True
+) -> tuple[str, list[Any]]:
     pinned: list[Any] = []
 
     def chain_catalog(chain: Any, table: Any) -> str:
@@ -45,6 +47,7 @@ def run(query: str, where: Any = None, catalog: FakeCatalog | None = None) -> tu
         current_namespace=None,
         chain_catalog=chain_catalog,
         where=where,
+        refuse_unreadable=refuse,
     )
     return result.sql, pinned
 
@@ -127,6 +130,8 @@ def test_a_name_refused_as_a_view_and_as_a_table_says_both() -> None:
     message = str(err.value)
     assert "view sales.v_carol (VIEW_READ required)" in message and "TABLE_READ_PROPERTIES" in message, message
     assert err.value.kind == "forbidden" and err.value.status == 403
+    # the notebook's own Spark (no engine) meets the table's refusal itself, as before
+    assert run("SELECT * FROM lake.sales.v_carol", catalog=Refusing({}), refuse=False)[0].endswith("v_carol")
     readable = FakeCatalog({}, tables={"sales.orders"})  # a table the user reads: not a view (404), no error
     assert run("SELECT * FROM lake.sales.orders", catalog=readable)[0] == "SELECT * FROM lake.sales.orders"
 
