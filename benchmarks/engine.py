@@ -359,10 +359,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.warmup} warm-up(s) each excluded; results checked]",
                 flush=True,
             )
-            overhead_ms = (engine_s - own_s) * 1000
+            # each engine run follows an own run: their differences pair runs that met the same machine load
+            paired_ms = statistics.median(e - o for o, e in zip(times["own"], times["engine"], strict=True)) * 1000
+            best_ms = (min(times["engine"]) - min(times["own"])) * 1000  # a busy machine only adds time: best runs
             print(
-                f"per-query overhead of the engine over own Spark: {overhead_ms:.0f} ms (median engine - median own; "
-                f"target <= {OVERHEAD_TARGET_MS:.0f} ms) [{'met' if overhead_ms <= OVERHEAD_TARGET_MS else 'MISSED'}]",
+                f"per-query overhead of the engine over own Spark: {paired_ms:.0f} ms (median of the paired differences; "
+                f"target <= {OVERHEAD_TARGET_MS:.0f} ms) [{'met' if paired_ms <= OVERHEAD_TARGET_MS else 'MISSED'}]; "
+                f"best run against best run {best_ms:.0f} ms; medians' difference {(engine_s - own_s) * 1000:.0f} ms",
                 flush=True,
             )
             breakdown(dana, alice, args.repeat, expected)
