@@ -173,3 +173,9 @@ def test_a_view_you_may_not_read_is_named_with_its_privilege(catalog: Any, engin
     message = str(err.value)
     assert "view sales.v_carol" in message and "VIEW_READ" in message, message
     assert "\n" not in message
+    bob = login(catalog, "bob", engine)  # reads the table, created sales.v_eu, lacks VIEW_READ on it
+    try:
+        with pytest.raises(CatalogAccessError, match=r"view sales\.v_eu \(VIEW_READ required\)"):
+            bob.sql("SELECT * FROM lake.sales.v_eu").collect()
+    finally:
+        bob.close()
