@@ -67,21 +67,23 @@ class Whereabouts:
 
     def __init__(self, ask: Callable[[str, Any], list[tuple[Any, ...]]]) -> None:
         self._ask = ask  # (session id, user) -> the rows of QUESTION run in that session
-        self._known: OrderedDict[str, Where] = OrderedDict()  # bounded: sessions end without telling us
+        # by session id, with the principal that asked (an id released and claimed again starts afresh); bounded:
+        # sessions end without telling us
+        self._known: OrderedDict[str, tuple[str, Where]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, session_id: str, user: Any) -> Where:
         with self._lock:
             known = self._known.get(session_id)
-        if known is not None:
-            return known
+        if known is not None and known[0] == user.principal:
+            return known[1]
         from ..catalog._expand import unquoted
 
         catalog, database = self._ask(session_id, user)[0]
         namespace = unquoted(database) if database else ()
         where = (str(catalog), tuple(namespace))
         with self._lock:
-            self._known[session_id] = where
+            self._known[session_id] = (user.principal, where)
             while len(self._known) > _SESSIONS:
                 self._known.popitem(last=False)
         return where
