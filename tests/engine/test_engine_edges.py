@@ -64,12 +64,16 @@ def test_unqualified_and_differently_cased_view_names_resolve_as_in_spark(
     catalog: Any, engine: RunningEngine, view: str
 ) -> None:
     """``SALES.V_EU`` in the current catalog, ``v_eu`` in the current namespace after ``USE lake.sales`` (which
-    needs the namespace's NAMESPACE_READ_PROPERTIES: granted here), ``spark.table``: each is the view."""
+    needs the namespace's NAMESPACE_READ_PROPERTIES: refused with the catalog's own message, then granted
+    here), ``spark.table``: each is the view."""
     alice = login(catalog, "alice", engine)
     try:
         spark = alice.engine()
         assert rows(spark.sql("SELECT * FROM SALES.V_EU")) == EU
         assert rows(spark.sql("SELECT * FROM lake.Sales.V_eu")) == EU
+        with pytest.raises(CatalogAccessError) as err:  # not "Forbidden: Forbidden" (a refused HEAD has no body)
+            spark.sql("USE lake.sales").collect()
+        assert "namespace sales" in str(err.value) and "NAMESPACE_READ_PROPERTIES" in str(err.value), str(err.value)
         with granted(catalog, "eu-readers", "NAMESPACE_READ_PROPERTIES", "namespace sales"):
             spark.sql("USE lake.sales")
             assert rows(spark.sql("SELECT * FROM v_eu")) == EU
