@@ -219,6 +219,7 @@ def definer_views(session: Any, query: str) -> list[str]:
         catalog_name=session.catalog_name,
         current_namespace=None,
         chain_catalog=lambda chain, table: session.catalog_name,  # a dry run: nothing is registered
+        refuse_unreadable=True,  # a view the user may not read: its refusal, not only a table's (Spark's)
     )
     return list(dict.fromkeys(expansion.definers))
 

@@ -37,10 +37,11 @@ def cmd_engine(args: argparse.Namespace) -> int:
     """The trusted engine (``lakesession.engine``): Spark Connect acting for authenticated users."""
     try:
         from .engine._cli import main as engine_main
-    except ImportError as exc:  # the slim distributions leave the engine out
+    except ImportError as exc:  # lakesession-catalog leaves the engine out; Spark Connect is an extra
         print(
-            f"lakesession engine: {exc.name} is missing: the engine needs the full distribution with Spark "
-            "Connect (pip install -e '.[connect]' from a checkout; the slim lakesession-client leaves it out)",
+            f"lakesession engine: {exc.name} is missing: the engine needs lakesession-client with its [engine] "
+            "extra (pip install ./core './client[engine]' from a checkout) or the full distribution's "
+            "(pip install -e '.[engine]')",
             file=sys.stderr,
         )
         return 2

@@ -356,10 +356,17 @@ class Session:
 
     def chain(self, name: str | Sequence[str]) -> Any:
         """The view chain behind ``ns.view`` (or a tuple of levels and name) as a tree: object, security
-        model, user in effect, decision."""
+        model, user in effect, decision (this client's: with an ``engine``, its notes say to run the query there)."""
         from .catalog._chains import chain_tree
 
-        return chain_tree(self.catalog, name, token=self._token, uri=self.uri, catalog_names=(self.catalog_name,))
+        return chain_tree(
+            self.catalog,
+            name,
+            token=self._token,
+            uri=self.uri,
+            catalog_names=(self.catalog_name,),
+            engine=self._engine_url,
+        )
 
     def resolve(self, name: str | Sequence[str]) -> Any:
         """The same as ``chain(name)`` (its first name, kept for compatibility)."""

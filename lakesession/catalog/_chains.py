@@ -53,6 +53,7 @@ __all__ = [
 
 OWNER_PROPERTY = "trino.run-as-owner"
 MAX_DEPTH = 10
+ENGINE_HINT = "read the view through the platform's trusted engine: lakesession.connect(..., engine='sc://…'), then session.sql(...)"
 
 
 # ---------------------------------------------------------------- referenced-by
@@ -259,6 +260,7 @@ def chain_tree(
     separator: str | None = None,
     owner_property: str = OWNER_PROPERTY,
     catalog_names: Iterable[str] = (),
+    engine: str | None = None,
 ) -> ChainNode:
     """Resolve the view (or table) ``name`` into its chain tree, with the catalog's decision per node.
 
@@ -275,6 +277,8 @@ def chain_tree(
         owner_property: The view property whose presence makes a view DEFINER.
         catalog_names: Names this catalog goes by in view SQL (e.g. the Spark catalog name);
             other catalog qualifiers become ``external`` leaves.
+        engine: The session's trusted engine (``sc://…``), if it has one: a refusal because this client
+            is no trusted engine then says to run the query there, not to get an engine.
 
     Raises:
         ViewChainError: a cycle, a chain deeper than ``max_depth``, unparsable SQL, or an
@@ -292,7 +296,8 @@ def chain_tree(
         raise ViewChainError(f"{name!r} is not qualified: pass it as namespace.view (e.g. 'db.{name}').")
     ident: ViewId = (levels[:-1], levels[-1])
     display = name if isinstance(name, str) else _dotted(ident)
-    return _node(client, ident, display, [], principal_of(token()), max_depth, owner_property, local)
+    hint = engine_hint(engine)
+    return _node(client, ident, display, [], principal_of(token()), max_depth, owner_property, local, hint)
 
 
 def _node(
@@ -304,6 +309,7 @@ def _node(
     max_depth: int,
     owner_property: str,
     local: set[str],
+    hint: str = ENGINE_HINT,
 ) -> ChainNode:
     if ident in chain:
         cycle = " → ".join(_dotted(v) for v in [*chain[chain.index(ident) :], ident])
@@ -313,7 +319,7 @@ def _node(
         )
     status, body = client.get("views", ident, chain)
     if status == 200:
-        return _view_node(client, ident, display, chain, user, body, max_depth, owner_property, local)
+        return _view_node(client, ident, display, chain, user, body, max_depth, owner_property, local, hint)
     view_status, view_body = status, body
     status, body = client.get("tables", ident, chain)
     if status == 200:
@@ -324,10 +330,8 @@ def _node(
         return ChainNode(display, "view", None, None, user, "deny", note=_message(view_body))
     if view_status == 404:
         return ChainNode(display, "table", None, None, user, "deny", note=_message(body))
-    return ChainNode(display, "unknown", None, None, user, "deny", note=refusal_note(chain, user, view_body, body))
-
-
-ENGINE_HINT = "read the view through the platform's trusted engine: lakesession.connect(..., engine='sc://…'), then session.sql(...)"
+    note = refusal_note(chain, user, view_body, body, hint=hint)
+    return ChainNode(display, "unknown", None, None, user, "deny", note=note)
 
 
 def chain_hint(message: str) -> str:
@@ -340,7 +344,14 @@ def chain_hint(message: str) -> str:
     return f"{message}. Fix: {ENGINE_HINT}"
 
 
-def refusal_note(chain: Sequence[ViewId], user: str, *bodies: Any) -> str:
+def engine_hint(engine: str | None) -> str:
+    """What to do when this client is no trusted engine: get one, or (a session that has one) use it."""
+    if engine is None:
+        return ENGINE_HINT
+    return f"this session's trusted engine ({engine}) is one: session.sql(...) runs queries over the view there"
+
+
+def refusal_note(chain: Sequence[ViewId], user: str, *bodies: Any, hint: str = ENGINE_HINT) -> str:
     """Why a reference below ``chain`` was refused, from the catalog's messages: this client not being a
     trusted engine (its ``referenced-by`` ignored), a grant the user in effect lacks, or neither said."""
     messages = [m for m in (_message(b) for b in bodies) if m]
@@ -348,7 +359,7 @@ def refusal_note(chain: Sequence[ViewId], user: str, *bodies: Any) -> str:
     if "referenced-by was ignored" in said:
         return (
             f"refused: this client is not a trusted engine of the catalog, so it checked you instead of {user!r} "
-            f"(the view's owner); {ENGINE_HINT}"
+            f"(the view's owner); {hint}"
         )
     lacks = next((m for m in messages if " lacks " in m), None)
     if lacks is not None:
@@ -356,7 +367,7 @@ def refusal_note(chain: Sequence[ViewId], user: str, *bodies: Any) -> str:
     if chain:
         return (
             f"refused as a view and as a table; as {user!r} through the chain — if this client is not a trusted "
-            f"engine the catalog checked you instead (some catalogs ignore the chain silently): {ENGINE_HINT}"
+            f"engine the catalog checked you instead (some catalogs ignore the chain silently): {hint}"
         )
     return "refused both as a view and as a table (the catalog does not say which it is)"
 
@@ -371,6 +382,7 @@ def _view_node(
     max_depth: int,
     owner_property: str,
     local: set[str],
+    hint: str = ENGINE_HINT,
 ) -> ChainNode:
     metadata = body.get("metadata") or {}
     props = metadata.get("properties") or {}
@@ -392,5 +404,5 @@ def _view_node(
                 ChainNode(child_display, "external", None, None, below, None, note="in another catalog: not followed")
             )
             continue
-        node.children.append(_node(client, child, child_display, path, below, max_depth, owner_property, local))
+        node.children.append(_node(client, child, child_display, path, below, max_depth, owner_property, local, hint))
     return node

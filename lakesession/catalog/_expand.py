@@ -9,13 +9,19 @@ loads carry that chain in ``referenced-by`` (the gateway's chain routes), so the
 decides — per step, for the right user — and a table authorized through a view is never
 loaded into, or cached by, the main catalog.
 
-Statements other than queries (and ``INSERT … SELECT``) run unchanged: a ``CREATE VIEW`` must
-store what the user wrote, not chain catalog names.
+Statements other than queries (``INSERT … SELECT`` and ``EXPLAIN`` of either included) run unchanged:
+a ``CREATE VIEW`` must store what the user wrote, not chain catalog names.
+
+Names resolve as Spark resolves them: one- and two-part names in the current catalog and namespace
+(``where``, when the caller knows them), and a name the catalog does not know as written falls back to its
+lower-case form (Spark's identifiers are case-insensitive by default; catalogs store what DDL wrote, usually
+lower case) unless a table exists under the name as written.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +39,7 @@ from ._chains import (
     _classify,
     _Client,
     _dotted,
+    _message,
     _pick_sql,
     current_version,
 )
@@ -42,6 +49,10 @@ logger = logging.getLogger("lakesession.catalog")
 __all__ = ["Expansion", "expand", "quoted"]
 
 ChainCatalog = Callable[[tuple[ViewId, ...], ViewId], str]
+#: () -> (current catalog, current namespace): asked only when a one- or two-part name needs it
+Where = Callable[[], tuple[str, tuple[str, ...]]]
+#: Spark's EXPLAIN and its modes: the statement after it is expanded like a query
+_EXPLAIN = re.compile(r"(?is)^\s*explain(?:\s+(?:extended|codegen|cost|formatted))?\s+")
 
 
 @dataclass
@@ -93,10 +104,15 @@ class _Expander:
         current_namespace: tuple[str, ...] | None,
         chain_catalog: ChainCatalog,
         max_depth: int,
+        where: Where | None = None,
+        refuse_unreadable: bool = False,
     ):
         self.client = client
         self.catalog_name = catalog_name
         self.current_namespace = current_namespace
+        self._where = where
+        self._refuse_unreadable = refuse_unreadable
+        self._current: tuple[str, tuple[str, ...]] | None = None
         self.chain_catalog = chain_catalog
         self.max_depth = max_depth
         self.result = Expansion("")
@@ -106,32 +122,82 @@ class _Expander:
     def top_level(self, table: exp.Table) -> ViewId | None:
         """The identifier in this catalog that a reference of the user's query names, if any."""
         parts = [p.name for p in table.parts]
-        internal = chain_prefix(self.catalog_name.lower())
-        if parts[0].lower().startswith(internal):
-            raise ViewChainError(
-                f"{'.'.join(parts)} names an internal view-chain catalog: reference the view "
-                f"instead (e.g. {self.catalog_name}.ns.view); tables read through a view are "
-                f"not reachable directly."
-            )
+        self.refuse_internal(parts)
         if len(parts) >= 3:
             if parts[0].lower() != self.catalog_name.lower():
                 return None  # another catalog
             return tuple(parts[1:-1]), parts[-1]
+        if self._where is not None:  # Spark's rules: the current catalog, then its current namespace
+            catalog, namespace = self.where()
+            if catalog != self.catalog_name:
+                return None  # resolved in another catalog
+            if len(parts) == 2:
+                if parts[0] in (self.catalog_name, "spark_catalog") or parts[0].lower() == "global_temp":
+                    return None  # a catalog's root (no views there), or Spark's global temporary views
+                return (parts[0],), parts[1]
+            return (namespace, parts[0]) if namespace else None
         if len(parts) == 2:
             return (parts[0],), parts[1]
         if self.current_namespace:
             return self.current_namespace, parts[0]
         return None
 
+    def refuse_internal(self, parts: list[str]) -> None:
+        """A name of an internal view-chain catalog: ``ViewChainError``."""
+        if parts[0].lower().startswith(chain_prefix(self.catalog_name.lower())):
+            raise ViewChainError(
+                f"{'.'.join(parts)} names an internal view-chain catalog: reference the view "
+                f"instead (e.g. {self.catalog_name}.ns.view); tables read through a view are "
+                f"not reachable directly."
+            )
+
+    def refuse_unreadable(self, ident: ViewId, view_body: Any) -> None:
+        """A name refused as a view and as a table: both refusals, not only the table's (Spark asks for a table
+        first and stops at its 403, so a view the user may not read was reported as a table lacking a privilege
+        of tables). The catalog does not say which of the two exists; the message does not guess."""
+        status, table_body = self.client.get("tables", ident, [])
+        if status != 403:
+            return
+        from ..errors import CatalogAccessError
+
+        said = [m for m in (_message(view_body), _message(table_body)) if m]
+        raise CatalogAccessError(
+            f"Forbidden: {_dotted(ident)} is refused both as a view and as a table: {'; '.join(said) or 'no reason given'}",
+            "forbidden",
+            "org.apache.iceberg.exceptions.ForbiddenException",
+            403,
+        )
+
+    def where(self) -> tuple[str, tuple[str, ...]]:
+        """The session's current catalog and namespace (asked once per expansion, and only when needed)."""
+        if self._current is None:
+            assert self._where is not None
+            self._current = self._where()
+        return self._current
+
+    def load_view(self, ident: ViewId) -> tuple[ViewId, int, Any]:
+        """``(identifier, status, body)`` of the view ``ident`` names: as written, else its lower-case form
+        (Spark's identifiers are case-insensitive) unless a table goes by the name as written."""
+        status, body = self.client.get("views", ident, [])
+        lower = (tuple(p.lower() for p in ident[0]), ident[1].lower())
+        if status == 200 or lower == ident or self.client.get("tables", ident, [])[0] == 200:
+            return ident, status, body
+        lower_status, lower_body = self.client.get("views", lower, [])
+        return (lower, lower_status, lower_body) if lower_status == 200 else (ident, status, body)
+
     def query(self, tree: exp.Expr) -> None:
         for table in _table_refs(tree):
             ident = self.top_level(table)
             if ident is None:
                 continue
-            status, body = self.client.get("views", ident, [])
+            ident, status, body = self.load_view(ident)
+            if status == 403 and self._refuse_unreadable and len(table.parts) > 1:  # one part: maybe a temp view
+                self.refuse_unreadable(ident, body)
             if status == 200:
                 table.replace(self._subquery(self.view(ident, body, []), table))
-            elif len(table.parts) < 3:  # run where it was resolved: this session's catalog
+            elif len(table.parts) == 2 or (len(table.parts) == 1 and self._where is None):
+                # run where it was resolved: this session's catalog (a one-part name Spark resolves itself: it
+                # may be one of the session's temporary views, which come first)
                 table.replace(self._pinned(self.catalog_name, ident, table))
             self.changed = True
 
@@ -193,6 +259,8 @@ def expand(
     current_namespace: tuple[str, ...] | None,
     chain_catalog: ChainCatalog,
     max_depth: int = MAX_DEPTH,
+    where: Where | None = None,
+    refuse_unreadable: bool = False,
 ) -> Expansion:
     """``query`` with every view of ``catalog_name`` it reads expanded (see the module docstring).
 
@@ -203,11 +271,31 @@ def expand(
         current_namespace: Where one-part names resolve (Spark's current namespace when the
             current catalog is ``catalog_name``), or None to leave them to Spark.
         chain_catalog: ``(chain, table) -> catalog name`` serving ``table`` through ``chain``.
+        where: ``() -> (current catalog, current namespace)`` of the session that runs the query, called
+            at most once and only for a one- or two-part name; given, it replaces ``current_namespace``.
+        refuse_unreadable: A name of the query refused both as a view and as a table raises
+            ``CatalogAccessError`` with both refusals (the engine, and the notebook's routing to it); else
+            Spark meets the table's refusal alone.
 
     Raises:
         ViewChainError: a cycle, a chain deeper than ``max_depth``, unparsable view SQL, or a
             reference to an internal chain catalog.
+        CatalogAccessError: with ``refuse_unreadable``, a name refused both as a view and as a table.
     """
+    explain = _EXPLAIN.match(query)
+    if explain is not None:  # its plan is the statement's: expanded the same way
+        inner = expand(
+            query[explain.end() :],
+            client=client,
+            catalog_name=catalog_name,
+            current_namespace=current_namespace,
+            chain_catalog=chain_catalog,
+            max_depth=max_depth,
+            where=where,
+            refuse_unreadable=refuse_unreadable,
+        )
+        inner.sql = query[: explain.end()] + inner.sql if inner.sql != query[explain.end() :] else query
+        return inner
     try:
         tree = sqlglot.parse_one(query, read="spark")
     except sqlglot.errors.ParseError:
@@ -215,14 +303,14 @@ def expand(
         return Expansion(query)
     if tree is None:
         return Expansion(query)
-    expander = _Expander(client, catalog_name, current_namespace, chain_catalog, max_depth)
+    expander = _Expander(client, catalog_name, current_namespace, chain_catalog, max_depth, where, refuse_unreadable)
     if isinstance(tree, exp.Query):
         expander.query(tree)
     elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Query):
         expander.query(tree.expression)
     else:
-        for table in _table_refs(tree):  # still refuse direct use of chain catalogs
-            expander.top_level(table)
+        for table in _table_refs(tree):  # still refuse direct use of chain catalogs (resolving nothing)
+            expander.refuse_internal([p.name for p in table.parts])
         return Expansion(query)
     result = expander.result
     result.sql = tree.sql(dialect="spark") if expander.changed else query

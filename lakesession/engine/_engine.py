@@ -153,16 +153,9 @@ class Engine:
             self._session_conf,
             self._chain_conf,
         )
-        credentials = None
-        if cfg.tls_cert:
-            import grpc
-
-            if not cfg.tls_key:
-                raise ConfigError("tls_cert needs tls_key")
-            with open(cfg.tls_key, "rb") as k, open(cfg.tls_cert, "rb") as c:
-                credentials = grpc.ssl_server_credentials([(k.read(), c.read())])
+        # the TLS credentials Engine() read: the files are read once, and a bad one failed before Spark started
         self._server, self.port = self.front.server(
-            f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=credentials
+            f"{cfg.host}:{cfg.port}", workers=cfg.workers, credentials=self._tls
         )
         users.start_reaper()
         logger.info("lakesession engine serving %s (Spark Connect on 127.0.0.1:%d)", self.address, backend_port)

@@ -17,15 +17,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import grpc
 
 from .._wire.enginerules import ERROR_CLASS, REFUSED_CLASS, SQL_STATE, chain_prefix
 from ._auth import Authenticator, Unauthenticated
-from ._rewrite import Rewriter
+from ._rewrite import CatalogRefusal, ExpansionCache, Rewriter
 from ._sandbox import ConfPolicy, Refused, check_plan, walk
 from ._users import CatalogUnavailable, EngineUser, ExchangeRefused, Exhausted, SessionEnded, Users
+from ._where import EMPTY_TABLE_LIST, QUESTION, Whereabouts, changes_where, list_tables_here
 
 __all__ = ["FrontDoor", "SessionTable"]
 
@@ -54,25 +56,31 @@ def _identity(b: bytes) -> bytes:
 REFUSED_REASON = "ENGINE_REFUSED"
 
 
-def _status(code: grpc.StatusCode, message: str, rule: str, error_class: str | None = None) -> Any:
-    """A gRPC status carrying an ``ErrorInfo`` (what Spark Connect clients turn into an exception)."""
+def _error_metadata(rule: str, error_class: str | None, cls: str) -> dict[str, str]:
+    """The ``ErrorInfo`` metadata: a refusal carries the rulebook's class, error class and SQLSTATE (as the JVM's
+    do); another class (the catalog's 403) only itself and the rule."""
     import json
 
+    metadata = {"classes": json.dumps([cls]), "rule": rule}
+    if cls == REFUSED_CLASS:
+        metadata |= {"errorClass": ERROR_CLASS, "sqlState": SQL_STATE}
+    if error_class:  # INVALID_HANDLE.SESSION_CHANGED: pyspark's client then knows its session is gone
+        metadata["errorClass"] = error_class
+    return metadata
+
+
+def _status(
+    code: grpc.StatusCode, message: str, rule: str, error_class: str | None = None, cls: str = REFUSED_CLASS
+) -> Any:
+    """A gRPC status carrying an ``ErrorInfo`` (what Spark Connect clients turn into an exception)."""
     from google.protobuf import any_pb2
     from google.rpc import error_details_pb2, status_pb2
     from grpc_status import rpc_status
 
-    # the JVM's refusals carry the same class, error class and SQLSTATE (the rulebook's refusal contract); a
-    # session the engine ended says INVALID_HANDLE.SESSION_CHANGED: pyspark's client then knows it is gone
     info = error_details_pb2.ErrorInfo(
         reason=REFUSED_REASON,
         domain="lakesession",
-        metadata={
-            "classes": json.dumps([REFUSED_CLASS]),
-            "rule": rule,
-            "errorClass": error_class or ERROR_CLASS,
-            "sqlState": SQL_STATE,
-        },
+        metadata=_error_metadata(rule, error_class, cls),
     )
     detail = any_pb2.Any()
     detail.Pack(info)
@@ -205,12 +213,42 @@ class FrontDoor:
             req.operation.set.pairs.add(key=k, value=v)
         self._call("unary_unary", "Config")(req.SerializeToString(), metadata=self._metadata)
 
+    @cached_property
+    def expansions(self) -> ExpansionCache:
+        """One expansion per statement: ``sql()``, ``collect()`` and analyses send the same text."""
+        return ExpansionCache()
+
+    @cached_property
+    def whereabouts(self) -> Whereabouts:
+        """Each session's current catalog and namespace, as its Spark resolves names."""
+        return Whereabouts(self._ask_where)
+
+    def _ask_where(self, session_id: str, user: EngineUser) -> list[tuple[Any, ...]]:
+        """The rows of ``QUESTION`` run in ``session_id`` (the front door's own call, no user text)."""
+        import pyarrow as pa
+
+        pb = self.pb
+        req = pb.ExecutePlanRequest(session_id=session_id, client_type="lakesession-engine")
+        req.user_context.user_id = user.principal
+        req.user_context.user_name = user.principal
+        req.plan.root.sql.query = QUESTION
+        rows: list[tuple[Any, ...]] = []
+        for chunk in self._call("unary_stream", "ExecutePlan")(req.SerializeToString(), metadata=self._metadata):
+            resp = pb.ExecutePlanResponse.FromString(chunk)
+            if resp.HasField("arrow_batch"):
+                table = pa.ipc.open_stream(resp.arrow_batch.data).read_all()
+                rows.extend(tuple(row.values()) for row in table.to_pylist())
+        return rows
+
     def _rewriter(self, user: EngineUser, session_id: str) -> Rewriter:
         def chain_conf(name: str, uri: str) -> None:
             if self.sessions.needs(session_id, name):
                 self._configure(user, session_id, self._chain_conf(user, name, uri))
 
-        return Rewriter(user, self._key, chain_conf)
+        def where() -> tuple[str, tuple[str, ...]]:
+            return self.whereabouts.get(session_id, user)
+
+        return Rewriter(user, self._key, chain_conf, where=where, cache=self.expansions, session_id=session_id)
 
     def _prefix(self, user: EngineUser | None = None) -> str:
         return chain_prefix(self.users.catalog_name)
@@ -227,6 +265,12 @@ class FrontDoor:
 
     def _expand(self, plan: Any, user: EngineUser, session_id: str) -> dict[str, str]:
         rewriter = self._rewriter(user, session_id)
+        if changes_where(plan):  # USE, SET CATALOG, setCurrentDatabase …: ask its Spark again next time
+            self.whereabouts.forget(session_id)
+        for msg in list_tables_here(plan):  # a catalog's root holds no tables: Spark's parser fails on its ''
+            if self.whereabouts.get(session_id, user) == (user.catalog_name, ()):
+                msg.ClearField("catalog")
+                msg.sql.query = EMPTY_TABLE_LIST
         back: dict[str, str] = {}
         for msg in list(walk(plan)):
             name = msg.DESCRIPTOR.full_name
@@ -274,6 +318,9 @@ class FrontDoor:
         if isinstance(exc, CatalogUnavailable):
             message = f"lakesession engine: cannot act for you now: {exc}"
             context.abort_with_status(_status(grpc.StatusCode.UNAVAILABLE, message, "catalog-unavailable"))
+        if isinstance(exc, CatalogRefusal):  # the catalog's 403, as Spark would have passed it on
+            forbidden = "org.apache.iceberg.exceptions.ForbiddenException"
+            context.abort_with_status(_status(grpc.StatusCode.PERMISSION_DENIED, str(exc), "catalog", cls=forbidden))
         if isinstance(exc, Unauthenticated):
             context.abort_with_status(_status(grpc.StatusCode.UNAUTHENTICATED, f"lakesession engine: {exc}", "auth"))
         if isinstance(exc, Refused):

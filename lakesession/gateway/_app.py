@@ -43,6 +43,7 @@ from ._rewrite import (
     signing_unsupported,
     stamp_expiry,
     with_separator,
+    without_namespace_head,
 )
 from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing, signer_path
 from ._upstream import Reply, Upstream, error_reply, send_reply
@@ -335,7 +336,7 @@ class GatewayApp:
         if status == 200 and path.rstrip("/").endswith("/v1/config"):
             self._note_endpoints(content)
             self.paths.note_config(content)
-            content = rewrite_table_config(content, self.upstream.base_url, base)
+            content = without_namespace_head(rewrite_table_config(content, self.upstream.base_url, base))
         if status == 200 and "/tables" in path:
             loaded = what is not None and what[0] in ("load_table", "create_table")
             if loaded or self.access == SIGNING:

@@ -138,6 +138,23 @@ def offers_credentials(config_body: bytes) -> bool | None:
     return CREDENTIALS_ENDPOINT in endpoints if isinstance(endpoints, list) else False
 
 
+NAMESPACE_EXISTS = "HEAD /v1/{prefix}/namespaces/{namespace}"
+
+
+def without_namespace_head(body: bytes) -> bytes:
+    """A ``/v1/config`` answer without the namespace-exists endpoint: Iceberg Java then asks with a GET (its
+    fallback) whose refusal carries the catalog's message, where a refused HEAD has no body and Spark's ``USE``
+    reported "Forbidden: Forbidden". Nothing else changes: the GET is the same question, authorized the same."""
+    if NAMESPACE_EXISTS.encode() not in body:
+        return body
+    doc = _json_object(body)
+    endpoints = doc.get("endpoints") if doc is not None else None
+    if doc is None or not isinstance(endpoints, list):
+        return body
+    doc["endpoints"] = [e for e in endpoints if e != NAMESPACE_EXISTS]
+    return json.dumps(doc).encode()
+
+
 def _json_object(body: bytes) -> dict[str, Any] | None:
     """``body`` as a JSON object, or None when it is not one (then it passes through unchanged)."""
     try:

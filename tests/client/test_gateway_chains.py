@@ -162,3 +162,21 @@ def test_a_scan_report_through_a_chain_is_answered_by_the_gateway() -> None:
         assert other.status_code == 403  # still only the chain's own tables
     finally:
         gw.stop()
+
+
+def test_the_jvm_asks_whether_a_namespace_exists_with_a_get() -> None:
+    """A refused HEAD has no body (Spark's ``USE`` said "Forbidden: Forbidden"); without the endpoint listed,
+    Iceberg Java asks with GET, whose refusal carries the catalog's message. The rest of the answer is kept."""
+    import json
+
+    from lakesession.gateway._rewrite import NAMESPACE_EXISTS, without_namespace_head
+
+    config = {
+        "defaults": {"a": "b"},
+        "overrides": {},
+        "endpoints": [NAMESPACE_EXISTS, "GET /v1/{prefix}/namespaces/{namespace}"],
+    }
+    out = json.loads(without_namespace_head(json.dumps(config).encode()))
+    assert out == {**config, "endpoints": ["GET /v1/{prefix}/namespaces/{namespace}"]}
+    unlisted = b'{"defaults": {}, "overrides": {}}'
+    assert without_namespace_head(unlisted) == unlisted

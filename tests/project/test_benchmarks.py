@@ -92,6 +92,8 @@ SMOKES = [
         (
             rf"aggregate over 3000 rows: own Spark \(direct grant\) {NUM} s, engine \(DEFINER view\) {NUM} s, "
             rf"ratio {NUM}",
+            rf"per-query overhead of the engine over own Spark: -?{NUM} ms \(median of the paired differences; .*"
+            rf"best run against best run -?{NUM} ms",
             rf"own Spark: sql\(\) {NUM} s \+ collect\(\) {NUM} s = {NUM} s; engine: routing check {NUM} s",
             rf"2 concurrent users: 4 queries in {NUM} s, {NUM} queries/s, p50 {NUM} s, p95 {NUM} s",
             rf"reference, 2 threads on own Spark .* throughput ratio own/engine {NUM}",

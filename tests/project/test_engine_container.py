@@ -1,9 +1,10 @@
 """``Containerfile.engine``, checked against the repository (no container runtime on the CI machines).
 
 Like the catalog's ``Containerfile`` (``test_distributions.py``): what it copies exists, what it installs is
-the full distribution with Spark Connect, what it runs is ``lakesession engine`` with flags its parser
-knows, and the engine's client secret reaches it only through a variable or a file, never an argument
-(``ps`` shows arguments to every user of the host).
+lakesession-client (which owns the engine) with its ``[engine]`` extra — none of the catalog server's stack, which
+the engine never imports (its modules' imports, followed through the package, say so) — what it runs is
+``lakesession engine`` with flags its parser knows, and the engine's client secret reaches it only through a
+variable or a file, never an argument (``ps`` shows arguments to every user of the host).
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ import re
 import shlex
 import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.project.test_distributions import SERVER_DOORS, SERVER_STACK, _imports, _module_name, _sources
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "Containerfile.engine"
@@ -53,16 +59,71 @@ def _env() -> dict[str, str]:
     return pairs
 
 
-def test_it_copies_what_exists_and_installs_the_full_distribution_with_spark_connect() -> None:
+def _pyproject(folder: str) -> dict[str, object]:
+    return tomllib.loads((ROOT / folder / "pyproject.toml").read_text())["project"]  # type: ignore[no-any-return]
+
+
+def _installed_requirements() -> list[Requirement]:
+    """Every requirement the recipe's ``pip install`` asks for: each local distribution's dependencies (and those
+    of the extras it names), and what it names from an index."""
+    (command,) = [args for word, args in _instructions() if word == "RUN" and "pip install" in args]
+    words = shlex.split(command.split("pip install", 1)[1].split("&&", 1)[0])
+    out: list[Requirement] = []
+    for word in words:
+        path, _, extras = word.partition("[")
+        if path.startswith("/src/"):
+            project = _pyproject(path.removeprefix("/src/"))
+            out += [Requirement(r) for r in project["dependencies"]]  # type: ignore[attr-defined]
+            for extra in filter(None, extras.rstrip("]").split(",")):
+                out += [Requirement(r) for r in project["optional-dependencies"][extra]]  # type: ignore[index]
+        else:
+            out.append(Requirement(word))
+    return out
+
+
+def test_it_copies_what_exists_and_installs_the_engine_without_the_catalog_server() -> None:
     copies = [shlex.split(args)[:-1] for word, args in _instructions() if word == "COPY"]
     sources = [s for c in copies for s in c]
     assert sources and all((ROOT / s).exists() for s in sources), sources
-    assert {"lakesession", "pyproject.toml"} <= set(sources)
+    assert {"lakesession", "core", "client"} <= set(sources) and "catalog" not in sources
     runs = " ".join(args for word, args in _instructions() if word == "RUN")
-    assert '-e "/src[connect]"' in runs  # the full distribution (the slim ones leave the engine out)
-    assert "connect" in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert '"pyspark[connect]>=4.1,<4.2"' in runs  # the engine is Spark Connect on Spark 4.1
+    assert 'pip install /src/core "/src/client[engine]"' in runs and " -e " not in runs
+    wanted = {canonicalize_name(r.name): r for r in _installed_requirements()}
+    assert "lakesession" not in wanted and "lakesession-catalog" not in wanted  # the full and the server's: neither
+    assert not SERVER_STACK & set(wanted), SERVER_STACK & set(wanted)
+    assert not {"httptools", "limits", "psycopg"} & set(wanted)  # the rest of the server's own
+    spark = [r for r in _installed_requirements() if canonicalize_name(r.name) == "pyspark" and "connect" in r.extras]
+    assert spark and all(r.specifier.contains("4.1.0") and not r.specifier.contains("4.0.0") for r in spark)
+    client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]
+    assert "lakesession/engine" in client["wheel"]["only-include"]  # the client distribution ships the engine
     assert "openjdk-17-jre-headless" in runs and _one("FROM").endswith("-bookworm")  # Debian 12 has OpenJDK 17
+
+
+def test_the_engine_imports_nothing_of_the_catalog_server() -> None:
+    """Every import of the engine's modules, followed through the package (function-level imports too): no
+    module of the server (reference/), neither of the client's doors to it, none of the server's stack."""
+    package = ROOT / "lakesession"
+    modules = {_module_name(p): p for p in _sources(package)}
+    todo = [m for m in modules if m.startswith("lakesession.engine")]
+    assert "lakesession.engine._proxy" in todo
+    seen: set[str] = set()
+    outside: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for name in _imports(modules[module]):
+            if not name.startswith("lakesession"):
+                outside.add(name.split(".")[0])
+                continue
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name:
+                todo.append(name)
+    assert [m for m in seen if m.startswith("lakesession.reference") or m in SERVER_DOORS] == []
+    assert not outside & SERVER_STACK, outside & SERVER_STACK
+    assert {"pyspark", "grpc", "hypercorn"} <= outside  # what it does import: Spark Connect and the gateway's server
 
 
 def test_it_runs_lakesession_engine_with_flags_the_engine_knows() -> None:
