@@ -72,6 +72,7 @@ from tests._engine import (
     login,
     seed_policy,
 )
+from tests._sockets import java_children
 from tests.factories import make_catalog
 
 pytestmark = ENGINE_TESTS
@@ -210,19 +211,6 @@ def raw(engine: RunningEngine, received: Received) -> Iterator[RawConnect]:
 # -- the store's log -----------------------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
 def _socket_inode(port: int, server_port: int) -> int | None:
     """The inode of the local TCP socket ``127.0.0.1:port -> :server_port`` (IPv4 or IPv4-mapped IPv6)."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -270,7 +258,7 @@ class StoreWatch:
 @pytest.fixture(scope="module", autouse=True)
 def store(catalog: Any, engine: RunningEngine) -> Iterator[StoreWatch]:
     emulator = catalog.s3_emulator
-    jvm = [p for p in _children(engine.process.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "java"]
+    jvm = java_children(engine.process.pid)
     assert len(jvm) == 1, jvm
     processes = {"engine JVM": jvm[0], "engine": engine.process.pid, "tests": os.getpid()}
     watch = StoreWatch(int(emulator.endpoint.rsplit(":", 1)[1]), processes)
@@ -822,7 +810,7 @@ def test_the_engines_command_line_holds_no_secret(engine: RunningEngine) -> None
     JVM in its environment (readable only by the engine's own account) and the key after it started; the
     server behind the front door still wants the token.
     """
-    jvm = next(p for p in _children(engine.process.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "java")
+    jvm = java_children(engine.process.pid)[0]
     args = Path(f"/proc/{jvm}/cmdline").read_bytes().decode().split("\0")
     confs = dict(a.split("=", 1) for a in args if a.startswith("spark.") and "=" in a)
     named = sorted(confs)  # keys only: a failure must not print a secret

@@ -20,24 +20,11 @@ import pytest
 
 from lakesession.errors import EngineUnavailableError
 from tests._engine import ENGINE_TESTS, login, start_engine
+from tests._sockets import children
 
 pytestmark = ENGINE_TESTS
 
 LONG_QUERY = "SELECT sum(hash(id)) FROM range(100000000000)"  # minutes of work: no optimizer shortcut
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (the engine's JVM)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 def alive(pid: int) -> bool:
