@@ -34,6 +34,7 @@ INTERNAL_EXCEPTIONS = {
     # raises as EngineRefusedError / its Connect errors
     "lakesession.engine._auth.Unauthenticated": "caught in engine/_proxy.py (UNAUTHENTICATED)",
     "lakesession.engine._sandbox.Refused": "caught in engine/_proxy.py (PERMISSION_DENIED)",
+    "lakesession.engine._rewrite.CatalogRefusal": "caught in engine/_proxy.py (PERMISSION_DENIED as the catalog's 403)",
     "lakesession.engine._limits.Exhausted": "caught in engine/_proxy.py (RESOURCE_EXHAUSTED: EngineRefusedError)",
     "lakesession.engine._limits.ExchangeRefused": "caught in engine/_proxy.py (UNAUTHENTICATED)",
     "lakesession.engine._limits.CatalogUnavailable": "caught in engine/_proxy.py (UNAVAILABLE: CatalogAccessError)",
