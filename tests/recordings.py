@@ -1,4 +1,5 @@
-"""What real peers answer, as recorded on these machines (``../shared/notes``): test doubles replay these.
+"""What real peers answer, as recorded on these machines (``tests/fixtures/recordings``, copies of
+``../shared/notes``): test doubles replay these.
 
 A double of Polaris or Lakekeeper that answers what we guess (``BadRequestException`` where Polaris says
 ``IllegalArgumentException``) lets a test pass while the real catalog fails, so the doubles' answers come
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTES = Path(os.environ.get("LAKESESSION_SHARED_DIR") or ROOT.parent / "shared") / "notes"
+#: the repository's copies (a plain clone has no ``../shared``); ``ORIGINALS``: where the notes themselves are
+NOTES = ROOT / "tests" / "fixtures" / "recordings"
+ORIGINALS = Path(os.environ.get("LAKESESSION_SHARED_DIR") or ROOT.parent / "shared") / "notes"
 
 
 @dataclass(frozen=True)
@@ -93,5 +96,5 @@ def note(peer: str) -> str:
     """A recording's note, its line breaks read as spaces; a missing note fails the test that needs it."""
     path = NOTES / peer
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: the recorded answers of {peer} (../shared/notes) are missing")
+        raise FileNotFoundError(f"{path}: the recorded answers of {peer} (tests/fixtures/recordings) are missing")
     return " ".join(path.read_text().split())

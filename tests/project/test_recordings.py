@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.recordings import ALL, POLARIS_UNSUPPORTED_DELEGATION, Recorded, note
+from tests.recordings import ALL, NOTES, ORIGINALS, POLARIS_UNSUPPORTED_DELEGATION, Recorded, note
 
 
 @pytest.mark.parametrize("recorded", ALL, ids=lambda r: f"{r.peer}:{r.status}:{r.recorded_as[0][:30]}")
@@ -27,3 +27,12 @@ def test_polaris_says_illegal_argument_not_bad_request() -> None:
     assert "turns a 400 of type `IllegalArgumentException` into `java.lang.IllegalArgumentException`" in note(
         "polaris-1.4.1.md"
     )
+
+
+@pytest.mark.parametrize("peer", sorted({r.peer for r in ALL}))
+def test_the_repositorys_copy_is_the_note_itself(peer: str) -> None:
+    """The copies in tests/fixtures/recordings are the verified notes, byte for byte (when the notes are here)."""
+    original = ORIGINALS / peer
+    if not original.is_file():
+        pytest.skip(f"no original to compare with ({original}): a plain clone; the copy is what the suite reads")
+    assert (NOTES / peer).read_bytes() == original.read_bytes()
