@@ -237,3 +237,16 @@ def arrow_rows(responses: list[Any]) -> list[dict[str, Any]]:
         if response.HasField("arrow_batch"):
             rows.extend(pa.ipc.open_stream(response.arrow_batch.data).read_all().to_pylist())
     return rows
+
+
+def signed_in_token(handle: Any, who: str) -> str:
+    """An access token of ``who`` from a sign-in session (a refresh family, with a ``sid``) at ``handle``'s issuer,
+    as a notebook's device login leaves it: what revoking the sign-in session takes back."""
+    import httpx
+
+    first = handle.admin._issuer.issue_token(who, with_refresh=True)
+    answer = httpx.post(
+        f"{handle.issuer_uri}/token",
+        data={"grant_type": "refresh_token", "refresh_token": first["refresh_token"], "client_id": "lakesession-cli"},
+    )
+    return str(answer.raise_for_status().json()["access_token"])

@@ -85,3 +85,15 @@ def java_children(pid: int) -> list[int]:
         if os.path.basename(exe) == "java":
             out.append(child)
     return out
+
+
+def usage(pid: int | str = "self") -> dict[str, float]:
+    """``pid``'s OS threads, open sockets and resident memory (MiB): what an engine's users cost it."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    sockets = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            sockets += os.readlink(fd).startswith("socket:")
+        except OSError:
+            continue
+    return {"threads": int(status["Threads"]), "sockets": sockets, "rss_mib": int(status["VmRSS"].split()[0]) / 1024}

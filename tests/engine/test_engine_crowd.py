@@ -9,16 +9,15 @@ evicted, the engine process is back where it started (printed with ``-s``).
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests._engine import ENGINE_SECRET, ENGINE_TESTS, RawConnect, RunningEngine, start_engine
+from tests._engine import ENGINE_SECRET, ENGINE_TESTS, RawConnect, RunningEngine, signed_in_token, start_engine
+from tests._sockets import usage
 from tests.factories import Policy, make_catalog
 
 pytestmark = ENGINE_TESTS
@@ -37,17 +36,6 @@ def crowd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Runni
         args = ["--idle-timeout", "3", "--max-users", str(N + WARM)]
         with start_engine(handle, tmp_path_factory.mktemp("crowd-engine"), extra_args=args) as engine:
             yield handle, engine
-
-
-def usage(pid: int) -> dict[str, float]:
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    sockets = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            sockets += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return {"threads": int(status["Threads"]), "sockets": sockets, "rss_mib": int(status["VmRSS"].split()[0]) / 1024}
 
 
 def come_and_go(catalog: Any, engine: RunningEngine, names: list[str]) -> dict[str, float]:
@@ -92,16 +80,10 @@ def test_a_revoked_user_is_refused_at_the_next_session_and_evicted(crowd: tuple[
     """rita's sign-in session (refresh family) is revoked: her token still verifies (JWKS), but the issuer no longer
     exchanges it, so the engine refuses her next session in one line and frees what she held."""
     import grpc
-    import httpx
 
     catalog, engine = crowd
     issuer = catalog.admin._issuer
-    first = issuer.issue_token("rita", with_refresh=True)
-    answer = httpx.post(
-        f"{catalog.issuer_uri}/token",
-        data={"grant_type": "refresh_token", "refresh_token": first["refresh_token"], "client_id": "lakesession-cli"},
-    )
-    token = answer.raise_for_status().json()["access_token"]
+    token = signed_in_token(catalog, "rita")
     raw = RawConnect(engine)
     pb = raw.pb
 

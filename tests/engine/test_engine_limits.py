@@ -9,10 +9,8 @@ each answer one line.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +28,7 @@ from tests._engine import (
     seed_policy,
     start_engine,
 )
+from tests._sockets import usage
 from tests.factories import make_catalog, vended_catalog
 
 pytestmark = ENGINE_TESTS
@@ -52,22 +51,6 @@ def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Running
         with start_engine(handle, tmp_path_factory.mktemp("limits-engine"), extra_args=limits) as engine:
             create_definer_view(handle, engine)
             yield handle, engine
-
-
-def usage(pid: int) -> dict[str, int]:
-    """The engine process's threads and sockets (its JVM is another process)."""
-    threads = int(
-        next(
-            line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Threads:")
-        ).split()[1]
-    )
-    sockets = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            sockets += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return {"threads": threads, "sockets": sockets}
 
 
 def wait_idle(engine: RunningEngine, who: str, since: int) -> None:

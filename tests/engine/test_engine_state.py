@@ -10,7 +10,6 @@ and after eviction (``-s`` shows them).
 from __future__ import annotations
 
 import gc
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,8 @@ import pytest
 
 from lakesession.engine._limits import ExchangeRefused, Exhausted
 from lakesession.engine._users import Users
-from tests._engine import ENGINE_SECRET
+from tests._engine import ENGINE_SECRET, signed_in_token
+from tests._sockets import usage
 from tests.factories import Policy, make_catalog
 
 pytestmark = pytest.mark.slow
@@ -40,22 +40,6 @@ def crowd() -> Iterator[Any]:
 
 def users(handle: Any, **limits: Any) -> Users:
     return Users(handle.uri, f"{handle.issuer_uri}/token", "engine", ENGINE_SECRET, **limits)
-
-
-def usage() -> dict[str, float]:
-    """This process's OS threads, open sockets and resident memory (MiB)."""
-    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
-    sockets = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return {
-        "threads": int(status["Threads"]),
-        "sockets": sockets,
-        "rss_mib": int(status["VmRSS"].split()[0]) / 1024,
-    }
 
 
 def test_no_gateway_before_the_exchange_succeeds(crowd: Any) -> None:
@@ -105,12 +89,7 @@ def test_max_sessions_per_user(crowd: Any) -> None:
 def test_a_revoked_sign_in_session_is_refused_and_evicted(crowd: Any) -> None:
     """The user's sign-in session (refresh family) is revoked: the next check refuses them and frees the gateway."""
     issuer = crowd.admin._issuer
-    first = issuer.issue_token("u005", with_refresh=True)
-    answer = httpx.post(
-        f"{crowd.issuer_uri}/token",
-        data={"grant_type": "refresh_token", "refresh_token": first["refresh_token"], "client_id": "lakesession-cli"},
-    )
-    token = answer.raise_for_status().json()["access_token"]
+    token = signed_in_token(crowd, "u005")
     sid = issuer.verify(token)["sid"]
     evicted: list[str] = []
     table = users(crowd, on_evict=lambda user, why: evicted.append(user.principal))
