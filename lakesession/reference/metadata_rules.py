@@ -24,6 +24,8 @@ from typing import Any, TypeGuard
 
 from .errors import BadRequest
 
+__all__ = ["Violation", "check", "check_numbers", "check_schema_defaults", "refused"]
+
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 ONE_MINUTE = 60_000  # TableMetadata.ONE_MINUTE: the clock skew Java tolerates between commits
@@ -69,22 +71,44 @@ _RE_TIMESTAMP = re.compile(rf"({_DATE})T({_TIME})")
 _RE_TIMESTAMPTZ = re.compile(rf"({_DATE})T({_TIME})\+00:00")  # as Java and pyiceberg write them
 
 
+class Violation(ValueError):
+    """One rule Iceberg Java's parser enforces, broken; ``refused`` turns it into the client's 400."""
+
+
+def refused(kind: str, violation: Violation) -> BadRequest:
+    """The 400 for a ``kind`` ("table", "view") metadata file Iceberg Java would refuse to read."""
+    return BadRequest(
+        f"Invalid {kind} metadata: {violation}. The catalog refuses metadata that Iceberg Java (Spark, Trino, "
+        "Flink) cannot read"
+    )
+
+
 def check(raw: bytes) -> None:
     """Refuse (BadRequest naming the field) metadata that Iceberg Java's parser would refuse to read."""
     doc = json.loads(raw)
-    _row_lineage(doc)
+    try:
+        _row_lineage(doc)
+        check_numbers(doc)
+        _unique(doc)
+        for schema in doc.get("schemas") or []:
+            check_schema_defaults(schema, f"schema {schema.get('schema-id')}")
+        _timestamps(doc)
+    except Violation as v:
+        raise refused("table", v) from None
+
+
+def check_numbers(doc: Any) -> None:
+    """Every integer in ``doc`` fits the Java int or long its key is read as; type strings are valid."""
     _numbers(doc, "")
-    _unique(doc)
-    for schema in doc.get("schemas") or []:
-        _defaults(schema, f"schema {schema.get('schema-id')}")
-    _timestamps(doc)
 
 
-def _fail(message: str) -> BadRequest:
-    return BadRequest(
-        f"Invalid table metadata: {message}. The catalog refuses metadata that Iceberg Java (Spark, Trino, "
-        "Flink) cannot read"
-    )
+def check_schema_defaults(schema: Any, where: str) -> None:
+    """Every field's ``initial-default``/``write-default`` in ``schema`` parses as the field's type."""
+    _defaults(schema, where)
+
+
+def _fail(message: str) -> Violation:
+    return Violation(message)
 
 
 def _row_lineage(doc: dict[str, Any]) -> None:
