@@ -1,0 +1,131 @@
+"""Device logins no one can block (issue 40, V15 and V16; RFC 8628 §5.2, §3.5).
+
+V15: one account approved 120 of its own device codes from three /24s; an approved code was never
+evicted and had no per-account bound, so the store stayed full and every new user got 503
+(Retry-After 589) for ten minutes. V16: one device authorization from each of 10,000 /24s filled the
+store with one-code networks (none may be evicted), and every new login got 503 for ~9 minutes per burst.
+
+Attacked as they were found: real HTTP from real loopback source addresses (127.a.b.c are all bindable
+on Linux; the server takes the address from the socket, as in production), at a small store where a
+flood is a few dozen requests. The 10,000-network flood feeds the server's own pending-code store
+directly (the HTTP path of each code is the one the small floods take), while the new user signs in
+over HTTP. The guarantee under test (docs/security.md, "Device login"): after a flood of any shape,
+a new device login succeeds within ``device_code_ttl_under_pressure`` seconds (120 by default).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from lakesession.reference import ReferenceCatalog, start
+from lakesession.reference.idp._devices import DeviceCredential
+from lakesession.reference.settings import AbuseLimits
+from tests.factories import Policy
+
+DEVICE = "urn:ietf:params:oauth:grant-type:device_code"
+ALICE_SECRET = "alice-secret-flood-1"
+MALLORY_SECRET = "mallory-secret-flood-1"
+POLICY = Policy().user("alice", ALICE_SECRET).user("mallory", MALLORY_SECRET)
+GUARANTEE = 120  # device_code_ttl_under_pressure's default: the documented bound after a flood
+
+
+def from_address(handle: ReferenceCatalog, address: str) -> httpx.Client:
+    return httpx.Client(base_url=handle.uri, timeout=60, transport=httpx.HTTPTransport(local_address=address))
+
+
+def authorize(c: httpx.Client) -> httpx.Response:
+    return c.post("/oidc/device_authorization", data={"client_id": "lakesession-cli", "scope": "catalog"})
+
+
+def approve(c: httpx.Client, user_code: str, username: str, password: str) -> httpx.Response:
+    form = {"user_code": user_code, "username": username, "password": password, "action": "approve"}
+    return c.post("/oidc/device", data=form)
+
+
+def poll(c: httpx.Client, device_code: str) -> httpx.Response:
+    return c.post(
+        "/oidc/token", data={"grant_type": DEVICE, "device_code": device_code, "client_id": "lakesession-cli"}
+    )
+
+
+# -- V15: one account approving its own codes ---------------------------------------------------------------
+@pytest.fixture
+def store_of_120(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
+    handle = start(
+        data_dir=tmp_path_factory.mktemp("v15"), bootstrap=POLICY.parse(), abuse=AbuseLimits(device_pending_total=120)
+    )
+    yield handle
+    handle.stop()
+
+
+def test_v15_one_account_approving_120_own_codes_cannot_block_new_logins(store_of_120: ReferenceCatalog) -> None:
+    """mallory: 120 codes from three /24s (four addresses each, ten codes per address, under every rate
+    limit), each approved on the verification page as herself. Before: the store (120) was full of
+    codes that could never be evicted; alice from another network got 503, Retry-After ~590."""
+    began = time.perf_counter()
+    codes: list[tuple[str, dict]] = []
+    for net in (1, 2, 3):
+        for host in (1, 2, 3, 4):
+            address = f"127.15.{net}.{host}"
+            with from_address(store_of_120, address) as m:
+                for _ in range(10):
+                    r = authorize(m)
+                    assert r.status_code == 200, r.text
+                    codes.append((address, r.json()))
+    approved = 0
+    for address, grant in codes:
+        with from_address(store_of_120, address) as m:
+            page = approve(m, grant["user_code"], "mallory", MALLORY_SECRET)
+            approved += page.status_code == 200 and "Approved" in page.text
+    assert approved == 120  # every approval is accepted (past the cap, her oldest approval is dropped)
+    with from_address(store_of_120, "127.16.0.1") as alice:
+        r = authorize(alice)
+        assert r.status_code == 200, (r.status_code, r.headers.get("Retry-After"), r.text)  # before: 503, 589 s
+        started = r.json()
+        page = approve(alice, started["user_code"], "alice", ALICE_SECRET)
+        assert page.status_code == 200 and "Approved" in page.text, page.text
+        assert poll(alice, started["device_code"]).status_code == 200
+    cap = AbuseLimits().device_approved_per_principal
+    live = 0
+    for address, grant in codes:
+        with from_address(store_of_120, address) as m:
+            live += poll(m, grant["device_code"]).status_code == 200
+    assert live == cap  # her last `cap` approvals still sign her devices in; the older ones were dropped
+    assert time.perf_counter() - began < 30
+
+
+# -- V16: a flood from 10,000 networks ----------------------------------------------------------------------
+def credential(address: str, user_code: str, ttl: float = 600) -> DeviceCredential:
+    return DeviceCredential(
+        "lakesession-cli", "catalog", user_code, expires_at=time.time() + ttl, interval=5, address=address
+    )
+
+
+def ten_thousand_networks() -> list[str]:
+    """One address in each of 10,000 /24s (and /64s): the flood no per-network rule can evict."""
+    return [f"10.{i >> 8 & 255}.{i & 255}.7" if i % 2 else f"2001:db8:{i:x}::7" for i in range(10_000)]
+
+
+def test_v16_a_flood_from_ten_thousand_networks_blocks_new_logins_for_at_most_the_guarantee(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Default settings (10,000 pending codes, 600 s codes). Before: the user's 503 said Retry-After ~600
+    (a code of the flood expires only then). Now the codes issued under pressure live ``GUARANTEE`` s,
+    so the store frees at least half its room within that."""
+    handle = start(data_dir=tmp_path_factory.mktemp("v16"), bootstrap=POLICY.parse())
+    try:
+        devices = handle.app.state.issuer.devices
+        for address in ten_thousand_networks():
+            devices.add(secrets.token_urlsafe(32), credential(address, secrets.token_hex(8)))
+        assert len(devices) == 10_000
+        with from_address(handle, "127.17.0.1") as alice:
+            r = authorize(alice)
+            assert r.status_code == 503 and r.json()["error"] == "temporarily_unavailable", r.text
+            assert 1 <= int(r.headers["Retry-After"]) <= GUARANTEE, r.headers["Retry-After"]  # before: 589..600
+    finally:
+        handle.stop()
