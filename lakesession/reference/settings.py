@@ -26,6 +26,9 @@ class AbuseLimits:
         device_pending_total: Pending device codes overall; when full, a new one evicts the oldest code of
             the network holding the most, never a code a user already approved, and waits (503) rather
             than evict when no network holds more than one (``idp/_devices.py``).
+        device_approved_per_principal: Approved (or denied) device codes one principal may hold before their
+            devices redeem them; approving one more withdraws that principal's oldest (its device is told
+            ``expired_token``). Such codes are never evicted by anyone else's authorizations.
         token_rate_per_address: Token endpoint calls per address.
         token_failures_per_client_address: Failed token requests per (client id, address).
         token_failures_per_address: Failed token requests per address.
@@ -38,6 +41,7 @@ class AbuseLimits:
     device_pending_per_address: int = 50
     device_pending_per_network: int = 1000
     device_pending_total: int = 10_000
+    device_approved_per_principal: int = 5
     token_rate_per_address: str = "1200/minute"
     token_failures_per_client_address: str = "20/minute"
     token_failures_per_address: str = "60/minute"
@@ -62,6 +66,9 @@ class ServerSettings:
         access_token_ttl: Lifetime of access tokens minted by the embedded issuer, in seconds.
         refresh_token_ttl: Lifetime of refresh tokens minted by the embedded issuer, in seconds.
         device_code_ttl: How long a device code can wait for approval, in seconds.
+        device_code_ttl_under_pressure: The (shorter) lifetime of codes issued while half the pending-code store
+            (``abuse.device_pending_total``) is taken; also the bound on how long any flood keeps new device
+            logins out once it stops (``idp/_devices.py``).
         device_poll_interval: Minimum polling interval the device flow asks clients to keep, in seconds.
         namespace_separator: How multi-level namespaces are joined in URLs (spec default ``%1F``).
         extra_config: Extra properties added to every ``/v1/config`` answer's ``defaults``.
@@ -96,6 +103,7 @@ class ServerSettings:
     access_token_ttl: int = 3600
     refresh_token_ttl: int = 7 * 24 * 3600
     device_code_ttl: int = 600
+    device_code_ttl_under_pressure: int = 120
     device_poll_interval: int = 5
     namespace_separator: str = "%1F"
     extra_config: dict[str, str] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Pending device codes (RFC 8628), in memory, bounded so that no flood can end a user's sign-in.
+"""Pending device codes (RFC 8628), in memory, bounded so that no flood can end or block a user's sign-in.
 
 The store is bounded per address, per network and overall. A network is the /24 of an IPv4
 address or the /64 of an IPv6 one (what one site, one NAT or one customer typically holds;
@@ -9,7 +9,10 @@ cannot hurt a user signing in:
 
 * A code is *settled* once a user signed in on the verification page and approved (or denied)
   it: that is the step where the code is shown to an authenticated user. A settled code is
-  never evicted; it leaves when its device redeems it or when it expires.
+  never evicted by anyone else's authorizations; it leaves when its device redeems it or when it
+  expires. Each principal holds at most ``per_principal`` settled codes (issue 40, V15: one account
+  approving its own codes filled the store for ten minutes): settling one more withdraws that
+  principal's oldest settled code (it expires at once, so its device is told ``expired_token``).
 * Among unsettled codes, the victim is the oldest code of the network holding the most
   (counting the newcomer's own network, so a network at the top evicts its own oldest code;
   among equally large networks, the one that reached that size last). A flood from one
@@ -17,11 +20,22 @@ cannot hurt a user signing in:
 * If that network would hold a single code, every network holds at most one: the flood comes
   from as many networks as the store has codes, and evicting by age would evict the user who
   started first. The new authorization is refused instead (503 ``temporarily_unavailable``
-  with ``Retry-After`` until the oldest code expires). Users already signing in finish; new
+  with ``Retry-After`` until the first code expires). Users already signing in finish; new
   ones wait for the flood's codes to expire. A store full of settled codes refuses the same way.
 
-Every operation is O(1) (amortised): codes sit in insertion-ordered dicts (all codes share one
-lifetime, so insertion order is expiry order), per-group counts are kept as codes come and go,
+How long that wait can be is bounded (issue 40, V16: a flood from 10,000 /24s made it ~10 min).
+While at least half the store is taken (*pressure*), a new code lives ``pressure_ttl`` seconds
+instead of its normal lifetime (RFC 8628 lets the server choose ``expires_in``; the device is told).
+A code gets the long lifetime only while fewer than ``total // 2`` codes are live, so at most half
+the store ever holds long-lived codes; the rest expires within ``pressure_ttl`` of its issue. Hence
+the guarantee: once a flood of any shape stops, a new device authorization succeeds within
+``pressure_ttl`` seconds (120 by default), and every 503 says ``Retry-After`` <= ``pressure_ttl``
+unless the store is full of long-lived settled codes (bounded by ``per_principal`` per account).
+Keeping new logins out longer takes a sustained flood of ``(total - total // 2) / pressure_ttl``
+authorizations per second (~42/s by default) from at least ``total`` distinct networks.
+
+Every operation is O(1) (amortised): codes sit in insertion-ordered dicts, one per lifetime (codes
+of one lifetime expire in insertion order), per-group counts are kept as codes come and go,
 and the groups are bucketed by size, so the largest network is found without a scan. Expired
 codes linger ``LINGER_SECONDS`` to answer ``expired_token``, no longer counting against the
 quotas, and are the first to go when the store is full.
@@ -60,6 +74,8 @@ class DeviceCredential(DeviceCredentialMixin):
     key: str = field(default="", repr=False)  # the store's key (hash of the device code)
     network: str = field(default="", repr=False)
     evictable: bool = field(default=False, repr=False)  # live and not yet settled
+    settled_by: str | None = field(default=None, repr=False)  # the principal who approved or denied it
+    queue: str = field(default="", repr=False)  # which lifetime queue holds it while live
 
     def get_client_id(self) -> str:
         return self.client_id
@@ -151,8 +167,16 @@ class _Groups:
             self._max = new  # sizes move by one: the group itself now tops the next bucket (or none is left)
 
 
+@dataclass(frozen=True)
+class Settled:
+    """A code was settled; ``withdrawn`` names the user codes of the principal's older settled codes it replaced."""
+
+    withdrawn: tuple[str, ...] = ()
+
+
 class DeviceStore:
-    """Pending device codes, bounded per address, per network and overall (see the module docstring).
+    """Pending device codes, bounded per address, per network, per approving principal and overall
+    (see the module docstring).
 
     Never per client id: every user of ``lakesession-cli`` shares that id, so a per-id bound
     is a lock-out anyone can trigger.
@@ -160,26 +184,40 @@ class DeviceStore:
 
     LINGER_SECONDS = 300
 
-    def __init__(self, *, per_address: int = 0, per_network: int = 0, total: int = 10_000) -> None:
+    def __init__(
+        self,
+        *,
+        per_address: int = 0,
+        per_network: int = 0,
+        total: int = 10_000,
+        per_principal: int = 5,
+        pressure_ttl: float = 0,
+    ) -> None:
         self.per_address = per_address  # 0: unbounded
         self.per_network = per_network  # 0: unbounded
         self.total = max(1, total)
+        self.per_principal = max(1, per_principal)
+        self.pressure_ttl = pressure_ttl  # 0: codes keep their own lifetime whatever the load
+        self.high_water = self.total // 2  # at or above this many live codes, new ones live pressure_ttl
         self._lock = threading.Lock()
         self._by_device: dict[str, DeviceCredential] = {}
         self._by_user: dict[str, str] = {}
-        self._live: OrderedDict[str, None] = OrderedDict()  # unexpired codes, oldest (= first to expire) first
+        # unexpired codes per lifetime ("normal", "pressure"), oldest (= first to expire) first
+        self._queues: dict[str, OrderedDict[str, None]] = {"normal": OrderedDict(), "pressure": OrderedDict()}
+        self._live = 0
         self._lingering: OrderedDict[str, None] = OrderedDict()  # expired codes kept to answer expired_token
         self._addresses = _Groups()  # live codes per address
         self._networks = _Groups()  # live codes per network
         self._evictable = _Groups()  # live, unsettled codes per network
+        self._settled = _Groups()  # live, settled codes per principal, in the order they were settled
 
     def __len__(self) -> int:
         return len(self._by_device)
 
     def add(self, device_code: str, cred: DeviceCredential) -> tuple[int, float] | None:
-        """Store ``cred``; None when stored, else (429 for an exhausted quota of this address or network,
-        503 when the store is full of codes it must keep, or on a user-code collision) and the seconds
-        until a slot frees up."""
+        """Store ``cred`` (shortening its ``expires_at`` under pressure); None when stored, else (429 for an
+        exhausted quota of this address or network, 503 when the store is full of codes it must keep, or on
+        a user-code collision) and the seconds until a slot frees up."""
         with self._lock:
             now = time.time()
             self._expire(now)
@@ -193,28 +231,42 @@ class DeviceStore:
             if cred.user_code in self._by_user:
                 return 503, 1.0
             if len(self._by_device) >= self.total and not self._make_room(network):
-                oldest = self._by_device[next(iter(self._live))].expires_at if self._live else now + 1
-                return 503, oldest - now
+                return 503, self._next_expiry(now) - now
+            queue = "normal"
+            if self.pressure_ttl and self._live >= self.high_water and cred.expires_at > now + self.pressure_ttl:
+                cred.expires_at, queue = now + self.pressure_ttl, "pressure"
             key = digest(device_code)
-            cred.key, cred.network, cred.evictable = key, network, True
+            cred.key, cred.network, cred.evictable, cred.queue = key, network, True, queue
             self._by_device[key] = cred
             self._by_user[cred.user_code] = key
-            self._live[key] = None
+            self._queues[queue][key] = None
+            self._live += 1
             self._addresses.add(cred.address, key)
             self._networks.add(network, key)
             self._evictable.add(network, key)
             return None
 
-    def settle(self, cred: DeviceCredential) -> bool:
-        """Mark ``cred`` as shown to and decided by a signed-in user: never evicted from now on.
-        False if it is no longer pending (evicted, expired or redeemed meanwhile)."""
+    def settle(self, cred: DeviceCredential, principal: str = "") -> Settled | None:
+        """Mark ``cred`` as shown to and decided by ``principal`` (signed in): never evicted by others from now
+        on. Past ``per_principal`` settled codes, the principal's oldest one is withdrawn (expires now).
+        None if ``cred`` is no longer pending (evicted, expired or redeemed meanwhile)."""
         with self._lock:
-            if self._by_device.get(cred.key) is not cred or cred.key not in self._live:
-                return False
+            if self._by_device.get(cred.key) is not cred or not cred.queue:
+                return None
             if cred.evictable:
                 self._evictable.remove(cred.network, cred.key)
                 cred.evictable = False
-            return True
+            withdrawn: list[str] = []
+            if cred.settled_by is None:
+                while self._settled.size(principal) >= self.per_principal:
+                    old = self._by_device[self._settled.oldest(principal)]
+                    self._withdraw(old, time.time())
+                    withdrawn.append(old.user_code)
+                cred.settled_by = principal
+                self._settled.add(principal, cred.key)
+            if withdrawn:
+                logger.info("device approvals: withdrew %d older settled code(s) of one principal", len(withdrawn))
+            return Settled(tuple(withdrawn))
 
     def by_device_code(self, device_code: str) -> DeviceCredential | None:
         with self._lock:
@@ -248,32 +300,48 @@ class DeviceStore:
         logger.info("device-code store full: evicted the oldest pending code of network %s", top)
         return True
 
+    def _next_expiry(self, now: float) -> float:
+        """When the first live code expires (a slot frees up then)."""
+        heads = [self._by_device[next(iter(q))].expires_at for q in self._queues.values() if q]
+        return min(heads) if heads else now + 1
+
+    def _withdraw(self, cred: DeviceCredential, now: float) -> None:
+        """End a live code now: it lingers (its device is told ``expired_token``) and holds no room."""
+        cred.expires_at = min(cred.expires_at, now)
+        self._unlive(cred.key, cred)
+        self._lingering[cred.key] = None
+
     def _remove(self, key: str) -> DeviceCredential:
         cred = self._by_device.pop(key)
         self._by_user.pop(cred.user_code, None)
-        if key in self._live:
+        if cred.queue:
             self._unlive(key, cred)
         else:
             self._lingering.pop(key, None)
         return cred
 
     def _unlive(self, key: str, cred: DeviceCredential) -> None:
-        del self._live[key]
+        del self._queues[cred.queue][key]
+        cred.queue = ""
+        self._live -= 1
         self._addresses.remove(cred.address, key)
         self._networks.remove(cred.network, key)
         if cred.evictable:
             self._evictable.remove(cred.network, key)
             cred.evictable = False
+        if cred.settled_by is not None:
+            self._settled.remove(cred.settled_by, key)
 
     def _expire(self, now: float) -> None:
         """Move codes that expired to the lingering list, and drop those that lingered long enough."""
-        while self._live:
-            key = next(iter(self._live))
-            cred = self._by_device[key]
-            if cred.expires_at > now:
-                break
-            self._unlive(key, cred)
-            self._lingering[key] = None
+        for queue in self._queues.values():
+            while queue:
+                key = next(iter(queue))
+                cred = self._by_device[key]
+                if cred.expires_at > now:
+                    break
+                self._unlive(key, cred)
+                self._lingering[key] = None
         while self._lingering:
             key = next(iter(self._lingering))
             if self._by_device[key].expires_at >= now - self.LINGER_SECONDS:

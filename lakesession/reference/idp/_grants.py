@@ -392,11 +392,12 @@ class DeviceAuthorization(DeviceAuthorizationEndpoint):
         data["verification_uri_complete"] = add_params_to_uri(
             data["verification_uri"], [("user_code", data["user_code"])]
         )
+        now = time.time()
         cred = DeviceCredential(
             request.client.get_client_id(),
             request.payload.scope or DEFAULT_SCOPE,
             data["user_code"],
-            expires_at=time.time() + data["expires_in"],
+            expires_at=now + data["expires_in"],
             interval=data["interval"],
             address=getattr(request, "address", ""),
         )
@@ -406,4 +407,5 @@ class DeviceAuthorization(DeviceAuthorizationEndpoint):
             if status == 429:
                 raise TooManyRequestsError("Too many pending codes from this address or network", retry_after=wait)
             raise TemporarilyUnavailableError("Too many pending device authorizations; retry later", retry_after=wait)
+        data["expires_in"] = max(1, round(cred.expires_at - now))  # shorter while the store is under pressure
         return 200, data, default_json_headers

@@ -63,6 +63,8 @@ class EmbeddedIssuer:
             per_address=abuse.device_pending_per_address,
             per_network=abuse.device_pending_per_network,
             total=abuse.device_pending_total,
+            per_principal=abuse.device_approved_per_principal,
+            pressure_ttl=settings.device_code_ttl_under_pressure,
         )
         self.throttle = Throttle(abuse)
         self.server = OAuthServer(self)
@@ -192,25 +194,29 @@ class EmbeddedIssuer:
             raise BadRequest("This user code was already approved or denied")
         return cred
 
-    def approve_device(self, user_code: str, principal: str) -> None:
-        """Let the device holding ``user_code`` obtain tokens as ``principal``."""
+    def approve_device(self, user_code: str, principal: str) -> tuple[str, ...]:
+        """Let the device holding ``user_code`` obtain tokens as ``principal``; the user codes of that
+        principal's older approvals withdrawn to stay within ``device_approved_per_principal``."""
         cred = self._pending(user_code)
         if self.directory.get_principal(principal) is None:
             raise BadRequest(f"Unknown principal {principal!r}")
         with cred.lock:
             if cred.approved is not None:
                 raise BadRequest("This user code was already approved or denied")
-            if not self.devices.settle(cred):  # shown to a signed-in user: never evicted from now on
+            settled = self.devices.settle(cred, principal)  # never evicted by others' floods from now on
+            if settled is None:
                 raise BadRequest("Unknown or expired user code")
             cred.principal, cred.approved = principal, True
         logger.info("device authorization approved for principal %r (client %r)", principal, cred.client_id)
+        return settled.withdrawn
 
-    def deny_device(self, user_code: str) -> None:
+    def deny_device(self, user_code: str, principal: str = "") -> None:
+        """Refuse the device holding ``user_code``; the denial counts against ``principal``'s settled codes."""
         cred = self._pending(user_code)
         with cred.lock:
             if cred.approved is not None:
                 raise BadRequest("This user code was already approved or denied")
-            if not self.devices.settle(cred):
+            if self.devices.settle(cred, principal) is None:
                 raise BadRequest("Unknown or expired user code")
             cred.approved = False
         logger.info("device authorization denied (client %r)", cred.client_id)
@@ -289,14 +295,19 @@ class EmbeddedIssuer:
             return self._page(user_code, error="Invalid username or password.", status=401)
         try:
             if form.get("action") == "deny":
-                self.deny_device(user_code)
+                self.deny_device(user_code, principal.name)
                 return self._page("", notice="Access denied. The device will not be signed in.")
-            self.approve_device(user_code, principal.name)
+            withdrawn = self.approve_device(user_code, principal.name)
         except BadRequest as exc:
             return self._page(user_code, error=exc.message + ".", status=400)
-        return self._page(
-            "", notice=f"Approved. The device is now signed in as {principal.name}; you can close this page."
-        )
+        notice = f"Approved. The device is now signed in as {principal.name}; you can close this page."
+        if withdrawn:
+            notice += (
+                f" Your older approval{'s' if len(withdrawn) > 1 else ''} of {', '.join(withdrawn)}, not yet used by "
+                f"{'their devices' if len(withdrawn) > 1 else 'its device'}, {'were' if len(withdrawn) > 1 else 'was'}"
+                f" withdrawn: at most {self.devices.per_principal} approvals may wait for their devices."
+            )
+        return self._page("", notice=notice)
 
     def _page(self, user_code: str, *, error: str = "", notice: str = "", status: int = 200) -> HTMLResponse:
         e = html.escape
