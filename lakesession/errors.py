@@ -20,6 +20,7 @@ LakesessionError
 │   ├── TokenRefreshError                 the issuer is unreachable / failing (transient; recovers)
 │   ├── ScopeError                        the issuer refused the scope sent (invalid_scope): says what it expects
 │   └── DeviceFlowError                   the device-code login did not complete
+│       └── SignInBusyError               the issuer answered 429/503: says when to try again (Retry-After)
 ├── CatalogAccessError                    the catalog refused (401/403) or failed (5xx, timeout) a request
 │   ├── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
 │   └── CapabilityError                   the catalog does not offer what was asked (remote signing, grants)
@@ -64,6 +65,7 @@ __all__ = [
     "ScopeError",
     "SessionClosedError",
     "SessionError",
+    "SignInBusyError",
     "SparkMissingError",
     "StorageAccessError",
     "TokenRefreshError",
@@ -170,6 +172,16 @@ class ScopeError(IdentityError):
 
 class DeviceFlowError(IdentityError):
     """The device-code login (RFC 8628) did not complete: denied, expired or timed out."""
+
+
+class SignInBusyError(DeviceFlowError):
+    """The issuer's sign-in service answered 429 or 503 (a flood, a rate limit): one line naming the status and
+    the server's ``Retry-After``. ``status`` is that HTTP status; ``retry_after`` the seconds (None if not said)."""
+
+    def __init__(self, message: str, status: int, retry_after: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
 
 
 # -- the catalog ------------------------------------------------------------------------------------------------

@@ -19,7 +19,14 @@ from ._base import TokenSource
 from ._cache import TokenCache, default_cache_path
 from ._device import DeviceCode, DevicePrompt
 from ._discovery import discover, from_issuer
-from ._errors import DeviceFlowError, IdentityError, LoginRequiredError, ScopeError, TokenRefreshError
+from ._errors import (
+    DeviceFlowError,
+    IdentityError,
+    LoginRequiredError,
+    ScopeError,
+    SignInBusyError,
+    TokenRefreshError,
+)
 from ._flows import Anonymous, ClientCredentials, StaticToken, TokenExchange
 from ._jupyterhub import JupyterHubToken
 
@@ -34,6 +41,7 @@ __all__ = [
     "LakesessionError",
     "LoginRequiredError",
     "ScopeError",
+    "SignInBusyError",
     "StaticToken",
     "TokenCache",
     "TokenExchange",

@@ -12,9 +12,9 @@ from typing import Any
 from ._base import Token
 from ._cache import TokenCache
 from ._claims import claim_str
-from ._errors import LOGIN_HINT, DeviceFlowError, LoginRequiredError, _OAuthRejected, _Transient
+from ._errors import LOGIN_HINT, DeviceFlowError, LoginRequiredError, SignInBusyError, _OAuthRejected, _Transient
 from ._flows import _OAuthSource, rejected
-from ._oauth import DEVICE_CODE_GRANT, call, post_form
+from ._oauth import DEVICE_CODE_GRANT, busy, call, post_form, transient_status
 
 logger = logging.getLogger("lakesession.identity")
 
@@ -96,6 +96,13 @@ class DeviceCode(_OAuthSource):
         self._on_prompt = on_prompt or print_prompt
         self._timeout = timeout
         self._auth_method = "client_secret_basic" if client_secret else "none"
+        # a poll's 429/503 keeps its status and Retry-After (authlib would reduce it to an OAuth error code)
+        self._client.register_compliance_hook("access_token_response", self._keep_busy_answer)
+
+    def _keep_busy_answer(self, response: Any) -> Any:
+        if transient_status(response.status_code):
+            raise busy(self._token_url, response)
+        return response
 
     @property
     def logged_in(self) -> bool:
@@ -110,6 +117,8 @@ class DeviceCode(_OAuthSource):
         try:
             grant = post_form(self._client, self._device_url, data, self._auth_method)
         except _Transient as exc:
+            if exc.status is not None:  # the issuer answered: the network is fine, the service is not
+                raise self._unavailable(exc, self._device_url, "start the device login") from None
             raise DeviceFlowError(
                 f"Cannot start the device login: {exc.reason}. Check the issuer URL and the "
                 "network, then call login() again."
@@ -142,15 +151,36 @@ class DeviceCode(_OAuthSource):
         self._install(token)
         logger.info("device login complete: signed in as %r at %s", claim_str(token.claims, "sub"), self._where)
 
+    def _unavailable(self, exc: _Transient, url: str, doing: str) -> DeviceFlowError:
+        """One line for an HTTP answer that is not a refusal: busy (429/503, with the server's Retry-After) or failing."""
+        status = exc.status or 0
+        when = f"try again in {max(1, round(exc.retry_after))} s" if exc.retry_after is not None else "try again later"
+        if status in (429, 503):
+            return SignInBusyError(
+                f"The catalog's sign-in service is busy (HTTP {status}); {when}, then call login() again "
+                f"({url} could not {doing}).",
+                status,
+                exc.retry_after,
+            )
+        return DeviceFlowError(
+            f"The catalog's sign-in service failed (HTTP {status}); {when}, then call login() again "
+            f"({url} could not {doing})."
+        )
+
     def _poll(self, device_code: str, interval: float, budget: float) -> Token:
         deadline = time.monotonic() + budget
         failures = 0
+        told: _Transient | None = None  # the last busy answer that named a Retry-After
         url = self._token_url
         while True:
             wait = interval + POLL_SLACK
             if failures:
                 wait += random.uniform(0, min(30.0, 2.0**failures))  # RFC 8628 §3.5: back off on errors
+            if told is not None and told.retry_after is not None:
+                wait = max(wait, told.retry_after)  # the server said when: never sooner
             if time.monotonic() + wait >= deadline:
+                if told is not None and told.status is not None:
+                    raise self._unavailable(told, self._token_url, "finish the device login before the code expires")
                 raise DeviceFlowError(
                     f"The device login was not approved within {budget:.0f} s. "
                     "Call login() again and approve the code in the browser sooner."
@@ -162,10 +192,13 @@ class DeviceCode(_OAuthSource):
                 )
             except _Transient as exc:
                 failures += 1
+                told = exc if exc.status is not None else None
+                if exc.error == "slow_down":
+                    interval += SLOW_DOWN_STEP
                 logger.warning("polling %s for the device login failed (%s); retrying", self._where, exc.reason)
                 continue
             except _OAuthRejected as exc:
-                failures = 0
+                failures, told = 0, None
                 if exc.error == "authorization_pending":
                     continue
                 if exc.error == "slow_down":

@@ -7,19 +7,42 @@ Messages never contain a secret; each one says how to fix the problem.
 
 from __future__ import annotations
 
-from ..errors import DeviceFlowError, IdentityError, LoginRequiredError, ScopeError, TokenRefreshError
+from ..errors import (
+    DeviceFlowError,
+    IdentityError,
+    LoginRequiredError,
+    ScopeError,
+    SignInBusyError,
+    TokenRefreshError,
+)
 
-__all__ = ["LOGIN_HINT", "DeviceFlowError", "IdentityError", "LoginRequiredError", "ScopeError", "TokenRefreshError"]
+__all__ = [
+    "LOGIN_HINT",
+    "DeviceFlowError",
+    "IdentityError",
+    "LoginRequiredError",
+    "ScopeError",
+    "SignInBusyError",
+    "TokenRefreshError",
+]
 
 LOGIN_HINT = "run `%lakesession login` in a notebook, or call lakesession.connect(...) again (a new device login)"
 
 
 class _Transient(Exception):
-    """Internal: a failure worth retrying (connection error, 5xx, 429, ``temporarily_unavailable``)."""
+    """Internal: a failure worth retrying (connection error, 5xx, 429, ``temporarily_unavailable``).
 
-    def __init__(self, reason: str):
+    ``status`` is the HTTP status when the server answered (None: no answer, e.g. a refused connection),
+    ``retry_after`` its ``Retry-After`` in seconds when it said one, ``error`` its OAuth error code if any."""
+
+    def __init__(
+        self, reason: str, status: int | None = None, retry_after: float | None = None, error: str | None = None
+    ):
         super().__init__(reason)
         self.reason = reason
+        self.status = status
+        self.retry_after = retry_after
+        self.error = error
 
 
 class _OAuthRejected(Exception):

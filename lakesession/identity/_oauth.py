@@ -9,6 +9,8 @@ or ``IdentityError``. No message ever includes a request or response body.
 
 from __future__ import annotations
 
+import email.utils
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -53,6 +55,36 @@ def transient_status(status: int) -> bool:
     return status >= 500 or status in (408, 429)
 
 
+def retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date, RFC 9110 §10.2.3); None if absent
+    or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def busy(url: str, response: Any) -> _Transient:
+    """A transient HTTP answer (5xx, 408, 429) as ``_Transient``, with its status, Retry-After and OAuth error."""
+    status = int(response.status_code)
+    error = None
+    try:
+        body = response.json()
+        if isinstance(body, dict) and isinstance(body.get("error"), str):
+            error = body["error"][:64]
+    except ValueError:
+        pass
+    return _Transient(f"{url} answered HTTP {status}", status, retry_after(response.headers.get("retry-after")), error)
+
+
 def call(url: str, request: Callable[[], Any]) -> dict[str, Any]:
     """Run one token-endpoint request (``request()``, e.g. ``client.fetch_token(...)``) and sort its failures."""
     try:
@@ -66,7 +98,7 @@ def call(url: str, request: Callable[[], Any]) -> dict[str, Any]:
     except STATUS_ERRORS as exc:
         status = exc.response.status_code
         if transient_status(status):
-            raise _Transient(f"{url} answered HTTP {status}") from None
+            raise busy(url, exc.response) from None
         raise IdentityError(
             f"{url} answered HTTP {status} without an OAuth error. Check that this URL is the issuer's token endpoint."
         ) from None
