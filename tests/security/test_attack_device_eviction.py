@@ -101,7 +101,7 @@ def test_a_flood_from_distinct_networks_waits_instead_of_evicting(small: Referen
         assert [r.status_code for r in responses] == [200] * (TOTAL - 1) + [503] * 11
         refused = responses[-1]
         assert refused.json()["error"] == "temporarily_unavailable", refused.text
-        assert 1 <= int(refused.headers["Retry-After"]) <= 600
+        assert 1 <= int(refused.headers["Retry-After"]) <= 120  # codes issued under pressure live 120 s
         assert_signs_in(small, user, started)
 
 

@@ -147,6 +147,9 @@ class _Groups:
     def oldest(self, group: str) -> str:
         return next(iter(self.members[group]))
 
+    def newest(self, group: str) -> str:
+        return next(reversed(self.members[group]))
+
     def largest(self) -> tuple[str, int]:
         """The group holding the most keys (among equals, the last to reach that size) and its size; ("", 0) if none."""
         if not self._max:
@@ -226,8 +229,9 @@ class DeviceStore:
                 (self._addresses, cred.address, self.per_address),
                 (self._networks, network, self.per_network),
             ):
-                if bound and groups.size(label) >= bound:
-                    return 429, self._by_device[groups.oldest(label)].expires_at - now
+                if bound and groups.size(label) >= bound:  # a slot frees when the oldest or the newest expires
+                    first, last = self._by_device[groups.oldest(label)], self._by_device[groups.newest(label)]
+                    return 429, min(first.expires_at, last.expires_at) - now
             if cred.user_code in self._by_user:
                 return 503, 1.0
             if len(self._by_device) >= self.total and not self._make_room(network):
