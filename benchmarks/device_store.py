@@ -9,15 +9,29 @@ what an empty one does. Three figures, same process, same calls:
 * at the bound, refusing: full of one-code networks, every newcomer refused (503).
 
     python benchmarks/device_store.py [--pending 10000] [--calls 20000]
+
+``--soak`` floods a real reference catalog over loopback HTTP instead (issue 40, V16): one device
+authorization from each of ``--networks`` distinct /24s (source addresses 127.a.b.1, as the server sees
+them in production: from the socket), then a new user from another network asks for a code, honouring
+each Retry-After, and the time from the flood's end to the user's 200 is checked against the bound
+(``device_code_ttl_under_pressure``, ``--pressure-ttl``).
+
+    python benchmarks/device_store.py --soak [--networks 10000] [--pending 2000] [--pressure-ttl 30]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import secrets
 import sys
+import tempfile
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlencode, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -36,12 +50,65 @@ def rate(store: DeviceStore, addresses: list[str], tag: str) -> tuple[float, int
     return len(codes) / (time.perf_counter() - began), stored
 
 
+def soak(networks: int, pending: int, pressure_ttl: int, threads: int) -> int:
+    """Flood a real catalog from ``networks`` /24s over HTTP; 0 if a new user then got a code within the bound."""
+    from lakesession.reference import start
+    from lakesession.reference.settings import AbuseLimits
+
+    handle = start(
+        data_dir=tempfile.mkdtemp(prefix="device-soak-"),
+        abuse=AbuseLimits(device_pending_total=pending),
+        device_code_ttl_under_pressure=pressure_ttl,
+    )
+    host, port = urlsplit(handle.uri).hostname or "127.0.0.1", urlsplit(handle.uri).port
+    body = urlencode({"client_id": "lakesession-cli", "scope": "catalog"})
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+
+    def authorize(address: str) -> tuple[int, dict[str, str], dict]:
+        """One authorization from ``address`` (http.client: no TLS context to build per source address)."""
+        conn = http.client.HTTPConnection(host, port, timeout=60, source_address=(address, 0))
+        try:
+            conn.request("POST", "/oidc/device_authorization", body=body, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(resp.read())
+        finally:
+            conn.close()
+
+    try:
+        addresses = [f"127.{1 + (i >> 16)}.{i >> 8 & 255}.{i & 255 or 1}" for i in range(0, networks << 8, 256)]
+        began = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            answers = list(pool.map(authorize, addresses))
+        flood = time.perf_counter() - began
+        ended = time.monotonic()
+        statuses = Counter(status for status, _, _ in answers)
+        waits = [int(h["retry-after"]) for status, h, _ in answers if status == 503]
+        lives = Counter(b["expires_in"] for status, _, b in answers if status == 200)
+        asks = 1
+        while (r := authorize("127.250.0.1"))[0] == 503:
+            asks += 1
+            time.sleep(int(r[1]["retry-after"]))
+        waited = time.monotonic() - ended
+        print(f"flood: {networks:,} /24s over HTTP in {flood:.1f} s ({networks / flood:,.0f}/s), store {pending:,}")
+        print(f"  answers {dict(statuses)}; code lifetimes {dict(lives)}; max Retry-After {max(waits, default=0)} s")
+        print(f"new user: {r[0]} after {waited:.1f} s and {asks} request(s); bound {pressure_ttl} s")
+        return 0 if r[0] == 200 and waited <= pressure_ttl + 2 else 1
+    finally:
+        handle.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pending", type=int, default=10_000, help="the store's bound (device_pending_total)")
+    parser.add_argument("--pending", type=int, default=None, help="the store's bound (device_pending_total)")
     parser.add_argument("--calls", type=int, default=20_000, help="authorizations timed per figure")
+    parser.add_argument("--soak", action="store_true", help="flood a real catalog over HTTP instead")
+    parser.add_argument("--networks", type=int, default=10_000, help="--soak: distinct /24s flooding")
+    parser.add_argument("--pressure-ttl", type=int, default=30, help="--soak: device_code_ttl_under_pressure")
+    parser.add_argument("--threads", type=int, default=8, help="--soak: concurrent flooding connections")
     args = parser.parse_args()
-    n, calls = args.pending, args.calls
+    if args.soak:
+        return soak(args.networks, args.pending or 2_000, args.pressure_ttl, args.threads)
+    n, calls = args.pending or 10_000, args.calls
 
     def spread(k: int, per_net: int) -> list[str]:  # k addresses, per_net of them in each /24
         return [f"10.{(i // per_net) >> 8 & 255}.{(i // per_net) & 255}.{i % per_net}" for i in range(k)]
