@@ -247,3 +247,14 @@ def test_a_network_over_its_quota_is_told_when_its_first_code_frees_not_its_olde
 
 def fill_one(devices: DeviceStore, address: str, user_code: str) -> tuple[int, float] | None:
     return devices.add(secrets.token_urlsafe(32), credential(address, user_code))
+
+
+def test_a_store_full_of_approved_codes_still_frees_within_the_bound() -> None:
+    """Approvals of many accounts cannot stretch the wait: half of any full store was issued under pressure."""
+    devices = DeviceStore(total=4, pressure_ttl=50)
+    creds = [credential(f"10.{i}.0.1", f"S{i}") for i in range(4)]
+    for i, c in enumerate(creds):
+        assert devices.add(secrets.token_urlsafe(32), c) is None
+        assert devices.settle(c, f"user{i}") is not None
+    refused = fill_one(devices, "10.9.0.1", "S9")
+    assert refused is not None and refused[0] == 503 and 0 < refused[1] <= 50, refused

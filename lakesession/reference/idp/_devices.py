@@ -28,9 +28,9 @@ While at least half the store is taken (*pressure*), a new code lives ``pressure
 instead of its normal lifetime (RFC 8628 lets the server choose ``expires_in``; the device is told).
 A code gets the long lifetime only while fewer than ``total // 2`` codes are live, so at most half
 the store ever holds long-lived codes; the rest expires within ``pressure_ttl`` of its issue. Hence
-the guarantee: once a flood of any shape stops, a new device authorization succeeds within
-``pressure_ttl`` seconds (120 by default), and every 503 says ``Retry-After`` <= ``pressure_ttl``
-unless the store is full of long-lived settled codes (bounded by ``per_principal`` per account).
+the guarantee: once a flood of any shape stops, a new device authorization (from a network not over
+its own quota) succeeds within ``pressure_ttl`` seconds (120 by default), and every 503 of a full store
+says ``Retry-After`` <= ``pressure_ttl`` (at least half of it was issued under pressure, settled or not).
 Keeping new logins out longer takes a sustained flood of ``(total - total // 2) / pressure_ttl``
 authorizations per second (~42/s by default) from at least ``total`` distinct networks.
 
