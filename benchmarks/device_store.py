@@ -16,7 +16,7 @@ them in production: from the socket), then a new user from another network asks 
 each Retry-After, and the time from the flood's end to the user's 200 is checked against the bound
 (``device_code_ttl_under_pressure``, ``--pressure-ttl``).
 
-    python benchmarks/device_store.py --soak [--networks 10000] [--pending 2000] [--pressure-ttl 30]
+    python benchmarks/device_store.py --soak [--networks 12000] [--pending 10000] [--pressure-ttl 120]
 """
 
 from __future__ import annotations
@@ -102,12 +102,12 @@ def main() -> int:
     parser.add_argument("--pending", type=int, default=None, help="the store's bound (device_pending_total)")
     parser.add_argument("--calls", type=int, default=20_000, help="authorizations timed per figure")
     parser.add_argument("--soak", action="store_true", help="flood a real catalog over HTTP instead")
-    parser.add_argument("--networks", type=int, default=10_000, help="--soak: distinct /24s flooding")
-    parser.add_argument("--pressure-ttl", type=int, default=30, help="--soak: device_code_ttl_under_pressure")
+    parser.add_argument("--networks", type=int, default=12_000, help="--soak: distinct /24s flooding")
+    parser.add_argument("--pressure-ttl", type=int, default=120, help="--soak: device_code_ttl_under_pressure")
     parser.add_argument("--threads", type=int, default=8, help="--soak: concurrent flooding connections")
     args = parser.parse_args()
     if args.soak:
-        return soak(args.networks, args.pending or 2_000, args.pressure_ttl, args.threads)
+        return soak(args.networks, args.pending or 10_000, args.pressure_ttl, args.threads)
     n, calls = args.pending or 10_000, args.calls
 
     def spread(k: int, per_net: int) -> list[str]:  # k addresses, per_net of them in each /24

@@ -174,7 +174,7 @@ class DeviceFlowError(IdentityError):
     """The device-code login (RFC 8628) did not complete: denied, expired or timed out."""
 
 
-class SignInBusyError(DeviceFlowError):
+class SignInBusyError(_OneLine, DeviceFlowError):
     """The issuer's sign-in service answered 429 or 503 (a flood, a rate limit): one line naming the status and
     the server's ``Retry-After``. ``status`` is that HTTP status; ``retry_after`` the seconds (None if not said)."""
 

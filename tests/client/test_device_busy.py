@@ -71,6 +71,7 @@ def test_a_full_store_says_busy_with_its_retry_after(full: ReferenceCatalog) -> 
     assert err.status == 503 and err.retry_after is not None
     assert abs(int(match.group(2)) - int(raw.headers["Retry-After"])) <= 1 <= int(match.group(2)) <= 120
     assert isinstance(err, DeviceFlowError) and isinstance(err, LakesessionError)
+    assert err._render_traceback_() == [f"\x1b[31mlakesession: {message}\x1b[0m"]  # a notebook shows one line
 
 
 def test_a_rate_limited_address_says_busy_with_its_retry_after(tmp_path_factory: pytest.TempPathFactory) -> None:
