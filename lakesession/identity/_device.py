@@ -170,7 +170,7 @@ class DeviceCode(_OAuthSource):
     def _poll(self, device_code: str, interval: float, budget: float) -> Token:
         deadline = time.monotonic() + budget
         failures = 0
-        told: _Transient | None = None  # the last busy answer that named a Retry-After
+        told: _Transient | None = None  # the last HTTP answer of a busy or failing server (its Retry-After, if any)
         url = self._token_url
         while True:
             wait = interval + POLL_SLACK
