@@ -92,11 +92,11 @@ def _proves_exact_cover(cat: ReferenceCatalog, doc: dict[str, Any], write: bool)
         for p in (prefixes[0], prefixes[-1]):
             assert s3.get_object(Bucket=W, Key=f"{p}/part-0.txt")["Body"].read() == p.encode()
             assert s3.list_objects_v2(Bucket=W, Prefix=f"{p}/")["KeyCount"] >= 1
-            assert refused(lambda p=p: s3.get_object(Bucket=W, Key=f"{p}_archive/part-0.txt"))
-            assert refused(lambda p=p: s3.list_objects_v2(Bucket=W, Prefix=f"{p}_archive/"))
+            assert refused(lambda p=p, s3=s3: s3.get_object(Bucket=W, Key=f"{p}_archive/part-0.txt"))
+            assert refused(lambda p=p, s3=s3: s3.list_objects_v2(Bucket=W, Prefix=f"{p}_archive/"))
             if write:
                 s3.put_object(Bucket=W, Key=f"{p}/written.txt", Body=b"w")
-                assert refused(lambda p=p: s3.put_object(Bucket=W, Key=f"{p}_archive/x", Body=b"w"))
+                assert refused(lambda p=p, s3=s3: s3.put_object(Bucket=W, Key=f"{p}_archive/x", Body=b"w"))
         assert refused(lambda s3=s3: s3.list_objects_v2(Bucket=W))
     return len(keys)
 
@@ -148,14 +148,20 @@ def test_attack_b6_concurrent_first_calls_for_unrelated_bare_names_get_their_own
 ) -> None:
     wrong: list[str] = []
     for trial in range(12):
-        with Gateway(cat.uri, lambda: cat.admin.token_for("alice")) as g, httpx.Client(
-            base_url=g.uri, timeout=60, headers={"Authorization": f"Bearer {g.secret}"}
-        ) as c:
+        with (
+            Gateway(cat.uri, lambda: cat.admin.token_for("alice")) as g,
+            httpx.Client(base_url=g.uri, timeout=60, headers={"Authorization": f"Bearer {g.secret}"}) as c,
+        ):
             assert c.get("/lakesession/policy-locations").status_code == 200  # /v1/config read: the race is the flight
             barrier = threading.Barrier(2)
             got: dict[str, httpx.Response] = {}
 
-            def ask(name: str, c: httpx.Client = c, barrier: threading.Barrier = barrier) -> None:
+            def ask(
+                name: str,
+                c: httpx.Client = c,
+                barrier: threading.Barrier = barrier,
+                got: dict[str, httpx.Response] = got,
+            ) -> None:
                 barrier.wait()
                 got[name] = c.get("/lakesession/path-credentials", params={"path": f"s3a://{B}/{name}"})
 
