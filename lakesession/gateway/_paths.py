@@ -77,6 +77,19 @@ class PathRoutes(BucketUnions):
             with self._lock:
                 self._tables[as_prefix(location)] = (table_path, refresh_query)
 
+    def table_answered(self, table_path: str, status: int) -> None:
+        """The catalog answered a load or credentials call of a table this session loaded: a 403 drops every
+        union key covering the table's prefix (#40 B3), a 200 lets the prefix into unions again."""
+        if status not in (200, 403):
+            return
+        with self._lock:
+            prefixes = [p for p, (t, _) in self._tables.items() if t == table_path]
+        for prefix in prefixes:
+            if status == 403:
+                self.revoked(prefix, "read")
+            else:
+                self.granted_again(prefix, "read")
+
     def note_config(self, body: bytes) -> None:
         try:
             doc = json.loads(body)

@@ -231,6 +231,11 @@ class BucketUnions:
                     self._unions = {k: v for k, v in self._unions.items() if k[0] != bucket}
                     self._held = {k: v for k, v in self._held.items() if not k[0].startswith(f"s3://{bucket}/")}
                     self._granted = None
+                if status == 403:  # the catalog names the first refused location: the next union goes without it
+                    message = body.decode("utf-8", "replace")
+                    for p in batch:
+                        if any(f"{spelled}{end}" in message for spelled in (p, p.rstrip("/")) for end in " :"):
+                            self.revoked(p, mode)
                 return status, body, headers
             try:
                 fetched = time.time()

@@ -16,12 +16,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pytest
 from botocore.exceptions import ClientError
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
 
 from lakesession.gateway import Gateway
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, make_catalog, vended_s3_client
+from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
 
 B = "lake"  # B3, B4, B6
 W = "wide"  # B1: 64 granted locations, nothing else
@@ -31,12 +34,17 @@ GRANTED = "solo-granted"  # bare names for B6: one granted, one registered but n
 UNGRANTED = "solo-refused"
 POLICY = (
     Policy()
+    .service("etl", "etl-union-40", role="eng")
+    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    .grant("readers", "TABLE_READ_DATA", "table shop.orders")
+    .grant("readers", "TABLE_READ_PROPERTIES", "namespace shop")
     .user("alice", "alice-union-40", role="readers")
     .location(*(f"s3://{W}/{n}/" for n in NAMES), *(f"s3://{W}/{n}_archive/" for n in NAMES))
     .location(f"s3://{B}/{GRANTED}/", f"s3://{B}/{UNGRANTED}/", f"s3://{B}/revoked/")
     .grant("readers", "LOCATION_READ", f"location s3://{B}/{GRANTED}/")
     .grant("readers", "LOCATION_READ", f"location s3://{B}/revoked/")
 )
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 for _n in NAMES:
     POLICY.grant("readers", "LOCATION_WRITE", f"location s3://{W}/{_n}/")
 
@@ -52,6 +60,9 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
             admin.put_object(Bucket=W, Key=f"{n}/part-0.txt", Body=n.encode())
         for n in (GRANTED, UNGRANTED, "revoked"):
             admin.put_object(Bucket=B, Key=f"{n}/part-0.txt", Body=n.encode())
+        etl = vended_catalog(handle, "u40-etl", "etl:etl-union-40")
+        etl.create_namespace("shop")
+        etl.create_table(("shop", "orders"), SCHEMA).append(pa.table({"id": pa.array([1], pa.int64())}))
         yield handle
 
 
@@ -204,3 +215,28 @@ def test_attack_b3_a_403_drops_every_union_key_covering_the_prefix(
         assert f"s3://{B}/revoked/" not in again.json()["prefixes"]
     finally:
         cat.admin.grant("readers", "LOCATION_READ", f"location s3://{B}/revoked/")
+
+
+def test_attack_b3_a_refused_table_refresh_drops_the_table_from_every_union(
+    cat: ReferenceCatalog, gw: tuple[Gateway, httpx.Client]
+) -> None:
+    _, c = gw
+    table = "/v1/lakesession/namespaces/shop/tables/orders"
+    load = c.get(table, headers={"X-Iceberg-Access-Delegation": "vended-credentials"})
+    assert load.status_code == 200, load.text[:300]
+    orders = load.json()["metadata"]["location"].rstrip("/") + "/"
+    bucket = {"bucket": B, "mode": "read", "min-valid-seconds": 60}
+    before = c.get("/lakesession/bucket-credentials", params=bucket).json()
+    assert orders in before["prefixes"]
+    cat.admin.revoke("readers", "TABLE_READ_DATA", "table shop.orders")
+    try:
+        reload = c.get(table, headers={"X-Iceberg-Access-Delegation": "vended-credentials"})  # Spark's next load
+        assert reload.status_code == 200 and "s3.access-key-id" not in reload.text  # metadata only, no keys
+        after = c.get("/lakesession/bucket-credentials", params=bucket).json()
+        assert orders not in after["prefixes"]  # old code: the held union kept it until its key aged out
+        key = orders.split(f"s3://{B}/", 1)[1] + "metadata/"
+        for e in after["storage-credentials"]:
+            s3 = vended_s3_client(cat.s3_emulator.endpoint, e["config"])
+            assert refused(lambda s3=s3: s3.list_objects_v2(Bucket=B, Prefix=key))
+    finally:
+        cat.admin.grant("readers", "TABLE_READ_DATA", "table shop.orders")
