@@ -73,6 +73,8 @@ def test_s3a_reads_and_writes_through_several_keys_of_one_bucket(cat: ReferenceC
             f"write:{first}/out.txt",
             f"write:{last}/out.txt",
             f"read:{last}/out.txt",
+            f"rename:{last}/out.txt|{last}/moved.txt",
+            f"read:{last}/moved.txt",
             f"deny:{last}_archive/part-0.txt",
             f"denywrite:{first}_archive/out.txt",
             "deny:landing/other/part-0.txt",
@@ -90,10 +92,12 @@ def test_s3a_reads_and_writes_through_several_keys_of_one_bucket(cat: ReferenceC
         assert facts.get(f"list {last}") == "1", out.stdout
         assert facts.get(f"write {first}/out.txt") == "ok" and facts.get(f"write {last}/out.txt") == "ok", out.stdout
         assert facts.get(f"read {last}/out.txt") == f"written {last}/out.txt", out.stdout
+        assert facts.get(f"rename {last}/out.txt|{last}/moved.txt") == "true", out.stdout  # CopyObject, checked
+        assert facts.get(f"read {last}/moved.txt") == f"written {last}/out.txt", out.stdout
         assert facts[f"deny {last}_archive/part-0.txt"].startswith("FAILED AccessDeniedException"), out.stdout
         assert facts[f"denywrite {first}_archive/out.txt"].startswith("FAILED AccessDeniedException"), out.stdout
         assert facts["deny landing/other/part-0.txt"].startswith("FAILED"), out.stdout
         assert gw.secret not in out.stdout + out.stderr
     admin = cat.s3_emulator.client()
-    assert admin.get_object(Bucket=W, Key=f"{last}/out.txt")["Body"].read() == f"written {last}/out.txt".encode()
+    assert admin.get_object(Bucket=W, Key=f"{last}/moved.txt")["Body"].read() == f"written {last}/out.txt".encode()
     assert "Contents" not in admin.list_objects_v2(Bucket=W, Prefix=f"{first}_archive/out.txt")

@@ -10,7 +10,7 @@ import org.apache.hadoop.fs.Path;
 /**
  * Drives Hadoop S3A as Spark's raw {@code s3a://} reads do, wired as lakesession wires a session (its provider,
  * request check and client factory; tests/client/test_s3a_union_jvm.py). Arguments: gateway, secret, bucket,
- * then steps {@code read:<key>}, {@code list:<dir>}, {@code write:<key>}, {@code deny:<key>}, {@code denywrite:<key>};
+ * then steps {@code read:<key>}, {@code list:<dir>}, {@code write:<key>}, {@code rename:<from>|<to>}, {@code deny:<key>}, {@code denywrite:<key>};
  * prints one line per step.
  */
 public final class S3AUnionHarness {
@@ -40,6 +40,12 @@ public final class S3AUnionHarness {
                 in.transferTo(b);
                 System.out.println("read " + key + " " + b.toString(StandardCharsets.UTF_8));
               }
+              break;
+            case "rename": // key: from|to (S3A copies, then deletes: CopyObject through the request check)
+              String[] fromTo = key.split("\\|");
+              boolean moved =
+                  fs.rename(new Path("s3a://" + bucket + "/" + fromTo[0]), new Path("s3a://" + bucket + "/" + fromTo[1]));
+              System.out.println("rename " + key + " " + moved);
               break;
             case "list":
               System.out.println("list " + key + " " + fs.listStatus(path).length);

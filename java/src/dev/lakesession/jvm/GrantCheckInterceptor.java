@@ -80,7 +80,8 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
     if (request instanceof CopyObjectRequest) {
       CopyObjectRequest copy = (CopyObjectRequest) request;
       keys.add(copy.destinationKey());
-      check(copy.sourceBucket(), List.of(copy.sourceKey()), "read");
+      String[] source = copySource(copy);
+      check(source[0], List.of(source[1]), "read");
     } else if (request instanceof DeleteObjectsRequest) {
       for (ObjectIdentifier o : ((DeleteObjectsRequest) request).delete().objects()) {
         keys.add(o.key());
@@ -123,6 +124,28 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
     } catch (IOException e) {
       throw new java.io.UncheckedIOException(e);
     }
+  }
+
+  /**
+   * (bucket, key) a copy reads. The SDK's own interceptor runs first and folds {@code sourceBucket}/{@code
+   * sourceKey} into the URL-encoded {@code copySource} header value ({@code bucket/key?versionId=…}), leaving
+   * them null (S3A's renames: a NullPointerException here before).
+   */
+  static String[] copySource(CopyObjectRequest copy) {
+    if (copy.sourceBucket() != null && copy.sourceKey() != null) {
+      return new String[] {copy.sourceBucket(), copy.sourceKey()};
+    }
+    String header = field(copy, "CopySource"); // the field, by name: its getter is deprecated
+    String raw = header == null ? "" : header;
+    int q = raw.indexOf('?');
+    String decoded =
+        java.net.URLDecoder.decode(
+            (q >= 0 ? raw.substring(0, q) : raw).replace("+", "%2B"), java.nio.charset.StandardCharsets.UTF_8);
+    if (decoded.startsWith("/")) {
+      decoded = decoded.substring(1);
+    }
+    int slash = decoded.indexOf('/');
+    return slash < 0 ? new String[] {decoded, ""} : new String[] {decoded.substring(0, slash), decoded.substring(slash + 1)};
   }
 
   private static String field(SdkRequest r, String name) {
