@@ -138,6 +138,8 @@ class GatewayApp:
             return  # an outage or a conflict says nothing about the grant
         refresh_query = "&".join(p for p in query.split("&") if p and not strip_referenced_by(p))  # referenced-by
         delegation = req_headers.get("x-iceberg-access-delegation", "")
+        vended = status == 200 and b"expires-at-ms" in content  # a load without keys: the data grant is gone
+        self.paths.table_answered(path, 403 if status == 200 and "vended" in delegation and not vended else status)
         for key in {f"{path}/credentials?{refresh_query}|{d}" for d in (delegation, "")}:
             if status != 200:
                 self.credentials.evict(key)
@@ -164,6 +166,7 @@ class GatewayApp:
             reply = self.upstream.forward("GET", path, query, headers, b"")
         if reply[0] == 200:
             reply = (200, stamp_expiry(reply[1], self.assumed_ttl), reply[2])
+        self.paths.table_answered(path[: -len("/credentials")], reply[0])  # a 403: no S3A union key covers it
         self.credentials.store(key, reply)
         return reply
 

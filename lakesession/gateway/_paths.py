@@ -10,19 +10,9 @@ the grant (or the gateway's, when the catalog offers no credentials by path). A 
 (``required_life``): it is refreshed instead, one upstream call per prefix at a time (single
 flight), and refreshed ahead in the background once half of that margin is used up again.
 
-``GET /lakesession/bucket-credentials?bucket=B&mode=read|write&min-valid-seconds=60``: Hadoop S3A takes
-one credential per bucket, so the JVM's ``S3ACredentialsProvider`` asks here for ONE credential covering the
-union of this session's prefixes in bucket ``B``: the tables it loaded there (``mode=write``: only those whose
-credentials are not read-only), the registered locations granted to the user (the catalog's ``locations``
-route; ``mode=write``: those holding ``LOCATION_WRITE``) and the locations ``path-credentials`` was granted
-since. One upstream ``location-credentials`` call with ``location`` repeated, held per (bucket, mode, prefix
-set) under the same min-valid / refresh-ahead / single-flight rules; when the set grows (a table loaded, a
-grant used), the next call vends for the new union. The answer is ``{"bucket", "mode", "prefixes",
-"storage-credentials": [one entry per prefix, the same config]}``; the config carries the store's client
-settings the catalog vends (``s3.endpoint``, ``s3.path-style-access``, ``client.region``), which the JVM's
-S3A client factory uses unless the user set ``fs.s3a.endpoint``. No prefix in the bucket: ``prefixes`` is
-empty and there is no credential (the JVM's request check then asks ``path-credentials``, whose 403 names
-the grant).
+``GET /lakesession/bucket-credentials?bucket=B&mode=read|write&min-valid-seconds=60``: Hadoop S3A's keys for
+one bucket (the union of this session's prefixes there, several keys when one session policy cannot hold
+it), and revocation: ``_unions``.
 
 ``GET /lakesession/policy-locations``: the prefixes of the tables this session loaded plus the
 registered locations granted to the user (for ``CometS3LocationScopedCredentialProvider``).
@@ -35,55 +25,26 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, unquote
 
 from .._wire.cloudkeys import READ_ONLY_ACCESS, STORAGE_ACCESS
 from .._wire.singleflight import SingleFlight
 from ._accesslog import AccessLog, AccessRecord
 from ._credcache import DEFAULT_MIN_VALID, earliest_expiry, required_life
+from ._held import CREDENTIAL_KEYS, JSON, SCHEMES, Held, as_prefix, canonical, credential_config
+from ._unions import LOCATIONS_ROUTE, BucketUnions, Union, UnionKey
 from ._upstream import Reply, Upstream, error_reply
+
+__all__ = ["CREDENTIAL_KEYS", "PREFIX", "PathRoutes", "as_prefix", "canonical"]
 
 logger = logging.getLogger("lakesession.gateway")
 
 PREFIX = "/lakesession/"
 LOCATION_ROUTE = "GET /v1/{prefix}/lakesession/location-credentials"
-LOCATIONS_ROUTE = "GET /v1/{prefix}/lakesession/locations"
-SCHEMES = ("s3://", "s3a://", "s3n://")
-CREDENTIAL_KEYS = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token", "s3.session-token-expires-at-ms")
-JSON = {"content-type": "application/json"}
-GRANTED_TTL = 30.0  # seconds the registered locations granted to the user are remembered (bucket-credentials)
 
 
-def canonical(url: str) -> str:
-    """``s3a://b/k`` -> ``s3://b/k``: one spelling for prefix matching."""
-    for scheme in SCHEMES[1:]:
-        if url.startswith(scheme):
-            return "s3://" + url[len(scheme) :]
-    return url
-
-
-def as_prefix(url: str) -> str:
-    return canonical(url).rstrip("/") + "/"
-
-
-@dataclass(frozen=True)
-class _Held:
-    prefix: str  # canonical, ends with '/'
-    mode: str
-    config: dict[str, str]
-    fetched_at: float
-    expires_at: float
-
-    def remaining(self, now: float) -> float:
-        return self.expires_at - now
-
-    def usable(self, now: float, min_valid: float) -> bool:
-        return self.remaining(now) >= required_life(self.expires_at - self.fetched_at, min_valid)
-
-
-class PathRoutes:
-    """The two ``/lakesession/`` routes of one gateway (see the module docstring)."""
+class PathRoutes(BucketUnions):
+    """The ``/lakesession/`` routes of one gateway (see the module docstring; the bucket route: ``_unions``)."""
 
     def __init__(
         self,
@@ -96,11 +57,12 @@ class PathRoutes:
         self._table_credentials = table_credentials  # (table path, refresh query, min valid) -> /credentials reply
         self._lock = threading.Lock()
         self._tables: dict[str, tuple[str, str]] = {}  # table prefix -> (table path, refresh query)
-        self._held: dict[tuple[str, str], _Held] = {}  # (location prefix, mode) -> credentials
+        self._held: dict[tuple[str, str], Held] = {}  # (location prefix, mode) -> credentials
         self._flights: SingleFlight[Reply] = SingleFlight()
         self._config: dict[str, object] | None = None
-        self._ahead: set[tuple[str, str]] = set()  # refreshes ahead under way
-        self._unions: dict[tuple[str, str, tuple[str, ...]], _Held] = {}  # (bucket, mode, prefixes) -> union key
+        self._ahead: set[object] = set()  # refreshes ahead under way
+        self._unions: dict[UnionKey, Union] = {}  # (bucket, mode, prefixes) -> the union's keys
+        self._denied: set[tuple[str, str]] = set()  # (prefix, mode) the catalog refused since (``_unions``)
         self._granted: tuple[float, list[tuple[str, list[str]]]] | None = None  # (fetched at, [(prefix, privileges)])
         self.upstream_fetches = 0
 
@@ -114,6 +76,19 @@ class PathRoutes:
         if isinstance(location, str) and location.startswith(SCHEMES):
             with self._lock:
                 self._tables[as_prefix(location)] = (table_path, refresh_query)
+
+    def table_answered(self, table_path: str, status: int) -> None:
+        """The catalog answered a load or credentials call of a table this session loaded: a 403 drops every
+        union key covering the table's prefix (#40 B3), a 200 lets the prefix into unions again."""
+        if status not in (200, 403):
+            return
+        with self._lock:
+            prefixes = [p for p, (t, _) in self._tables.items() if t == table_path]
+        for prefix in prefixes:
+            if status == 403:
+                self.revoked(prefix, "read")
+            else:
+                self.granted_again(prefix, "read")
 
     def note_config(self, body: bytes) -> None:
         try:
@@ -189,9 +164,12 @@ class PathRoutes:
         if tables:
             prefix, (table_path, refresh_query) = max(tables, key=lambda item: len(item[0]))
             reply = self._table_credentials(table_path, refresh_query, min_valid)
+            if reply[0] == 403:
+                self.revoked(prefix, "read")  # the table's grant is gone: no union key may cover it any more
             if reply[0] != 200:
                 return reply, prefix, "upstream"
-            config = _credential_config(reply[1], prefix)
+            self.granted_again(prefix, "read")
+            config = credential_config(reply[1], prefix)
             if config is None:
                 msg = f"The catalog vended no storage credentials for {path} (table {table_path.rsplit('/', 1)[-1]})"
                 return error_reply(403, "ForbiddenException", msg), prefix, "upstream"
@@ -226,8 +204,13 @@ class PathRoutes:
             if best.remaining(now) < 2 * required_life(best.expires_at - best.fetched_at, min_valid):
                 self._refresh_ahead(best, min_valid)
             return _answer(spelled(best.prefix), best.config), best.prefix, "cache"
-        flight_key = (best.prefix if best is not None else target.rsplit("/", 2)[0] + "/", mode)
-        reply, shared = self._flights.do(flight_key, lambda: self._fetch_location(path, mode))
+        # siblings asking at once share one upstream call, but a follower takes the shared answer only when it is
+        # a grant whose prefix covers its own path; anything else (a 403 for another name, another prefix) was
+        # not for it, and it asks on its own, keyed on its exact path (#40 B6: unrelated names under one parent)
+        parent = best.prefix if best is not None else target.rsplit("/", 2)[0] + "/"
+        reply, shared = self._flights.do((parent, mode), lambda: self._fetch_location(path, mode))
+        if shared and not _covers(reply, target):
+            reply, shared = self._flights.do((target, mode), lambda: self._fetch_location(path, mode))
         if reply[0] != 200:
             return reply, None, "upstream"
         doc = json.loads(reply[1])
@@ -235,7 +218,7 @@ class PathRoutes:
         prefix = as_prefix(entry["prefix"])
         return _answer(spelled(prefix), entry["config"]), prefix, "shared" if shared else "upstream"
 
-    def _refresh_ahead(self, held: _Held, min_valid: float) -> None:
+    def _refresh_ahead(self, held: Held, min_valid: float) -> None:
         key = (held.prefix, held.mode)
         with self._lock:
             if key in self._ahead:
@@ -261,6 +244,8 @@ class PathRoutes:
             with self._lock:  # a revoked grant: never serve what was held for it
                 for key in [k for k in self._held if as_prefix(path).startswith(k[0])]:
                     del self._held[key]
+            if status == 403:
+                self.revoked(path, mode)  # nor any bucket union covering it (#40 B3)
             return status, body, headers
         try:
             entry = json.loads(body)["storage-credentials"][0]
@@ -270,133 +255,9 @@ class PathRoutes:
         except (ValueError, KeyError, IndexError, TypeError):
             return error_reply(502, "ServiceFailureException", f"The catalog's credentials for {path} were malformed")
         with self._lock:
-            self._held[(got, mode)] = _Held(got, mode, config, time.time(), expires)
+            self._held[(got, mode)] = Held(got, mode, config, time.time(), expires)
+        self.granted_again(got, mode)
         return 200, json.dumps({"storage-credentials": [{"prefix": got, "config": config}]}).encode(), headers
-
-    # -- one credential per bucket (S3A) ---------------------------------------------------------------
-    def _bucket_route(self, params: dict[str, str]) -> Reply:
-        bucket, mode = params.get("bucket", ""), params.get("mode") or "read"
-        try:
-            min_valid = float(params.get("min-valid-seconds") or DEFAULT_MIN_VALID)
-        except ValueError:
-            min_valid = -1.0
-        if not bucket or "/" in bucket or mode not in ("read", "write") or not 0 <= min_valid <= 12 * 3600:
-            return error_reply(
-                400, "BadRequestException", "Expected bucket=NAME, mode=read|write, min-valid-seconds in 0..43200"
-            )
-        started = time.monotonic()
-        reply, via, prefixes = self._bucket_credentials(bucket, mode, min_valid)
-        issued = reply[0] == 200 and bool(prefixes)
-        return self._logged(
-            "bucket_credentials", f"bucket {bucket} ({len(prefixes)} prefixes)", reply, started, via, issued
-        )
-
-    def _granted_locations(self) -> list[tuple[str, list[str]]]:
-        """The registered locations granted to the user, with their privileges (asked at most every 30 s)."""
-        now = time.monotonic()
-        if self._granted is not None and now - self._granted[0] < GRANTED_TTL:
-            return self._granted[1]
-        out: list[tuple[str, list[str]]] = []
-        prefix, endpoints = self._catalog()
-        if prefix is not None and LOCATIONS_ROUTE in endpoints:
-            status, body, _ = self.upstream.forward(
-                "GET", f"/v1/{quote(prefix, safe='')}/lakesession/locations", "", {"accept": "application/json"}, b""
-            )
-            if status == 200:
-                for x in json.loads(body).get("locations", []):
-                    privileges = [str(p) for p in x.get("privileges", [])]
-                    out.append((as_prefix(x["location"]), privileges))
-        self._granted = (now, out)
-        return out
-
-    def _bucket_prefixes(self, bucket: str, mode: str, min_valid: float) -> tuple[str, ...]:
-        """This session's prefixes in ``bucket`` for ``mode`` (see the module docstring), sorted."""
-        inside = "s3://" + bucket + "/"
-        with self._lock:
-            tables = [(p, t) for p, t in self._tables.items() if p.startswith(inside)]
-            held = {p for (p, m) in self._held if p.startswith(inside) and (m == mode or m == "write")}
-        found: set[str] = set(held)
-        for prefix, (table_path, refresh_query) in tables:
-            if mode == "write":
-                reply = self._table_credentials(table_path, refresh_query, min_valid)
-                config = _credential_config(reply[1], prefix) if reply[0] == 200 else None
-                if config is None or config.get(STORAGE_ACCESS) == READ_ONLY_ACCESS:
-                    continue
-            found.add(prefix)
-        for prefix, privileges in self._granted_locations():
-            if prefix.startswith(inside) and (mode == "read" or "LOCATION_WRITE" in privileges):
-                found.add(prefix)
-        # a prefix inside another one adds nothing (tables and locations never overlap; held ones may be deeper)
-        return tuple(sorted(p for p in found if not any(p != q and p.startswith(q) for q in found)))
-
-    def _bucket_credentials(self, bucket: str, mode: str, min_valid: float) -> tuple[Reply, str, tuple[str, ...]]:
-        prefixes = self._bucket_prefixes(bucket, mode, min_valid)
-        doc: dict[str, object] = {"bucket": bucket, "mode": mode, "prefixes": prefixes}
-        if not prefixes:
-            return (200, json.dumps(doc | {"storage-credentials": []}).encode(), dict(JSON)), "none", prefixes
-        key = (bucket, mode, prefixes)
-        now = time.time()
-        with self._lock:
-            held = self._unions.get(key)
-        via = "cache"
-        if held is not None and held.usable(now, min_valid):
-            if held.remaining(now) < 2 * required_life(held.expires_at - held.fetched_at, min_valid):
-                self._union_ahead(key)
-        else:
-            reply, shared = self._flights.do(("union", bucket, mode, *prefixes), lambda: self._fetch_union(key))
-            if reply[0] != 200:
-                return reply, "upstream", prefixes
-            with self._lock:
-                held = self._unions.get(key)
-            if held is None:
-                return error_reply(502, "ServiceFailureException", "The catalog vended no credentials"), "upstream", ()
-            via = "shared" if shared else "upstream"
-        config = {k: v for k, v in held.config.items() if k != "client.refresh-credentials-endpoint"}
-        doc["storage-credentials"] = [{"prefix": p, "config": config} for p in prefixes]
-        return (200, json.dumps(doc).encode(), dict(JSON)), via, prefixes
-
-    def _union_ahead(self, key: tuple[str, str, tuple[str, ...]]) -> None:
-        ahead = ("union:" + key[0], key[1] + ":" + ",".join(key[2]))
-        with self._lock:
-            if ahead in self._ahead:
-                return
-            self._ahead.add(ahead)
-
-        def run() -> None:
-            try:
-                self._flights.do(("union", key[0], key[1], *key[2]), lambda: self._fetch_union(key))
-            except Exception:  # the next request retries in the foreground
-                logger.debug("refresh-ahead of bucket %s failed", key[0], exc_info=True)
-            finally:
-                with self._lock:
-                    self._ahead.discard(ahead)
-
-        threading.Thread(target=run, name="lakesession-bucket-refresh", daemon=True).start()
-
-    def _fetch_union(self, key: tuple[str, str, tuple[str, ...]]) -> Reply:
-        """ONE upstream ``location-credentials`` call, ``location`` repeated: a 200 is held per (bucket, mode, set)."""
-        bucket, mode, prefixes = key
-        status, body, headers = self._ask_catalog(
-            list(prefixes), mode, f"bucket {bucket}: the catalog does not offer credentials by path"
-        )
-        if status != 200:
-            with self._lock:  # a revoked grant: never serve a union that held it; ask the catalog again
-                self._unions = {k: v for k, v in self._unions.items() if k[0] != bucket}
-                self._held = {k: v for k, v in self._held.items() if not k[0].startswith(f"s3://{bucket}/")}
-                self._granted = None
-            return status, body, headers
-        try:
-            entry = json.loads(body)["storage-credentials"][0]
-            config = {k: v for k, v in entry["config"].items() if isinstance(v, str)}
-            expires = int(config["s3.session-token-expires-at-ms"]) / 1000
-        except (ValueError, KeyError, IndexError, TypeError):
-            return error_reply(
-                502, "ServiceFailureException", f"The catalog's credentials for bucket {bucket} were malformed"
-            )
-        with self._lock:
-            self._unions = {k: v for k, v in self._unions.items() if k[:2] != (bucket, mode) or k == key}
-            self._unions[key] = _Held(f"s3://{bucket}/", mode, config, time.time(), expires)
-        return status, body, headers
 
     def _ask_catalog(self, locations: list[str], mode: str, why: str) -> Reply:
         """One upstream ``location-credentials`` call for ``locations`` (one key for their union), or the 403
@@ -431,21 +292,18 @@ class PathRoutes:
         with self._lock:
             self._held.clear()
             self._unions.clear()
+            self._denied.clear()
             self._granted = None
 
 
-def _credential_config(body: bytes, prefix: str) -> dict[str, str] | None:
-    """The config of the storage credential covering ``prefix`` (the longest matching one)."""
+def _covers(reply: Reply, target: str) -> bool:
+    """Whether ``reply`` is a grant for a prefix covering ``target`` (canonical, ends with '/')."""
+    if reply[0] != 200:
+        return False
     try:
-        creds = json.loads(body).get("storage-credentials") or []
-    except ValueError:
-        return None
-    matching = [c for c in creds if isinstance(c, dict) and prefix.startswith(canonical(str(c.get("prefix", ""))))]
-    if not matching:
-        return None
-    best = max(matching, key=lambda c: len(str(c.get("prefix", ""))))
-    config = {k: v for k, v in (best.get("config") or {}).items() if isinstance(v, str)}
-    return config if all(k in config for k in CREDENTIAL_KEYS[:2]) else None
+        return target.startswith(as_prefix(json.loads(reply[1])["storage-credentials"][0]["prefix"]))
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
 
 
 def _answer(prefix: str, config: dict[str, str]) -> Reply:

@@ -18,7 +18,6 @@ token among them); ``quiet_botocore_bodies`` keeps those records out of the logs
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -27,8 +26,9 @@ from typing import Any
 
 from .._wire.redact import quiet_botocore_bodies
 from .._wire.singleflight import SingleFlight
-from .errors import ServiceUnavailable
+from .errors import BadRequest, ServiceUnavailable
 from .storage.policy import prefixes_session_policy
+from .storage.policysize import MAX_PLAIN_CHARS, fits, policy_text
 from .webidentity import CatalogIdentity, WebIdentity
 
 READ, WRITE = "read", "write"
@@ -244,13 +244,17 @@ class CredentialVendor:
         return Credentials(s3.access_key_id, s3.secret_access_key, s3.session_token)
 
     def _assume(self, principal: str, location: str, mode: str, prefixes: tuple[str, ...] = ()) -> VendedCredential:
-        policy = prefixes_session_policy(prefixes or (location,), write=(mode == WRITE))
+        policy = policy_text(prefixes_session_policy(prefixes or (location,), write=(mode == WRITE)))
+        if not fits(policy):  # STS would refuse it on every try: a 400 naming why, never a 503 (callers split unions)
+            raise BadRequest(
+                f"The storage session policy for {len(prefixes) or 1} location(s) starting at {location} would exceed "
+                f"STS's limits ({len(policy)} characters, at most {MAX_PLAIN_CHARS}, or its packed size): use "
+                "shorter locations"
+            )
         if self.identity is not None:
             self.sts_calls += 1
             try:
-                c = self.identity.assume(
-                    self.s3.role_arn, _session_name(principal), self.s3.credential_ttl, json.dumps(policy)
-                )
+                c = self.identity.assume(self.s3.role_arn, _session_name(principal), self.s3.credential_ttl, policy)
             except ServiceUnavailable as e:
                 raise ServiceUnavailable(f"Credential vending failed: {e.message}") from None
             return self._credential(c, mode, location)
@@ -259,7 +263,7 @@ class CredentialVendor:
             resp = self._client().assume_role(
                 RoleArn=self.s3.role_arn,
                 RoleSessionName=_session_name(principal),
-                Policy=json.dumps(policy),
+                Policy=policy,
                 DurationSeconds=self.s3.credential_ttl,
             )
         except Exception as e:  # botocore errors, connection errors

@@ -18,6 +18,7 @@ import pytest
 import lakesession
 from lakesession.errors import CatalogAccessError
 from lakesession.reference import ReferenceCatalog
+from lakesession.reference.storage.policysize import split_union
 from tests.client.test_comet_spark import StoreLog, _parquet, minted_for
 from tests.conftest import SPARK_TEST_CONF
 from tests.factories import make_catalog
@@ -33,7 +34,7 @@ pytestmark = [
 
 def test_module_in_a_process_of_its_own() -> None:
     """Comet must be in the JVM's plugins from launch: the tests below run in a child pytest (one JVM)."""
-    run_module_in_child(__file__, expected_passed=4)
+    run_module_in_child(__file__, expected_passed=5)
 
 
 B = "lake"
@@ -58,6 +59,14 @@ grants:
   - {{role: r_alice, privilege: CATALOG_MANAGE_CONTENT, on: namespace ns}}
   - {{role: r_bob, privilege: TABLE_READ_PROPERTIES, on: namespace ns}}
 """
+WIDE = "lake-wide"  # issue #40 B1: 64 granted locations of 31-60 characters, more than one STS policy holds
+WIDE_NAMES = [f"landing/dept-{i:02d}/feed-{'x' * 40}"[: 31 + (i * 29) // 63] for i in range(64)]
+POLICY += "".join(
+    f"  - {{role: r_alice, privilege: LOCATION_WRITE, on: location s3://{WIDE}/{n}/}}\n" for n in WIDE_NAMES
+)
+POLICY = POLICY.replace(
+    "grants:\n", "".join(f"  - {{location: s3://{WIDE}/{n}/}}\n" for n in WIDE_NAMES) + "grants:\n", 1
+)
 USER_SET = ("fs.s3a.endpoint", "fs.s3a.path.style.access", "fs.s3a.endpoint.region")
 
 
@@ -71,6 +80,9 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReferenceCat
         admin.put_object(Bucket=B, Key="landing/part-1.parquet", Body=_parquet(1000, 1000))
         admin.put_object(Bucket=B, Key="archive/part-0.parquet", Body=_parquet(10, 5000))
         admin.put_object(Bucket=B, Key="landing_old/part-0.parquet", Body=_parquet(7, 0))
+        for i, n in enumerate(WIDE_NAMES):
+            admin.put_object(Bucket=WIDE, Key=f"{n}/part-0.parquet", Body=_parquet(10 + i, 100 * i))
+            admin.put_object(Bucket=WIDE, Key=f"{n}_archive/part-0.parquet", Body=_parquet(3, 0))
         etl = {"Authorization": f"Bearer {handle.admin.token_for('etl')}"}
         r = httpx.post(f"{handle.uri}/v1/lakesession/namespaces", json={"namespace": ["ns"]}, headers=etl, timeout=30)
         assert r.status_code == 200, r.text
@@ -205,3 +217,39 @@ def test_a_write_to_a_read_only_location_names_location_write_and_the_path(
         h for h in log.hits if h.at >= since and h.method in ("PUT", "POST", "DELETE") and h.path.startswith(f"/{B}/")
     ]
     assert writes == [], writes  # refused before the store
+
+
+def test_sixty_four_locations_in_one_bucket_are_read_and_written_through_several_keys(
+    cat: tuple[ReferenceCatalog, StoreLog], users: dict[str, lakesession.Session]
+) -> None:
+    """#40 B1: the union of 64 locations needs several keys (was a 503 for the whole bucket); S3A signs each
+    request with the key of its prefix: the first and the last key's prefixes read, the last one written."""
+    handle, log = cat
+    groups = split_union([f"s3://{WIDE}/{n}/" for n in WIDE_NAMES], write=False)
+    assert len(groups) > 1
+    first, last = (g.split(f"{WIDE}/", 1)[1].rstrip("/") for g in (groups[0][0], groups[-1][-1]))
+    i_first, i_last = WIDE_NAMES.index(first), WIDE_NAMES.index(last)
+    spark = users["alice"].spark()
+    _comet(spark, False)  # S3A itself
+    try:
+        since = time.time()
+        for n, i in ((first, i_first), (last, i_last)):
+            df = spark.read.parquet(f"s3a://{WIDE}/{n}/")
+            assert df.count() == 10 + i and df.agg({"id": "min"}).collect()[0][0] == 100 * i
+        spark.range(5).write.mode("overwrite").parquet(f"s3a://{WIDE}/{last}/out/")
+        assert spark.read.parquet(f"s3a://{WIDE}/{last}/out/").count() == 5
+        hits = [
+            h for h in log.hits if h.at >= since and h.path.startswith(f"/{WIDE}/") and h.agent.startswith("Hadoop")
+        ]
+        assert hits and all(h.status != 403 for h in hits), [h for h in hits if h.status == 403]
+        used = {h.key for h in hits if h.key}
+        assert len(used) >= 2  # the first key's prefix and the last key's, each signed with its own
+        for key in used:
+            policy = minted_for(handle, key)
+            assert f"{WIDE}/{first}/" in policy or f"{WIDE}/{last}/" in policy
+            assert not (f"{WIDE}/{first}/" in policy and f"{WIDE}/{last}/" in policy) or len(groups) == 1
+            assert "_archive" not in policy
+        with pytest.raises(CatalogAccessError):
+            spark.read.parquet(f"s3a://{WIDE}/{last}_archive/").collect()
+    finally:
+        _comet(spark, True)

@@ -8,11 +8,14 @@ credentials by path. A path inside a table's storage is decided by the table's g
 write where the caller holds the read grant: that 403 names the object and both grants. The
 credentials' session policy covers exactly the owning prefix, which the answer names.
 
-``location`` may be repeated (at most ``MAX_LOCATIONS``): each one is checked exactly as above (the
-first refused one is the 403, and nothing is vended); one credential is vended whose session policy
-covers the union of the owning prefixes (``prefixes_session_policy``), and the answer holds one
-``storage-credentials`` entry per owning prefix, all with that same config. Hadoop S3A takes one
-credential per bucket: the session's gateway asks this way for all its prefixes in a bucket.
+``location`` may be repeated (at most ``MAX_LOCATIONS``, each at most ``MAX_LOCATION_CHARS`` characters): each
+one is checked exactly as above (the first refused one is the 403, and nothing is vended); the owning
+prefixes are split into as few groups as STS's policy size bounds allow (``policysize.split_union``: 2,048
+plain characters, and the packed estimate), one credential is vended per group whose session policy covers
+exactly that group (``prefixes_session_policy``), and the answer holds one ``storage-credentials`` entry per
+owning prefix carrying its group's config (entries of one group share a key). Hadoop S3A takes one
+credential provider per bucket: the session's gateway asks this way for all its prefixes in a bucket and
+its JVM side picks the entry per request by key prefix. A location whose own policy cannot fit is a 400.
 
 ``GET /v1/{prefix}/lakesession/locations``: the registered locations the caller holds a grant on.
 ``/management/v1/locations``: admins register (POST), list (GET) and unregister (DELETE) locations.
@@ -33,6 +36,7 @@ from ..authz import Securable, normalize_location
 from ..context import RequestContext, get_context, in_context
 from ..errors import BadRequest, Forbidden
 from ..locations import LOCATION, TABLE
+from ..storage.policysize import PolicyTooLarge, split_union
 from ..vending import READ, WRITE
 from .common import check_prefix, json_bytes, locations_of
 
@@ -42,19 +46,26 @@ PRIVILEGE = {(TABLE, READ): P.TABLE_READ_DATA, (TABLE, WRITE): P.TABLE_WRITE_DAT
 PRIVILEGE |= {(LOCATION, READ): P.LOCATION_READ, (LOCATION, WRITE): P.LOCATION_WRITE}
 
 
-MAX_LOCATIONS = 64  # ``location`` repeated: one credential for the union, bounded
+MAX_LOCATIONS = 64  # ``location`` repeated: credentials for the union, bounded
+MAX_LOCATION_CHARS = 2000  # each ``location``
 
 
 @router.get("/v1/{prefix}/lakesession/location-credentials")
 async def location_credentials(
     prefix: str,
     request: Request,
-    location: list[str] = Query(..., max_length=2000),
+    # no max_length here: on a list FastAPI bounds the number of items, not each one (the #40 B4 regression)
+    location: list[str] = Query(...),
     mode: str = Query(READ, max_length=16),
 ) -> Response:
     """Re-authorized on every call, like a table's ``/credentials``; one threadpool hop."""
     if len(location) > MAX_LOCATIONS:
         raise BadRequest(f"At most {MAX_LOCATIONS} location parameters per request, got {len(location)}")
+    for one in location:
+        if len(one) > MAX_LOCATION_CHARS:
+            raise BadRequest(
+                f"Invalid location: at most {MAX_LOCATION_CHARS} characters per location parameter, got {len(one)}"
+            )
     return await run_in_threadpool(in_context, request, lambda ctx: _location_credentials(ctx, prefix, location, mode))
 
 
@@ -92,7 +103,7 @@ def _authorize(ctx: RequestContext, location: str, mode: str) -> tuple[str, Secu
 
 def _location_credentials(ctx: RequestContext, prefix: str, locations: list[str], mode: str) -> Response:
     """Every location is checked as if asked alone (the first refused one is the 403, nothing is vended);
-    one credential covers the union of the owning prefixes, named once per prefix in the answer."""
+    one credential per group of owning prefixes that fits one session policy, named once per prefix."""
     check_prefix(ctx.services, prefix)
     if mode not in (READ, WRITE):
         raise BadRequest(f"Invalid mode {mode!r}: expected 'read' or 'write'")
@@ -105,22 +116,28 @@ def _location_credentials(ctx: RequestContext, prefix: str, locations: list[str]
     for location in locations:
         got, sec = _authorize(ctx, location, mode)
         owned.setdefault(got, (location, sec))
-    first, (location, sec) = next(iter(owned.items()))
-    others = tuple(p for p in owned if p != first)
-    # one location: the securable's own cache entry (today's key); several: the union's (sorted prefix set)
-    subject = str(sec) if not others else "union"
-    cred, cache_hit = vendor.vend(ctx.principal.name, subject, first, mode, also=others)
-    entries = []
-    for got, (spelled, sec) in owned.items():
-        detail: dict[str, Any] = {"path": spelled, "mode": mode, "prefix": got}
-        detail |= {"expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit}
-        if others:
-            detail["union"] = sorted(owned)
-        ctx.audit("location_credentials", sec, "issued", detail)
-        scheme = spelled.split("://", 1)[0]
-        # the caller's spelling (s3a://…): its prefix matching stays simple
-        entries.append({"prefix": scheme + got[len("s3") :], "config": cred.config(vendor.s3)})
-    return json_bytes(json.dumps({"storage-credentials": entries}).encode())
+    try:
+        groups = split_union(owned, write=mode == WRITE)
+    except PolicyTooLarge as e:
+        raise BadRequest(f"Invalid location: {e}") from None
+    entries: dict[str, dict[str, Any]] = {}  # owning prefix -> its entry, answered in the caller's order
+    for group in groups:
+        first, others = group[0], tuple(group[1:])
+        # one prefix: the securable's own cache entry (today's key); several: the group's (sorted prefix set)
+        subject = str(owned[first][1]) if not others else "union"
+        cred, cache_hit = vendor.vend(ctx.principal.name, subject, first, mode, also=others)
+        for got in group:
+            spelled, sec = owned[got]
+            detail: dict[str, Any] = {"path": spelled, "mode": mode, "prefix": got}
+            detail |= {"expires_at": round(cred.expires_at, 3), "cache_hit": cache_hit}
+            if len(owned) > 1:
+                detail["union"] = sorted(owned) if len(groups) == 1 else sorted(group)
+            ctx.audit("location_credentials", sec, "issued", detail)
+            scheme = spelled.split("://", 1)[0]
+            # the caller's spelling (s3a://…): its prefix matching stays simple
+            entries[got] = {"prefix": scheme + got[len("s3") :], "config": cred.config(vendor.s3)}
+    answer = [entries[got] for got in owned]
+    return json_bytes(json.dumps({"storage-credentials": answer}).encode())
 
 
 @router.get("/v1/{prefix}/lakesession/locations")

@@ -60,11 +60,12 @@ from moto.sts.models import STSBackend, sts_backends  # noqa: E402
 from werkzeug.exceptions import HTTPException  # noqa: E402
 
 from . import policy as iam_policy  # noqa: E402
+from .policysize import PACKED_BUDGET, packed_estimate  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 CURRENT_REALM: ContextVar[Realm | None] = ContextVar("lakesession_s3_emulator_realm", default=None)
-MAX_SESSION_POLICY_CHARS = 2048  # AWS limit on a plain-text session policy
+MAX_SESSION_POLICY_CHARS = 2048  # AWS limit on a plain-text session policy (the packed one: policysize)
 
 
 @dataclass
@@ -103,9 +104,14 @@ class MalformedPolicyDocument(STSClientError):
     code = "MalformedPolicyDocument"
 
 
+class PackedPolicyTooLarge(STSClientError):
+    code = "PackedPolicyTooLarge"
+
+
 for _cls in (S3ExpiredToken, S3InvalidRequest):
     _cls.__module__ = "moto.s3.exceptions"
 MalformedPolicyDocument.__module__ = "moto.sts.exceptions"
+PackedPolicyTooLarge.__module__ = "moto.sts.exceptions"
 
 
 class _ApiError(InvalidClientTokenIdError):
@@ -394,6 +400,11 @@ def _assume_role(
             raise STSValidationError(
                 "1 validation error detected: Value at 'policy' failed to satisfy constraint: "
                 f"Member must have length less than or equal to {MAX_SESSION_POLICY_CHARS}"
+            )
+        packed = packed_estimate(policy)  # AWS's packing is unpublished: the catalog's own estimate, enforced
+        if packed > PACKED_BUDGET:
+            raise PackedPolicyTooLarge(
+                f"Packed size of the session policy is {packed * 100 // PACKED_BUDGET}% of the allowed maximum"
             )
         try:
             IAMPolicyDocumentValidator(policy).validate()

@@ -76,6 +76,12 @@ def prefixes_session_policy(locations: Iterable[str], write: bool) -> dict[str, 
     key for it, so it would list every upload in the bucket (other tables' keys and upload ids);
     Iceberg's S3FileIO and pyarrow keep their own upload ids and never list uploads.
 
+    Packed for STS's size bounds (``policysize``): each prefix appears three times and no more (its
+    ``/*`` objects, its bare key, its listing condition; read puts both ARNs in one statement, write puts
+    every object action on ``/*`` in one), no ``Sid``, one-element lists as plain strings. No wildcard
+    ever joins two prefixes: a shared leading path segment cannot be factored out without also covering
+    its unnamed siblings.
+
     Args:
         locations: ``s3://bucket/path/to/table`` (trailing slash optional), at least one.
         write: include write permissions.
@@ -95,23 +101,19 @@ def prefixes_session_policy(locations: Iterable[str], write: bool) -> dict[str, 
         raise ValueError("no location to scope credentials to")
     buckets = sorted({bucket for bucket, _ in split})
     objects = [f"arn:aws:s3:::{b}/{p}/*" for b, p in split]
-    statements: list[dict[str, Any]] = [
-        {"Sid": "TableObjects", "Effect": "Allow", "Action": list(READ_OBJECT_ACTIONS), "Resource": objects},
-        {
-            "Sid": "DirectoryKeys",
-            "Effect": "Allow",
-            "Action": list(READ_OBJECT_ACTIONS),
-            "Resource": [f"arn:aws:s3:::{b}/{p}" for b, p in split],
-        },
-    ]
+    directories = [f"arn:aws:s3:::{b}/{p}" for b, p in split]
+    statements: list[dict[str, Any]]
     if write:
-        statements.append(
-            {"Sid": "TableWrites", "Effect": "Allow", "Action": list(WRITE_OBJECT_ACTIONS), "Resource": objects}
-        )
+        statements = [
+            {"Effect": "Allow", "Action": [*READ_OBJECT_ACTIONS, *WRITE_OBJECT_ACTIONS], "Resource": objects},
+            {"Effect": "Allow", "Action": list(READ_OBJECT_ACTIONS), "Resource": directories},
+        ]
+    else:
+        both = [arn for pair in zip(directories, objects, strict=True) for arn in pair]
+        statements = [{"Effect": "Allow", "Action": list(READ_OBJECT_ACTIONS), "Resource": both}]
     for bucket in buckets:
         statements.append(
             {
-                "Sid": "TableListing" if len(buckets) == 1 else f"TableListing{buckets.index(bucket)}",
                 "Effect": "Allow",
                 "Action": "s3:ListBucket",
                 "Resource": f"arn:aws:s3:::{bucket}",
@@ -120,12 +122,7 @@ def prefixes_session_policy(locations: Iterable[str], write: bool) -> dict[str, 
             }
         )
     statements.append(
-        {
-            "Sid": "BucketLocation",
-            "Effect": "Allow",
-            "Action": "s3:GetBucketLocation",
-            "Resource": [f"arn:aws:s3:::{b}" for b in buckets],
-        }
+        {"Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": [f"arn:aws:s3:::{b}" for b in buckets]}
     )
     for statement in statements:  # one resource: a plain string, as IAM prints it (and shorter)
         if isinstance(statement["Resource"], list) and len(statement["Resource"]) == 1:

@@ -10,8 +10,9 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
 
 /**
- * One bucket's union credential for Hadoop S3A (which takes one credential per bucket), per mode:
- * the gateway's {@code bucket-credentials} answer, held while it has {@code minValidSeconds} of
+ * One bucket's union keys for Hadoop S3A (which takes one credentials provider per bucket), per mode:
+ * the gateway's {@code bucket-credentials} answer (one key, or several when one session policy cannot hold
+ * the union: each prefix's entry names its key), held while it has {@code minValidSeconds} of
  * life left (refreshed once a quarter of its usable life is left) and dropped when the union grows
  * ({@link #invalidate}). Shared by the S3A filesystems, client factories and request checks of one
  * session (key: gateway, hash of the session secret, bucket, mode), never across sessions.
@@ -97,8 +98,9 @@ final class BucketCredentials {
       return now - fetchedAtMs < 5_000; // no grant in this bucket: ask again soon (a table may be loaded)
     }
     long minValidMs = minValidSeconds * 1000L;
-    long usable = Math.max(a.creds.expiresAtMs - fetchedAtMs - minValidMs, 0);
-    return a.creds.expiresAtMs - now >= minValidMs + usable / 4;
+    long expires = a.expiresAtMs(); // several keys (a large union): the earliest decides
+    long usable = Math.max(expires - fetchedAtMs - minValidMs, 0);
+    return expires - now >= minValidMs + usable / 4;
   }
 
   /** The union grew (a path outside it was granted): the next request fetches the new union's key. */

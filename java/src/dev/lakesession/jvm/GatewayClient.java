@@ -106,15 +106,22 @@ final class GatewayClient implements AutoCloseable {
     return pick(r.body(), path);
   }
 
-  /** The gateway's answer for one bucket: the session's prefixes there and ONE credential for their union. */
+  /**
+   * The gateway's answer for one bucket: the session's prefixes there and the keys covering them. One session
+   * policy holds a bounded number of prefixes (STS: 2,048 characters), so a large union comes as several keys,
+   * each entry carrying the key of its prefix; a request is signed with the key of the prefix its object key
+   * lies in ({@link #credsFor}).
+   */
   static final class BucketAnswer {
     final List<String> prefixes; // s3://bucket/prefix/ (normalized), sorted
-    final Creds creds; // null when no prefix of this session is in the bucket
+    final Creds creds; // the first entry's key (requests naming no object); null when no prefix is in the bucket
+    final Map<String, Creds> byPrefix; // normalized prefix -> the key covering it
     final Map<String, String> client; // s3.endpoint, s3.path-style-access, client.region as vended
 
-    BucketAnswer(List<String> prefixes, Creds creds, Map<String, String> client) {
+    BucketAnswer(List<String> prefixes, Map<String, Creds> byPrefix, Map<String, String> client) {
       this.prefixes = prefixes;
-      this.creds = creds;
+      this.byPrefix = byPrefix;
+      this.creds = byPrefix.isEmpty() ? null : byPrefix.values().iterator().next();
       this.client = client;
     }
 
@@ -127,6 +134,35 @@ final class GatewayClient implements AutoCloseable {
         }
       }
       return false;
+    }
+
+    /** The key of the longest prefix covering {@code path}, else the first key (the store then decides). */
+    Creds credsFor(String path) {
+      Creds best = null;
+      for (Creds c : byPrefix.values()) {
+        if (c.covers(path) && (best == null || c.prefix.length() > best.prefix.length())) {
+          best = c;
+        }
+      }
+      return best != null ? best : creds;
+    }
+
+    /** The earliest expiry among the keys (the answer is refreshed as a whole). */
+    long expiresAtMs() {
+      long min = Long.MAX_VALUE;
+      for (Creds c : byPrefix.values()) {
+        min = Math.min(min, c.expiresAtMs);
+      }
+      return min;
+    }
+
+    /** How many distinct keys the answer holds. */
+    int keyCount() {
+      java.util.Set<String> ids = new java.util.HashSet<>();
+      for (Creds c : byPrefix.values()) {
+        ids.add(c.accessKeyId);
+      }
+      return ids.size();
     }
   }
 
@@ -146,7 +182,7 @@ final class GatewayClient implements AutoCloseable {
     }
     Object doc = Json.parse(r.body());
     List<String> prefixes = new ArrayList<>();
-    Creds creds = null;
+    Map<String, Creds> byPrefix = new java.util.LinkedHashMap<>();
     Map<String, String> client = new java.util.HashMap<>();
     if (doc instanceof Map) {
       Object ps = ((Map<?, ?>) doc).get("prefixes");
@@ -158,30 +194,38 @@ final class GatewayClient implements AutoCloseable {
         }
       }
       Object list = ((Map<?, ?>) doc).get("storage-credentials");
-      if (list instanceof List && !((List<?>) list).isEmpty() && ((List<?>) list).get(0) instanceof Map) {
-        Object cfg = ((Map<?, ?>) ((List<?>) list).get(0)).get("config");
-        if (cfg instanceof Map) {
-          Map<?, ?> c = (Map<?, ?>) cfg;
-          Object exp = c.get("s3.session-token-expires-at-ms");
-          creds =
-              new Creds(
-                  "s3://" + bucket + "/",
-                  str(c.get("s3.access-key-id")),
-                  str(c.get("s3.secret-access-key")),
-                  str(c.get("s3.session-token")),
-                  exp == null ? 0L : Long.parseLong(exp.toString()));
+      for (Object o : list instanceof List ? (List<?>) list : List.of()) {
+        if (!(o instanceof Map) || !(((Map<?, ?>) o).get("prefix") instanceof String)) {
+          continue;
+        }
+        Object cfg = ((Map<?, ?>) o).get("config");
+        if (!(cfg instanceof Map)) {
+          continue;
+        }
+        Map<?, ?> c = (Map<?, ?>) cfg;
+        Object exp = c.get("s3.session-token-expires-at-ms");
+        String prefix = normalize((String) ((Map<?, ?>) o).get("prefix"));
+        Creds creds =
+            new Creds(
+                prefix,
+                str(c.get("s3.access-key-id")),
+                str(c.get("s3.secret-access-key")),
+                str(c.get("s3.session-token")),
+                exp == null ? 0L : Long.parseLong(exp.toString()));
+        if (creds.accessKeyId == null || creds.secretAccessKey == null) {
+          continue;
+        }
+        if (client.isEmpty()) {
           for (String k : new String[] {"s3.endpoint", "s3.path-style-access", "client.region", "s3.region"}) {
             if (c.get(k) != null) {
               client.put(k, c.get(k).toString());
             }
           }
-          if (creds.accessKeyId == null || creds.secretAccessKey == null) {
-            creds = null;
-          }
         }
+        byPrefix.put(prefix, creds);
       }
     }
-    return new BucketAnswer(prefixes, creds, client);
+    return new BucketAnswer(prefixes, byPrefix, client);
   }
 
   /** The storage locations this session may read: tables it loaded, locations granted to the user. */

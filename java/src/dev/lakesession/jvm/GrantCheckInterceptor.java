@@ -33,9 +33,10 @@ import software.amazon.awssdk.services.s3.model.UploadPartRequest;
  * the store sees it. A key outside the union is the catalog's to decide, through the gateway's
  * {@code path-credentials}: a refusal fails the request with the catalog's words as an S3 403
  * (S3A raises AccessDeniedException, no request reaches the store); a grant means the union grew,
- * so the bucket's held key is dropped and the request goes on with the new union's. Writes are
- * signed with the bucket's write union (a per-request credentials provider), reads with the read
- * union S3A's provider hands out.
+ * so the bucket's held key is dropped and the request goes on with the new union's. Every request
+ * naming an object is signed (a per-request credentials provider) with the key of the prefix it lies
+ * in: a large union comes as several keys (one session policy holds about a dozen prefixes), writes
+ * from the bucket's write union, reads from its read union.
  */
 public final class GrantCheckInterceptor implements ExecutionInterceptor, Configurable {
   private Configuration conf;
@@ -79,7 +80,8 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
     if (request instanceof CopyObjectRequest) {
       CopyObjectRequest copy = (CopyObjectRequest) request;
       keys.add(copy.destinationKey());
-      check(copy.sourceBucket(), List.of(copy.sourceKey()), "read");
+      String[] source = copySource(copy);
+      check(source[0], List.of(source[1]), "read");
     } else if (request instanceof DeleteObjectsRequest) {
       for (ObjectIdentifier o : ((DeleteObjectsRequest) request).delete().objects()) {
         keys.add(o.key());
@@ -94,25 +96,56 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
       }
     }
     BucketCredentials union = check(bucket, keys, write ? "write" : "read");
-    if (!write || !(request instanceof AwsRequest)) {
-      return request;
+    String signFor = keys.isEmpty() || keys.get(0) == null ? null : "s3://" + bucket + "/" + keys.get(0);
+    if (!(request instanceof AwsRequest) || (!write && signFor == null)) {
+      return request; // no object named: S3A's provider's key (the bucket's first) signs it
     }
     AwsRequest aws = (AwsRequest) request;
-    AwsCredentialsProvider writer =
-        () -> {
-          try {
-            Creds c = union.answer().creds;
-            if (c == null) {
-              throw new IllegalStateException("lakesession: no write credential for bucket " + union.bucket);
-            }
-            return S3ACredentialsProvider.toSdk(c);
-          } catch (IOException e) {
-            throw new java.io.UncheckedIOException(e);
-          }
-        };
+    AwsCredentialsProvider signer = () -> sdkCreds(union, signFor);
     AwsRequestOverrideConfiguration.Builder o =
         aws.overrideConfiguration().map(AwsRequestOverrideConfiguration::toBuilder).orElseGet(AwsRequestOverrideConfiguration::builder);
-    return aws.toBuilder().overrideConfiguration(o.credentialsProvider(writer).build()).build();
+    return aws.toBuilder().overrideConfiguration(o.credentialsProvider(signer).build()).build();
+  }
+
+  /**
+   * The key covering {@code path} in the union's current answer, resolved when the SDK signs the request
+   * (a refreshed answer is picked up). The request-level {@code credentialsProvider} set in {@code
+   * modifyRequest} is honoured by S3A's client (AWS SDK 2.54, hadoop-aws 3.4.2): tests/client/test_s3a_union_jvm.py
+   * reads and writes prefixes of a union's first and last keys through it.
+   */
+  static software.amazon.awssdk.auth.credentials.AwsSessionCredentials sdkCreds(BucketCredentials union, String path) {
+    try {
+      GatewayClient.BucketAnswer a = union.answer();
+      Creds c = path == null ? a.creds : a.credsFor(path);
+      if (c == null) {
+        throw new IllegalStateException("lakesession: no " + union.mode + " credential for bucket " + union.bucket);
+      }
+      return S3ACredentialsProvider.toSdk(c);
+    } catch (IOException e) {
+      throw new java.io.UncheckedIOException(e);
+    }
+  }
+
+  /**
+   * (bucket, key) a copy reads. The SDK's own interceptor runs first and folds {@code sourceBucket}/{@code
+   * sourceKey} into the URL-encoded {@code copySource} header value ({@code bucket/key?versionId=…}), leaving
+   * them null (S3A's renames: a NullPointerException here before).
+   */
+  static String[] copySource(CopyObjectRequest copy) {
+    if (copy.sourceBucket() != null && copy.sourceKey() != null) {
+      return new String[] {copy.sourceBucket(), copy.sourceKey()};
+    }
+    String header = field(copy, "CopySource"); // the field, by name: its getter is deprecated
+    String raw = header == null ? "" : header;
+    int q = raw.indexOf('?');
+    String decoded =
+        java.net.URLDecoder.decode(
+            (q >= 0 ? raw.substring(0, q) : raw).replace("+", "%2B"), java.nio.charset.StandardCharsets.UTF_8);
+    if (decoded.startsWith("/")) {
+      decoded = decoded.substring(1);
+    }
+    int slash = decoded.indexOf('/');
+    return slash < 0 ? new String[] {decoded, ""} : new String[] {decoded.substring(0, slash), decoded.substring(slash + 1)};
   }
 
   private static String field(SdkRequest r, String name) {

@@ -14,9 +14,11 @@ import software.amazon.awssdk.auth.credentials.AwsSessionCredentials;
 /**
  * AWS SDK v2 provider for Hadoop S3A ({@code fs.s3a.aws.credentials.provider}). S3A asks a provider
  * without a path, one per bucket: this one hands out the bucket's union credential from the
- * session's gateway ({@code /lakesession/bucket-credentials}: one key scoped to every prefix of the
- * session in the bucket: the tables it loaded, the locations granted to the user). Writes get the
- * write union's key per request ({@link GrantCheckInterceptor}). {@code
+ * session's gateway ({@code /lakesession/bucket-credentials}: keys scoped to every prefix of the
+ * session in the bucket: the tables it loaded, the locations granted to the user; several keys when
+ * one session policy cannot hold them all). This provider hands out the first key (requests naming
+ * no object); every request naming one gets the key of its prefix, and writes the write union's,
+ * per request ({@link GrantCheckInterceptor}). {@code
  * fs.s3a.bucket.<b>.lakesession.location} (or {@code fs.s3a.lakesession.location}) narrows the
  * bucket to one location's credential instead (optional).
  */
