@@ -259,7 +259,7 @@ def report(res: Result, attackers: int) -> list[str]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=15, help="length of each victim run (default 15)")
     ap.add_argument("--period", type=float, default=0.02, help="seconds between the victim's loads (default 0.02)")
@@ -270,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-source", metavar="DIR", help="run the server from this source tree (a baseline)")
     ap.add_argument("--runs", type=int, default=1, help="repeat the measurement on the same server (default 1)")
     ap.add_argument("--profile", metavar="FILE", help="record the attacked server with py-spy (collapsed stacks)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="lakesession-attack-") as tmp:
         stack = Stack(Path(tmp), args)
         try:
