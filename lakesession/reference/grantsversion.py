@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, event, select, update
 from sqlalchemy.pool import StaticPool
 
 from . import store
@@ -48,6 +48,8 @@ class GrantsVersion:
         self._own_lock = threading.Lock()
         self._conn: Any = None  # the connection reads use (``_select``)
         self._dedicated = not isinstance(engine.pool, StaticPool)
+        # dispose() closes only the pool's idle connections: close the kept one with them (a catalog's stop)
+        event.listen(engine, "engine_disposed", lambda _engine: self.close())
 
     def current(self, fresh_since: float | None = None) -> object:
         """The version, from a read begun after ``fresh_since`` (a request's start), or a recent one without it.
