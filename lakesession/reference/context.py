@@ -179,7 +179,8 @@ class RequestContext:
     services: Services
     delegation: frozenset[str] = frozenset()  # X-Iceberg-Access-Delegation modes the client accepts
     pending: list[dict[str, Any]] = field(default_factory=list)  # audit records, written once per request
-    # grants are read afresh once per request (after this moment): a revocation holds from the next request on
+    # the shared grants version is read once per request, after this moment (cached grants are reused while it
+    # holds): a revocation on any replica holds from the next request on
     started: float = field(default_factory=time.monotonic)
 
     def allowed(self, privilege: Privilege, target: Securable) -> bool:
@@ -261,12 +262,13 @@ def request_context(request: Request) -> Iterator[RequestContext]:
     name = claims.get(services.settings.principal_claim)
     if not isinstance(name, str) or not name:
         raise NotAuthorized(f"Token has no {services.settings.principal_claim!r} claim naming a principal")
-    principal = services.directory.get_principal(name) or Principal(name, "user")
+    started = time.monotonic()  # the request's reads of the grants version begin after this (``fresh_since``)
+    principal = services.directory.get_principal(name, started) or Principal(name, "user")
     delegation = frozenset(
         m.strip().lower() for m in request.headers.get("x-iceberg-access-delegation", "").split(",") if m.strip()
     )
     refuse_chained_write(request)  # view chains grant reads only (commits, drops... with referenced-by: 403)
-    ctx = RequestContext(principal, request_id_of(request), claims, services, delegation)
+    ctx = RequestContext(principal, request_id_of(request), claims, services, delegation, started=started)
     try:
         yield ctx
     finally:

@@ -1,9 +1,10 @@
 """Principals, roles and grants: who exists, who belongs where, and who may do what.
 
-Client secrets are stored only as salted PBKDF2 hashes. Effective grants are
-cached per principal and invalidated on every local change; a request reads them
-afresh once (``fresh_since``), so another server's revocation on a shared database
-holds from the next request on. Calls outside a request reuse them for a few seconds.
+Client secrets are stored only as salted PBKDF2 hashes. Effective grants and principals are
+cached, tagged with the shared grants version (``grantsversion.py``) they were read under: every change
+here moves that one row in its own transaction, a request reads the row once (``fresh_since``), and a
+cached value is reused only while the row is unchanged, so a revocation on any replica sharing the
+database holds from the next request on. Calls outside a request reuse a read of the row for 2 s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from . import store
 from .authz import Grant, Privilege, Securable, allowed, check_grant_shape, parse_privilege
 from .errors import BadRequest, Conflict, NotFound
+from .grantsversion import GrantsVersion
 
 PRINCIPAL_TYPES = ("user", "service")
 _PBKDF2_ROUNDS = 60_000
@@ -71,14 +73,15 @@ def _check_name(kind: str, name: str) -> str:
 
 
 class Directory:
-    """The principal/role/grant store with a small effective-grant cache."""
+    """The principal/role/grant store with effective grants and principals cached under the grants version."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.version = GrantsVersion(engine, _CACHE_SECONDS)
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, tuple[Grant, ...]]] = {}
+        self._cache: dict[str, tuple[object, tuple[Grant, ...]]] = {}  # principal -> (version read under, grants)
         self._secret_cache: dict[tuple[str, str], float] = {}
-        self._principals: dict[str, tuple[float, Principal | None]] = {}
+        self._principals: dict[str, tuple[object, Principal | None]] = {}
         #: names no principal may take, and why (``s3.web_identity.subject``: tokens of that subject open storage)
         self.reserved: dict[str, str] = {}
 
@@ -104,18 +107,19 @@ class Directory:
         try:
             with self.engine.begin() as conn:
                 conn.execute(insert(store.principals).values(**row))
+                self.version.bump(conn)
         except IntegrityError:
             raise Conflict(f"Principal {name!r} (or client id {client_id!r}) already exists") from None
-        self.invalidate()
+        self._forget()
         if client_secret and secret_hash:
             self._remember_secret(secret_hash, client_secret)
         return Principal(name, type, client_id)
 
-    def get_principal(self, name: str) -> Principal | None:
-        """The principal named ``name`` (cached briefly: it is looked up on every request)."""
-        now = time.monotonic()
+    def get_principal(self, name: str, fresh_since: float | None = None) -> Principal | None:
+        """The principal named ``name`` (looked up on every request: cached while the grants version holds)."""
+        version = self.version.current(fresh_since)
         hit = self._principals.get(name)
-        if hit is not None and now - hit[0] < _CACHE_SECONDS:
+        if hit is not None and hit[0] == version:
             return hit[1]
         with self.engine.connect() as conn:
             row = conn.execute(select(store.principals).where(store.principals.c.name == name)).first()
@@ -123,7 +127,7 @@ class Directory:
         with self._lock:
             if len(self._principals) > 10_000:
                 self._principals.clear()
-            self._principals[name] = (now, principal)
+            self._principals[name] = (version, principal)
         return principal
 
     def list_principals(self) -> list[Principal]:
@@ -136,7 +140,8 @@ class Directory:
             if conn.execute(delete(store.principals).where(store.principals.c.name == name)).rowcount == 0:
                 raise NotFound(f"Principal {name!r} does not exist")
             conn.execute(delete(store.role_members).where(store.role_members.c.principal == name))
-        self.invalidate()
+            self.version.bump(conn)
+        self._forget()
 
     def authenticate_client(self, client_id: str, client_secret: str) -> Principal | None:
         """The principal owning these client credentials, or None.
@@ -176,8 +181,10 @@ class Directory:
         try:
             with self.engine.begin() as conn:
                 conn.execute(insert(store.roles).values(name=name, created_at=time.time()))
+                self.version.bump(conn)
         except IntegrityError:
             raise Conflict(f"Role {name!r} already exists") from None
+        self._forget()
         for m in members or []:
             self.add_member(name, m)
 
@@ -196,7 +203,8 @@ class Directory:
                 raise NotFound(f"Role {name!r} does not exist")
             conn.execute(delete(store.role_members).where(store.role_members.c.role == name))
             conn.execute(delete(store.grants).where(store.grants.c.role == name))
-        self.invalidate()
+            self.version.bump(conn)
+        self._forget()
 
     def _require(self, table: object, name: str, what: str) -> None:
         with self.engine.connect() as conn:
@@ -209,9 +217,10 @@ class Directory:
         try:
             with self.engine.begin() as conn:
                 conn.execute(insert(store.role_members).values(role=role, principal=principal))
+                self.version.bump(conn)
         except IntegrityError:
             pass  # already a member: idempotent
-        self.invalidate()
+        self._forget()
 
     def remove_member(self, role: str, principal: str) -> None:
         with self.engine.begin() as conn:
@@ -220,7 +229,8 @@ class Directory:
                     and_(store.role_members.c.role == role, store.role_members.c.principal == principal)
                 )
             )
-        self.invalidate()
+            self.version.bump(conn)
+        self._forget()
 
     # -- grants -----------------------------------------------------------
     def grant(self, role: str, privilege: str | Privilege, on: str | Securable) -> Grant:
@@ -243,9 +253,10 @@ class Directory:
                         role=g.role, privilege=g.privilege.value, securable=str(g.on), created_at=time.time()
                     )
                 )
+                self.version.bump(conn)
         except IntegrityError:
             pass  # granting twice is a no-op
-        self.invalidate()
+        self._forget()
         return g
 
     def location_registered(self, prefix: str) -> bool:
@@ -272,7 +283,8 @@ class Directory:
                     )
                 )
             ).rowcount
-        self.invalidate()
+            self.version.bump(conn)
+        self._forget()
         if n == 0:
             raise NotFound(f"Role {role!r} does not hold {priv.value} on {sec}: nothing was revoked")
         return True
@@ -286,14 +298,15 @@ class Directory:
         return [Grant(r.role, Privilege(r.privilege), Securable.parse(r.securable)) for r in rows]
 
     def grants_of(self, principal: str, fresh_since: float | None = None) -> tuple[Grant, ...]:
-        """Every grant reaching ``principal`` through its roles (cached briefly).
+        """Every grant reaching ``principal`` through its roles (cached while the grants version holds).
 
-        ``fresh_since`` (a request's ``time.monotonic()`` start): only a read begun after it is reused, so a
-        revocation by another server sharing the database holds from the next request on, while the checks
-        of one request share one read."""
-        now = time.monotonic()
+        ``fresh_since`` (a request's ``time.monotonic()`` start): the grants version is taken from a read
+        begun after it, so a revocation by any server sharing the database holds from the next request on,
+        while the checks of one request share one read. The version is read before the grants: grants newer
+        than their tag only cost one more read later, never the reverse."""
+        version = self.version.current(fresh_since)
         hit = self._cache.get(principal)
-        if hit and (hit[0] >= fresh_since if fresh_since is not None else now - hit[0] < _CACHE_SECONDS):
+        if hit is not None and hit[0] == version:
             return hit[1]
         q = (
             select(store.grants)
@@ -304,7 +317,9 @@ class Directory:
             rows = conn.execute(q).all()
         result = tuple(Grant(r.role, Privilege(r.privilege), Securable.parse(r.securable)) for r in rows)
         with self._lock:
-            self._cache[principal] = (now, result)
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[principal] = (version, result)
         return result
 
     def is_allowed(
@@ -313,6 +328,15 @@ class Directory:
         return allowed(self.grants_of(principal, fresh_since), privilege, target)
 
     def invalidate(self) -> None:
+        """Grants changed outside this class (a storage location's, dropped with it): move the shared version
+        (in a transaction of its own, after the change committed) and forget locally."""
+        with self.engine.begin() as conn:
+            self.version.bump(conn)
+        self._forget()
+
+    def _forget(self) -> None:
+        """A change committed here: no local read from before it is reused (other replicas see the version)."""
+        self.version.forget()
         with self._lock:
             self._cache.clear()
             self._principals.clear()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Engine,
     Float,
@@ -68,6 +69,16 @@ grants = Table(
     Column("securable", String(1000), nullable=False),  # canonical "table sales.orders"
     Column("created_at", Float, nullable=False),
     UniqueConstraint("role", "privilege", "securable", name="uq_ls_grant"),
+)
+
+# One row (id 1) whose ``version`` moves in the same transaction as every change to principals, roles,
+# memberships and grants: a replica reuses its cached grants while the row is unchanged (``directory.py``).
+GRANTS_VERSION_ID = 1
+grants_version = Table(
+    "ls_grants_version",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("version", BigInteger, nullable=False),
 )
 
 views = Table(

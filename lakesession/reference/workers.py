@@ -8,7 +8,7 @@ once (migrations, admin principal, bootstrap, the S3 emulator if any), then star
 (spawned, not forked: the parent has threads) and restarts any that dies.
 
 What stays per process (see the README's serve section): pending device codes of the embedded
-issuer, its rate-limit counters, and the caches (verified tokens, grants for a second or two,
+issuer, its rate-limit counters, and the caches (verified tokens, grants while the grants version holds,
 immutable metadata files). Vended STS credentials are cached per process *and* in the database
 (``vendcache``), so one worker's STS call serves all of them.
 """

@@ -1,6 +1,6 @@
 """Two `lakesession serve` replicas behind one URL (a round-robin proxy), sharing PostgreSQL and the data
-dir's issuer key: tokens from one validate on the other, a revoke on one is honoured by the other within a
-bound far below one credential TTL, and both write one audit log."""
+dir's issuer key: tokens from one validate on the other, a revoke on one is honoured by the other from the
+next request on (far below one credential TTL), and both write one audit log."""
 
 from __future__ import annotations
 
@@ -128,22 +128,16 @@ def test_replicas_share_tokens_revocations_and_audit(replicas: tuple[RoundRobin,
     assert r.status_code == 200, r.text
     assert httpx.get(f"{direct(a)}{P}/namespaces/rep/tables/t", headers=hb).status_code == 403
 
-    # grant on a, visible on b; revoke on b, honoured on a — each within a bound far below one credential TTL
+    # grant on a, visible on b; revoke on b, honoured on a — each from the very next request on (the shared
+    # grants version), far below one credential TTL; a's grants were cached just before the revoke
     grant = {"role": "readers", "privilege": "TABLE_READ_DATA", "on": "table rep.t"}
     assert httpx.post(f"{direct(a)}/management/v1/grants", json=grant, headers=ha).status_code in (200, 201)
-
-    def settle(srv: Served, expected: int) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < 30:
-            if httpx.get(f"{direct(srv)}{P}/namespaces/rep/tables/t", headers=hb).status_code == expected:
-                return time.monotonic() - start
-            time.sleep(0.1)
-        raise AssertionError(f"{srv.uri} never answered {expected}")
-
-    assert settle(b, 200) < 5
+    assert httpx.get(f"{direct(b)}{P}/namespaces/rep/tables/t", headers=hb).status_code == 200
+    for _ in range(3):
+        assert httpx.get(f"{direct(a)}{P}/namespaces/rep/tables/t", headers=hb).status_code == 200
     assert httpx.request("DELETE", f"{direct(b)}/management/v1/grants", json=grant, headers=ha).status_code == 204
-    took = settle(a, 403)
-    assert took < 5 < CREDENTIAL_TTL
+    assert httpx.get(f"{direct(a)}{P}/namespaces/rep/tables/t", headers=hb).status_code == 403
+    assert httpx.get(f"{direct(a)}{P}/namespaces/rep/tables/t/credentials", headers=hb).status_code == 403
     # one audit log: a denied load on each replica, both read back through the proxy (either replica answers)
     since = time.time() - 0.001
     for srv in (a, b):

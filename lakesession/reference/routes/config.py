@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
-from ..context import RequestContext, get_context
+from ..context import RequestContext, in_context
 from ..errors import NotFound
 
 router = APIRouter()
@@ -50,9 +52,12 @@ CATALOG_ENDPOINTS = (
 
 
 @router.get("/v1/config")
-def get_config(
-    request: Request, warehouse: str | None = None, ctx: RequestContext = Depends(get_context, scope="function")
-) -> dict[str, Any]:
+async def get_config(request: Request, warehouse: str | None = None) -> Response:
+    """One threadpool hop for the whole request (``context.in_context``): clients call it first and often."""
+    return await run_in_threadpool(in_context, request, lambda ctx: JSONResponse(_config(ctx, request, warehouse)))
+
+
+def _config(ctx: RequestContext, request: Request, warehouse: str | None) -> dict[str, Any]:
     services = ctx.services
     settings = services.settings
     if warehouse not in (None, "", settings.catalog_name):

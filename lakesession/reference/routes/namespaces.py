@@ -15,11 +15,12 @@ from pydantic import BaseModel, Field
 from pyiceberg.catalog.sql import IcebergNamespaceProperties as NsProps
 from pyiceberg.catalog.sql import IcebergTables
 from sqlalchemy import Table, and_, delete, insert, or_, select
+from starlette.concurrency import run_in_threadpool
 
 from .. import nskeys, store
 from ..authz import Privilege as P
 from ..authz import Securable
-from ..context import RequestContext, Services, get_context
+from ..context import RequestContext, Services, get_context, in_context
 from ..errors import BadRequest, CatalogError, Conflict, Forbidden, NamespaceNotEmpty, NoSuchNamespace
 from ..idempotency import Idempotency, idempotency
 from ..locations import Owner, normalize
@@ -193,12 +194,21 @@ def _parent_securable(parent: Namespace) -> Securable:
 
 
 @router.get("/v1/{prefix}/namespaces")
-def list_namespaces(
+async def list_namespaces(
+    request: Request,
     prefix: str,
     parent: str | None = None,
     page_token: str | None = Query(None, alias="pageToken"),
     page_size: int | None = Query(None, alias="pageSize"),
-    ctx: RequestContext = Depends(get_context, scope="function"),
+) -> Response:
+    """One threadpool hop for the whole request (``context.in_context``), as for the other cheap reads."""
+    return await run_in_threadpool(
+        in_context, request, lambda ctx: JSONResponse(_list_namespaces(ctx, prefix, parent, page_token, page_size))
+    )
+
+
+def _list_namespaces(
+    ctx: RequestContext, prefix: str, parent: str | None, page_token: str | None, page_size: int | None
 ) -> dict[str, Any]:
     check_prefix(ctx.services, prefix)
     parent_ns: Namespace = decode_namespace(ctx.services, parent) if parent else ()
@@ -286,19 +296,25 @@ def _load(
 
 
 @router.get("/v1/{prefix}/namespaces/{namespace}")
-def load_namespace(
-    prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")
-) -> dict[str, Any]:
-    ns, _, props = _load(ctx, prefix, namespace, "load_namespace", P.NAMESPACE_READ_PROPERTIES)
-    return {"namespace": list(ns), "properties": props}
+async def load_namespace(request: Request, prefix: str, namespace: str) -> Response:
+    """One threadpool hop for the whole request (``context.in_context``)."""
+
+    def route(ctx: RequestContext) -> Response:
+        ns, _, props = _load(ctx, prefix, namespace, "load_namespace", P.NAMESPACE_READ_PROPERTIES)
+        return JSONResponse({"namespace": list(ns), "properties": props})
+
+    return await run_in_threadpool(in_context, request, route)
 
 
 @router.head("/v1/{prefix}/namespaces/{namespace}", status_code=204)
-def namespace_exists(
-    prefix: str, namespace: str, ctx: RequestContext = Depends(get_context, scope="function")
-) -> Response:
-    _load(ctx, prefix, namespace, "namespace_exists", P.NAMESPACE_READ_PROPERTIES)
-    return Response(status_code=204)
+async def namespace_exists(request: Request, prefix: str, namespace: str) -> Response:
+    """One threadpool hop for the whole request (``context.in_context``)."""
+
+    def route(ctx: RequestContext) -> Response:
+        _load(ctx, prefix, namespace, "namespace_exists", P.NAMESPACE_READ_PROPERTIES)
+        return Response(status_code=204)
+
+    return await run_in_threadpool(in_context, request, route)
 
 
 @router.delete("/v1/{prefix}/namespaces/{namespace}", status_code=204)

@@ -256,14 +256,17 @@ def _load_table(
 
 
 @router.head(T + "/{table}", status_code=204)
-def table_exists(
-    prefix: str, namespace: str, table: str, ctx: RequestContext = Depends(get_context, scope="function")
-) -> Response:
-    ns, name, sec = _table(ctx, prefix, namespace, table)
-    ctx.authorize_any("table_exists", (P.TABLE_READ_PROPERTIES, P.TABLE_LIST), sec)
-    if tables_of(ctx).metadata_location(ns, name) is None:
-        raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
-    return Response(status_code=204)
+async def table_exists(request: Request, prefix: str, namespace: str, table: str) -> Response:
+    """One threadpool hop for the whole request (``context.in_context``), as for loadTable."""
+
+    def route(ctx: RequestContext) -> Response:
+        ns, name, sec = _table(ctx, prefix, namespace, table)
+        ctx.authorize_any("table_exists", (P.TABLE_READ_PROPERTIES, P.TABLE_LIST), sec)
+        if tables_of(ctx).metadata_location(ns, name) is None:
+            raise NoSuchTable(f"Table does not exist: {ns_str((*ns, name))}")
+        return Response(status_code=204)
+
+    return await run_in_threadpool(in_context, request, route)
 
 
 @router.post(T + "/{table}")

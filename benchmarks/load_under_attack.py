@@ -1,0 +1,316 @@
+"""A victim's loadTable while 16 authenticated attackers hammer `lakesession serve` with cheap requests.
+
+    python benchmarks/load_under_attack.py [--seconds 15] [--attackers 16] [--postgres] [--server-source DIR]
+
+Starts ``lakesession serve`` (this checkout's code, or ``--server-source``; SQLite in a fresh data dir, or a
+throwaway PostgreSQL with ``--postgres``) with a victim principal (``ana``, reader of ``bench.t``), attacker
+principals (``pest00`` …, each its own valid token and a few grants) and ``--grants`` unrelated grants, the
+way a real catalog's grant table looks. The victim (one keep-alive client in a process of its own) loads
+``bench.t`` every ``--period`` seconds, first alone (the baseline), then while ``--attackers`` threads (in
+``--attacker-processes`` processes) send ``GET /v1/config``, ``GET …/namespaces`` and ``HEAD …/tables/t``
+back to back with their valid tokens, and once more alone at the end. The server runs with
+``LAKESESSION_SERVER_TIMING=1``: the victim's latency is split into time queued in the server and time
+handling the request.
+
+Prints the victim's p50/p99/max side by side (alone, attacked), the ratio attacked ÷ alone measured in this
+run, the attackers' request rate and the server's CPU per request. Target: victim p99 <= 30 ms under 16
+attackers (a 2-core machine). Exit status 0 when every request was answered as expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _loadclients import pct, server_timing  # noqa: E402
+
+TARGET_P99_MS = 30.0
+NS, TABLE, PREFIX = "bench", "t", "lakesession"
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+SECRET = "pw-under-attack-1"
+
+
+def policy(attackers: int, grants: int) -> str:
+    """The victim, the attackers (one principal each, in a role of their own) and unrelated grants."""
+    pests = ", ".join(f"pest{i:02d}" for i in range(attackers))
+    lines = ["principals:", f"  - {{name: ana, type: user, client_secret: {SECRET}}}"]
+    lines += [f"  - {{name: pest{i:02d}, type: user, client_secret: {SECRET}}}" for i in range(attackers)]
+    lines += ["roles:", "  - {name: readers, members: [ana]}", f"  - {{name: pests, members: [{pests}]}}"]
+    lines += ["  - {name: others}", "grants:"]
+    lines += ["  - {role: readers, privilege: TABLE_READ_PROPERTIES, on: table bench.t}"]
+    lines += ["  - {role: readers, privilege: TABLE_READ_DATA, on: table bench.t}"]
+    lines += ["  - {role: pests, privilege: NAMESPACE_LIST, on: catalog}"]
+    lines += ["  - {role: pests, privilege: TABLE_LIST, on: namespace bench}"]
+    lines += [f"  - {{role: others, privilege: TABLE_READ_DATA, on: table other{i}.t}}" for i in range(grants)]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Figures:
+    """One victim run: latencies and the server's split of them (seconds)."""
+
+    lat: list[float] = field(default_factory=list)
+    queue: list[float] = field(default_factory=list)
+    app: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def line(self, label: str) -> str:
+        return (
+            f"{label:22} {len(self.lat):6d} {pct(self.lat, 50):8.2f} {pct(self.lat, 99):8.2f} "
+            f"{max(self.lat, default=0) * 1000:8.1f} {pct(self.queue, 99):9.2f} {pct(self.app, 99):8.2f}"
+        )
+
+
+def victim(uri: str, token: str, seconds: float, period: float, out: Any) -> None:
+    """The victim's process: one keep-alive client loading the table every ``period`` seconds."""
+    fig = Figures()
+    path = f"/v1/{PREFIX}/namespaces/{NS}/tables/{TABLE}"
+    with httpx.Client(base_url=uri, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+        for _ in range(20):  # the connection and the server's caches, unmeasured
+            c.get(path)
+        end = time.perf_counter() + seconds
+        nxt = time.perf_counter()
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            r = c.get(path)
+            fig.lat.append(time.perf_counter() - t0)
+            if r.status_code != 200:
+                fig.errors.append(f"loadTable {r.status_code}: {r.text[:200]}")
+            split = server_timing(r.headers.get("server-timing", ""))
+            fig.queue.append(split.get("queue", 0.0))
+            fig.app.append(split.get("app", 0.0))
+            nxt += period
+            time.sleep(max(0.0, nxt - time.perf_counter()))
+    out.send(fig.__dict__)
+    out.close()
+
+
+def attackers(uri: str, tokens: list[str], stop: Any, out: Any) -> None:
+    """One attacker process: a thread per token sending cheap valid requests back to back until ``stop``."""
+    counts: list[int] = [0] * len(tokens)
+    bad: list[str] = []
+    paths = [
+        ("GET", "/v1/config?warehouse=lakesession", 200),
+        ("GET", f"/v1/{PREFIX}/namespaces", 200),
+        ("HEAD", f"/v1/{PREFIX}/namespaces/{NS}/tables/{TABLE}", 204),
+    ]
+
+    def run(i: int) -> None:
+        with httpx.Client(base_url=uri, headers={"Authorization": f"Bearer {tokens[i]}"}, timeout=60) as c:
+            while not stop.is_set():
+                method, path, want = paths[counts[i] % len(paths)]
+                r = c.request(method, path)
+                counts[i] += 1
+                if r.status_code != want and len(bad) < 5:
+                    bad.append(f"{method} {path}: {r.status_code}")
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(tokens))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.send((sum(counts), bad))
+    out.close()
+
+
+def run_victim(uri: str, token: str, seconds: float, period: float) -> Figures:
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=victim, args=(uri, token, seconds, period, send))
+    proc.start()
+    send.close()
+    fig = Figures(**recv.recv())
+    proc.join(30)
+    return fig
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Result:
+    alone: Figures
+    attacked: Figures
+    after: Figures
+    attack_requests: int
+    attack_seconds: float
+    cpu_ms_per_request: float
+    errors: list[str]
+
+    @property
+    def ratio_p99(self) -> float:
+        return pct(self.attacked.lat, 99) / pct(self.alone.lat, 99)
+
+    @property
+    def ratio_p50(self) -> float:
+        return pct(self.attacked.lat, 50) / pct(self.alone.lat, 50)
+
+
+def measure(
+    uri: str,
+    victim_token: str,
+    tokens: list[str],
+    seconds: float,
+    period: float,
+    processes: int,
+    pid: int,
+    profile: str | None = None,
+) -> Result:
+    """Victim alone, victim under attack, victim alone again; the attackers' rate and the server's CPU."""
+    alone = run_victim(uri, victim_token, seconds, period)
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs, pipes = [], []
+    for k in range(processes):
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=attackers, args=(uri, tokens[k::processes], stop, send))
+        p.start()
+        send.close()
+        procs.append(p)
+        pipes.append(recv)
+    time.sleep(2.0)  # the attackers' connections and token caches
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    spy = None
+    if profile:  # the server's stacks while attacked (py-spy's collapsed format: one stack and its count a line)
+        cmd = ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", profile, "--rate", "250", "--gil"]
+        spy = subprocess.Popen([*cmd, "--duration", str(int(seconds))], stdout=subprocess.DEVNULL)
+    attacked = run_victim(uri, victim_token, seconds, period)
+    stop.set()
+    if spy is not None:
+        spy.wait(60)
+    total, bad = 0, []
+    for recv in pipes:
+        n, b = recv.recv()
+        total, bad = total + n, bad + b
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    for p in procs:
+        p.join(30)
+    after = run_victim(uri, victim_token, seconds, period)
+    served = total + len(attacked.lat)
+    errors = alone.errors + attacked.errors + after.errors + bad
+    return Result(alone, attacked, after, total, wall, cpu / max(1, served) * 1000, errors)
+
+
+class Stack:
+    """``lakesession serve`` with the policy above, the table created, the tokens minted."""
+
+    def __init__(self, tmp: Path, args: argparse.Namespace):
+        from tests._serve import Served
+
+        db = None
+        if args.postgres:
+            from tests._pg import new_database
+
+            db = new_database("attack")
+        (tmp / "policy.yaml").write_text(policy(args.attackers, args.grants))
+        cli = ["--port", "0", "--data-dir", str(tmp / "data"), "--bootstrap", str(tmp / "policy.yaml")]
+        cli += ["--warehouse", (tmp / "wh").as_uri()] + (["--db", db] if db else [])
+        (tmp / "wh").mkdir()
+        source = args.server_source or str(ROOT)
+        path = [source, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        here = os.getcwd()
+        os.chdir(source)  # `python -m` puts the working directory first on sys.path
+        try:
+            self.served = Served(cli, env={"LAKESESSION_SERVER_TIMING": "1", "PYTHONPATH": os.pathsep.join(path)})
+        finally:
+            os.chdir(here)
+        self.store = "PostgreSQL" if db else "SQLite"
+        admin = {"Authorization": f"Bearer {self.served.admin_token()}"}
+        with httpx.Client(base_url=self.served.uri, headers=admin, timeout=60) as c:
+            assert c.post(f"/v1/{PREFIX}/namespaces", json={"namespace": [NS]}).status_code == 200
+            r = c.post(f"/v1/{PREFIX}/namespaces/{NS}/tables", json={"name": TABLE, "schema": SCHEMA})
+            assert r.status_code == 200, r.text
+        self.victim = self.served.token("ana", SECRET)
+        self.tokens = [self.served.token(f"pest{i:02d}", SECRET) for i in range(args.attackers)]
+
+    def close(self) -> None:
+        self.served.stop()
+
+
+def report(res: Result, attackers: int) -> list[str]:
+    head = f"{'victim loadTable':22} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'queue p99':>9} {'app p99':>8}"
+    return [
+        head,
+        "-" * len(head),
+        res.alone.line("alone"),
+        res.attacked.line(f"{attackers} attackers"),
+        res.after.line("alone again"),
+        "",
+        f"attacked ÷ alone: p50 {res.ratio_p50:.2f}x, p99 {res.ratio_p99:.2f}x; "
+        f"attackers {res.attack_requests / res.attack_seconds:.0f} req/s; "
+        f"server CPU {res.cpu_ms_per_request:.2f} ms per request; load avg {os.getloadavg()[0]:.1f}",
+    ]
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=15, help="length of each victim run (default 15)")
+    ap.add_argument("--period", type=float, default=0.02, help="seconds between the victim's loads (default 0.02)")
+    ap.add_argument("--attackers", type=int, default=16, help="attacker threads, one principal each (default 16)")
+    ap.add_argument("--attacker-processes", type=int, default=2, help="processes the attackers run in (default 2)")
+    ap.add_argument("--grants", type=int, default=200, help="unrelated grants in the catalog (default 200)")
+    ap.add_argument("--postgres", action="store_true", help="PostgreSQL (a throwaway server) instead of SQLite")
+    ap.add_argument("--server-source", metavar="DIR", help="run the server from this source tree (a baseline)")
+    ap.add_argument("--runs", type=int, default=1, help="repeat the measurement on the same server (default 1)")
+    ap.add_argument("--profile", metavar="FILE", help="record the attacked server with py-spy (collapsed stacks)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="lakesession-attack-") as tmp:
+        stack = Stack(Path(tmp), args)
+        try:
+            print(
+                f"lakesession serve ({stack.store}, {args.server_source or 'this checkout'}), victim every "
+                f"{args.period * 1000:.0f} ms for {args.seconds:.0f} s, {args.attackers} attackers in "
+                f"{args.attacker_processes} processes, {args.grants} other grants; {os.cpu_count()} CPUs",
+                flush=True,
+            )
+            ok = True
+            for run in range(args.runs):
+                res = measure(
+                    stack.served.uri,
+                    stack.victim,
+                    stack.tokens,
+                    args.seconds,
+                    args.period,
+                    args.attacker_processes,
+                    stack.served.proc.pid,
+                    args.profile,
+                )
+                print(f"\nrun {run + 1}:")
+                print("\n".join(report(res, args.attackers)))
+                p99 = pct(res.attacked.lat, 99)
+                print(
+                    f"target: victim p99 under {args.attackers} attackers {p99:.1f} ms (<= {TARGET_P99_MS:.0f} ms): "
+                    f"{'OK' if p99 <= TARGET_P99_MS else 'OVER TARGET'}",
+                    flush=True,
+                )
+                if res.errors:
+                    print("errors:", res.errors[:5])
+                    ok = False
+        finally:
+            stack.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
