@@ -59,6 +59,9 @@ def apply_update(update: TableUpdate, metadata: TableMetadata, context: _TableMe
         check_schema(update.schema_, metadata.format_version)
     if isinstance(update, metadata_builder.HANDLED):
         return metadata_builder.apply(update, metadata, context)
+    if (known := metadata_builder.known_only(update, metadata)) is None:
+        return metadata  # Java's builder ignores removing what the table does not have
+    update = known
     if isinstance(update, AddSnapshotUpdate):
         now = int(time.time() * 1000)
         if (problem := metadata_rules.future_problem(update.snapshot.timestamp_ms, now)) is not None:

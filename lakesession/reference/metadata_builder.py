@@ -5,7 +5,9 @@ with a taken ``schema-id`` (pyiceberg's own client sends 0) produced two schemas
 catalog then refused (issue #40). Java never trusts the sent id: ``reuseOrCreateNewSchemaId`` (and its spec
 and sort-order siblings) reuse the id of an identical one already there, else take one past the highest,
 and ``-1`` in ``set-current-schema``/``set-default-spec``/``set-default-sort-order`` means the one last
-added in this commit. The same is done here, over pyiceberg's copy-on-write metadata.
+added in this commit. The same is done here, over pyiceberg's copy-on-write metadata. And where Java's
+builder ignores a removal of something the table does not have (a property, snapshot, statistics file,
+spec or schema), pyiceberg refuses the commit: ``known_only`` keeps Java's behaviour.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from pyiceberg.table.update import (
     AddPartitionSpecUpdate,
     AddSchemaUpdate,
     AddSortOrderUpdate,
+    RemovePartitionSpecsUpdate,
+    RemovePartitionStatisticsUpdate,
+    RemovePropertiesUpdate,
+    RemoveSchemasUpdate,
+    RemoveSnapshotsUpdate,
+    RemoveStatisticsUpdate,
     SetCurrentSchemaUpdate,
     SetDefaultSortOrderUpdate,
     SetDefaultSpecUpdate,
@@ -27,7 +35,7 @@ from pyiceberg.table.update import (
     _TableMetadataUpdateContext,
 )
 
-__all__ = ["HANDLED", "apply"]
+__all__ = ["HANDLED", "apply", "known_only"]
 
 LAST_ADDED = -1
 INITIAL_SPEC_ID = 0
@@ -70,7 +78,7 @@ def apply(update: TableUpdate, metadata: TableMetadata, context: _TableMetadataU
             return metadata
         if metadata.schema_by_id(sid) is None:
             raise ValueError(f"Cannot set current schema to unknown schema: {sid}")
-        context.add_update(SetCurrentSchemaUpdate(schema_id=sid))
+        context.add_update(SetCurrentSchemaUpdate.model_validate({"schema-id": sid}))
         return metadata.model_copy(update={"current_schema_id": sid})
     if isinstance(update, SetDefaultSpecUpdate):
         spec_id = _resolve(update.spec_id, last["spec"], "spec")
@@ -78,7 +86,7 @@ def apply(update: TableUpdate, metadata: TableMetadata, context: _TableMetadataU
             return metadata
         if all(s.spec_id != spec_id for s in metadata.partition_specs):
             raise ValueError(f"Cannot set default partition spec to unknown spec: {spec_id}")
-        context.add_update(SetDefaultSpecUpdate(spec_id=spec_id))
+        context.add_update(SetDefaultSpecUpdate.model_validate({"spec-id": spec_id}))
         return metadata.model_copy(update={"default_spec_id": spec_id})
     assert isinstance(update, SetDefaultSortOrderUpdate)
     order_id = _resolve(update.sort_order_id, last["order"], "sort order")
@@ -86,7 +94,7 @@ def apply(update: TableUpdate, metadata: TableMetadata, context: _TableMetadataU
         return metadata
     if metadata.sort_order_by_id(order_id) is None:
         raise ValueError(f"Cannot set default sort order to unknown sort order: {order_id}")
-    context.add_update(SetDefaultSortOrderUpdate(sort_order_id=order_id))
+    context.add_update(SetDefaultSortOrderUpdate.model_validate({"sort-order-id": order_id}))
     return metadata.model_copy(update={"default_sort_order_id": order_id})
 
 
@@ -154,7 +162,8 @@ def _add_spec(
         raise ValueError(f"Spec does not use sequential IDs that are required in v1: {spec}")
     renumbered = PartitionSpec(*spec.fields, spec_id=new_id)
     last_partition_id = max(
-        [f.field_id for f in spec.fields] + [metadata.last_partition_id if metadata.last_partition_id is not None else 999]
+        [f.field_id for f in spec.fields]
+        + [metadata.last_partition_id if metadata.last_partition_id is not None else 999]
     )
     context.add_update(AddPartitionSpecUpdate(spec=renumbered))
     last["spec"] = new_id
@@ -184,6 +193,33 @@ def _add_order(
         return metadata
     order.check_compatible(metadata.schema())
     renumbered = SortOrder(*order.fields, order_id=new_id)
-    context.add_update(AddSortOrderUpdate(sort_order=renumbered))
+    context.add_update(AddSortOrderUpdate.model_validate({"sort-order": renumbered}))
     last["order"] = new_id
     return metadata.model_copy(update={"sort_orders": [*metadata.sort_orders, renumbered]})
+
+
+def known_only(update: TableUpdate, metadata: TableMetadata) -> TableUpdate | None:
+    """A removal narrowed to what the table has, as Java's ``removeProperties``/``removeSnapshots``/
+    ``removeStatistics``/``removeSpecs``/``removeSchemas`` filter it; None when nothing is left to remove."""
+    if isinstance(update, RemovePropertiesUpdate):
+        keys = [k for k in update.removals if k in metadata.properties]
+        return RemovePropertiesUpdate(removals=keys) if keys else None
+    if isinstance(update, RemoveSnapshotsUpdate):
+        known = {s.snapshot_id for s in metadata.snapshots}
+        ids = [i for i in update.snapshot_ids if i in known]
+        return RemoveSnapshotsUpdate.model_validate({"snapshot-ids": ids}) if ids else None
+    if isinstance(update, RemoveStatisticsUpdate):
+        return update if any(s.snapshot_id == update.snapshot_id for s in metadata.statistics) else None
+    if isinstance(update, RemovePartitionStatisticsUpdate):
+        return update if any(s.snapshot_id == update.snapshot_id for s in metadata.partition_statistics) else None
+    if isinstance(update, RemovePartitionSpecsUpdate):
+        if metadata.default_spec_id in update.spec_ids:
+            raise ValueError("Cannot remove the default partition spec")
+        spec_ids = [i for i in update.spec_ids if any(s.spec_id == i for s in metadata.partition_specs)]
+        return RemovePartitionSpecsUpdate.model_validate({"spec-ids": spec_ids}) if spec_ids else None
+    if isinstance(update, RemoveSchemasUpdate):
+        if metadata.current_schema_id in update.schema_ids:
+            raise ValueError("Cannot remove the current schema")
+        schema_ids = [i for i in update.schema_ids if metadata.schema_by_id(i) is not None]
+        return RemoveSchemasUpdate.model_validate({"schema-ids": schema_ids}) if schema_ids else None
+    return update

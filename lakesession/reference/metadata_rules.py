@@ -117,7 +117,10 @@ def check_adopted(raw: bytes, now_ms: int) -> None:
             raise _fail("the file is not a JSON object")
         _check(doc)
         stamps = [("last-updated-ms", doc.get("last-updated-ms"))]
-        stamps += [(f"timestamp-ms of snapshot {s.get('snapshot-id')}", s.get("timestamp-ms")) for s in _dicts(doc, "snapshots")]
+        stamps += [
+            (f"timestamp-ms of snapshot {s.get('snapshot-id')}", s.get("timestamp-ms"))
+            for s in _dicts(doc, "snapshots")
+        ]
         stamps += [(f"{log} entry timestamp-ms", e.get("timestamp-ms")) for log in _LOGS for e in _dicts(doc, log)]
         for what, ts in stamps:
             if (problem := future_problem(ts, now_ms)) is not None:
@@ -153,6 +156,7 @@ def _check(doc: dict[str, Any]) -> None:
     for schema in doc.get("schemas") or []:
         check_schema_defaults(schema, f"schema {schema.get('schema-id')}")
     _timestamps(doc)
+    _sequence_numbers(doc)
     try:
         check_structure(doc)
     except SpecViolation as v:
@@ -239,6 +243,18 @@ def _unique(doc: dict[str, Any]) -> None:
             seen.add(ident)
 
 
+def _sequence_numbers(doc: dict[str, Any]) -> None:
+    """``TableMetadata.indexAndValidateSnapshots``: no snapshot's sequence number is past the table's last."""
+    last = doc.get("last-sequence-number", 0)
+    for snap in _dicts(doc, "snapshots"):
+        seq = snap.get("sequence-number", 0)
+        if _is_int(seq) and _is_int(last) and seq > last:
+            raise _fail(
+                f"snapshot {snap.get('snapshot-id')} has sequence-number {seq}, past the table's last-sequence-number "
+                f"{last}: a new snapshot's sequence-number must be above the last one"
+            )
+
+
 def _timestamps(doc: dict[str, Any]) -> None:
     """``TableMetadata``'s constructor: logs sorted and ``last-updated-ms`` not behind them (1 min skew)."""
     updated = doc.get("last-updated-ms")
@@ -267,6 +283,10 @@ def _defaults(node: Any, where: str) -> None:
             continue
         for key in _DEFAULTS:
             value = field.get(key)
+            if key in field and value is None:  # SchemaParser: Expressions.lit(null) is a NullPointerException
+                raise _fail(
+                    f"{key} of field {field.get('name')!r} (id {field.get('id')}, {where}) is null: leave it out instead"
+                )
             if value is not None and not _parses(field.get("type"), value):
                 raise _fail(
                     f"{key} of field {field.get('name')!r} (id {field.get('id')}, {where}) is {value!r}, "

@@ -9,7 +9,8 @@ V12/V14): pyiceberg keeps a ``bucket[0]``, a duplicate partition name or a sort 
   through (``Bucket.get``, ``Truncate.get``, ``Years…Hours.toEnum``, ``Identity.get``); names Java would
   keep as an ``UnknownTransform`` are refused too: no engine can write or prune by them;
 - partition fields: ``PartitionSpec.Builder.checkAndAddPartitionName`` (non-empty, unique, never the name of
-  another schema column), unique field ids; the default spec is bound checked (``checkCompatibility``:
+  another schema column), unique field ids, and one source and transform per field id across specs
+  (``Partitioning.partitionType``, which Spark computes on every load); the default spec is bound checked (``checkCompatibility``:
   source present, primitive, nested only in structs, transform applicable);
 - sort orders: ``SortOrderParser`` and ``SortOrder.Builder`` (id 0 is exactly the unsorted order, known
   direction and null order), the default order bound checked;
@@ -133,6 +134,7 @@ def check_structure(doc: dict[str, Any]) -> None:
     for spec in specs:
         if isinstance(spec, dict):
             _spec(spec, current, checked=spec.get("spec-id") == default_spec)
+    _partition_field_ids(specs, current)
     orders = doc.get("sort-orders") or []
     default_order = doc.get("default-sort-order-id", 0)
     if orders and all(o.get("order-id") != default_order for o in orders if isinstance(o, dict)):
@@ -173,6 +175,26 @@ def _spec(spec: dict[str, Any], schema: _Schema, checked: bool) -> None:
         ids.add(fid)
 
 
+def _partition_field_ids(specs: list[Any], schema: _Schema) -> None:
+    """``Partitioning.partitionType(table)`` (Spark's ``_partition`` column, the partitions table): a partition
+    field id whose source is still a column means one source and one transform (or void) in every spec."""
+    fields = [f for s in specs if isinstance(s, dict) for f in s.get("fields") or [] if isinstance(f, dict)]
+    active = {f.get("field-id") for f in fields if f.get("source-id") in schema.types}
+    first: dict[Any, dict[str, Any]] = {}
+    for field in fields:
+        fid = field.get("field-id")
+        if fid not in active:
+            continue
+        seen = first.setdefault(fid, field)
+        transforms = {seen.get("transform"), field.get("transform")}
+        if seen.get("source-id") != field.get("source-id") or (len(transforms) > 1 and "void" not in transforms):
+            raise SpecViolation(
+                f"partition field-id {fid} is {seen.get('transform')}({seen.get('source-id')}) in one spec and "
+                f"{field.get('transform')}({field.get('source-id')}) in another: a field id keeps its source and "
+                "transform across specs"
+            )
+
+
 def _order(order: dict[str, Any], schema: _Schema, checked: bool) -> None:
     """``SortOrderParser`` and ``UnboundSortOrder.bind`` (default order) or ``bindUnchecked``."""
     where = f"sort order {order.get('order-id')}"
@@ -183,7 +205,7 @@ def _order(order: dict[str, Any], schema: _Schema, checked: bool) -> None:
         raise SpecViolation(f"{where}: order-id 0 is reserved for the unsorted order")
     for field in fields:
         source, transform = field.get("source-id"), field.get("transform")
-        source_type, parents = schema.types.get(source, (None, ()))
+        source_type, _ = schema.types.get(source, (None, ()))
         problem = transform_problem(transform, source_type if checked else None)
         if problem is None and checked:
             problem = _bound_problem(source, source_type, (), transform, "sort")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from contextvars import ContextVar
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -22,9 +22,9 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io import PY_IO_IMPL, S3_RETRY_STRATEGY_IMPL, FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
-from pyiceberg.serializers import Compressor
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.serializers import Compressor
 from pyiceberg.table import StagedTable, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
@@ -157,7 +157,7 @@ class CachingSqlCatalog(SqlCatalog):
             catalog=self,
         )
 
-    def create_table(  # type: ignore[override]
+    def create_table(
         self,
         identifier: str | Identifier,
         schema: Schema,
@@ -173,7 +173,7 @@ class CachingSqlCatalog(SqlCatalog):
         finally:
             _CREATING.reset(token)
 
-    def _create_staged_table(  # type: ignore[override]
+    def _create_staged_table(
         self,
         identifier: str | Identifier,
         schema: Schema,

@@ -66,7 +66,9 @@ def table(http: httpx.Client, etl: dict[str, str], name: str, version: str = "2"
 
 
 def commit(http: httpx.Client, etl: dict[str, str], name: str, *updates: dict[str, Any]) -> httpx.Response:
-    return http.post(f"{P}/namespaces/{NS}/tables/{name}", json={"requirements": [], "updates": list(updates)}, headers=etl)
+    return http.post(
+        f"{P}/namespaces/{NS}/tables/{name}", json={"requirements": [], "updates": list(updates)}, headers=etl
+    )
 
 
 def refused(r: httpx.Response, *words: str) -> str:
@@ -165,7 +167,10 @@ def test_v12_create_with_a_bucket_0_spec_is_400(http: httpx.Client, etl: dict[st
     assert http.head(f"{P}/namespaces/{NS}/tables/v12_create", headers=etl).status_code == 404
     staged = create(http, etl, "v12_staged", **{"partition-spec": partition, "stage-create": True})
     refused(staged, "bucket[0]")
-    order = {"order-id": 1, "fields": [{"transform": "hour", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}]}
+    order = {
+        "order-id": 1,
+        "fields": [{"transform": "hour", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}],
+    }
     refused(create(http, etl, "v12_create", **{"write-order": order}), "hour")
 
 
@@ -229,8 +234,18 @@ def test_v3_create_keeps_valid_defaults_and_refuses_invalid_ones(http: httpx.Cli
 
 def test_taken_ids_are_renumbered_as_iceberg_java_does(http: httpx.Client, etl: dict[str, str]) -> None:
     table(http, etl, "renumber")
-    new = {**SCHEMA, "schema-id": 0, "fields": [*SCHEMA["fields"], {"id": 3, "name": "x", "type": "int", "required": False}]}
-    r = commit(http, etl, "renumber", {"action": "add-schema", "schema": new}, {"action": "set-current-schema", "schema-id": -1})
+    new = {
+        **SCHEMA,
+        "schema-id": 0,
+        "fields": [*SCHEMA["fields"], {"id": 3, "name": "x", "type": "int", "required": False}],
+    }
+    r = commit(
+        http,
+        etl,
+        "renumber",
+        {"action": "add-schema", "schema": new},
+        {"action": "set-current-schema", "schema-id": -1},
+    )
     assert r.status_code == 200, r.text
     meta = r.json()["metadata"]
     assert [s["schema-id"] for s in meta["schemas"]] == [0, 1] and meta["current-schema-id"] == 1
@@ -256,7 +271,9 @@ def test_taken_ids_are_renumbered_as_iceberg_java_does(http: httpx.Client, etl: 
 
 
 def _bucket0(doc: dict[str, Any]) -> None:
-    doc["partition-specs"].append({"spec-id": 1, "fields": [{"source-id": 1, "field-id": 1000, "name": "b", "transform": "bucket[0]"}]})
+    doc["partition-specs"].append(
+        {"spec-id": 1, "fields": [{"source-id": 1, "field-id": 1000, "name": "b", "transform": "bucket[0]"}]}
+    )
     doc["default-spec-id"], doc["last-partition-id"] = 1, 1000
 
 
@@ -272,7 +289,12 @@ def _dup_field_ids(doc: dict[str, Any]) -> None:
 
 
 def _hour_on_long(doc: dict[str, Any]) -> None:
-    doc["sort-orders"].append({"order-id": 1, "fields": [{"transform": "hour", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}]})
+    doc["sort-orders"].append(
+        {
+            "order-id": 1,
+            "fields": [{"transform": "hour", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}],
+        }
+    )
     doc["default-sort-order-id"] = 1
 
 
@@ -352,7 +374,10 @@ def java() -> Iterator[Callable[[Path], str | None]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["bucket-0", "duplicate-partition-names", "duplicate-field-ids", "sort-hour-on-long", "ref-to-missing-snapshot"])
+@pytest.mark.parametrize(
+    "variant",
+    ["bucket-0", "duplicate-partition-names", "duplicate-field-ids", "sort-hour-on-long", "ref-to-missing-snapshot"],
+)
 def test_iceberg_java_refuses_the_crafted_files(
     http: httpx.Client, etl: dict[str, str], java: Callable[[Path], str | None], variant: str, tmp_path: Path
 ) -> None:

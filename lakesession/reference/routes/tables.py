@@ -217,8 +217,8 @@ def register_table(
         raise BadRequest(f"Cannot read metadata at {req.metadata_location!r}: {type(e).__name__}") from None
     # adopted only if it is what the catalog itself would write: pyiceberg reads it, Iceberg Java's rules hold
     try:
-        TableMetadataUtil.parse_raw(raw)
-    except (ValueError, TypeError, KeyError, ValidationError) as e:
+        TableMetadataUtil.parse_raw(raw.decode())
+    except (ValueError, TypeError, KeyError, ArithmeticError, ValidationError) as e:  # UnicodeDecodeError, Overflow
         raise BadRequest(f"Invalid table metadata at {req.metadata_location!r}: {type(e).__name__}: {e}") from None
     metadata_rules.check_adopted(raw, int(time.time() * 1000))
     doc = json.loads(raw)
