@@ -329,8 +329,8 @@ def _parses(t: Any, v: Any) -> bool:
         return _is_int(v) and INT_MIN <= v <= INT_MAX
     if t == "long":
         return _is_int(v) and LONG_MIN <= v <= LONG_MAX
-    if t in ("float", "double"):
-        return isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+    if t in ("float", "double"):  # a JSON floating-point number: Java refuses 0 where it wants 0.0
+        return isinstance(v, float) and v == v and abs(v) != float("inf")
     if not isinstance(v, str):
         return False  # every other primitive's JSON form is a string
     if t == "string":

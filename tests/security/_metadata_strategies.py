@@ -87,11 +87,11 @@ FITTING = [
 
 @st.composite
 def partition_field(draw: st.DrawFn, i: int) -> dict[str, Any]:
-    source, transform = draw(st.one_of(st.sampled_from(FITTING), st.tuples(sources, transforms)))
+    source, transform = draw(mostly(st.sampled_from(FITTING), st.tuples(sources, transforms), invalid_pct=35))
     return {
         "source-id": source,
         "transform": transform,
-        "name": draw(st.sampled_from([f"p{i}", f"p{i}", f"p{i}", "p0", "id", "ts", "id_bucket", ""])),
+        "name": draw(st.sampled_from([f"p{i}"] * 6 + ["p0", "id", "ts", "id_bucket", ""])),
         "field-id": draw(st.sampled_from([1000 + i, 1000 + i, 1000 + i, 1000, 1003, 2**31])),
     }
 
@@ -139,7 +139,7 @@ def schema(draw: st.DrawFn) -> dict[str, Any]:
     fields = [f for f in FIELDS if not draw(st.integers(0, 9)) == 0]  # now and then a column dropped
     fields += draw(st.lists(new_field(), max_size=1))
     out = {**SCHEMA, "schema-id": draw(st.sampled_from([0, 1, 5, 2**31])), "fields": fields}
-    if draw(st.integers(0, 4)) == 0:
+    if draw(st.integers(0, 7)) == 0:
         out["identifier-field-ids"] = draw(st.sampled_from([[1], [99], [11]]))
     return out
 
@@ -161,7 +161,7 @@ def snapshot(draw: st.DrawFn) -> dict[str, Any]:
     """A sane snapshot (near the catalog's clock, sequence number and row ids past the table's), half the time
     with one member corrupted (see ``CORRUPTIONS``), or a member left out."""
     snap: dict[str, Any] = {
-        "snapshot-id": draw(st.integers(4, 10**6)),
+        "snapshot-id": draw(st.integers(0, 3).map(lambda k: f"@new{k:+d}")),  # past the table's highest id
         "timestamp-ms": draw(st.integers(-30_000, 30_000).map(lambda ms: f"@now{ms:+d}")),
         "manifest-list": "file:///nowhere/snap.avro",
         "summary": {"operation": draw(st.sampled_from(["append", "overwrite", "delete"]))},
@@ -260,20 +260,21 @@ ADD_SCHEMA_2 = update("add-schema", schema=SCHEMA_2)
 PARTITION_STATS_2 = {"snapshot-id": 2, "statistics-path": "file:///nowhere/p.parquet", "file-size-in-bytes": 3}
 
 
-def mostly(valid: st.SearchStrategy[Any], invalid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """Two parts ``valid`` to one part ``invalid`` (hypothesis draws the branches of ``one_of`` evenly)."""
-    return st.one_of(valid, valid, invalid)
+def mostly(
+    valid: st.SearchStrategy[Any], invalid: st.SearchStrategy[Any], invalid_pct: int = 30
+) -> st.SearchStrategy[Any]:
+    """``valid``, and ``invalid`` about ``invalid_pct`` % of the time (``one_of`` would draw its branches evenly)."""
+    return st.integers(0, 99).flatmap(lambda i: invalid if i < invalid_pct else valid)
 
 
 def one(action: str, **fields: Any) -> list[dict[str, Any]]:
     return [update(action, **fields)]
 
 
-ids_to_remove = st.lists(st.sampled_from([0, 1, 1, 2, 2, 99]), min_size=1, max_size=2)
-set_properties = st.one_of(
-    st.integers(0, 10**6).map(lambda n: {"k": str(n)}),
-    st.integers(0, 10**6).map(lambda n: {"write.data.path": f"{{loc}}/data{n}"}),
-    st.dictionaries(st.sampled_from(PROPERTY_KEYS), st.sampled_from(PROPERTY_VALUES), min_size=1, max_size=2),
+ids_to_remove = mostly(  # 0 is the table's current schema and default spec: refused
+    st.lists(st.sampled_from([1, 2, 99]), min_size=1, max_size=2),
+    st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=2).map(lambda ids: [0, *ids]),
+    invalid_pct=45,
 )
 
 KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
@@ -323,35 +324,48 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
             st.one_of(st.just({}), st.just({}), st.sampled_from(EDGES).map(lambda v: {"max-ref-age-ms": v})),
         )
     ),
-    "remove-snapshots": st.one_of(
+    "remove-snapshots": mostly(
         twice(
             st.lists(snapshot_ids, min_size=1, max_size=2).map(
                 lambda ids: one("remove-snapshots", **{"snapshot-ids": ids})
             )
         ),
         malformed("remove-snapshots"),
+        invalid_pct=45,
     ),
-    "remove-snapshot-ref": st.one_of(
+    "remove-snapshot-ref": mostly(
         twice(st.sampled_from(["main", "b1", "nope"]).map(lambda n: one("remove-snapshot-ref", **{"ref-name": n}))),
         malformed("remove-snapshot-ref"),
+        invalid_pct=45,
     ),
-    "set-properties": set_properties.map(lambda d: one("set-properties", updates=d)),
-    "remove-properties": st.one_of(
+    "set-properties": mostly(
+        st.one_of(
+            st.integers(0, 10**6).map(lambda n: {"k": str(n)}),
+            st.integers(0, 10**6).map(lambda n: {"write.data.path": f"{{loc}}/data{n}"}),
+        ),
+        st.dictionaries(st.sampled_from(PROPERTY_KEYS), st.sampled_from(PROPERTY_VALUES), min_size=1, max_size=2),
+        invalid_pct=45,
+    ).map(lambda d: one("set-properties", updates=d)),
+    "remove-properties": mostly(
         twice(
             st.lists(st.sampled_from([*PROPERTY_KEYS, "nope"]), max_size=2).map(
                 lambda r: one("remove-properties", removals=r)
             )
         ),
         malformed("remove-properties"),
+        invalid_pct=45,
     ),
-    "set-location": st.one_of(
+    "set-location": mostly(
         st.integers(0, 10**6).map(lambda n: one("set-location", location=f"{{loc}}/v{n}")),
-        st.sampled_from(["{wh}/diff/elsewhere_x", "file:///elsewhere", "relative/path", "{wh}", "{loc}/../x"]).map(
-            lambda loc: one("set-location", location=loc)
+        st.one_of(
+            st.sampled_from(["{wh}/diff/elsewhere_x", "file:///elsewhere", "relative/path", "{wh}", "{loc}/../x"]).map(
+                lambda loc: one("set-location", location=loc)
+            ),
+            malformed("set-location"),
         ),
-        malformed("set-location"),
+        invalid_pct=45,
     ),
-    "upgrade-format-version": st.sampled_from([2, 3, 3, 2, 1, 4, 0, "x", None]).map(
+    "upgrade-format-version": st.sampled_from([3, 3, 3, 3, 2, 2, 1, 4, 0, "x", None]).map(
         lambda v: one("upgrade-format-version", **{"format-version": v})
     ),
     "set-statistics": mostly(
@@ -371,7 +385,7 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
             malformed("set-statistics"),
         ),
     ),
-    "remove-statistics": st.one_of(
+    "remove-statistics": mostly(
         twice(
             _maybe(
                 update("set-statistics", statistics=statistics(2, 10, [1])),
@@ -379,8 +393,9 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
             )
         ),
         malformed("remove-statistics"),
+        invalid_pct=45,
     ),
-    "set-partition-statistics": st.one_of(
+    "set-partition-statistics": mostly(
         st.builds(
             lambda sid, size: one(
                 "set-partition-statistics",
@@ -396,8 +411,9 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
             st.one_of(st.integers(0, 10**9), st.sampled_from(EDGES)),
         ),
         malformed("set-partition-statistics"),
+        invalid_pct=45,
     ),
-    "remove-partition-statistics": st.one_of(
+    "remove-partition-statistics": mostly(
         twice(
             _maybe(
                 update("set-partition-statistics", **{"partition-statistics": PARTITION_STATS_2}),
@@ -405,6 +421,7 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
             )
         ),
         malformed("remove-partition-statistics"),
+        invalid_pct=45,
     ),
     "remove-partition-specs": _maybe(
         ADD_SPEC_1, ids_to_remove.map(lambda ids: update("remove-partition-specs", **{"spec-ids": ids}))

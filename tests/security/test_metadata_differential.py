@@ -38,8 +38,8 @@ pytestmark = pytest.mark.slow  # a JVM and some 10,000 requests: about three min
 
 P = "/v1/lakesession"
 NS = "diff"
-EXAMPLES = int(os.environ.get("LAKESESSION_DIFF_EXAMPLES", "260"))
-MINIMUM = min(100, EXAMPLES // 4)  # accepted and refused, each, per kind (100 at the CI default and above)
+EXAMPLES = int(os.environ.get("LAKESESSION_DIFF_EXAMPLES", "280"))
+MINIMUM = min(100, EXAMPLES * 100 // 280)  # accepted and refused, each, per kind (100 at the CI default and above)
 PER_TABLE = 25  # examples against one table before a fresh one (its metadata stays small) …
 FRESHER = {  # … and fewer for the kinds that use up what the setup made (removals, upgrades)
     k: 3
@@ -89,16 +89,18 @@ class Session:
 
     def fill(self, value: Any, loc: str, meta: dict[str, Any] | None = None) -> Any:
         """``{loc}``/``{wh}`` in generated strings → the table's location / the warehouse; ``@now±ms`` → the
-        time of sending plus that offset (near the catalog's clock); ``@seq±k``/``@row±k`` → the table's
-        ``last-sequence-number``/``next-row-id`` (as last answered, ``meta``) plus k."""
+        time of sending plus that offset (near the catalog's clock); ``@seq±k``/``@row±k``/``@new±k`` → the
+        table's ``last-sequence-number``/``next-row-id``/highest snapshot id + 1 (as last answered, ``meta``)
+        plus k."""
         version = (meta or {}).get("format-version", 3)
         if isinstance(value, str) and (value[:4], version) in (("@seq", 1), ("@row", 1), ("@row", 2)):
             return DROP  # a sane snapshot of that format version has no such member
-        if isinstance(value, str) and value[:4] in ("@now", "@seq", "@row"):
+        if isinstance(value, str) and value[:4] in ("@now", "@seq", "@row", "@new"):
             base = {
                 "@now": int(time.time() * 1000),
                 "@seq": (meta or {}).get("last-sequence-number", 0),
                 "@row": (meta or {}).get("next-row-id") or 0,
+                "@new": max([0, *(sn["snapshot-id"] for sn in (meta or {}).get("snapshots") or [])]) + 1,
             }[value[:4]]
             return base + int(value[4:])
         if isinstance(value, str):
