@@ -255,6 +255,12 @@ def _sequence_numbers(doc: dict[str, Any]) -> None:
             )
 
 
+def _java_long(value: int) -> int:
+    """``value`` as Java's long arithmetic has it (wrapping past 2^63): Java subtracts timestamps in longs, so
+    ``now - Long.MIN_VALUE`` is negative there and the entry "out of order"."""
+    return (value - LONG_MIN) % 2**64 + LONG_MIN
+
+
 def _timestamps(doc: dict[str, Any]) -> None:
     """``TableMetadata``'s constructor: logs sorted and ``last-updated-ms`` not behind them (1 min skew)."""
     updated = doc.get("last-updated-ms")
@@ -264,10 +270,10 @@ def _timestamps(doc: dict[str, Any]) -> None:
             ts = entry.get("timestamp-ms")
             if not _is_int(ts):
                 continue
-            if last is not None and ts - last < -ONE_MINUTE:
+            if last is not None and _java_long(ts - last) < -ONE_MINUTE:
                 raise _fail(f"{log} is out of order: timestamp-ms {ts} comes after {last}")
             last = ts
-        if last is not None and _is_int(updated) and updated - last < -ONE_MINUTE:
+        if last is not None and _is_int(updated) and _java_long(updated - last) < -ONE_MINUTE:
             raise _fail(
                 f"last-updated-ms {updated} is before the latest {what} at {last} (more than a minute of clock "
                 "skew): a snapshot's timestamp-ms may not be older than the table's last update"

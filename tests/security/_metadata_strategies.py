@@ -8,7 +8,7 @@ for the table's location and the warehouse, filled in when the request is sent.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
@@ -206,7 +206,7 @@ def malformed(action: str) -> st.SearchStrategy[list[dict[str, Any]]]:
                         "snapshot-ids": n,
                         "ref-name": [n],
                         "uuid": n,
-                        "snapshot-id": str(n),
+                        "snapshot-id": [n],
                         "statistics": n,
                         "partition-statistics": n,
                     }
@@ -264,25 +264,42 @@ def mostly(
     valid: st.SearchStrategy[Any], invalid: st.SearchStrategy[Any], invalid_pct: int = 30
 ) -> st.SearchStrategy[Any]:
     """``valid``, and ``invalid`` about ``invalid_pct`` % of the time (``one_of`` would draw its branches evenly)."""
-    return st.integers(0, 99).flatmap(lambda i: invalid if i < invalid_pct else valid)
+    return st.integers(0, 2**32 - 1).map(_percent).flatmap(lambda i: invalid if i < invalid_pct else valid)
+
+
+def _percent(i: int) -> int:
+    """0–99, about evenly, from any drawn int: hypothesis favours small and boundary integers, so a plain
+    ``integers(0, 99)`` would pick the first branch far more often than asked."""
+    return (i * 2654435761 + 40503) % 2**32 % 100
+
+
+class Split(NamedTuple):
+    """A kind's valid and invalid requests, run apart by the test (``invalid_pct`` % of the examples invalid):
+    hypothesis's own choice between branches is far from even, and each side must reach 100 examples."""
+
+    valid: st.SearchStrategy[list[dict[str, Any]]]
+    invalid: st.SearchStrategy[list[dict[str, Any]]]
+    invalid_pct: int
+
+
+def split(valid: st.SearchStrategy[Any], invalid: st.SearchStrategy[Any], invalid_pct: int = 35) -> Split:
+    return Split(valid, invalid, invalid_pct)
 
 
 def one(action: str, **fields: Any) -> list[dict[str, Any]]:
     return [update(action, **fields)]
 
 
-ids_to_remove = mostly(  # 0 is the table's current schema and default spec: refused
-    st.lists(st.sampled_from([1, 2, 99]), min_size=1, max_size=2),
-    st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=2).map(lambda ids: [0, *ids]),
-    invalid_pct=45,
-)
+ids_kept = st.lists(st.sampled_from([1, 2, 99]), min_size=1, max_size=2)
+ids_with_0 = st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=2).map(lambda ids: [0, *ids])  # current/default
 
-KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
-    "add-schema": mostly(
+KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]] | Split] = {
+    "add-schema": split(
         _then(
             schema().map(lambda s: update("add-schema", schema=s)), update("set-current-schema", **{"schema-id": -1})
         ),
         malformed("add-schema"),
+        invalid_pct=25,
     ),
     "set-current-schema": twice(
         _maybe(
@@ -290,21 +307,23 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
             st.sampled_from([-1, -1, 0, 1, 2, 7]).map(lambda i: update("set-current-schema", **{"schema-id": i})),
         )
     ),
-    "add-spec": mostly(
+    "add-spec": split(
         _then(spec().map(lambda s: update("add-spec", spec=s)), update("set-default-spec", **{"spec-id": -1})),
         malformed("add-spec"),
+        invalid_pct=15,
     ),
     "set-default-spec": twice(
         _maybe(
             ADD_SPEC_1, st.sampled_from([-1, -1, 0, 1, 5]).map(lambda i: update("set-default-spec", **{"spec-id": i}))
         )
     ),
-    "add-sort-order": mostly(
+    "add-sort-order": split(
         _then(
             order().map(lambda o: update("add-sort-order", **{"sort-order": o})),
             update("set-default-sort-order", **{"sort-order-id": -1}),
         ),
         malformed("add-sort-order"),
+        invalid_pct=15,
     ),
     "set-default-sort-order": twice(
         _maybe(
@@ -312,19 +331,33 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
             st.sampled_from([-1, 0, 1, 2, 3]).map(lambda i: update("set-default-sort-order", **{"sort-order-id": i})),
         )
     ),
-    "add-snapshot": mostly(snapshot().map(lambda s: one("add-snapshot", snapshot=s)), malformed("add-snapshot")),
-    "set-snapshot-ref": twice(
+    "add-snapshot": split(
+        snapshot().map(lambda s: one("add-snapshot", snapshot=s)), malformed("add-snapshot"), invalid_pct=30
+    ),
+    "set-snapshot-ref": split(
+        twice(
+            st.builds(
+                lambda name, kind, sid, age: one(
+                    "set-snapshot-ref", **{"ref-name": name, "type": kind, "snapshot-id": sid, **age}
+                ),
+                st.sampled_from(["main", "b1", "t1", "t2"]),
+                st.sampled_from(["branch", "tag"]),
+                st.sampled_from([1, 2, 3]),
+                st.one_of(st.just({}), st.integers(1, 10**9).map(lambda v: {"max-ref-age-ms": v})),
+            )
+        ),
         st.builds(
             lambda name, kind, sid, age: one(
                 "set-snapshot-ref", **{"ref-name": name, "type": kind, "snapshot-id": sid, **age}
             ),
-            st.sampled_from(["main", "b1", "t1", "t2"]),
-            st.sampled_from(["branch", "tag"] * 3 + ["other"]),
+            st.sampled_from(["main", "b1", "t1"]),
+            st.sampled_from(["branch", "tag", "other"]),
             snapshot_ids,
-            st.one_of(st.just({}), st.just({}), st.sampled_from(EDGES).map(lambda v: {"max-ref-age-ms": v})),
-        )
+            st.sampled_from(EDGES).map(lambda v: {"max-ref-age-ms": v}),
+        ),
+        invalid_pct=45,
     ),
-    "remove-snapshots": mostly(
+    "remove-snapshots": split(
         twice(
             st.lists(snapshot_ids, min_size=1, max_size=2).map(
                 lambda ids: one("remove-snapshots", **{"snapshot-ids": ids})
@@ -333,20 +366,22 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
         malformed("remove-snapshots"),
         invalid_pct=45,
     ),
-    "remove-snapshot-ref": mostly(
+    "remove-snapshot-ref": split(
         twice(st.sampled_from(["main", "b1", "nope"]).map(lambda n: one("remove-snapshot-ref", **{"ref-name": n}))),
         malformed("remove-snapshot-ref"),
         invalid_pct=45,
     ),
-    "set-properties": mostly(
+    "set-properties": split(
         st.one_of(
             st.integers(0, 10**6).map(lambda n: {"k": str(n)}),
             st.integers(0, 10**6).map(lambda n: {"write.data.path": f"{{loc}}/data{n}"}),
+        ).map(lambda d: one("set-properties", updates=d)),
+        st.dictionaries(st.sampled_from(PROPERTY_KEYS), st.sampled_from(PROPERTY_VALUES), min_size=1, max_size=2).map(
+            lambda d: one("set-properties", updates=d)
         ),
-        st.dictionaries(st.sampled_from(PROPERTY_KEYS), st.sampled_from(PROPERTY_VALUES), min_size=1, max_size=2),
-        invalid_pct=45,
-    ).map(lambda d: one("set-properties", updates=d)),
-    "remove-properties": mostly(
+        invalid_pct=55,
+    ),
+    "remove-properties": split(
         twice(
             st.lists(st.sampled_from([*PROPERTY_KEYS, "nope"]), max_size=2).map(
                 lambda r: one("remove-properties", removals=r)
@@ -355,7 +390,7 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
         malformed("remove-properties"),
         invalid_pct=45,
     ),
-    "set-location": mostly(
+    "set-location": split(
         st.integers(0, 10**6).map(lambda n: one("set-location", location=f"{{loc}}/v{n}")),
         st.one_of(
             st.sampled_from(["{wh}/diff/elsewhere_x", "file:///elsewhere", "relative/path", "{wh}", "{loc}/../x"]).map(
@@ -368,7 +403,7 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
     "upgrade-format-version": st.sampled_from([3, 3, 3, 3, 2, 2, 1, 4, 0, "x", None]).map(
         lambda v: one("upgrade-format-version", **{"format-version": v})
     ),
-    "set-statistics": mostly(
+    "set-statistics": split(
         st.builds(
             lambda sid, size, f: one("set-statistics", statistics=statistics(sid, size, f)),
             snapshot_ids,
@@ -384,8 +419,9 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
             ),
             malformed("set-statistics"),
         ),
+        invalid_pct=55,
     ),
-    "remove-statistics": mostly(
+    "remove-statistics": split(
         twice(
             _maybe(
                 update("set-statistics", statistics=statistics(2, 10, [1])),
@@ -395,7 +431,7 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
         malformed("remove-statistics"),
         invalid_pct=45,
     ),
-    "set-partition-statistics": mostly(
+    "set-partition-statistics": split(
         st.builds(
             lambda sid, size: one(
                 "set-partition-statistics",
@@ -413,7 +449,7 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
         malformed("set-partition-statistics"),
         invalid_pct=45,
     ),
-    "remove-partition-statistics": mostly(
+    "remove-partition-statistics": split(
         twice(
             _maybe(
                 update("set-partition-statistics", **{"partition-statistics": PARTITION_STATS_2}),
@@ -423,18 +459,27 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]]] = {
         malformed("remove-partition-statistics"),
         invalid_pct=45,
     ),
-    "remove-partition-specs": _maybe(
-        ADD_SPEC_1, ids_to_remove.map(lambda ids: update("remove-partition-specs", **{"spec-ids": ids}))
+    "remove-partition-specs": split(
+        *(
+            _maybe(ADD_SPEC_1, ids.map(lambda i: update("remove-partition-specs", **{"spec-ids": i})))
+            for ids in (ids_kept, ids_with_0)
+        ),
+        invalid_pct=45,
     ),
-    "remove-schemas": _maybe(
-        ADD_SCHEMA_2, ids_to_remove.map(lambda ids: update("remove-schemas", **{"schema-ids": ids}))
+    "remove-schemas": split(
+        *(
+            _maybe(ADD_SCHEMA_2, ids.map(lambda i: update("remove-schemas", **{"schema-ids": i})))
+            for ids in (ids_kept, ids_with_0)
+        ),
+        invalid_pct=45,
     ),
-    "assign-uuid": mostly(
+    "assign-uuid": split(
         st.uuids().map(lambda u: one("assign-uuid", uuid=str(u))),
         st.one_of(
             st.sampled_from(["not-a-uuid", "", "1234"]).map(lambda u: one("assign-uuid", uuid=u)),
             malformed("assign-uuid"),
         ),
+        invalid_pct=45,
     ),
 }
 

@@ -184,18 +184,27 @@ def _assert_minimum(kind: str, request: pytest.FixtureRequest) -> None:
 def test_every_accepted_update_is_readable(session: Session, kind: str, request: pytest.FixtureRequest) -> None:
     tables: dict[str, Any] = {}  # format version → (name, location, examples so far, last metadata answered)
 
-    @SETTINGS
-    @given(version=st.sampled_from(["1", "2", "3"]), updates=gen.KINDS[kind], fresh=st.integers(0, 2**16))
-    def commit(version: str, updates: list[dict[str, Any]], fresh: int) -> None:
-        name, loc, meta = _table(session, kind, version, tables, fresh % 8 == 0)
-        sent = session.fill(updates, loc, meta)
-        r = session.client.post(f"/namespaces/{NS}/tables/{name}", json={"requirements": [], "updates": sent})
-        if session.record(kind, r, sent):
-            tables[version] = (*tables[version][:3], r.json()["metadata"])
-            errors = session.readers_refuse(r.json()["metadata-location"])
-            assert errors == [], f"the catalog accepted {sent} (v{version}) and wrote metadata that {errors}"
+    def run(strategy: st.SearchStrategy[list[dict[str, Any]]], examples: int) -> None:
+        @settings(SETTINGS, max_examples=examples)
+        @given(version=st.sampled_from(["1", "2", "3"]), updates=strategy, fresh=st.integers(0, 2**16))
+        def commit(version: str, updates: list[dict[str, Any]], fresh: int) -> None:
+            name, loc, meta = _table(session, kind, version, tables, fresh % 8 == 0)
+            sent = session.fill(updates, loc, meta)
+            r = session.client.post(f"/namespaces/{NS}/tables/{name}", json={"requirements": [], "updates": sent})
+            if session.record(kind, r, sent):
+                tables[version] = (*tables[version][:3], r.json()["metadata"])
+                errors = session.readers_refuse(r.json()["metadata-location"])
+                assert errors == [], f"the catalog accepted {sent} (v{version}) and wrote metadata that {errors}"
 
-    commit()
+        commit()
+
+    strategy = gen.KINDS[kind]
+    if isinstance(strategy, gen.Split):  # its valid and invalid requests in the proportion asked, each its own run
+        invalid = EXAMPLES * strategy.invalid_pct // 100
+        run(strategy.valid, EXAMPLES - invalid)
+        run(strategy.invalid, invalid)
+    else:
+        run(strategy, EXAMPLES)
     _assert_minimum(kind, request)
 
 

@@ -96,10 +96,11 @@ class RenameBody(BaseModel):
 
 
 def _parse(model: type[M], body: bytes) -> M:
-    """``parse_body``, plus pyiceberg's own ValidationError (``bucket[-1]``, ``decimal(0,0)``): a 400, not a 500."""
+    """``parse_body``, plus pyiceberg's own ValidationError (``bucket[-1]``, ``decimal(0,0)``): a 400, not a 500;
+    so is a warning pyiceberg raises while parsing when warnings are errors (a summary without operation)."""
     try:
         return parse_body(model, body)
-    except ValidationError as e:
+    except (ValidationError, Warning) as e:
         raise BadRequest(f"Malformed request: {e}") from None
 
 
