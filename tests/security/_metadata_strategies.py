@@ -104,19 +104,18 @@ def spec(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def order(draw: st.DrawFn) -> dict[str, Any]:
-    fields = draw(
-        st.lists(
-            st.fixed_dictionaries(
-                {
-                    "transform": transforms,
-                    "source-id": st.one_of(st.sampled_from([1, 2, 3]), sources),
-                    "direction": st.sampled_from(["asc", "desc"] * 4 + ["up"]),
-                    "null-order": st.sampled_from(["nulls-first", "nulls-last"]),
-                }
-            ),
-            max_size=2,
+    fields = []
+    for _ in range(draw(st.sampled_from([0, 1, 1, 1, 2]))):
+        source, transform = draw(mostly(st.sampled_from(FITTING), st.tuples(sources, transforms), invalid_pct=35))
+        direction = draw(st.sampled_from(["asc", "desc"] * 8 + ["up"]))
+        fields.append(
+            {
+                "transform": transform,
+                "source-id": source,
+                "direction": direction,
+                "null-order": draw(st.sampled_from(["nulls-first", "nulls-last"])),
+            }
         )
-    )
     return {"order-id": draw(st.sampled_from([0, 1, 2, 3] if fields else [0, 0, 0, 1])), "fields": fields}
 
 
