@@ -169,9 +169,9 @@ def create_table(
         index.check(owner, items)
         try:
             staged = ts.catalog._create_staged_table(sql_ident(ns, name), **args)
+            raw = formatversion.dump(staged.metadata)  # a default pyiceberg cannot write: ValueError
         except (ValueError, NotImplementedError, ValidationError) as e:
             raise BadRequest(f"Invalid table definition: {e}") from None
-        raw = formatversion.dump(staged.metadata)
         metadata_rules.check(raw)  # what the create commit would write
         ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
         return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials", staged=True)
