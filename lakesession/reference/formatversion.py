@@ -15,6 +15,7 @@ process):
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import BaseModel
@@ -29,6 +30,8 @@ from pyiceberg.table.update import (
     _TableMetadataUpdateContext,
 )
 from pyiceberg.typedef import IcebergBaseModel
+
+from . import metadata_builder, metadata_rules
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
 ROW_LINEAGE_VERSION = 3  # the first format version that tracks row lineage
@@ -48,13 +51,23 @@ def parse_format_version(version: object) -> int:
 
 
 def apply_update(update: TableUpdate, metadata: TableMetadata, context: _TableMetadataUpdateContext) -> TableMetadata:
-    """pyiceberg's ``_apply_table_update`` with the v3 gaps above filled; ValueError for an invalid update."""
+    """pyiceberg's ``_apply_table_update`` with the v3 gaps above filled, ids assigned as Iceberg Java's
+    builder does (``metadata_builder``), no snapshot from the future; ValueError for an invalid update."""
     if isinstance(update, UpgradeFormatVersionUpdate):
         return _upgrade(update, metadata, context)
     if isinstance(update, AddSchemaUpdate):
         check_schema(update.schema_, metadata.format_version)
-    if isinstance(update, AddSnapshotUpdate) and metadata.format_version >= ROW_LINEAGE_VERSION:
-        return _add_snapshot_v3(update, metadata, context)
+    if isinstance(update, metadata_builder.HANDLED):
+        return metadata_builder.apply(update, metadata, context)
+    if (known := metadata_builder.known_only(update, metadata)) is None:
+        return metadata  # Java's builder ignores removing what the table does not have
+    update = known
+    if isinstance(update, AddSnapshotUpdate):
+        now = int(time.time() * 1000)
+        if (problem := metadata_rules.future_problem(update.snapshot.timestamp_ms, now)) is not None:
+            raise ValueError(f"timestamp-ms of snapshot {update.snapshot.snapshot_id} {problem}")
+        if metadata.format_version >= ROW_LINEAGE_VERSION:
+            return _add_snapshot_v3(update, metadata, context)
     return _apply_table_update(update, metadata, context)
 
 

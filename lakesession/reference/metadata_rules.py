@@ -11,7 +11,13 @@ is a 400 naming the field. The checks mirror Java's:
 - defaults: ``SingleValueParser.fromJson`` — ``initial-default``/``write-default`` parse as the field's type;
 - timestamps: ``TableMetadata``'s constructor — snapshot log and metadata log sorted with one minute of
   clock skew, and ``last-updated-ms`` no more than a minute behind the last entry of either;
-- row lineage: ``first-row-id + added-rows`` (the table's next ``next-row-id``) stays a long, never negative.
+- row lineage: ``first-row-id + added-rows`` (the table's next ``next-row-id``) stays a long, never negative;
+- specs, sort orders, schemas and references: ``metadata_specs`` (transforms and their arguments, partition
+  names and field ids, bindings to the current schema, refs to snapshots);
+- the future (``check_adopted``, and each new snapshot in ``formatversion``): no timestamp beyond now plus
+  ``FUTURE_SKEW`` (Java's own one minute of clock skew). Java reads a snapshot dated year 9999, but every later
+  commit then fails "snapshot-log is out of order": one writer could freeze a table (issue #40, B5). Within a
+  minute, the next honest commit is never refused.
 """
 
 from __future__ import annotations
@@ -23,12 +29,23 @@ from datetime import date, time
 from typing import Any, TypeGuard
 
 from .errors import BadRequest
+from .metadata_specs import SpecViolation, check_structure
 
-__all__ = ["Violation", "check", "check_numbers", "check_schema_defaults", "refused"]
+__all__ = [
+    "FUTURE_SKEW",
+    "Violation",
+    "check",
+    "check_adopted",
+    "check_numbers",
+    "check_schema_defaults",
+    "future_problem",
+    "refused",
+]
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 ONE_MINUTE = 60_000  # TableMetadata.ONE_MINUTE: the clock skew Java tolerates between commits
+FUTURE_SKEW = ONE_MINUTE  # how far past the catalog's clock a timestamp may be (see the module docstring)
 
 # keys Java reads with getInt (everything else numeric is a long)
 _INT_KEYS = frozenset(
@@ -87,14 +104,63 @@ def check(raw: bytes) -> None:
     """Refuse (BadRequest naming the field) metadata that Iceberg Java's parser would refuse to read."""
     doc = json.loads(raw)
     try:
-        _row_lineage(doc)
-        check_numbers(doc)
-        _unique(doc)
-        for schema in doc.get("schemas") or []:
-            check_schema_defaults(schema, f"schema {schema.get('schema-id')}")
-        _timestamps(doc)
+        _check(doc)
     except Violation as v:
         raise refused("table", v) from None
+
+
+def check_adopted(raw: bytes, now_ms: int) -> None:
+    """``check``, and no timestamp beyond ``now_ms`` + ``FUTURE_SKEW``: a file the catalog adopts as it is."""
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise _fail("the file is not a JSON object")
+        _check(doc)
+        stamps = [("last-updated-ms", doc.get("last-updated-ms"))]
+        stamps += [
+            (f"timestamp-ms of snapshot {s.get('snapshot-id')}", s.get("timestamp-ms"))
+            for s in _dicts(doc, "snapshots")
+        ]
+        stamps += [(f"{log} entry timestamp-ms", e.get("timestamp-ms")) for log in _LOGS for e in _dicts(doc, log)]
+        for what, ts in stamps:
+            if (problem := future_problem(ts, now_ms)) is not None:
+                raise _fail(f"{what} {problem}")
+    except (Violation, SpecViolation) as v:
+        raise refused("table", Violation(str(v))) from None
+    except ValueError as e:  # not JSON
+        raise refused("table", Violation(f"the file is not JSON ({e})")) from None
+
+
+def future_problem(ts: Any, now_ms: int) -> str | None:
+    """Why timestamp ``ts`` (ms) is too far in the future for the catalog's clock ``now_ms``, else None."""
+    if _is_int(ts) and ts > now_ms + FUTURE_SKEW:
+        return (
+            f"{ts} is in the future (the catalog's clock reads {now_ms}; at most {FUTURE_SKEW // 1000} s of clock "
+            "skew): a later snapshot could never be committed after it"
+        )
+    return None
+
+
+_LOGS = ("snapshot-log", "metadata-log")
+
+
+def _dicts(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = doc.get(key)
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
+def _check(doc: dict[str, Any]) -> None:
+    _row_lineage(doc)
+    check_numbers(doc)
+    _unique(doc)
+    for schema in doc.get("schemas") or []:
+        check_schema_defaults(schema, f"schema {schema.get('schema-id')}")
+    _timestamps(doc)
+    _sequence_numbers(doc)
+    try:
+        check_structure(doc)
+    except SpecViolation as v:
+        raise _fail(str(v)) from None
 
 
 def check_numbers(doc: Any) -> None:
@@ -177,6 +243,24 @@ def _unique(doc: dict[str, Any]) -> None:
             seen.add(ident)
 
 
+def _sequence_numbers(doc: dict[str, Any]) -> None:
+    """``TableMetadata.indexAndValidateSnapshots``: no snapshot's sequence number is past the table's last."""
+    last = doc.get("last-sequence-number", 0)
+    for snap in _dicts(doc, "snapshots"):
+        seq = snap.get("sequence-number", 0)
+        if _is_int(seq) and _is_int(last) and seq > last:
+            raise _fail(
+                f"snapshot {snap.get('snapshot-id')} has sequence-number {seq}, past the table's last-sequence-number "
+                f"{last}: a new snapshot's sequence-number must be above the last one"
+            )
+
+
+def _java_long(value: int) -> int:
+    """``value`` as Java's long arithmetic has it (wrapping past 2^63): Java subtracts timestamps in longs, so
+    ``now - Long.MIN_VALUE`` is negative there and the entry "out of order"."""
+    return (value - LONG_MIN) % 2**64 + LONG_MIN
+
+
 def _timestamps(doc: dict[str, Any]) -> None:
     """``TableMetadata``'s constructor: logs sorted and ``last-updated-ms`` not behind them (1 min skew)."""
     updated = doc.get("last-updated-ms")
@@ -186,10 +270,10 @@ def _timestamps(doc: dict[str, Any]) -> None:
             ts = entry.get("timestamp-ms")
             if not _is_int(ts):
                 continue
-            if last is not None and ts - last < -ONE_MINUTE:
+            if last is not None and _java_long(ts - last) < -ONE_MINUTE:
                 raise _fail(f"{log} is out of order: timestamp-ms {ts} comes after {last}")
             last = ts
-        if last is not None and _is_int(updated) and updated - last < -ONE_MINUTE:
+        if last is not None and _is_int(updated) and _java_long(updated - last) < -ONE_MINUTE:
             raise _fail(
                 f"last-updated-ms {updated} is before the latest {what} at {last} (more than a minute of clock "
                 "skew): a snapshot's timestamp-ms may not be older than the table's last update"
@@ -205,6 +289,10 @@ def _defaults(node: Any, where: str) -> None:
             continue
         for key in _DEFAULTS:
             value = field.get(key)
+            if key in field and value is None:  # SchemaParser: Expressions.lit(null) is a NullPointerException
+                raise _fail(
+                    f"{key} of field {field.get('name')!r} (id {field.get('id')}, {where}) is null: leave it out instead"
+                )
             if value is not None and not _parses(field.get("type"), value):
                 raise _fail(
                     f"{key} of field {field.get('name')!r} (id {field.get('id')}, {where}) is {value!r}, "
@@ -247,8 +335,8 @@ def _parses(t: Any, v: Any) -> bool:
         return _is_int(v) and INT_MIN <= v <= INT_MAX
     if t == "long":
         return _is_int(v) and LONG_MIN <= v <= LONG_MAX
-    if t in ("float", "double"):
-        return isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+    if t in ("float", "double"):  # a JSON floating-point number: Java refuses 0 where it wants 0.0
+        return isinstance(v, float) and v == v and abs(v) != float("inf")
     if not isinstance(v, str):
         return False  # every other primitive's JSON form is a string
     if t == "string":

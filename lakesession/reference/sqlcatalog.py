@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -21,10 +22,13 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io import PY_IO_IMPL, S3_RETRY_STRATEGY_IMPL, FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.serializers import Compressor
 from pyiceberg.table import StagedTable, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import (
     TableRequirement,
     TableUpdate,
@@ -32,6 +36,7 @@ from pyiceberg.table.update import (
     _update_table_metadata_log,
 )
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
+from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
 from pyiceberg.utils.config import Config
 from pyiceberg.utils.datetime import datetime_to_millis
 
@@ -39,6 +44,7 @@ from . import formatversion, metadata_rules
 from .tablestore import MetadataCache
 
 _MAX_IOS = 64
+_CREATING: ContextVar[Schema | None] = ContextVar("_CREATING", default=None)  # the schema a create was sent
 _MAX_PARSED_BYTES = 64 * 1024 * 1024  # parsed metadata kept, counted by its JSON size (objects are larger)
 
 
@@ -151,6 +157,36 @@ class CachingSqlCatalog(SqlCatalog):
             catalog=self,
         )
 
+    def create_table(
+        self,
+        identifier: str | Identifier,
+        schema: Schema,
+        location: str | None = None,
+        partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+        sort_order: SortOrder = UNSORTED_SORT_ORDER,
+        properties: Properties = EMPTY_DICT,
+    ) -> Table:
+        """SqlCatalog's, keeping the fields' v3 defaults (``_write_metadata`` puts them back, see ``with_defaults``)."""
+        token = _CREATING.set(schema)
+        try:
+            return super().create_table(identifier, schema, location, partition_spec, sort_order, properties)
+        finally:
+            _CREATING.reset(token)
+
+    def _create_staged_table(
+        self,
+        identifier: str | Identifier,
+        schema: Schema,
+        location: str | None = None,
+        partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+        sort_order: SortOrder = UNSORTED_SORT_ORDER,
+        properties: Properties = EMPTY_DICT,
+    ) -> StagedTable:
+        """MetastoreCatalog's, keeping the fields' v3 defaults (a stage-create's answer)."""
+        staged = super()._create_staged_table(identifier, schema, location, partition_spec, sort_order, properties)
+        staged.metadata = with_defaults(staged.metadata, schema)
+        return staged
+
     def _update_and_stage_table(
         self,
         current_table: Table | None,
@@ -197,6 +233,8 @@ class CachingSqlCatalog(SqlCatalog):
     def _write_metadata(self, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:  # type: ignore[override]
         """Serialise once; the new file's name is unique (a version and a UUID), so no existence check.
         Nothing Iceberg Java cannot read is ever written (``metadata_rules``: a 400 naming the field)."""
+        if (created := _CREATING.get()) is not None:
+            metadata = with_defaults(metadata, created)
         metadata = formatversion.with_row_lineage(metadata)
         raw = formatversion.dump(metadata, exclude_none=self._exclude_none)
         metadata_rules.check(raw)
@@ -205,3 +243,52 @@ class CachingSqlCatalog(SqlCatalog):
             out.write(data)
         self.metadata_cache.put(metadata_path, raw)
         self._remember(metadata_path, metadata, len(raw))
+
+
+def with_defaults(metadata: TableMetadata, sent: Schema) -> TableMetadata:
+    """A new table's metadata with the ``initial-default``/``write-default`` of the schema it was created from.
+
+    pyiceberg's ``new_table_metadata`` assigns fresh field ids (``_SetFreshIDs``) and rebuilds every field
+    without its defaults, so a v3 table created with defaults silently lost them (issue #40); Iceberg Java's
+    ``AssignFreshIds`` keeps them. The fresh schema has the sent one's shape, field by field, so the defaults
+    are copied across in step."""
+    fresh = metadata.schema()
+    if not any(f.initial_default is not None or f.write_default is not None for f in sent._lazy_id_to_field.values()):
+        return metadata
+    restored = Schema(
+        *_fields(fresh.as_struct(), sent.as_struct()),
+        schema_id=fresh.schema_id,
+        identifier_field_ids=fresh.identifier_field_ids,
+    )
+    schemas = [restored if s.schema_id == fresh.schema_id else s for s in metadata.schemas]
+    update: dict[str, Any] = {"schemas": schemas}
+    if metadata.format_version == 1:
+        update["schema_"] = restored
+    return metadata.model_copy(update=update)
+
+
+def _fields(fresh: StructType, sent: StructType) -> list[NestedField]:
+    return [
+        NestedField(
+            field_id=f.field_id,
+            name=f.name,
+            field_type=_type(f.field_type, s.field_type),
+            required=f.required,
+            doc=f.doc,
+            initial_default=s.initial_default,
+            write_default=s.write_default,
+        )
+        for f, s in zip(fresh.fields, sent.fields, strict=True)
+    ]
+
+
+def _type(fresh: IcebergType, sent: IcebergType) -> IcebergType:
+    if isinstance(fresh, StructType) and isinstance(sent, StructType):
+        return StructType(*_fields(fresh, sent))
+    if isinstance(fresh, ListType) and isinstance(sent, ListType):
+        element = _type(fresh.element_type, sent.element_type)
+        return ListType(fresh.element_id, element, fresh.element_required)
+    if isinstance(fresh, MapType) and isinstance(sent, MapType):
+        key, value = _type(fresh.key_type, sent.key_type), _type(fresh.value_type, sent.value_type)
+        return MapType(fresh.key_id, key, fresh.value_id, value, fresh.value_required)
+    return fresh

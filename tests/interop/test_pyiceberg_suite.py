@@ -31,5 +31,7 @@ def test_pyiceberg_v3_catalog_tests_pass_against_serve(tmp_path: Path) -> None:
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr[-2000:]
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     passed = re.search(r"(\d+) passed", summary)
-    assert passed and int(passed.group(1)) >= 300 and "failed" not in summary and "error" not in summary, summary
+    # all 349 of the selection (pyiceberg 0.12.0): an add-schema whose id is taken is re-numbered as Iceberg Java
+    # does (issue #40), not refused
+    assert passed and int(passed.group(1)) >= 349 and "failed" not in summary and "error" not in summary, summary
     assert "skipped" not in summary, summary  # nothing quietly turned off

@@ -7,18 +7,20 @@ grants learns nothing (not even whether the table exists).
 from __future__ import annotations
 
 import json
-from typing import Any
+import time
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
-from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError, ValidationError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadataUtil
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from starlette.concurrency import run_in_threadpool
 
-from .. import formatversion
+from .. import formatversion, metadata_rules
 from ..authz import Privilege as P
 from ..authz import Securable
 from ..context import RequestContext, get_context, in_context
@@ -54,6 +56,7 @@ from .credentials import table_result
 from .namespaces import NamespaceStore, raw_body
 
 router = APIRouter()
+M = TypeVar("M", bound=BaseModel)
 
 T = "/v1/{prefix}/namespaces/{namespace}/tables"
 
@@ -92,6 +95,15 @@ class RenameBody(BaseModel):
     destination: TableIdentifierModel
 
 
+def _parse(model: type[M], body: bytes) -> M:
+    """``parse_body``, plus pyiceberg's own ValidationError (``bucket[-1]``, ``decimal(0,0)``): a 400, not a 500;
+    so is a warning pyiceberg raises while parsing when warnings are errors (a summary without operation)."""
+    try:
+        return parse_body(model, body)
+    except (ValidationError, Warning) as e:
+        raise BadRequest(f"Malformed request: {e}") from None
+
+
 def _table(ctx: RequestContext, prefix: str, namespace: str, table: str) -> tuple[Namespace, str, Securable]:
     check_prefix(ctx.services, prefix)
     ns = decode_namespace(ctx.services, namespace)
@@ -127,7 +139,7 @@ def create_table(
     if (replayed := idem.replay(ctx, lambda: _replay_load(ctx, ns, body, "create_table"))) is not None:
         return replayed
     ctx.authorize("create_table", P.TABLE_CREATE, Securable.namespace(ns))
-    req = parse_body(CreateTableBody, body)
+    req = _parse(CreateTableBody, body)
     name = check_name("table", req.name)
     ns_props = NamespaceStore(ctx.services).properties(ns)  # existence and default location in one query
     if ns_props is None:
@@ -135,6 +147,10 @@ def create_table(
     ts = tables_of(ctx)
     ts.require_free(ns, name)
     check_format_version(req.properties.get("format-version"))
+    try:  # Iceberg Java's Schema.checkCompatibility: v3-only types and defaults need a v3 table
+        formatversion.check_schema(req.table_schema, int(req.properties.get("format-version") or 2))
+    except (ValueError, ValidationError) as e:
+        raise BadRequest(f"Invalid table definition: {e}") from None
     # pyiceberg's default: under the namespace's location (checked when it was set), else {warehouse}/{ns}
     location = req.location or f"{namespace_home(ctx.services, ns, ns_props).rstrip('/')}/{name}"
     check_location(ctx.services, location)
@@ -153,9 +169,10 @@ def create_table(
         index.check(owner, items)
         try:
             staged = ts.catalog._create_staged_table(sql_ident(ns, name), **args)
-        except (ValueError, NotImplementedError) as e:
+            raw = formatversion.dump(staged.metadata)  # a default pyiceberg cannot write: ValueError
+        except (ValueError, NotImplementedError, ValidationError) as e:
             raise BadRequest(f"Invalid table definition: {e}") from None
-        raw = formatversion.dump(staged.metadata)
+        metadata_rules.check(raw)  # what the create commit would write
         ctx.audit("create_table", Securable.table(ns, name), "issued", {"staged": True})
         return table_result(ctx, ns, name, None, raw, staged.metadata.location, "vend_credentials", staged=True)
     try:
@@ -163,7 +180,7 @@ def create_table(
             created = ts.catalog.create_table(sql_ident(ns, name), **args)
     except TableAlreadyExistsError as e:
         raise Conflict(str(e)) from None
-    except (ValueError, NotImplementedError) as e:
+    except (ValueError, NotImplementedError, ValidationError) as e:
         raise BadRequest(f"Invalid table definition: {e}") from None
     loc, raw = ts.load_raw(ns, name)
     ts.remember_location(loc, created.metadata.location)
@@ -196,9 +213,16 @@ def register_table(
     owner, index = Owner.table(ns, name), locations_of(ctx.services)
     index.check_file(owner, req.metadata_location, "metadata location")  # never adopt another table's files
     try:
-        doc = json.loads(ts.cache.get(req.metadata_location, ts.catalog.properties))
+        raw = ts.cache.get(req.metadata_location, ts.catalog.properties)
     except (OSError, ValueError) as e:
         raise BadRequest(f"Cannot read metadata at {req.metadata_location!r}: {type(e).__name__}") from None
+    # adopted only if it is what the catalog itself would write: pyiceberg reads it, Iceberg Java's rules hold
+    try:
+        TableMetadataUtil.parse_raw(raw.decode())
+    except (ValueError, TypeError, KeyError, ArithmeticError, ValidationError) as e:  # UnicodeDecodeError, Overflow
+        raise BadRequest(f"Invalid table metadata at {req.metadata_location!r}: {type(e).__name__}: {e}") from None
+    metadata_rules.check_adopted(raw, int(time.time() * 1000))
+    doc = json.loads(raw)
     location, properties = doc.get("location") if isinstance(doc, dict) else None, doc.get("properties") or {}
     if not isinstance(location, str) or not isinstance(properties, dict):
         raise BadRequest(f"Invalid table metadata at {req.metadata_location!r}: no location")
@@ -291,7 +315,7 @@ def _commit_table(
     ns, name, sec = _table(ctx, prefix, namespace, table)
     if (replayed := idem.replay(ctx, lambda: _replay_commit(ctx, ns, name, sec))) is not None:
         return replayed
-    req = parse_body(CommitTableBody, body)
+    req = _parse(CommitTableBody, body)
     if req.identifier is not None and (tuple(req.identifier.namespace), req.identifier.name) != (ns, name):
         raise BadRequest("Commit identifier does not match the table in the path")
     ts = tables_of(ctx)
