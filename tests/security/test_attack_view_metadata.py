@@ -78,6 +78,11 @@ COMMITS: dict[str, tuple[list[dict[str, Any]], tuple[str, ...]]] = {
         ("write-default", "notalong"),
     ),
     "field id 2^40": ([add_schema(field(2**40, "id")), ON_LAST_SCHEMA, CURRENT], ("id", str(2**40))),
+    # found by tests/security/test_view_differential.py: Java reads a double default only from 0.0, never 0
+    "double default 0": (
+        [add_schema(field(1, "id"), field(2, "x", "double", **{"write-default": 0})), ON_LAST_SCHEMA, CURRENT],
+        ("write-default", "floating-point"),
+    ),
     "list element id 2^31": (
         [
             add_schema(
@@ -229,7 +234,13 @@ def test_java_refuses_what_the_old_catalog_wrote(
         case: doc for case in COMMITS if case not in REQUEST_ONLY and (doc := _old_catalog_file(base, case)) is not None
     }
     # what the old builder passed and wrote: (V13's three and the rest it let through)
-    for case in ("timestamp-ms 2^64", "long default 'notalong'", "field id 2^40", "version id 2^31"):
+    for case in (
+        "timestamp-ms 2^64",
+        "long default 'notalong'",
+        "field id 2^40",
+        "version id 2^31",
+        "double default 0",
+    ):
         assert case in written, case
     for case in ("null byte in default-namespace", "duplicate field ids"):
         created = copy.deepcopy(base)
