@@ -142,7 +142,7 @@ def _schema(schema: Any, where: str) -> None:
 def _float_defaults(struct: Any, where: str) -> None:
     """``SingleValueParser``: a float or double default is a JSON floating-point number (``0.0``, never ``0``),
     which ``check_schema_defaults`` lets through; nested struct fields included."""
-    for f in struct.get("fields") or [] if isinstance(struct, dict) else []:
+    for f in (struct.get("fields") or []) if isinstance(struct, dict) else []:
         if not isinstance(f, dict):
             continue
         for key in ("initial-default", "write-default"):
@@ -166,8 +166,9 @@ def _floats_are_floats(t: Any, v: Any) -> bool:
         return all(_floats_are_floats(t.get("element"), e) for e in v)
     if kind == "map" and isinstance(v, dict):
         keys, values = v.get("keys"), v.get("values")
-        return all(_floats_are_floats(t.get("key"), k) for k in keys if isinstance(keys, list)) and all(
-            _floats_are_floats(t.get("value"), x) for x in values if isinstance(values, list)
+        keys, values = keys if isinstance(keys, list) else [], values if isinstance(values, list) else []
+        return all(_floats_are_floats(t.get("key"), k) for k in keys) and all(
+            _floats_are_floats(t.get("value"), x) for x in values
         )
     if kind == "struct" and isinstance(v, dict):
         return all(_floats_are_floats(f.get("type"), v.get(str(f.get("id")))) for f in t.get("fields") or [])
