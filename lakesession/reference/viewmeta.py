@@ -37,7 +37,6 @@ LAST_ADDED = -1
 VERSION_HISTORY_SIZE = "version.history.num-entries"
 VERSION_HISTORY_SIZE_DEFAULT = 10
 REPLACE_DROP_DIALECT_ALLOWED = "replace.drop-dialect.allowed"
-REPLACE_APPEND_DIALECT_ALLOWED = "replace.append-dialect.allowed"
 WRITE_METADATA_LOCATION = "write.metadata.path"
 _JAVA_INT = re.compile(r"[+-]?\d+")
 
@@ -358,10 +357,6 @@ class ViewMetadataBuilder:
         history = self.history + ([self.history_entry] if self.history_entry else [])
 
         drop_allowed = _bool_prop(self.properties, REPLACE_DROP_DIALECT_ALLOWED)
-        if drop_allowed and _bool_prop(self.properties, REPLACE_APPEND_DIALECT_ALLOWED):
-            raise BadRequest(
-                f"Cannot set both {REPLACE_DROP_DIALECT_ALLOWED} and {REPLACE_APPEND_DIALECT_ALLOWED} to true"
-            )
         if self.previous_version is not None and not drop_allowed:
             before, after = _dialects(self.previous_version), _dialects(current)
             if not before <= after:

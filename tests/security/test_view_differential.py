@@ -56,7 +56,7 @@ LONG_EDGES = [0, -1, 2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1]
 TYPES = "int long string boolean double date time timestamp timestamptz decimal(9,2) fixed[2] binary uuid".split()
 LITERALS = "2024-02-29 2024-02-30 12:30:00 25:00 2024-01-01T00:00:00 2024-01-01T00:00:00+00:00 1.25 abcd notalong"
 defaults = st.one_of(st.sampled_from(LITERALS.split()), st.sampled_from(LONG_EDGES), st.booleans(), st.text(max_size=3))
-PROPERTY_KEYS = ["k", "version.history.num-entries", "replace.drop-dialect.allowed", "replace.append-dialect.allowed"]
+PROPERTY_KEYS = ["k", "version.history.num-entries", "replace.drop-dialect.allowed", "comment"]
 PROPERTY_VALUES = ["1", "2", "3", "+3", "true", "false", "TRUE", "x", "0", "-1", "abc", "99999999999", " 2", " true"]
 
 
@@ -241,10 +241,7 @@ BAD: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     ),
     "set-properties": st.builds(
         lambda u: _update("set-properties", updates=u),
-        st.sampled_from(
-            [{"version.history.num-entries": v} for v in ("0", "-1", "abc", "99999999999", " 2")]
-            + [{"replace.drop-dialect.allowed": "true", "replace.append-dialect.allowed": "true"}]
-        ),
+        st.sampled_from([{"version.history.num-entries": v} for v in ("0", "-1", "abc", "99999999999", " 2")]),
     ),
     "add-view-version": st.builds(
         lambda v, d: _update("add-view-version", **{"view-version": {**v, **d}}),
