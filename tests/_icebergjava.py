@@ -1,10 +1,11 @@
-"""Iceberg Java's ``TableMetadataParser`` (the one Spark, Trino and Flink read table metadata with), on call.
+"""Iceberg Java's ``TableMetadataParser`` and ``ViewMetadataParser`` (what Spark, Trino and Flink read metadata with), on call.
 
 ``iceberg-core`` 1.12.0 and its runtime classpath come from Maven Central with ``mvn
 dependency:copy-dependencies`` (``tests/fixtures/icebergcore/pom.xml``), into
 ``~/.cache/lakesession/icebergcore/<v>/lib`` on first use (about 15 MB; the Maven repository is the REST
-fixture's, so shared downloads are fetched once). ``tests/java/MetadataParseHarness.java`` is compiled
-there too and runs as one JVM for a whole test: a metadata file path in, ``ok`` or ``error <message>`` out.
+fixture's, so shared downloads are fetched once). ``tests/java/MetadataParseHarness.java`` (tables) or
+``tests/java/ViewParseHarness.java`` (views) is compiled there too and runs as one JVM for a whole test: a
+metadata file path in, ``ok`` or ``error <message>`` out.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from tests._restfixture import cache_dir as restfixture_cache
 from tests._restfixture import maven_lib
@@ -23,7 +25,12 @@ from tests.factories import stop_process
 
 VERSION = "1.12.0"  # the Iceberg runtime lakesession gives Spark 3.5 and 4.1
 POM = Path(__file__).parent / "fixtures" / "icebergcore" / "pom.xml"
-HARNESS = Path(__file__).parent / "java" / "MetadataParseHarness.java"
+HARNESSES = {
+    "table": Path(__file__).parent / "java" / "MetadataParseHarness.java",
+    "view": Path(__file__).parent / "java" / "ViewParseHarness.java",
+}
+HARNESS = HARNESSES["table"]
+Kind = Literal["table", "view"]
 
 
 def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
@@ -32,25 +39,26 @@ def classpath(version: str = VERSION, *, timeout: float = 600.0) -> Path:
     return maven_lib(lib, POM, version, f"iceberg-core-{version}.jar", f"iceberg-core {version}", timeout=timeout)
 
 
-def _compiled(lib: Path) -> Path:
-    """The harness's class directory, compiled once per source version."""
-    source = HARNESS.read_bytes()
-    out = lib.parent / f"harness-{hashlib.sha256(source).hexdigest()[:12]}"
-    if (out / "MetadataParseHarness.class").exists():
+def _compiled(lib: Path, harness: Path = HARNESS) -> Path:
+    """The class directory of ``harness`` (a Java source file), compiled once per source version."""
+    source = harness.read_bytes()
+    main = f"{harness.stem}.class"
+    out = lib.parent / f"harness-{harness.stem}-{hashlib.sha256(source).hexdigest()[:12]}"
+    if (out / main).exists():
         return out
     javac = shutil.which("javac")
     if javac is None:
-        raise RuntimeError("javac (a JDK 17+) is needed to compile tests/java/MetadataParseHarness.java")
+        raise RuntimeError(f"javac (a JDK 17+) is needed to compile tests/java/{harness.name}")
     staging = out.with_name(f"{out.name}.{os.getpid()}")
     done = subprocess.run(
-        [javac, "--release", "17", "-d", str(staging), "-cp", f"{lib}/*", str(HARNESS)],
+        [javac, "--release", "17", "-d", str(staging), "-cp", f"{lib}/*", str(harness)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"javac could not compile {HARNESS.name}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    if (out / "MetadataParseHarness.class").exists():
+        raise RuntimeError(f"javac could not compile {harness.name}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    if (out / main).exists():
         shutil.rmtree(staging, ignore_errors=True)
         return out
     staging.rename(out)
@@ -58,14 +66,16 @@ def _compiled(lib: Path) -> Path:
 
 
 @contextmanager
-def java_parser() -> Iterator[Callable[[Path], str | None]]:
-    """``parse(path)``: None when Iceberg Java reads the metadata file, else its error message."""
+def java_parser(kind: Kind = "table") -> Iterator[Callable[[Path], str | None]]:
+    """``parse(path)``: None when Iceberg Java reads the ``kind`` ("table" or "view") metadata file, else its
+    error message."""
+    harness = HARNESSES[kind]
     java = shutil.which("java")
     if java is None:
         raise RuntimeError("no `java` on PATH (Java 17+ is needed to run Iceberg Java's parser)")
     lib = classpath()
-    cp = f"{lib}/*{os.pathsep}{_compiled(lib)}"
-    cmd = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, "MetadataParseHarness"]
+    cp = f"{lib}/*{os.pathsep}{_compiled(lib, harness)}"
+    cmd = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, harness.stem]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     assert proc.stdin is not None and proc.stdout is not None
 

@@ -12,6 +12,7 @@ Every client mistake raises ``BadRequest`` (400); a failed requirement raises
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid as uuidlib
 from typing import Annotated, Any, Literal
@@ -36,8 +37,8 @@ LAST_ADDED = -1
 VERSION_HISTORY_SIZE = "version.history.num-entries"
 VERSION_HISTORY_SIZE_DEFAULT = 10
 REPLACE_DROP_DIALECT_ALLOWED = "replace.drop-dialect.allowed"
-REPLACE_APPEND_DIALECT_ALLOWED = "replace.append-dialect.allowed"
 WRITE_METADATA_LOCATION = "write.metadata.path"
+_JAVA_INT = re.compile(r"[+-]?\d+")
 
 
 # ---------------------------------------------------------------- request models
@@ -188,7 +189,16 @@ def _dialects(version: ViewVersion) -> set[str]:
 
 
 def _bool_prop(props: dict[str, str], key: str) -> bool:
-    return props.get(key, "false").strip().lower() == "true"
+    """Java's ``Boolean.parseBoolean`` (``PropertyUtil.propertyAsBoolean``): "true" in any case, no spaces."""
+    return props.get(key, "false").lower() == "true"
+
+
+def _java_int(text: str) -> int | None:
+    """Java's ``Integer.parseInt`` (``PropertyUtil.propertyAsInt``): a sign, digits, within an int; else None."""
+    if _JAVA_INT.fullmatch(text) is None:
+        return None
+    value = int(text)
+    return value if -(2**31) <= value < 2**31 else None
 
 
 # ---------------------------------------------------------------- builder
@@ -347,10 +357,6 @@ class ViewMetadataBuilder:
         history = self.history + ([self.history_entry] if self.history_entry else [])
 
         drop_allowed = _bool_prop(self.properties, REPLACE_DROP_DIALECT_ALLOWED)
-        if drop_allowed and _bool_prop(self.properties, REPLACE_APPEND_DIALECT_ALLOWED):
-            raise BadRequest(
-                f"Cannot set both {REPLACE_DROP_DIALECT_ALLOWED} and {REPLACE_APPEND_DIALECT_ALLOWED} to true"
-            )
         if self.previous_version is not None and not drop_allowed:
             before, after = _dialects(self.previous_version), _dialects(current)
             if not before <= after:
@@ -360,10 +366,9 @@ class ViewMetadataBuilder:
                 )
 
         raw_size = self.properties.get(VERSION_HISTORY_SIZE, str(VERSION_HISTORY_SIZE_DEFAULT))
-        try:
-            history_size = int(raw_size)
-        except ValueError:
-            raise BadRequest(f"{VERSION_HISTORY_SIZE} must be an integer but was {raw_size!r}") from None
+        history_size = _java_int(raw_size)
+        if history_size is None:
+            raise BadRequest(f"{VERSION_HISTORY_SIZE} must be an int (Java's Integer.parseInt) but was {raw_size!r}")
         if history_size <= 0:
             raise BadRequest(f"{VERSION_HISTORY_SIZE} must be positive but was {history_size}")
         keep = max(len({*self.added_version_ids, current.version_id}), history_size)

@@ -28,6 +28,8 @@ from ..context import RequestContext, Services, get_context
 from ..errors import BadRequest, CommitFailed, Conflict, NoSuchView
 from ..idempotency import Idempotency, idempotency
 from ..locations import Owner
+from ..view_rules import check as check_view_metadata
+from ..view_rules import check_commit_request, check_create_request
 from ..viewmeta import (
     WRITE_METADATA_LOCATION,
     CommitViewRequest,
@@ -182,6 +184,7 @@ def create_view(
         return replayed
     ctx.authorize("create_view", P.VIEW_CREATE, Securable.namespace(ns))
     req: CreateViewRequest = _parse(CreateViewRequest, body)
+    check_create_request(parse_json_object(body))  # as Iceberg Java's REST parser reads it
     name = check_name("view", req.name)
     check_owner_property_change(ctx, req.properties)
     check_owner_value(ctx, req.properties)
@@ -198,11 +201,12 @@ def create_view(
     if vs.get(ns, name) is not None:
         raise Conflict(f"View already exists: {ns_str(ns)}.{name}")
     metadata = new_view_metadata(req, location)
+    text = metadata_json(metadata)
+    check_view_metadata(text)  # never a file Iceberg Java cannot read
     owner, index = Owner.view(ns, name), locations_of(services)
     added = index.claim(owner, [(location, "view location")])  # a view owns its prefix like a table
     try:
         path = _metadata_file(services, metadata, 0)
-        text = metadata_json(metadata)
         _write(services, path, text)
         with idem.applying("create_view", 200):
             inserted = vs.insert(ns, name, path, text)
@@ -255,6 +259,7 @@ def replace_view(
     services = ctx.services
     ctx.authorize("replace_view", P.VIEW_WRITE_PROPERTIES, Securable.view(ns, name))
     req: CommitViewRequest = _parse(CommitViewRequest, body)
+    check_commit_request(parse_json_object(body))  # as Iceberg Java's REST parser reads it
     if req.identifier is not None and _identifier(req.identifier) != (ns, name):
         raise BadRequest("Malformed request: the identifier in the body does not match the view in the path")
     for u in req.updates:
@@ -270,6 +275,8 @@ def replace_view(
         actions = {"updates": [u.action for u in req.updates]}
         if not changed:
             return _issue(ctx, "replace_view", ns, name, base_location, base, actions)
+        text = metadata_json(metadata)
+        check_view_metadata(text)  # never a file Iceberg Java cannot read
         check_definer_sql_change(ctx, Securable.view(ns, name), base, metadata)  # against the base swapped
         owner, index, added = Owner.view(ns, name), locations_of(services), []
         if metadata.location != base.location:  # claimed as this view's: it may move inside its old prefix
@@ -277,7 +284,6 @@ def replace_view(
             check_in_namespace(ctx, ns, NamespaceStore(services).properties(ns) or {}, moved, "view")
             added = index.claim(owner, moved)
         path = _metadata_file(services, metadata, _next_version(base_location))
-        text = metadata_json(metadata)
         try:
             _write(services, path, text)
             with idem.applying("replace_view", 200):
