@@ -76,6 +76,15 @@ SMOKES = [
         spark_line="4.1",
     ),
     Smoke(
+        "load_under_attack.py",
+        ("--seconds", "1", "--attackers", "2", "--attacker-processes", "1", "--grants", "5"),
+        (
+            rf"alone\s+\d+\s+{NUM}\s+{NUM}",
+            rf"2 attackers\s+\d+\s+{NUM}\s+{NUM}",
+            rf"attacked ÷ alone: p50 {NUM}x, p99 {NUM}x",
+        ),
+    ),
+    Smoke(
         "device_store.py",
         ("--pending", "1000", "--calls", "500"),
         (rf"empty store\s+{NUM}/s", rf"at the bound, evicting\s+{NUM}/s", rf"ratio at-bound/empty: evicting {NUM}"),
