@@ -127,7 +127,6 @@ def _schema(schema: Any, where: str) -> None:
         raise Violation(f"{where} is not an object")
     check_numbers(schema)
     check_schema_defaults(schema, where)
-    _float_defaults(schema, where)
     seen: set[int] = set()
     for key, value in _ids(schema):
         if not _is_int(value):
@@ -137,42 +136,6 @@ def _schema(schema: Any, where: str) -> None:
         seen.add(value)
     if "schema-id" in schema and schema["schema-id"] is not None:
         _int(schema, "schema-id", where)
-
-
-def _float_defaults(struct: Any, where: str) -> None:
-    """``SingleValueParser``: a float or double default is a JSON floating-point number (``0.0``, never ``0``),
-    which ``check_schema_defaults`` lets through; nested struct fields included."""
-    for f in (struct.get("fields") or []) if isinstance(struct, dict) else []:
-        if not isinstance(f, dict):
-            continue
-        for key in ("initial-default", "write-default"):
-            if not _floats_are_floats(f.get("type"), f.get(key)):
-                raise Violation(
-                    f"{key} of field {f.get('name')!r} (id {f.get('id')}, {where}) is {f.get(key)!r}: a float or "
-                    "double value is written as a floating-point number (0.0, not 0)"
-                )
-        _float_defaults(f.get("type"), where)
-
-
-def _floats_are_floats(t: Any, v: Any) -> bool:
-    if v is None:
-        return True
-    if t in ("float", "double"):
-        return isinstance(v, float)
-    if not isinstance(t, dict):
-        return True
-    kind = t.get("type")
-    if kind == "list" and isinstance(v, list):
-        return all(_floats_are_floats(t.get("element"), e) for e in v)
-    if kind == "map" and isinstance(v, dict):
-        keys, values = v.get("keys"), v.get("values")
-        keys, values = keys if isinstance(keys, list) else [], values if isinstance(values, list) else []
-        return all(_floats_are_floats(t.get("key"), k) for k in keys) and all(
-            _floats_are_floats(t.get("value"), x) for x in values
-        )
-    if kind == "struct" and isinstance(v, dict):
-        return all(_floats_are_floats(f.get("type"), v.get(str(f.get("id")))) for f in t.get("fields") or [])
-    return True
 
 
 def _ids(node: Any) -> list[tuple[str, Any]]:
