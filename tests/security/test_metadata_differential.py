@@ -253,6 +253,7 @@ def test_every_adopted_register_is_readable(
         for kind, arg in session.fill(mutations, doc["location"]):
             gen.apply_mutation(doc, kind, arg)
         path = Path(doc["location"].removeprefix("file://")) / "metadata" / "00000-crafted.metadata.json"
+        assert path.is_absolute(), f"a crafted file belongs under the test's warehouse, not the cwd: {path}"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc))
         body = {"name": name, "metadata-location": path.as_uri()}
