@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, select, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import StaticPool
 
 from . import store
@@ -115,9 +116,12 @@ class GrantsVersion:
                     finally:
                         cur.close()
                     return row[0] if row else None
-                except Exception:
+                except Exception as e:
                     self._drop()
                     if attempt == 2:
+                        dbapi_error = self.engine.dialect.loaded_dbapi.Error
+                        if isinstance(e, dbapi_error):  # as SQLAlchemy's own: an outage is then a 503, not a 500
+                            raise sa_exc.DBAPIError.instance(_SQL, None, e, dbapi_error) from e
                         raise
         raise AssertionError("unreachable")
 

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow  # a JVM and some 10,000 requests: about three min
 
 P = "/v1/lakesession"
 NS = "diff"
-EXAMPLES = int(os.environ.get("LAKESESSION_DIFF_EXAMPLES", "280"))
+EXAMPLES = int(os.environ.get("LAKESESSION_DIFF_EXAMPLES", "340"))
 MINIMUM = min(100, EXAMPLES * 100 // 280)  # accepted and refused, each, per kind (100 at the CI default and above)
 PER_TABLE = 25  # examples against one table before a fresh one (its metadata stays small) …
 FRESHER = {  # … and fewer for the kinds that use up what the setup made (removals, upgrades)
