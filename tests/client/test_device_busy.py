@@ -90,6 +90,7 @@ def test_a_rate_limited_address_says_busy_with_its_retry_after(tmp_path_factory:
         cat.stop()
 
 
+@pytest.mark.slow  # waits out a real ~7 s Retry-After
 def test_polls_wait_the_servers_retry_after_then_sign_in(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The token endpoint allows 2 calls per 9 s from the address: the third poll gets 429 (``slow_down``) with
     Retry-After ~7 s, longer than the interval even after slow_down's +5 s; the client waits that long (before:
