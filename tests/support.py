@@ -149,3 +149,13 @@ def fake_spark_home(tmp_path: Path) -> Path:
     (tmp_path / "spark" / "jars").mkdir(parents=True)
     (tmp_path / "spark" / "jars" / "spark-core.jar").write_bytes(b"jar")
     return tmp_path / "spark"
+
+
+def bad_request(r: httpx.Response, *words: str) -> str:
+    """Assert ``r`` is the catalog's 400 ErrorModel whose message names each of ``words``; the message."""
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "BadRequestException" and error["code"] == 400
+    for word in words:
+        assert word in error["message"], error["message"]
+    return str(error["message"])

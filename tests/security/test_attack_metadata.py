@@ -18,6 +18,7 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import bearer
+from tests.support import bad_request as refused
 
 P = "/v1/lakesession"
 NS = "attack_metadata"
@@ -61,15 +62,6 @@ def append(sid: int, first_row_id: int | None = None, added_rows: int | None = N
     if first_row_id is not None:
         snap["first-row-id"], snap["added-rows"] = first_row_id, added_rows
     return {"action": "add-snapshot", "snapshot": snap}
-
-
-def refused(r: httpx.Response, *words: str) -> str:
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["type"] == "BadRequestException" and error["code"] == 400
-    for word in words:
-        assert word in error["message"], error["message"]
-    return str(error["message"])
 
 
 def unchanged(http: httpx.Client, etl: dict[str, str], name: str, before: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import bearer
+from tests.support import bad_request as refused
 
 P = "/v1/lakesession"
 NS = "attack_specs"
@@ -69,15 +70,6 @@ def commit(http: httpx.Client, etl: dict[str, str], name: str, *updates: dict[st
     return http.post(
         f"{P}/namespaces/{NS}/tables/{name}", json={"requirements": [], "updates": list(updates)}, headers=etl
     )
-
-
-def refused(r: httpx.Response, *words: str) -> str:
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["type"] == "BadRequestException" and error["code"] == 400
-    for word in words:
-        assert word in error["message"], error["message"]
-    return str(error["message"])
 
 
 def unchanged(http: httpx.Client, etl: dict[str, str], name: str, before: dict[str, Any]) -> None:

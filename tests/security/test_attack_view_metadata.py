@@ -28,6 +28,7 @@ from lakesession.reference.errors import BadRequest
 from lakesession.reference.viewmeta import CommitViewRequest, apply_commit, metadata_json
 from tests._icebergjava import java_parser
 from tests.conftest import bearer
+from tests.support import bad_request as refused
 
 P = "/v1/lakesession"
 NS = "attack_view_metadata"
@@ -149,15 +150,6 @@ def create(http: httpx.Client, owner: dict[str, str], name: str, **overrides: An
 
 def commit(http: httpx.Client, owner: dict[str, str], name: str, updates: list[dict[str, Any]]) -> httpx.Response:
     return http.post(f"{P}/namespaces/{NS}/views/{name}", json={"requirements": [], "updates": updates}, headers=owner)
-
-
-def refused(r: httpx.Response, *words: str) -> str:
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["type"] == "BadRequestException" and error["code"] == 400
-    for word in words:
-        assert word in error["message"], error["message"]
-    return str(error["message"])
 
 
 def slug(case: str) -> str:
