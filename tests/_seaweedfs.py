@@ -10,6 +10,7 @@ lifetime is 900 s, so expiry tests stay on the emulator.
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import socket
 import subprocess
@@ -62,21 +63,30 @@ def create_table_bucket(sw: SeaweedFS, name: str) -> str:
     return f"s3://{name}"
 
 
+# Ports are drawn below Linux's ephemeral range (32768+): a port picked there can be taken by any outgoing
+# connection between the pick and weed's bind (CI lost a run to "Port allocation failed ... filer.port").
+# gRPC twins sit +10000 above (SeaweedFS's default offset), so both stay under 32768.
+_PORT_LOW, _PORT_HIGH = 12000, 22000
+_START_ATTEMPTS = 3
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _free_ports(n: int) -> list[int]:
-    """Distinct free ports whose gRPC twins (+10000, SeaweedFS's default offset) are free too."""
+    """Distinct free ports outside the ephemeral range whose gRPC twins (+10000) are free too."""
     ports: list[int] = []
+    rng = random.Random()
     while len(ports) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535 or port in ports:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        ports.append(port)
+        port = rng.randrange(_PORT_LOW, _PORT_HIGH)
+        if port not in ports and _bindable(port) and _bindable(port + 10000):
+            ports.append(port)
     return ports
 
 
@@ -163,6 +173,54 @@ def _iam_config(oidc_issuers: Sequence[str] = ()) -> dict[str, object]:
     return config
 
 
+class _PortTaken(RuntimeError):
+    """Another process bound one of the picked ports before weed did: pick again."""
+
+
+def _start(
+    weed: str,
+    data: Path,
+    configs: list[str],
+    ports: list[int],
+    bucket: str,
+    credential_ttl: int,
+    timeout: float,
+    log_path: Path,
+) -> subprocess.Popen[bytes]:
+    """`weed mini` on ``ports`` (master, volume, filer, s3, iceberg, admin), returned once S3 serves ``bucket``."""
+    master, volume, filer, s3, iceberg, admin = ports
+    cmd = [
+        weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
+        f"-s3.port={s3}", f"-s3.port.iceberg={iceberg}", "-s3.port.lance=0",
+        "-webdav=false", "-admin.ui=false", f"-admin.port={admin}", "-master.telemetry=false",
+        *configs, f"-bucket={bucket}",
+        f"-s3.iceberg.credentialRole={ROLE_ARN}", f"-s3.iceberg.credentialDurationSeconds={credential_ttl}",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{s3}"
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            if proc.poll() is not None:
+                text = log_path.read_text(errors="replace")[-2000:]
+                error = _PortTaken if "Port allocation failed" in text else RuntimeError
+                raise error(f"weed mini exited with {proc.returncode}: {text}")
+            try:
+                # anonymous requests get 403 once S3 serves; the bucket exists once the filer is up
+                if httpx.head(f"{endpoint}/{bucket}", timeout=1).status_code in (200, 403):
+                    return proc
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"weed mini did not serve S3 within {timeout} s")
+            time.sleep(0.3)
+    except BaseException:
+        stop_process(proc, 15)
+        raise
+
+
 @contextmanager
 def seaweedfs(
     workdir: Path,
@@ -197,38 +255,21 @@ def seaweedfs(
     iam_config = workdir / "iam.json"
     issuers = [oidc_issuer] if isinstance(oidc_issuer, str) else list(oidc_issuer)
     iam_config.write_text(json.dumps(_iam_config(issuers)))
-    master, volume, filer, s3, iceberg, admin = _free_ports(6)
     data = workdir / "data"
     data.mkdir(exist_ok=True)
-    log = (workdir / "weed.log").open("wb")
-    cmd = [
-        weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-        f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
-        f"-s3.port={s3}", f"-s3.port.iceberg={iceberg}", "-s3.port.lance=0",
-        "-webdav=false", "-admin.ui=false", f"-admin.port={admin}", "-master.telemetry=false",
-        f"-s3.config={s3_config}", f"-s3.iam.config={iam_config}", f"-bucket={bucket}",
-        f"-s3.iceberg.credentialRole={ROLE_ARN}", f"-s3.iceberg.credentialDurationSeconds={credential_ttl}",
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{s3}"
+    configs = [f"-s3.config={s3_config}", f"-s3.iam.config={iam_config}"]
+    for attempt in range(_START_ATTEMPTS):
+        ports = _free_ports(6)
+        try:
+            proc = _start(weed, data, configs, ports, bucket, credential_ttl, timeout, workdir / "weed.log")
+            break
+        except _PortTaken:
+            if attempt == _START_ATTEMPTS - 1:
+                raise
+    master, _, filer, s3, iceberg, _ = ports
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"weed mini exited with {proc.returncode}: {(workdir / 'weed.log').read_text()[-2000:]}"
-                )
-            try:
-                # anonymous requests get 403 once S3 serves; the bucket exists once the filer is up
-                if httpx.head(f"{endpoint}/{bucket}", timeout=1).status_code in (200, 403):
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"weed mini did not serve S3 within {timeout} s")
-            time.sleep(0.3)
         yield SeaweedFS(
-            endpoint=endpoint,
+            endpoint=f"http://127.0.0.1:{s3}",
             iceberg_uri=f"http://127.0.0.1:{iceberg}",
             bucket=bucket,
             master=f"127.0.0.1:{master}",
@@ -236,4 +277,3 @@ def seaweedfs(
         )
     finally:
         stop_process(proc, 15)
-        log.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import httpx
@@ -218,3 +219,30 @@ def test_seaweedfs_scopes_location_credentials_to_the_registered_prefix(
     )
     assert ask("reader", f"s3://{store.bucket}/raw/landing/", "write").status_code == 403
     assert ask("reader", f"s3://{store.bucket}/raw/other/c.txt").status_code == 403
+
+
+def test_a_port_taken_before_weed_binds_it_is_picked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI once lost a run to "Port allocation failed … filer.port": another process bound a picked port first."""
+    import socket
+
+    from tests import _seaweedfs
+
+    real = _seaweedfs._free_ports
+    picks: list[list[int]] = []
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+
+        def first_pick_collides(n: int) -> list[int]:
+            ports = real(n)
+            if not picks:
+                ports[2] = taken  # the filer's port, as in the failed run
+            picks.append(ports)
+            return ports
+
+        monkeypatch.setattr(_seaweedfs, "_free_ports", first_pick_collides)
+        with seaweedfs(tmp_path / "sw") as store:
+            assert httpx.head(f"{store.endpoint}/{store.bucket}", timeout=5).status_code in (200, 403)
+    assert len(picks) == 2 and store.filer != f"127.0.0.1:{taken}"
+    assert all(port < 32768 for port in picks[1]), picks  # below the ephemeral range
