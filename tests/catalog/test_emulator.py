@@ -274,6 +274,7 @@ def test_write_session_puts_deletes_and_uploads_only_under_the_prefix(emu):
     assert emu.client("s3").head_object(Bucket=BUCKET, Key="wh/customers/data/c.parquet")
 
 
+@pytest.mark.slow  # waits for real expiry (~3 s): off the fast set (5-min budget)
 def test_credentials_expire_with_expired_token(emu):
     creds = emu.assume(table_session_policy(ORDERS, write=False), duration_seconds=3)
     s3, sts = emu.client("s3", creds), emu.client("sts", creds)

@@ -326,6 +326,7 @@ def test_read_loop_over_several_ttls_refreshes_once_per_ttl(lake: Lake) -> None:
     assert_no_secret(text, secrets)
 
 
+@pytest.mark.slow  # waits out real credential lifetimes (~5 s): off the fast set (5-min budget)
 def test_writes_and_table_refresh_keep_fresh_credentials(lake: Lake) -> None:
     store = CredentialStore()
     t = lake.load("etl", "shop.returns", store, mode="write")
@@ -340,6 +341,7 @@ def test_writes_and_table_refresh_keep_fresh_credentials(lake: Lake) -> None:
     assert store.snapshot()[0]["mode"] == "write"
 
 
+@pytest.mark.slow  # waits out a real credential lifetime (~5 s): off the fast set (5-min budget)
 def test_catalog_unreachable_serves_valid_credentials_until_expiry_then_failed(lake: Lake) -> None:
     flaky = Flaky()
     store = CredentialStore(transport=flaky)
@@ -361,6 +363,7 @@ def test_catalog_unreachable_serves_valid_credentials_until_expiry_then_failed(l
     assert t.scan().to_arrow().num_rows >= 2 and store.state("shop.orders") == VALID
 
 
+@pytest.mark.slow  # waits out one real TTL (~3 s): off the fast set (5-min budget)
 def test_revoked_grant_is_noticed_within_one_ttl(lake: Lake) -> None:
     store = CredentialStore()
     t = lake.load("reader", "shop.orders", store)

@@ -129,6 +129,7 @@ def test_polls_wait_the_servers_retry_after_then_sign_in(tmp_path_factory: pytes
         cat.stop()
 
 
+@pytest.mark.slow  # waits out a code's real life (~4 s): off the fast set (5-min budget)
 def test_a_poll_told_to_wait_past_the_codes_life_says_busy(tmp_path_factory: pytest.TempPathFactory) -> None:
     cat = start(
         data_dir=tmp_path_factory.mktemp("busypoll2"),

@@ -557,6 +557,7 @@ def test_jupyterhub_token(short: ReferenceCatalog, monkeypatch: pytest.MonkeyPat
 
 
 # -- no secret anywhere ----------------------------------------------------------------------------
+@pytest.mark.slow  # walks every flow with DEBUG logs (~5 s): off the fast set (5-min budget)
 def test_no_secret_in_repr_logs_or_errors(
     cat: ReferenceCatalog, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # clones the repository and runs tests/project there (~20 s): off the fast set (5-min budget)
 def test_tests_project_passes_on_a_plain_clone(tmp_path: Path) -> None:
     git = shutil.which("git")
     if git is None or not (ROOT / ".git").exists():

@@ -63,6 +63,7 @@ def store_of_120(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference
     handle.stop()
 
 
+@pytest.mark.slow  # approves 120 codes (~5 s): off the fast set (5-min budget)
 def test_v15_one_account_approving_120_own_codes_cannot_block_new_logins(store_of_120: ReferenceCatalog) -> None:
     """mallory: 120 codes from three /24s (four addresses each, ten codes per address, under every rate
     limit), each approved on the verification page as herself. Before: the store (120) was full of
@@ -176,6 +177,7 @@ def small_pressured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refere
     handle.stop()
 
 
+@pytest.mark.slow  # floods over HTTP (~5 s): off the fast set (5-min budget)
 def test_v16_over_http_a_flood_from_thirty_networks_tells_each_code_its_short_life(
     small_pressured: ReferenceCatalog,
 ) -> None:
