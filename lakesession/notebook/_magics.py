@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import display
 
 from ..errors import LakesessionError, MagicError
 from . import _views
@@ -111,15 +112,24 @@ def show_one_line(shell: Any, etype: type, value: BaseException, tb: Any, tb_off
 class LakesessionMagics(Magics):
     """The magics; the session they act on is ``_views.active_session()``."""
 
+    #: the view the magic displayed last (the object behind the output: its HTML, its widget)
+    last_view: Any = None
+
     @line_magic
-    def lakesession(self, line: str) -> Any:
-        """Log in, and show status, grants, credentials, audit, view chains — see ``%lakesession help``."""
+    def lakesession(self, line: str) -> None:
+        """Log in, and show status, grants, credentials, audit, view chains — see ``%lakesession help``.
+
+        Each view is displayed, not returned: a cell of several magics (the README's block) shows every one of
+        them, where a returned value shows only when it is the cell's last expression."""
         try:
-            return self._dispatch(split_args(line))
+            view = self._dispatch(split_args(line))
         except MagicError:
             raise
         except Exception as exc:
             raise MagicError(explain(exc)) from None
+        if view is not None:
+            type(self).last_view = view
+            display(view)
 
     def _user_ns(self) -> dict[str, Any]:
         """The notebook's variables (a registered magic always has its shell)."""

@@ -15,7 +15,7 @@ from IPython.utils.capture import capture_output
 
 import lakesession
 from lakesession.notebook import _views
-from lakesession.notebook._magics import MagicError, explain, split_args
+from lakesession.notebook._magics import LakesessionMagics, MagicError, explain, split_args
 from lakesession.notebook._progress import DeviceLoginProgress, SparkJobProgress
 from tests.conftest import SECRETS
 
@@ -58,13 +58,15 @@ def test_login_with_client_credentials_then_status_and_grants(shell, catalog, mo
     monkeypatch.setenv("LAKESESSION_TOKEN_URL", f"{catalog.issuer_uri}/token")
     res, out = run(shell, "%lakesession login --client-credentials")
     assert res.success, out
-    html = res.result._repr_html_()
+    html = LakesessionMagics.last_view._repr_html_()
     assert 'class="lakesession-status"' in html and "alice" in html and "token expires in" in html
     session = _views.active_session()
     assert session.identity.describe()["principal"] == "alice"
     res, out = run(shell, "%lakesession grants")
-    assert "namespace sales" in res.result._repr_html_() and "TABLE_READ_DATA" in repr(res.result)
-    texts = out + html + res.result._repr_html_() + repr(res.result)
+    assert "namespace sales" in LakesessionMagics.last_view._repr_html_() and "TABLE_READ_DATA" in repr(
+        LakesessionMagics.last_view
+    )
+    texts = out + html + LakesessionMagics.last_view._repr_html_() + repr(LakesessionMagics.last_view)
     assert SECRETS["alice"] not in texts and session.identity.token() not in texts
     # a static token is not a client-credentials login: one readable line saying how to fix it
     monkeypatch.delenv("LAKESESSION_CREDENTIAL")
@@ -90,11 +92,34 @@ def test_trailing_comments_are_not_arguments(shell, catalog, monkeypatch) -> Non
         res, out = run(shell, f"%lakesession {line}")
         assert res.success and "unrecognized arguments" not in out, out
     res, out = run(shell, "%lakesession resolve sales.v1#2   # a '#' inside a word is the word's")
-    assert "sales.v1#2" in repr(res.result), out
+    assert "sales.v1#2" in repr(LakesessionMagics.last_view), out
     assert split_args("""audit --action 'a # b' "c\\" # d" # the comment""") == ["audit", "--action", "a # b", 'c" # d']
     assert split_args("# all comment") == [] and split_args(r"a\ #b # c") == ["a #b"]
     res, out = run(shell, "%lakesession audit --action 'unclosed  # comment")
     assert isinstance(res.error_in_exec, MagicError) and "No closing quotation" in out, out
+
+
+def test_a_cell_of_several_magics_shows_every_view(shell, catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The README's notebook block pasted into one cell: each magic's view is shown, not only the last one's."""
+    monkeypatch.setenv("LAKESESSION_URI", catalog.uri)
+    monkeypatch.setenv("LAKESESSION_CREDENTIAL", f"alice:{SECRETS['alice']}")
+    monkeypatch.setenv("LAKESESSION_TOKEN_URL", f"{catalog.issuer_uri}/token")
+    cell = "\n".join(
+        [
+            "%lakesession login --client-credentials",
+            "%lakesession status              # principal, issuer, countdown",
+            "%lakesession grants              # what you may read and write",
+            "%lakesession credentials",
+            "%lakesession audit --since 10m",
+        ]
+    )
+    with capture_output() as cap:
+        res = shell.run_cell(cell)
+    assert res.success, cap.stdout + cap.stderr
+    assert res.result is None  # nothing returned to be shown twice as Out[n]
+    assert len(cap.outputs) == 5, [sorted(o.data) for o in cap.outputs]
+    shown = "".join(str(o.data) for o in cap.outputs)
+    assert "alice" in shown and SECRETS["alice"] not in shown
 
 
 @pytest.mark.slow  # one device-flow polling interval (5 s)
@@ -116,7 +141,7 @@ def test_device_login_shows_code_and_progress(shell, catalog) -> None:  # type: 
     progress = DeviceLoginProgress.last
     assert progress is not None and progress.bar.description == "signed in" and progress.bar.bar_style == "success"
     assert progress.prompt.user_code in out  # the user sees the code to confirm …
-    assert "bob" in res.result._repr_html_()
+    assert "bob" in LakesessionMagics.last_view._repr_html_()
     assert _views.active_session().identity.kind == "device_code"
     refresh = _views.active_session().identity._current.refresh_token
     assert refresh and refresh not in out  # … but never a token
@@ -156,7 +181,7 @@ def test_resolve_shows_the_view_chain(shell, catalog) -> None:  # type: ignore[n
     )
     res, out = run(shell, f"%lakesession resolve {NS}.v")
     assert res.success, out
-    html = res.result._repr_html_()
+    html = LakesessionMagics.last_view._repr_html_()
     assert "lakesession-chain" in html and "INVOKER" in html and f"{NS}.t" in html and "allow" in html
     res, out = run(shell, "%lakesession resolve notqualified")
     assert isinstance(res.error_in_exec, MagicError) and "namespace.view" in out and "Traceback" not in out
@@ -179,7 +204,7 @@ def test_lakesql_limits_rows_stores_result_and_reports_spark_errors_in_one_line(
     assert len([ln for ln in out.splitlines() if "lakesession:" in ln or "Exception" in ln]) == 1
     res, out = run(shell, "%lakesession audit --since 10m")
     assert res.success, out
-    html = res.result._repr_html_()
+    html = LakesessionMagics.last_view._repr_html_()
     assert "lakesession-timeline" in html and f"table {NS}.nums" in html and "load_table" in html
     res, out = run(shell, "%lakesession audit --since yesterday-ish")
     assert isinstance(res.error_in_exec, MagicError) and "10m" in out

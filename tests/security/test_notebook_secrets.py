@@ -95,6 +95,7 @@ def test_collector_finds_the_live_secrets_and_views_show_none(lake) -> None:  # 
     from IPython.utils.capture import capture_output
 
     from lakesession.notebook import _views
+    from lakesession.notebook._magics import LakesessionMagics
 
     lake.sql("CREATE NAMESPACE IF NOT EXISTS lake.nbsecrets")
     lake.sql("CREATE TABLE IF NOT EXISTS lake.nbsecrets.t (id BIGINT) USING iceberg")
@@ -113,7 +114,7 @@ def test_collector_finds_the_live_secrets_and_views_show_none(lake) -> None:  # 
         with capture_output() as cap:
             res = sh.run_cell(f"%lakesession {line}")
         assert res.success, cap.stdout
-        shown.append(cap.stdout + repr(res.result) + res.result._repr_html_())
+        shown.append(cap.stdout + repr(LakesessionMagics.last_view) + LakesessionMagics.last_view._repr_html_())
     with capture_output() as cap:
         sh.run_cell("%%lakesql\nSELECT * FROM lake.nbsecrets.t")
     shown.append(cap.stdout + "".join(str(o.data) for o in cap.outputs))
