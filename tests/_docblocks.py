@@ -133,9 +133,13 @@ def all_blocks() -> tuple[list[Block], list[str]]:
 
 
 def fixture_files() -> dict[str, str]:
-    """Files the docs' blocks name as if the reader had them: ``policy.yaml`` is the bootstrap reference's example."""
-    example = next(b for b in blocks_of(ROOT / "docs/reference/bootstrap.md")[0] if b.kind == YAML)
-    return {"policy.yaml": example.text}
+    """Files the docs' blocks name as if the reader had them: ``policy.yaml`` is the one the serve how-to shows
+    (its first YAML block), which must also be the bootstrap reference's example (one policy in the docs)."""
+    shown = next(b for b in blocks_of(ROOT / "docs/how-to/serve.md")[0] if b.kind == YAML)
+    reference = next(b for b in blocks_of(ROOT / "docs/reference/bootstrap.md")[0] if b.kind == YAML)
+    if shown.text != reference.text:
+        raise AssertionError(f"{shown.where} (policy.yaml) differs from {reference.where}: keep them the same")
+    return {"policy.yaml": shown.text}
 
 
 def environment(home: Path) -> dict[str, str]:
