@@ -159,7 +159,11 @@ class DeviceCode(_OAuthSource):
         self._on_prompt(prompt)
         token = self._poll(device_code, verifier, interval, min(float(self._timeout), float(prompt.expires_in)))
         self._install(token)
-        logger.info("device login complete: signed in as %r at %s", claim_str(token.claims, "sub"), self._where)
+        logger.info(
+            "device login complete: signed in as %r at %s",
+            claim_str(token.claims, "preferred_username") or claim_str(token.claims, "sub"),  # Keycloak: sub is a UUID
+            self._where,
+        )
 
     def _refused(self, exc: _OAuthRejected) -> DeviceFlowError:
         """The issuer's no to the device authorization, with the fix: PKCE on or off, or the client's setup."""

@@ -2,7 +2,7 @@
 
 ``approve(verification_uri_complete, username, password)`` does what a person in a browser does: opens
 the link, fills the login form found on the page (its own ``action`` URL, hidden fields and cookies),
-and presses "Yes" on a consent page if Keycloak shows one. Pages are read with the stdlib
+and presses "Yes" on the consent page ("Grant Access to <client>", which Keycloak shows for a device login). Pages are read with the stdlib
 ``html.parser``. Cookies: Keycloak marks its login cookies ``Secure`` (and ``Version=1``); a browser
 still sends them to ``http://127.0.0.1`` (a potentially trustworthy origin), so this client does too.
 """
@@ -34,6 +34,7 @@ class _Page(HTMLParser):
         self.forms: list[Form] = []
         self.title = ""
         self._in_title = False
+        self._skip = 0  # inside <script>/<style>: not page text
         self._texts: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -46,15 +47,19 @@ class _Page(HTMLParser):
             target[a["name"]] = a.get("value", "")
         elif tag == "h1" and a.get("id") == "kc-page-title":
             self._in_title = True
+        elif tag in ("script", "style"):
+            self._skip += 1
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "h1":
             self._in_title = False
+        elif tag in ("script", "style"):
+            self._skip = max(0, self._skip - 1)
 
     def handle_data(self, data: str) -> None:
         if self._in_title:
             self.title += data
-        if data.strip():
+        if data.strip() and not self._skip:
             self._texts.append(data.strip())
 
     @property
@@ -134,7 +139,8 @@ def approve(verification_uri_complete: str, username: str, password: str, *, den
                 resp = _submit(browser, resp.url, form, {}, "cancel" if deny else "accept")
             elif "kc-user-verify-device-user-code-form" in forms:  # the code was not in the link: type it
                 code = httpx.URL(verification_uri_complete).params.get("user_code", "")
-                resp = _submit(browser, resp.url, forms["kc-user-verify-device-user-code-form"], {"device_user_code": code}, None)
+                form = forms["kc-user-verify-device-user-code-form"]
+                resp = _submit(browser, resp.url, form, {"device_user_code": code}, None)
             else:
                 if resp.status_code != 200:
                     raise ApprovalFailed(f"HTTP {resp.status_code} at {resp.url}: {page.title}: {page.text[:300]}")
