@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -218,12 +219,12 @@ class DeviceCode(_OAuthSource):
                     "Call login() again and approve the code in the browser sooner."
                 )
             _sleep(wait)
-            extra = {"code_verifier": verifier} if verifier is not None else {}
+            extra = {"code_verifier": verifier} if verifier is not None else {}  # RFC 7636 §4.5
             try:
                 response = call(
                     url,
-                    lambda: self._client.fetch_token(
-                        url, grant_type=DEVICE_CODE_GRANT, device_code=device_code, **extra
+                    functools.partial(
+                        self._client.fetch_token, url, grant_type=DEVICE_CODE_GRANT, device_code=device_code, **extra
                     ),
                 )
             except _Transient as exc:
