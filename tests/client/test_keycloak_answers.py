@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -62,6 +63,7 @@ class Realm:
     base: str = ""
     methods: list[str] = field(default_factory=lambda: ["plain", "S256"])
     challenge: str | None = None
+    polls: int = 0  # device polls so far: the first one is "still pending", as when the user has not approved yet
     swap_challenge: bool = False  # keep another challenge than the one sent (as a rewriting proxy would cause)
     refresh_answer: str | None = None  # a recorded answer's name, or None: a fresh token
     forms: list[dict[str, str]] = field(default_factory=list)
@@ -94,6 +96,7 @@ def keycloak_like(realm: Realm) -> FastAPI:
         if "S256" in realm.methods and not form.get("code_challenge_method"):  # pkce.code.challenge.method=S256
             return replay("device_authorization_without_pkce")
         realm.challenge = s256("another verifier") if realm.swap_challenge else form.get("code_challenge")
+        realm.polls = 0
         uri = f"{realm.issuer}/device"
         return JSONResponse(
             {
@@ -118,6 +121,9 @@ def keycloak_like(realm: Realm) -> FastAPI:
         if grant.endswith(":token-exchange"):
             return replay("token_exchange_not_in_audience")
         if grant.endswith(":device_code"):
+            realm.polls += 1
+            if realm.polls == 1:
+                return replay("device_poll_pending")
             if realm.challenge is not None and s256(form.get("code_verifier", "")) != realm.challenge:
                 return replay("device_poll_wrong_verifier")
             return issue("alice", CLI)
@@ -175,11 +181,12 @@ def test_the_device_login_sends_pkce_and_keycloak_accepts_it(realm: Realm) -> No
     src = device(realm)
     src.login()
     assert src.logged_in and src.token()
-    authorization, poll = realm.forms
+    authorization, pending, poll = realm.forms  # Keycloak's recorded "authorization_pending", then the token
     assert authorization["code_challenge_method"] == "S256" and len(authorization["code_challenge"]) == 43
+    assert pending["code_verifier"] == poll["code_verifier"]
     assert 43 <= len(poll["code_verifier"]) <= 128 and s256(poll["code_verifier"]) == authorization["code_challenge"]
     src.login()  # a new login, a new verifier (RFC 7636 §4.1: one per authorization request)
-    assert realm.forms[2]["code_challenge"] != authorization["code_challenge"]
+    assert realm.forms[3]["code_challenge"] != authorization["code_challenge"]
 
 
 def test_without_pkce_keycloaks_refusal_is_one_line_naming_the_fix(realm: Realm) -> None:
@@ -206,7 +213,7 @@ def test_an_issuer_without_s256_gets_no_challenge(realm: Realm) -> None:
     realm.methods = ["plain"]  # discovery says S256 cannot be checked there: RFC 8414 §2
     src = device(realm)
     src.login()
-    assert "code_challenge" not in realm.forms[0] and "code_verifier" not in realm.forms[1]
+    assert "code_challenge" not in realm.forms[0] and all("code_verifier" not in f for f in realm.forms[1:])
 
 
 # -- the other flows' refusals ---------------------------------------------------------------------------
@@ -262,3 +269,16 @@ def test_a_dead_keycloak_session_asks_for_a_new_login_in_one_line(realm: Realm, 
     with pytest.raises(LoginRequiredError, match="lakesession login"):
         src.token()
     assert len(realm.forms) == posts  # the dead refresh token was dropped: no second refusal to fetch
+
+
+def test_the_recording_says_where_it_came_from_and_every_answer_is_replayed() -> None:
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "recordings" / "keycloak-26.7.3.json"
+    doc = json.loads(source.read_text())
+    assert "Keycloak 26.7.3" in doc["source"] and "tests/keycloak/_answers.py" in doc["source"]
+    text = Path(__file__).read_text()
+    for name, one in ANSWERS.items():
+        assert f'"{name}"' in text, f"{name} is recorded but no double replays it"
+        assert set(one["body"]) == {"error", "error_description"} and one["request"].startswith(
+            "POST http://<keycloak>/"
+        )
+        assert one["headers"]["content-type"] == "application/json" and 400 <= one["status"] < 500
