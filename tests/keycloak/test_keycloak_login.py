@@ -5,7 +5,8 @@
   the token then works at a reference catalog that trusts the realm;
 * client credentials of the ``etl`` service principal, and Keycloak's refusal of a wrong secret;
 * refresh ahead of expiry (the client's access tokens made to live 10 s through the admin API);
-* an admin logout of alice's sessions: the next refresh is refused and the user reads one line;
+* an admin logout of alice's sessions: the next refresh is refused and the user reads one line (from the
+  token source, and from a ``lakesession.connect`` session's next catalog call);
 * Keycloak's error answers are still the recorded ones the fast doubles replay (``_answers``).
 """
 
@@ -22,6 +23,7 @@ from urllib.parse import parse_qs
 import httpx
 import pytest
 
+import lakesession
 from lakesession.identity import (
     ClientCredentials,
     DeviceCode,
@@ -254,3 +256,28 @@ def test_keycloaks_answers_are_still_the_recorded_ones(kc: Keycloak) -> None:
         assert {k: answer[k] for k in ("status", "headers", "body")} == {
             k: kept[name][k] for k in ("status", "headers", "body")
         }, name
+
+
+def test_a_session_whose_keycloak_login_ended_says_log_in_again_in_one_line(
+    kc: Keycloak, cat: ReferenceCatalog
+) -> None:
+    """What a notebook user meets: ``lakesession.connect`` with a device login, Keycloak logs them out, and the
+    next catalog call after the access token's lifetime is one line asking for a new login (not a traceback)."""
+    pages: list[str] = []
+    with client_attributes(kc, CLI, **{"access.token.lifespan": "12"}):
+        session = lakesession.connect(
+            uri=cat.uri, issuer=kc.issuer, client_id=CLI, on_prompt=form_approver(kc, "alice", pages)
+        )
+        try:
+            assert pages == ["Device Login Successful"]
+            assert session.catalog.list_namespaces() is not None  # works as alice
+            assert kc.admin("POST", f"/users/{kc.user_id('alice')}/logout", timeout=30).status_code == 204
+            expires_at = session.identity.expires_at
+            assert expires_at is not None
+            time.sleep(max(0.0, expires_at - time.time() + 0.2))  # the access token has expired: a refresh is due
+            with pytest.raises(LoginRequiredError) as caught:
+                session.table("sales.orders")
+        finally:
+            session.close()
+    message = one_line(caught.value)
+    assert "(invalid_grant: Session not active)" in message and "run `%lakesession login`" in message
