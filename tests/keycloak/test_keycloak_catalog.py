@@ -25,6 +25,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from tests._keycloak import Keycloak, claims_of
 from tests._serve import Served
+from tests._sockets import exposed, listening
 
 pytestmark = [pytest.mark.slow, pytest.mark.keycloak]
 
@@ -76,6 +77,16 @@ def audit(data_dir: Path, principal: str) -> list[tuple[str, str, str]]:
     with sqlite3.connect(data_dir / "catalog.db") as db:
         rows = db.execute("SELECT action, securable, decision FROM ls_audit WHERE principal = ?", (principal,))
         return [tuple(r) for r in rows]
+
+
+def test_keycloak_listens_on_loopback_only(kc: Keycloak) -> None:
+    """No cluster transport on the host's address: Keycloak's production default (``--cache=ispn``) opens
+    JGroups on every interface (seen: ``192.0.2.2:7801`` and ``*:57801``); the fixture runs ``--cache=local``.
+    Besides HTTP and management, one loopback port stays (the transaction manager's recovery listener)."""
+    assert exposed(kc.pid) == []
+    ports = {port for _, port in listening(kc.pid)}
+    assert {int(kc.base.rsplit(":", 1)[1]), int(kc.management.rsplit(":", 1)[1])} <= ports
+    assert len(ports) <= 3, listening(kc.pid)
 
 
 def test_keycloak_tokens_have_the_shape_the_catalog_is_configured_for(kc: Keycloak) -> None:
