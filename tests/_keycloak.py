@@ -113,12 +113,12 @@ def _zip(timeout: float) -> Path:
 def install(timeout: float = 900.0) -> Path:
     """The built Keycloak home (``<cache>/keycloak/<v>``): fetched, unpacked and built once, atomically."""
     home = cache_dir() / "keycloak" / VERSION
-    if (home / ".built").is_file():
+    if _built_with(home) == list(BUILD_OPTIONS):
         return home
     home.parent.mkdir(parents=True, exist_ok=True)
     with (home.parent / f"{VERSION}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second process waits here, then finds the finished build
-        if (home / ".built").is_file():
+        if _built_with(home) == list(BUILD_OPTIONS):
             return home
         java = java_home()
         staging = home.with_name(f".{VERSION}.{os.getpid()}")
@@ -142,10 +142,19 @@ def install(timeout: float = 900.0) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
             raise RuntimeError(f"kc.sh build failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-2000:]}")
         (inner / ".built").write_text(json.dumps({"options": BUILD_OPTIONS, "seconds": time.monotonic() - started}))
-        shutil.rmtree(home, ignore_errors=True)
+        if home.exists():  # built with other options: running instances keep their hard links to it
+            home.rename(staging / "old")
         inner.rename(home)
         shutil.rmtree(staging, ignore_errors=True)
     return home
+
+
+def _built_with(home: Path) -> list[str] | None:
+    """The build options ``home`` was built with (``None``: not built)."""
+    try:
+        return list(json.loads((home / ".built").read_text())["options"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _clean_env() -> dict[str, str]:
@@ -188,6 +197,7 @@ class Keycloak:
     log: Path
     realm: str = REALM
     started_in: float = 0.0  # seconds from process start to /health/ready
+    pid: int = 0
     admin_user: str = field(default="admin", repr=False)
     admin_password: str = field(default="", repr=False)
     client_secrets: dict[str, str] = field(default_factory=dict, repr=False)
@@ -287,6 +297,15 @@ def claims_of(token: str) -> dict[str, Any]:
     return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
+def _jvm_of(script: int) -> int:
+    """The JVM ``kc.sh`` runs as its child (it forwards SIGTERM to it); ``script`` itself if none."""
+    try:
+        children = Path(f"/proc/{script}/task/{script}/children").read_text().split()
+    except OSError:
+        return script
+    return int(children[0]) if children else script
+
+
 def _http() -> Any:
     import httpx  # the install step (``.ci/keycloak``) needs only the standard library
 
@@ -321,6 +340,7 @@ def keycloak(workdir: Path, *, realm_file: Path = REALM_FILE, timeout: float = 3
         "start",
         "--optimized",
         "--import-realm",
+        "--cache=local",  # no cluster: the default (ispn) opens JGroups ports on every interface
         "--http-enabled=true",
         "--http-host=127.0.0.1",
         f"--http-port={port}",
@@ -356,6 +376,7 @@ def keycloak(workdir: Path, *, realm_file: Path = REALM_FILE, timeout: float = 3
                 raise RuntimeError(f"Keycloak was not ready within {timeout} s:\n{handle.log_tail()}")
             time.sleep(0.5)
         handle.started_in = time.monotonic() - started
+        handle.pid = _jvm_of(proc.pid)
         yield handle
     finally:
         stop_process(proc, 30)

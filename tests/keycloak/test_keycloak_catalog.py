@@ -15,6 +15,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -23,8 +24,10 @@ from pyiceberg.exceptions import ForbiddenError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
+from lakesession._spark.errors import CatalogAccessError
 from tests._keycloak import Keycloak, claims_of
 from tests._serve import Served
+from tests._sockets import exposed, listening
 
 pytestmark = [pytest.mark.slow, pytest.mark.keycloak]
 
@@ -78,6 +81,16 @@ def audit(data_dir: Path, principal: str) -> list[tuple[str, str, str]]:
         return [tuple(r) for r in rows]
 
 
+def test_keycloak_listens_on_loopback_only(kc: Keycloak) -> None:
+    """No cluster transport on the host's address: Keycloak's production default (``--cache=ispn``) opens
+    JGroups on every interface (seen: ``192.0.2.2:7801`` and ``*:57801``); the fixture runs ``--cache=local``.
+    Besides HTTP and management, one loopback port stays (the transaction manager's recovery listener)."""
+    assert exposed(kc.pid) == []
+    ports = {port for _, port in listening(kc.pid)}
+    assert {int(kc.base.rsplit(":", 1)[1]), int(kc.management.rsplit(":", 1)[1])} <= ports
+    assert len(ports) <= 3, listening(kc.pid)
+
+
 def test_keycloak_tokens_have_the_shape_the_catalog_is_configured_for(kc: Keycloak) -> None:
     alice = claims_of(kc.user_token("alice"))
     assert alice["iss"] == kc.issuer and alice["preferred_username"] == "alice"
@@ -120,3 +133,32 @@ def test_a_service_principal_by_client_credentials(kc: Keycloak, served: Served)
     assert ("create_table", "table scratch.t", "issued") in audit(served.data_dir, "service-account-etl")  # type: ignore[attr-defined]
     with pytest.raises(ForbiddenError, match="alice"):  # analysts read sales.orders only
         catalog(served, kc.user_token("alice"), "alice-scratch").load_table(("scratch", "t"))
+
+
+def test_alice_reads_in_spark_with_her_keycloak_token(kc: Keycloak, served: Served, lake: Any) -> None:
+    """The suite's shared Spark JVM (``lake``), a second catalog on it holding alice's Keycloak token: the
+    gateway forwards it upstream, Spark reads with the table's vended credentials."""
+    import lakesession
+
+    spark = lake.spark()
+    default = spark.conf.get("spark.sql.defaultCatalog")
+    session = lakesession.connect(
+        uri=served.uri, warehouse=served.lines["warehouse"], token=kc.user_token("alice"), catalog_name="kc_alice"
+    )
+    try:
+        session.spark()
+        rows = session.sql("SELECT id, region FROM kc_alice.sales.orders ORDER BY id").collect()
+        assert [(r.id, r.region) for r in rows] == [(1, "EU"), (2, "US"), (3, "EU")]
+    finally:
+        session.close()
+        spark.conf.set("spark.sql.defaultCatalog", default)
+    bob = lakesession.connect(
+        uri=served.uri, warehouse=served.lines["warehouse"], token=kc.user_token("bob"), catalog_name="kc_bob"
+    )
+    try:
+        bob.spark()
+        with pytest.raises(CatalogAccessError, match="bob"):
+            bob.sql("SELECT * FROM kc_bob.sales.orders").collect()
+    finally:
+        bob.close()
+        spark.conf.set("spark.sql.defaultCatalog", default)
