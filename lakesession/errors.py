@@ -15,7 +15,7 @@ LakesessionError
 ├── SessionError                          the Session itself
 │   ├── SessionClosedError                the Session was closed (or replaced): use the new one
 │   └── NoSessionError                    the notebook has no session yet: log in first
-├── IdentityError                         getting the user's token (lakesession.identity)
+├── IdentityError                         getting the user's token (lakesession.identity); one line
 │   ├── LoginRequiredError                no (usable) login: log in again
 │   ├── TokenRefreshError                 the issuer is unreachable / failing (transient; recovers)
 │   ├── ScopeError                        the issuer refused the scope sent (invalid_scope): says what it expects
@@ -148,8 +148,9 @@ class NoSessionError(_OneLine, SessionError):
 
 
 # -- identity ---------------------------------------------------------------------------------------------------
-class IdentityError(LakesessionError):
-    """The user's token could not be obtained or used."""
+class IdentityError(_OneLine, LakesessionError):
+    """The user's token could not be obtained or used. Shown as one line: each message names its fix
+    (log in again, check the client secret, …), and a traceback into the token code helps nobody."""
 
 
 class LoginRequiredError(IdentityError):
@@ -174,7 +175,7 @@ class DeviceFlowError(IdentityError):
     """The device-code login (RFC 8628) did not complete: denied, expired or timed out."""
 
 
-class SignInBusyError(_OneLine, DeviceFlowError):
+class SignInBusyError(DeviceFlowError):
     """The issuer's sign-in service answered 429 or 503 (a flood, a rate limit): one line naming the status and
     the server's ``Retry-After``. ``status`` is that HTTP status; ``retry_after`` the seconds (None if not said)."""
 

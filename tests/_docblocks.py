@@ -30,6 +30,7 @@ MARKERS = (
     "needs: cluster",  # a Spark cluster (spark://…)
     "needs: container",  # docker/podman build or run
     "needs: jupyterhub",  # a JupyterHub deployment (its config file)
+    "needs: idp",  # a running identity provider (Keycloak, Entra ID, Okta)
     "needs: install",  # a pip/apt install command line
     "shows: output",  # output or an illustration, not input
     "needs: setup",  # a fragment continuing an earlier block (its variables, files)

@@ -145,6 +145,8 @@ def check_access_token(
             "nbf": "not yet valid",
             "iat": "issued in the future",
         }.get(exc.claim, f"invalid claim {exc.claim}")
+        if exc.claim == "aud":  # the expected audience is no secret; IdPs add it with an audience mapper
+            reason += f" (expected {' or '.join(map(repr, audiences))} in aud: an IdP adds it with an audience mapper)"
         raise TokenRejected(f"Token rejected: {reason}") from None
     return claims
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from authlib.common.security import generate_token
+from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
 from ._base import Token
 from ._cache import TokenCache
@@ -63,6 +67,12 @@ class DeviceCode(_OAuthSource):
     expired. Afterwards ``token()`` refreshes with the refresh token and stores
     the rotated successor (also in ``cache``, if given, so the next process
     starts logged in).
+
+    ``pkce`` (default on): send an RFC 7636 S256 ``code_challenge`` with the device authorization and its
+    ``code_verifier`` with each poll. Issuers that require PKCE for a public client (Keycloak's
+    ``pkce.code.challenge.method``) refuse a device login without it; others ignore the unknown
+    parameters (RFC 6749 §3.1, §3.2). ``from_issuer`` turns it off only for an issuer whose discovery
+    lists ``code_challenge_methods_supported`` without S256.
     """
 
     kind = "device_code"
@@ -81,6 +91,7 @@ class DeviceCode(_OAuthSource):
         cache: TokenCache | None = None,
         http_options: Mapping[str, Any] | None = None,
         refresh_margin: float | None = None,
+        pkce: bool = True,
     ):
         super().__init__(
             token_url,
@@ -96,6 +107,7 @@ class DeviceCode(_OAuthSource):
         self._on_prompt = on_prompt or print_prompt
         self._timeout = timeout
         self._auth_method = "client_secret_basic" if client_secret else "none"
+        self._pkce = pkce
         # a poll's 429/503 keeps its status and Retry-After (authlib would reduce it to an OAuth error code)
         self._client.register_compliance_hook("access_token_response", self._keep_busy_answer)
 
@@ -114,6 +126,9 @@ class DeviceCode(_OAuthSource):
     def login(self) -> None:
         """Run the device flow now (blocks until approved, denied, expired, or ``timeout`` seconds)."""
         data = {"scope": self._scope} if self._scope else {}
+        verifier = generate_token(64) if self._pkce else None  # RFC 7636 §4.1: 43-128 unreserved characters
+        if verifier is not None:
+            data.update(code_challenge=create_s256_code_challenge(verifier), code_challenge_method="S256")
         try:
             grant = post_form(self._client, self._device_url, data, self._auth_method)
         except _Transient as exc:
@@ -124,11 +139,7 @@ class DeviceCode(_OAuthSource):
                 "network, then call login() again."
             ) from None
         except _OAuthRejected as exc:
-            raise DeviceFlowError(
-                f"The issuer at {self._where} refused the device authorization "
-                f"({exc.detail()}). Check the client id ({self._client_id!r}) and that the "
-                "client may use the device flow."
-            ) from None
+            raise self._refused(exc) from None
         try:
             device_code = str(grant["device_code"])
             prompt = DevicePrompt(
@@ -147,9 +158,31 @@ class DeviceCode(_OAuthSource):
             "device login started at %s: waiting for the user to approve code %s", self._where, prompt.user_code
         )
         self._on_prompt(prompt)
-        token = self._poll(device_code, interval, min(float(self._timeout), float(prompt.expires_in)))
+        token = self._poll(device_code, verifier, interval, min(float(self._timeout), float(prompt.expires_in)))
         self._install(token)
-        logger.info("device login complete: signed in as %r at %s", claim_str(token.claims, "sub"), self._where)
+        logger.info(
+            "device login complete: signed in as %r at %s",
+            claim_str(token.claims, "preferred_username") or claim_str(token.claims, "sub"),  # Keycloak: sub is a UUID
+            self._where,
+        )
+
+    def _refused(self, exc: _OAuthRejected) -> DeviceFlowError:
+        """The issuer's no to the device authorization, with the fix: PKCE on or off, or the client's setup."""
+        said = (exc.description or "").lower()
+        about_pkce = "code_challenge" in said or "pkce" in said
+        if about_pkce and ("missing" in said or not self._pkce):
+            hint = (
+                f"The client {self._client_id!r} requires PKCE: leave pkce on (DeviceCode(..., pkce=True), "
+                "the default) and call login() again."
+            )
+        elif about_pkce:
+            hint = (
+                "This issuer does not accept PKCE on the device flow: pass pkce=False "
+                "(DeviceCode(..., pkce=False) or from_issuer(..., pkce=False)) and call login() again."
+            )
+        else:
+            hint = f"Check the client id ({self._client_id!r}) and that the client may use the device flow."
+        return DeviceFlowError(f"The issuer at {self._where} refused the device authorization ({exc.detail()}). {hint}")
 
     def _unavailable(self, exc: _Transient, url: str, doing: str) -> DeviceFlowError:
         """One line for an HTTP answer that is not a refusal: busy (429/503, with the server's Retry-After) or failing."""
@@ -167,7 +200,7 @@ class DeviceCode(_OAuthSource):
             f"({url} could not {doing})."
         )
 
-    def _poll(self, device_code: str, interval: float, budget: float) -> Token:
+    def _poll(self, device_code: str, verifier: str | None, interval: float, budget: float) -> Token:
         deadline = time.monotonic() + budget
         failures = 0
         told: _Transient | None = None  # the last HTTP answer of a busy or failing server (its Retry-After, if any)
@@ -186,9 +219,13 @@ class DeviceCode(_OAuthSource):
                     "Call login() again and approve the code in the browser sooner."
                 )
             _sleep(wait)
+            extra = {"code_verifier": verifier} if verifier is not None else {}  # RFC 7636 §4.5
             try:
                 response = call(
-                    url, lambda: self._client.fetch_token(url, grant_type=DEVICE_CODE_GRANT, device_code=device_code)
+                    url,
+                    functools.partial(
+                        self._client.fetch_token, url, grant_type=DEVICE_CODE_GRANT, device_code=device_code, **extra
+                    ),
                 )
             except _Transient as exc:
                 failures += 1

@@ -98,4 +98,7 @@ def from_issuer(
             "login is not possible. Enable the device flow for the client at the issuer, or "
             "use flow='client_credentials' with a client secret."
         )
+    methods = meta.get("code_challenge_methods_supported")
+    if isinstance(methods, list) and "S256" not in methods:
+        kw.setdefault("pkce", False)  # PKCE S256 unless the issuer says it cannot check it (RFC 8414 §2)
     return DeviceCode(device_url, meta["token_endpoint"], client_id, client_secret=client_secret, issuer=issuer, **kw)

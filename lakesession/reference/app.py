@@ -126,6 +126,7 @@ def build_services(
         else {}
     )
     directory = Directory(engine)
+    directory.token_privileged_roles = frozenset(settings.token_privileged_roles)
     issuer: EmbeddedIssuer | None = None
     if settings.uses_embedded_issuer:
         issuer = EmbeddedIssuer(settings, directory, engine, key_path=key_path)

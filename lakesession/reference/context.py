@@ -16,6 +16,7 @@ from fastapi import Request
 from . import timing
 from .audit import AuditLog
 from .authz import Privilege, Securable
+from .claims import principal_name, token_roles
 from .directory import Directory, Principal
 from .errors import Forbidden, NotAuthorized
 from .refby import refuse_chained_write
@@ -182,13 +183,17 @@ class RequestContext:
     # the shared grants version is read once per request, after this moment (cached grants are reused while it
     # holds): a revocation on any replica holds from the next request on
     started: float = field(default_factory=time.monotonic)
+    # catalog roles the token's ``roles_claim`` names (IdP groups): added to the principal's own, this request only
+    roles: frozenset[str] = frozenset()
 
     def allowed(self, privilege: Privilege, target: Securable) -> bool:
-        return self.services.directory.is_allowed(self.principal.name, privilege, target, self.started)
+        return self.services.directory.is_allowed(self.principal.name, privilege, target, self.started, self.roles)
 
     def allowed_for(self, principal_name: str, privilege: Privilege, target: Securable) -> bool:
-        """``allowed`` for another principal (the user in effect of a DEFINER view chain)."""
-        return self.services.directory.is_allowed(principal_name, privilege, target, self.started)
+        """``allowed`` for another principal (the user in effect of a DEFINER view chain); the token's roles
+        count only when that principal is the caller (an owner's grants are the catalog's alone)."""
+        roles = self.roles if principal_name == self.principal.name else frozenset()
+        return self.services.directory.is_allowed(principal_name, privilege, target, self.started, roles)
 
     def authorize(
         self, action: str, privilege: Privilege, target: Securable, *, detail: dict[str, Any] | None = None
@@ -259,16 +264,16 @@ def request_context(request: Request) -> Iterator[RequestContext]:
     if scheme.lower() != "bearer" or not token.strip():
         raise NotAuthorized()
     claims = services.verifier.verify(token.strip())
-    name = claims.get(services.settings.principal_claim)
-    if not isinstance(name, str) or not name:
-        raise NotAuthorized(f"Token has no {services.settings.principal_claim!r} claim naming a principal")
+    settings = services.settings
+    name = principal_name(claims, settings.principal_claim)
+    roles = token_roles(claims, settings.roles_claim, settings.roles_claim_prefix)
     started = time.monotonic()  # the request's reads of the grants version begin after this (``fresh_since``)
     principal = services.directory.get_principal(name, started) or Principal(name, "user")
     delegation = frozenset(
         m.strip().lower() for m in request.headers.get("x-iceberg-access-delegation", "").split(",") if m.strip()
     )
     refuse_chained_write(request)  # view chains grant reads only (commits, drops... with referenced-by: 403)
-    ctx = RequestContext(principal, request_id_of(request), claims, services, delegation, started=started)
+    ctx = RequestContext(principal, request_id_of(request), claims, services, delegation, started=started, roles=roles)
     try:
         yield ctx
     finally:

@@ -27,6 +27,8 @@ from .grantsversion import GrantsVersion
 PRINCIPAL_TYPES = ("user", "service")
 _PBKDF2_ROUNDS = 60_000
 _CACHE_SECONDS = 2.0
+#: privileges a role must not bring through a token's group names unless the operator says so
+TOKEN_PRIVILEGES = frozenset({Privilege.CATALOG_MANAGE_ACCESS, Privilege.TOKEN_EXCHANGE})
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,17 @@ class Principal:
 
     def __repr__(self) -> str:
         return f"Principal(name={self.name!r}, type={self.type!r})"
+
+
+@dataclass(frozen=True)
+class TokenAccess:
+    """The roles a token's group names bring into effect (declared, not privileged) and their grants."""
+
+    roles: frozenset[str]
+    grants: tuple[Grant, ...]
+
+
+_NO_ACCESS = TokenAccess(frozenset(), ())
 
 
 def hash_secret(secret: str) -> str:
@@ -82,6 +95,9 @@ class Directory:
         self._cache: dict[str, tuple[object, tuple[Grant, ...]]] = {}  # principal -> (version read under, grants)
         self._secret_cache: dict[tuple[str, str], float] = {}
         self._principals: dict[str, tuple[object, Principal | None]] = {}
+        self._token_cache: dict[frozenset[str], tuple[object, TokenAccess]] = {}  # a token's role names -> access
+        #: roles a token may bring although they hold a privileged grant (``ServerSettings.token_privileged_roles``)
+        self.token_privileged_roles: frozenset[str] = frozenset()
         #: names no principal may take, and why (``s3.web_identity.subject``: tokens of that subject open storage)
         self.reserved: dict[str, str] = {}
 
@@ -322,10 +338,45 @@ class Directory:
             self._cache[principal] = (version, result)
         return result
 
+    def token_access(self, roles: frozenset[str], fresh_since: float | None = None) -> TokenAccess:
+        """What the role names a token's ``roles_claim`` carried give: the declared roles among them and their grants.
+
+        A role holding a privileged grant (``TOKEN_PRIVILEGES``: access management, acting for others) is left
+        out unless listed in ``token_privileged_roles``, decided on the role's grants of this request: granting
+        it such a privilege later takes it from every token at once. Cached per set of names while the grants
+        version holds, like ``grants_of``: a grant to the role applies to the token's holder on the next request."""
+        if not roles:
+            return _NO_ACCESS
+        version = self.version.current(fresh_since)
+        hit = self._token_cache.get(roles)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        names = sorted(roles)
+        with self.engine.connect() as conn:
+            declared = set(conn.execute(select(store.roles.c.name).where(store.roles.c.name.in_(names))).scalars())
+            rows = conn.execute(select(store.grants).where(store.grants.c.role.in_(names))).all()
+        grants = [Grant(r.role, Privilege(r.privilege), Securable.parse(r.securable)) for r in rows]
+        privileged = {g.role for g in grants if g.privilege in TOKEN_PRIVILEGES} - self.token_privileged_roles
+        in_effect = frozenset(declared - privileged)
+        result = TokenAccess(in_effect, tuple(g for g in grants if g.role in in_effect))
+        with self._lock:
+            if len(self._token_cache) > 10_000:
+                self._token_cache.clear()
+            self._token_cache[roles] = (version, result)
+        return result
+
     def is_allowed(
-        self, principal: str, privilege: Privilege, target: Securable, fresh_since: float | None = None
+        self,
+        principal: str,
+        privilege: Privilege,
+        target: Securable,
+        fresh_since: float | None = None,
+        roles: frozenset[str] = frozenset(),
     ) -> bool:
-        return allowed(self.grants_of(principal, fresh_since), privilege, target)
+        """``principal``'s own grants, plus those of the token's ``roles`` (``token_access``)."""
+        if allowed(self.grants_of(principal, fresh_since), privilege, target):
+            return True
+        return bool(roles) and allowed(self.token_access(roles, fresh_since).grants, privilege, target)
 
     def invalidate(self) -> None:
         """Grants changed outside this class (a storage location's, dropped with it): move the shared version
@@ -340,3 +391,4 @@ class Directory:
         with self._lock:
             self._cache.clear()
             self._principals.clear()
+            self._token_cache.clear()

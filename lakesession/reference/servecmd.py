@@ -33,6 +33,8 @@ _SERVE_FLAGS = {
     "data_dir": ("data_dir", "--data-dir"),
     "bootstrap": ("bootstrap", "--bootstrap"),
     "issuer_url": ("issuer_url", "--issuer-url"),
+    "principal_claim": ("principal_claim", "--principal-claim"),
+    "roles_claim": ("roles_claim", "--roles-claim"),
     "token_ttl": ("access_token_ttl", "--token-ttl"),
     "s3_emulator": ("s3_emulator", "--s3-emulator"),
     "s3_emulator_port": ("s3_emulator_port", "--s3-emulator-port"),
@@ -287,6 +289,16 @@ def build_parser(prog: str = "lakesession-catalog") -> argparse.ArgumentParser:
     )
     serve.add_argument("--bootstrap", type=Path, default=None, help="YAML file of principals, roles and grants")
     serve.add_argument("--issuer-url", default=None, help="trust this external OIDC issuer instead of the embedded one")
+    serve.add_argument(
+        "--principal-claim",
+        default=None,
+        help="token claim (or dotted path) naming the principal (default sub; Keycloak: preferred_username)",
+    )
+    serve.add_argument(
+        "--roles-claim",
+        default=None,
+        help="token claim (or dotted path) listing groups that map to catalog roles of the same name (e.g. groups)",
+    )
     serve.add_argument("--token-ttl", type=int, default=None, help="access token lifetime in seconds (embedded issuer)")
     serve.add_argument(
         "--s3-emulator",

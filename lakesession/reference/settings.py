@@ -62,7 +62,18 @@ class ServerSettings:
             it, never a request's Host header. Set it in a container or behind a proxy (``--base-url``).
         issuer_url: An external OIDC issuer to trust instead of the embedded one (validated via its JWKS).
         audience: The ``aud`` every access token must carry to be accepted by the catalog.
-        principal_claim: Token claim naming the principal (``sub`` by default).
+        principal_claim: Token claim naming the principal (``sub`` by default): a claim name or a dotted path
+            into nested objects (``claims``); Keycloak names users in ``preferred_username``. Its value must be
+            one non-empty string, else the token is refused (401).
+        roles_claim: Token claim (name or dotted path) listing the caller's groups or roles, e.g. ``groups``
+            (Keycloak's group membership mapper) or ``realm_access.roles``; unset: tokens bring no roles. Each
+            name that is a role declared in the catalog adds that role's grants to the catalog's own
+            memberships (a union: grants only ever add), read per request; other names are ignored.
+        roles_claim_prefix: Stripped from each name of ``roles_claim`` (``/`` for Keycloak's full group paths);
+            names without it are ignored.
+        token_privileged_roles: Roles holding ``CATALOG_MANAGE_ACCESS`` or ``TOKEN_EXCHANGE`` that a token may
+            still bring. Without it such roles reach principals only through the catalog's own memberships,
+            so whoever administers the IdP's groups cannot make catalog admins.
         access_token_ttl: Lifetime of access tokens minted by the embedded issuer, in seconds.
         refresh_token_ttl: Lifetime of refresh tokens minted by the embedded issuer, in seconds.
         device_code_ttl: How long a device code can wait for approval, in seconds.
@@ -100,6 +111,9 @@ class ServerSettings:
     issuer_url: str | None = None
     audience: str = "lakesession"
     principal_claim: str = "sub"
+    roles_claim: str | None = None
+    roles_claim_prefix: str = ""
+    token_privileged_roles: list[str] = field(default_factory=list)
     access_token_ttl: int = 3600
     refresh_token_ttl: int = 7 * 24 * 3600
     device_code_ttl: int = 600

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .claims import claim_at
 from .settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def current_actor(claims: dict[str, Any], claim: str = "sub") -> str | None:
 
     RFC 8693 §4.1: a nested ``act`` records earlier actors (history); only the outermost one acts now."""
     act = claims.get("act")
-    value = act.get(claim) if isinstance(act, dict) else None
+    value = claim_at(act, claim) if isinstance(act, dict) else None  # a claim path, as for the principal
     return value if isinstance(value, str) and value else None
 
 

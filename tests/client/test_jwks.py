@@ -73,10 +73,13 @@ def test_rejects_bad_tokens_with_short_reasons(home: ReferenceCatalog, foreign: 
     good = home.admin.token_for("alice")
     assert v.verify(home.admin.token_for("alice", ttl=-10))  # within the 30 s leeway
     assert rejection(v, home.admin.token_for("alice", ttl=-120)) == "Token rejected: expired"
+    mapper = "in aud: an IdP adds it with an audience mapper)"
     assert rejection(jwks.RemoteVerifier(home.issuer_uri, audiences=["engine"]), good) == (
-        "Token rejected: audience mismatch"
+        f"Token rejected: audience mismatch (expected 'engine' {mapper}"
     )
-    assert rejection(v, minted(home, aud="another-service")) == "Token rejected: audience mismatch"
+    assert rejection(v, minted(home, aud="another-service")) == (
+        f"Token rejected: audience mismatch (expected {AUDIENCE!r} {mapper}"
+    )
     # a foreign issuer's real token: its key is not the home issuer's; its iss under the home key: wrong issuer
     assert rejection(v, foreign.admin.token_for("alice")) == "Token rejected: signed by an unknown key"
     assert rejection(v, minted(home, iss=foreign.issuer_uri)) == "Token rejected: issuer mismatch"

@@ -87,7 +87,9 @@ def _manage(ctx: RequestContext, action: str) -> None:
 @router.get("/me/grants", response_model=MyGrants)
 def my_grants(ctx: RequestContext = Depends(get_context, scope="function")) -> MyGrants:
     """The caller's effective privileges per securable (what widgets show as 'my grants')."""
-    grants = ctx.services.directory.grants_of(ctx.principal.name, ctx.started)
+    directory = ctx.services.directory
+    from_token = directory.token_access(ctx.roles, ctx.started)
+    grants = directory.grants_of(ctx.principal.name, ctx.started) + from_token.grants
     by: dict[Securable, dict[str, set[str]]] = {}
     for g in grants:
         entry = by.setdefault(g.on, {"eff": set(), "granted": set(), "roles": set()})
@@ -96,7 +98,8 @@ def my_grants(ctx: RequestContext = Depends(get_context, scope="function")) -> M
         entry["roles"].add(g.role)
     roles = sorted(
         {g.role for g in grants}
-        | {r for r, m in ctx.services.directory.list_roles().items() if ctx.principal.name in m}
+        | {r for r, m in directory.list_roles().items() if ctx.principal.name in m}
+        | from_token.roles
     )
     return MyGrants(
         principal=ctx.principal.name,

@@ -1,0 +1,164 @@
+"""The catalog trusting a real Keycloak realm: principals from ``preferred_username``, roles from its groups.
+
+One Keycloak 26.7.3 for the module (``tests/_keycloak.py``, realm ``docs/how-to/keycloak/lake-realm.json``) and
+``lakesession serve --issuer-url <realm> --principal-claim preferred_username --roles-claim groups`` on the
+embedded S3 emulator. The catalog's policy names no user: role ``analysts`` reads ``sales.orders``, role
+``etl`` manages content; who holds them is Keycloak's group membership, read from each token. alice (group
+``analysts``) reads the table with pyiceberg through vended credentials (and in Spark); bob (no group) is
+refused; alice removed from the group in Keycloak is refused with her next token; the ``etl`` client's
+service account (``service-account-etl``, group ``etl``) writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import ForbiddenError
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+from lakesession._spark.errors import CatalogAccessError
+from tests._keycloak import Keycloak, claims_of
+from tests._serve import Served
+from tests._sockets import exposed, listening
+
+pytestmark = [pytest.mark.slow, pytest.mark.keycloak]
+
+POLICY = """\
+roles:
+  - {name: analysts, members: []}
+  - {name: etl, members: []}
+grants:
+  - {role: analysts, privilege: TABLE_READ_DATA, on: table sales.orders}
+  - {role: etl, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
+"""
+ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "region": ["EU", "US", "EU"]})
+VENDED = {"header.X-Iceberg-Access-Delegation": "vended-credentials"}
+
+
+@pytest.fixture(scope="module")
+def served(kc: Keycloak, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("kc-serve")
+    (tmp / "policy.yaml").write_text(POLICY)
+    args = [
+        "--port", "0", "--data-dir", str(tmp / "d"), "--bootstrap", str(tmp / "policy.yaml"),
+        "--warehouse", "s3://kc-lake/wh", "--s3-emulator",
+        "--issuer-url", kc.issuer, "--principal-claim", "preferred_username", "--roles-claim", "groups",
+    ]  # fmt: skip
+    with Served(args) as srv:
+        srv.data_dir = tmp / "d"  # type: ignore[attr-defined]
+        etl = catalog(srv, kc.client_token("etl"), "etl")
+        etl.create_namespace("sales")
+        schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "region", StringType()))
+        etl.create_table(("sales", "orders"), schema).append(ROWS)
+        yield srv
+
+
+def catalog(srv: Served, token: str, who: str) -> RestCatalog:
+    """A plain pyiceberg catalog holding ``token`` (a Keycloak access token), asking for vended credentials."""
+    return RestCatalog(
+        f"kc-{who}-{time.monotonic_ns()}", uri=srv.uri, warehouse=srv.lines["warehouse"], token=token, **VENDED
+    )
+
+
+def read_ids(srv: Served, token: str, who: str) -> list[int]:
+    table = catalog(srv, token, who).load_table(("sales", "orders"))
+    return sorted(table.scan().to_arrow().column("id").to_pylist())
+
+
+def audit(data_dir: Path, principal: str) -> list[tuple[str, str, str]]:
+    """(action, securable, decision) of ``principal``'s audit records, read from the catalog's database
+    (its admin logs in at the embedded issuer, which a catalog trusting Keycloak does not run)."""
+    with sqlite3.connect(data_dir / "catalog.db") as db:
+        rows = db.execute("SELECT action, securable, decision FROM ls_audit WHERE principal = ?", (principal,))
+        return [tuple(r) for r in rows]
+
+
+def test_keycloak_listens_on_loopback_only(kc: Keycloak) -> None:
+    """No cluster transport on the host's address: Keycloak's production default (``--cache=ispn``) opens
+    JGroups on every interface (seen: ``192.0.2.2:7801`` and ``*:57801``); the fixture runs ``--cache=local``.
+    Besides HTTP and management, one loopback port stays (the transaction manager's recovery listener)."""
+    assert exposed(kc.pid) == []
+    ports = {port for _, port in listening(kc.pid)}
+    assert {int(kc.base.rsplit(":", 1)[1]), int(kc.management.rsplit(":", 1)[1])} <= ports
+    assert len(ports) <= 3, listening(kc.pid)
+
+
+def test_keycloak_tokens_have_the_shape_the_catalog_is_configured_for(kc: Keycloak) -> None:
+    alice = claims_of(kc.user_token("alice"))
+    assert alice["iss"] == kc.issuer and alice["preferred_username"] == "alice"
+    assert alice["sub"] != "alice"  # a UUID: principal_claim must name preferred_username
+    assert {"lakesession", "engine"} <= set(alice["aud"]) and alice["groups"] == ["analysts"]
+    etl = claims_of(kc.client_token("etl"))
+    assert etl["preferred_username"] == "service-account-etl" and etl["groups"] == ["etl"]
+    assert "groups" not in claims_of(kc.user_token("bob"))  # no group: Keycloak leaves the claim out
+
+
+def test_alice_reads_through_her_group_and_bob_is_refused(kc: Keycloak, served: Served) -> None:
+    assert read_ids(served, kc.user_token("alice"), "alice") == [1, 2, 3]
+    assert ("load_table", "table sales.orders", "allow") in audit(served.data_dir, "alice")  # type: ignore[attr-defined]
+    with pytest.raises(ForbiddenError, match="bob"):
+        catalog(served, kc.user_token("bob"), "bob").load_table(("sales", "orders"))
+
+
+def test_leaving_the_group_in_keycloak_refuses_her_next_token(kc: Keycloak, served: Served) -> None:
+    before = kc.user_token("alice")
+    kc.remove_from_group("alice", "analysts")
+    try:
+        after = kc.user_token("alice")
+        assert "groups" not in claims_of(after)
+        with pytest.raises(ForbiddenError, match="alice"):
+            catalog(served, after, "alice-after").load_table(("sales", "orders"))
+        # the token issued before the change still names the group until it expires (the realm's
+        # accessTokenLifespan, 300 s): that is the bound on how long a removal takes (docs/how-to/keycloak.md)
+        assert read_ids(served, before, "alice-before") == [1, 2, 3]
+    finally:
+        kc.add_to_group("alice", "analysts")
+    assert read_ids(served, kc.user_token("alice"), "alice-again") == [1, 2, 3]
+
+
+def test_a_service_principal_by_client_credentials(kc: Keycloak, served: Served) -> None:
+    etl = catalog(served, kc.client_token("etl"), "etl2")
+    etl.create_namespace("scratch")
+    schema = Schema(NestedField(1, "id", LongType()))
+    etl.create_table(("scratch", "t"), schema).append(pa.table({"id": pa.array([7], pa.int64())}))
+    assert etl.load_table(("scratch", "t")).scan().to_arrow().column("id").to_pylist() == [7]
+    assert ("create_table", "table scratch.t", "issued") in audit(served.data_dir, "service-account-etl")  # type: ignore[attr-defined]
+    with pytest.raises(ForbiddenError, match="alice"):  # analysts read sales.orders only
+        catalog(served, kc.user_token("alice"), "alice-scratch").load_table(("scratch", "t"))
+
+
+def test_alice_reads_in_spark_with_her_keycloak_token(kc: Keycloak, served: Served, lake: Any) -> None:
+    """The suite's shared Spark JVM (``lake``), a second catalog on it holding alice's Keycloak token: the
+    gateway forwards it upstream, Spark reads with the table's vended credentials."""
+    import lakesession
+
+    spark = lake.spark()
+    default = spark.conf.get("spark.sql.defaultCatalog")
+    session = lakesession.connect(
+        uri=served.uri, warehouse=served.lines["warehouse"], token=kc.user_token("alice"), catalog_name="kc_alice"
+    )
+    try:
+        session.spark()
+        rows = session.sql("SELECT id, region FROM kc_alice.sales.orders ORDER BY id").collect()
+        assert [(r.id, r.region) for r in rows] == [(1, "EU"), (2, "US"), (3, "EU")]
+    finally:
+        session.close()
+        spark.conf.set("spark.sql.defaultCatalog", default)
+    bob = lakesession.connect(
+        uri=served.uri, warehouse=served.lines["warehouse"], token=kc.user_token("bob"), catalog_name="kc_bob"
+    )
+    try:
+        bob.spark()
+        with pytest.raises(CatalogAccessError, match="bob"):
+            bob.sql("SELECT * FROM kc_bob.sales.orders").collect()
+    finally:
+        bob.close()
+        spark.conf.set("spark.sql.defaultCatalog", default)
