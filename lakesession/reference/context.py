@@ -91,6 +91,15 @@ class CachingVerifier:
             self._generation = (now, value)
         return value
 
+    def known(self, token: str) -> dict[str, Any] | None:
+        """The claims of ``token`` if it was verified recently and has not expired, else None: no check, no I/O.
+
+        For scheduling only (``admission``: whose share a request is queued in); never for authorization, which
+        ``verify`` does (revocation included) when the request runs.
+        """
+        hit = self._cache.get(token)
+        return hit.claims if hit is not None and time.time() < hit.until else None
+
     def verify(self, token: str) -> dict[str, Any]:
         now = time.time()
         hit = self._cache.get(token)
