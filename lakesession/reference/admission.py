@@ -4,7 +4,8 @@ Why: under a flood of cheap requests from many valid principals, every request i
 loop, the threadpool and the GIL, so a user's one loadTable waited for the work of all the others (issue #40:
 victim p99 100 ms under 16 attackers). Making requests cheaper only bought the attackers more of them. The
 gate is the outermost pure-ASGI layer: it keeps the requests in flight to ``concurrency`` (2) and, when more
-wait, lets in the one whose client has the least recent server time (slot time, decayed with ``half_life``).
+wait, lets in the one whose client has the least recent server time (slot time while others waited,
+decayed with ``half_life``).
 A principal with one request now and then is admitted ahead of the queue of principals who keep requests in
 flight back to back; principals who all flood get equal shares.
 
@@ -190,6 +191,7 @@ class AdmissionGate:
         self.free = limits.concurrency
         self.queue: FairQueue[asyncio.Future[None]] = FairQueue(limits.half_life)
         self.estimate = 0.002  # a slot's usual hold (s), charged on admission and corrected on release
+        self.admitted = 0  # requests let in so far (Server-Timing's ``ahead``)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -200,8 +202,11 @@ class AdmissionGate:
             return
         key = self.key_of(scope)
         t0 = time.perf_counter()
-        if self.free > 0 and not self.queue.total:
+        contended = not (self.free > 0 and not self.queue.total)
+        before = self.admitted
+        if not contended:
             self.free -= 1
+            self.admitted += 1
         else:
             refused = self._refusal(key)
             if refused is not None:
@@ -219,7 +224,8 @@ class AdmissionGate:
                 raise
         admitted = time.perf_counter()
         timing.add(scope, "gate", admitted - t0)
-        await self._run(key, admitted, scope, receive, send)
+        timing.add(scope, "ahead", (self.admitted - before - 1) / 1000)  # a count: let in while this one waited
+        await self._run(key, admitted, contended, scope, receive, send)
 
     def _refusal(self, key: Hashable) -> tuple[int, dict[str, Any]] | None:
         if self.queue.waiting(key) >= self.limits.queue_per_key:
@@ -233,9 +239,14 @@ class AdmissionGate:
             return 503, error_body(503, "ServiceUnavailableException", message)
         return None
 
-    async def _run(self, key: Hashable, admitted: float, scope: Scope, receive: Receive, send: Send) -> None:
-        estimate = self.estimate
-        self.queue.charge(key, estimate)
+    async def _run(
+        self, key: Hashable, admitted: float, contended: bool, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Run the request in its slot; charge its share the slot time, but only time others waited for: what a
+        client used of an idle server costs it nothing when others arrive."""
+        estimate = self.estimate if contended else 0.0
+        if contended:
+            self.queue.charge(key, estimate)
         held = False
 
         def release() -> None:
@@ -246,7 +257,8 @@ class AdmissionGate:
             timer.cancel()
             spent = min(time.perf_counter() - admitted, self.hold)
             self.estimate += (spent - self.estimate) / 64
-            self.queue.charge(key, spent - estimate)
+            if contended or self.queue.total:
+                self.queue.charge(key, spent - estimate)
             self._release_slot()
 
         timer = asyncio.get_running_loop().call_later(self.hold, release)
@@ -267,6 +279,7 @@ class AdmissionGate:
             ticket = nxt[1]
             if not ticket.done():
                 ticket.set_result(None)
+                self.admitted += 1
                 return
         self.free += 1
 

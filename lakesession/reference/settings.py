@@ -63,7 +63,8 @@ class AdmissionLimits:
         concurrency: Requests running the catalog at once (about the server's cores; each worker process has its own).
         hold_ms: A request holds its slot until its response is sent or for this long, whichever comes first; a
             handler waiting on slow I/O (database, STS) then lets the next request in and continues.
-        half_life: Seconds over which a client's recorded server time halves (the memory of who was served).
+        half_life: Seconds over which a client's recorded server time halves: the memory of who was served (short,
+            so that a person's requests a few seconds apart count as light even when each is a dear one).
         queue_per_key: Requests of one principal or network waiting at once; one more answers 429 with Retry-After.
         queue_total: Requests waiting at once overall; one more answers 503 with Retry-After.
     """
@@ -71,7 +72,7 @@ class AdmissionLimits:
     enabled: bool = True
     concurrency: int = 2
     hold_ms: float = 50.0
-    half_life: float = 1.0
+    half_life: float = 0.25
     queue_per_key: int = 64
     queue_total: int = 4096
 
