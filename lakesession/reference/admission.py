@@ -189,7 +189,7 @@ class AdmissionGate:
         self.key_of = key_of
         self.hold = limits.hold_ms / 1000
         self.free = limits.concurrency
-        self.queue: FairQueue[asyncio.Future[None]] = FairQueue(limits.half_life)
+        self.queue: FairQueue[asyncio.Future[float]] = FairQueue(limits.half_life)
         self.estimate = 0.002  # a slot's usual hold (s), charged on admission and corrected on release
         self.admitted = 0  # requests let in so far (Server-Timing's ``ahead``)
 
@@ -203,7 +203,7 @@ class AdmissionGate:
         key = self.key_of(scope)
         t0 = time.perf_counter()
         contended = not (self.free > 0 and not self.queue.total)
-        before = self.admitted
+        before, estimate = self.admitted, 0.0
         if not contended:
             self.free -= 1
             self.admitted += 1
@@ -212,10 +212,10 @@ class AdmissionGate:
             if refused is not None:
                 await _answer(send, refused[0], refused[1], retry_after=1)
                 return
-            ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            ticket: asyncio.Future[float] = asyncio.get_running_loop().create_future()
             self.queue.push(key, ticket)
             try:
-                await ticket
+                estimate = await ticket  # what its share was charged when it was let in
             except asyncio.CancelledError:
                 if ticket.done() and not ticket.cancelled():
                     self._release_slot()  # admitted just as it was cancelled: pass the slot on
@@ -225,7 +225,7 @@ class AdmissionGate:
         admitted = time.perf_counter()
         timing.add(scope, "gate", admitted - t0)
         timing.add(scope, "ahead", (self.admitted - before - 1) / 1000)  # a count: let in while this one waited
-        await self._run(key, admitted, contended, scope, receive, send)
+        await self._run(key, admitted, contended, estimate, scope, receive, send)
 
     def _refusal(self, key: Hashable) -> tuple[int, dict[str, Any]] | None:
         if self.queue.waiting(key) >= self.limits.queue_per_key:
@@ -240,13 +240,17 @@ class AdmissionGate:
         return None
 
     async def _run(
-        self, key: Hashable, admitted: float, contended: bool, scope: Scope, receive: Receive, send: Send
+        self,
+        key: Hashable,
+        admitted: float,
+        contended: bool,
+        estimate: float,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> None:
-        """Run the request in its slot; charge its share the slot time, but only time others waited for: what a
-        client used of an idle server costs it nothing when others arrive."""
-        estimate = self.estimate if contended else 0.0
-        if contended:
-            self.queue.charge(key, estimate)
+        """Run the request in its slot; charge its share the slot time (``estimate`` was charged when it was let
+        in), but only time others waited for: what a client used of an idle server costs it nothing later."""
         held = False
 
         def release() -> None:
@@ -276,9 +280,10 @@ class AdmissionGate:
     def _release_slot(self) -> None:
         """Hand the slot to the next waiter (least used share first), or free it."""
         while (nxt := self.queue.pop()) is not None:
-            ticket = nxt[1]
+            key, ticket = nxt
             if not ticket.done():
-                ticket.set_result(None)
+                self.queue.charge(key, self.estimate)  # now: its share's next waiter is ranked with it counted
+                ticket.set_result(self.estimate)
                 self.admitted += 1
                 return
         self.free += 1
