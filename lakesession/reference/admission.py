@@ -14,9 +14,10 @@ flight back to back; principals who all flood get equal shares.
   shares. Anything else (no token, an unknown, forged or expired one, the token endpoint) counts as the
   client's network, /24 IPv4 or /64 IPv6 (``network_of``, as the device-flow quotas): a forged token cannot
   buy a fresh share, nor land in anyone's but the sender's network's.
-* **Slots are never held hostage.** A slot is released when the response has been sent, or ``hold_ms``
-  (50 ms) after admission, whichever comes first: a handler waiting on a database or STS lets the next
-  request in and carries on. The client is charged the time it held the slot.
+* **Slots are never held hostage.** A slot is released when the response has been sent, when the request
+  starts waiting for its audit records' group commit (``step_aside``), or ``hold_ms`` (50 ms) after
+  admission, whichever comes first: a handler waiting on a database or STS lets the next request in and
+  carries on. The client is charged the time it held the slot.
 * **Bounded queues.** Over ``queue_per_key`` waiting requests of one share: 429, over ``queue_total`` in all:
   503; both with ``Retry-After`` and an Iceberg ``ErrorModel`` body (Iceberg Java's client retries both).
 * **Health checks** (``GET /healthz``) are answered by the gate itself, never queued: a probe asks whether
@@ -43,6 +44,7 @@ from .settings import AdmissionLimits
 T = TypeVar("T")
 KeyOf = Callable[[Scope], Hashable]
 
+STEP_ASIDE = "ls_admission_step_aside"  # scope key: call it (from any thread) when the request starts waiting on I/O
 _REBASE_AFTER = 30.0  # e-folds of decay before the scaled usages are renormalised (e^30 ~ 1e13: no overflow)
 _FORGET_BELOW = 1e-6  # seconds of decayed usage under which an idle client is forgotten
 
@@ -179,6 +181,17 @@ def check_limits(limits: AdmissionLimits) -> None:
             raise ValueError(f"admission.{name} must be positive {unit}, not {getattr(limits, name)!r}")
 
 
+def step_aside(scope: Scope) -> None:
+    """The request is about to wait on I/O (its audit records' group commit): let the next one in now.
+
+    Called from the threadpool; the release itself runs on the event loop. Waiters joining one commit is what
+    makes group commit pay: holding slots through it would let only ``concurrency`` requests share a commit.
+    """
+    hook = scope.get(STEP_ASIDE)
+    if hook is not None:
+        hook()
+
+
 class AdmissionGate:
     """Pure ASGI middleware: the fair admission gate (see the module docstring)."""
 
@@ -265,7 +278,9 @@ class AdmissionGate:
                 self.queue.charge(key, spent - estimate)
             self._release_slot()
 
-        timer = asyncio.get_running_loop().call_later(self.hold, release)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self.hold, release)
+        scope[STEP_ASIDE] = lambda: loop.call_soon_threadsafe(release)
 
         async def sending(message: Message) -> None:
             await send(message)

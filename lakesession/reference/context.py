@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from fastapi import Request
 
 from . import timing
+from .admission import step_aside
 from .audit import AuditLog
 from .authz import Privilege, Securable
 from .directory import Directory, Principal
@@ -282,6 +283,8 @@ def request_context(request: Request) -> Iterator[RequestContext]:
         yield ctx
     finally:
         t0 = time.perf_counter()
+        if ctx.pending:
+            step_aside(request.scope)  # waiting for the audit commit holds no admission slot
         ctx.flush()
         timing.add(request.scope, "audit", time.perf_counter() - t0)
 

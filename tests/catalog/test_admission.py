@@ -299,3 +299,48 @@ def test_the_catalog_answers_health_at_the_gate_and_can_turn_the_gate_off() -> N
 
 def _gates(app: Any) -> int:
     return sum(1 for m in app.user_middleware if m.cls is AdmissionGate)
+
+
+def test_a_request_waiting_for_the_audit_commit_holds_no_slot() -> None:
+    """Group commit: requests waiting for their audit records share one transaction, so the gate steps them aside
+    while they wait (with one slot held to the end, every commit would carry one request's records)."""
+    policy = Policy().service("etl", "etl-pw", role="eng").grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+    limits = AdmissionLimits(concurrency=1, hold_ms=10_000)
+    with make_catalog(policy, admission=limits) as cat:
+        etl = {"Authorization": f"Bearer {cat.admin.token_for('etl')}"}
+        p = f"{cat.uri}/v1/lakesession"
+        assert httpx.post(f"{p}/namespaces", json={"namespace": ["ns"]}, headers=etl).status_code == 200
+        schema = {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [{"id": 1, "name": "i", "type": "long", "required": False}],
+        }
+        assert httpx.post(f"{p}/namespaces/ns/tables", json={"name": "t", "schema": schema}, headers=etl).is_success
+        inserts: list[int] = []
+
+        def count(conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
+            if statement.startswith("INSERT INTO ls_audit"):  # how many requests' records this commit carries
+                column = [c.strip() for c in statement.split("(", 1)[1].split(")", 1)[0].split(",")].index("request_id")
+                inserts.append(len({row[column] for row in params} if executemany else {params[column]}))
+
+        from sqlalchemy import event
+
+        engine = cat.services.directory.engine
+        event.listen(engine, "before_cursor_execute", count)
+        statuses: list[int] = []
+        try:
+
+            def load() -> None:
+                with httpx.Client(base_url=p, headers=etl, timeout=60) as c:
+                    statuses.extend(c.get("/namespaces/ns/tables/t").status_code for _ in range(10))
+
+            threads = [threading.Thread(target=load) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert statuses == [200] * 80
+        assert sum(inserts) >= 80  # every load audited
+        assert max(inserts) > 1, inserts  # and some commits carried several requests' records (all 1 if held)
