@@ -1,6 +1,7 @@
 """A victim's loadTable while 16 authenticated attackers hammer `lakesession serve` with cheap requests.
 
     python benchmarks/load_under_attack.py [--seconds 15] [--attackers 16] [--postgres] [--server-source DIR]
+        [--period S ...] [--gate both|on|off] [--concurrency K]
 
 Starts ``lakesession serve`` (this checkout's code, or ``--server-source``; SQLite in a fresh data dir, or a
 throwaway PostgreSQL with ``--postgres``) with a victim principal (``ana``, reader of ``bench.t``), attacker
@@ -12,9 +13,15 @@ back to back with their valid tokens, and once more alone at the end. The server
 ``LAKESESSION_SERVER_TIMING=1``: the victim's latency is split into time queued in the server and time
 handling the request.
 
+The whole measurement runs twice, on a server with the fair admission gate off (``admission.enabled:
+false``) and on (the default; ``--gate`` picks one), and for each victim period (``--period``, repeatable;
+default 20 ms, a busy client, and 200 ms, a person's notebook). Server-Timing's ``gate`` is the victim's wait
+at the gate (part of ``queue``).
+
 Prints the victim's p50/p99/max side by side (alone, attacked), the ratio attacked ÷ alone measured in this
-run, the attackers' request rate and the server's CPU per request. Target: victim p99 <= 30 ms under 16
-attackers (a 2-core machine). Exit status 0 when every request was answered as expected.
+run, the attackers' request rate and the server's CPU per request, then a summary line per (gate, period).
+Target: victim p99 <= 30 ms under 16 attackers (a 2-core machine). Exit status 0 when every request was
+answered as expected.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ TARGET_P99_MS = 30.0
 NS, TABLE, PREFIX = "bench", "t", "lakesession"
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 SECRET = "pw-under-attack-1"
+GATE_ENV = "LAKESESSION_SERVE__ADMISSION__ENABLED"
 
 
 def policy(attackers: int, grants: int) -> str:
@@ -67,12 +75,14 @@ class Figures:
     lat: list[float] = field(default_factory=list)
     queue: list[float] = field(default_factory=list)
     app: list[float] = field(default_factory=list)
+    gate: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def line(self, label: str) -> str:
         return (
             f"{label:22} {len(self.lat):6d} {pct(self.lat, 50):8.2f} {pct(self.lat, 99):8.2f} "
-            f"{max(self.lat, default=0) * 1000:8.1f} {pct(self.queue, 99):9.2f} {pct(self.app, 99):8.2f}"
+            f"{max(self.lat, default=0) * 1000:8.1f} {pct(self.queue, 99):9.2f} {pct(self.gate, 99):8.2f} "
+            f"{pct(self.app, 99):8.2f}"
         )
 
 
@@ -94,6 +104,7 @@ def victim(uri: str, token: str, seconds: float, period: float, out: Any) -> Non
             split = server_timing(r.headers.get("server-timing", ""))
             fig.queue.append(split.get("queue", 0.0))
             fig.app.append(split.get("app", 0.0))
+            fig.gate.append(split.get("gate", 0.0))
             nxt += period
             time.sleep(max(0.0, nxt - time.perf_counter()))
     out.send(fig.__dict__)
@@ -211,7 +222,7 @@ def measure(
 class Stack:
     """``lakesession serve`` with the policy above, the table created, the tokens minted."""
 
-    def __init__(self, tmp: Path, args: argparse.Namespace):
+    def __init__(self, tmp: Path, args: argparse.Namespace, *, gate: bool = True):
         from tests._serve import Served
 
         db = None
@@ -228,7 +239,12 @@ class Stack:
         here = os.getcwd()
         os.chdir(source)  # `python -m` puts the working directory first on sys.path
         try:
-            self.served = Served(cli, env={"LAKESESSION_SERVER_TIMING": "1", "PYTHONPATH": os.pathsep.join(path)})
+            env = {"LAKESESSION_SERVER_TIMING": "1", "PYTHONPATH": os.pathsep.join(path)}
+            if not args.server_source:  # a tree from before the gate refuses its settings: it runs as it is
+                env[GATE_ENV] = "true" if gate else "false"
+                if args.concurrency is not None:
+                    env[GATE_ENV.replace("ENABLED", "CONCURRENCY")] = str(args.concurrency)
+            self.served = Served(cli, env=env)
         finally:
             os.chdir(here)
         self.store = "PostgreSQL" if db else "SQLite"
@@ -245,7 +261,10 @@ class Stack:
 
 
 def report(res: Result, attackers: int) -> list[str]:
-    head = f"{'victim loadTable':22} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'queue p99':>9} {'app p99':>8}"
+    head = (
+        f"{'victim loadTable':22} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'queue p99':>9} "
+        f"{'gate p99':>8} {'app p99':>8}"
+    )
     return [
         head,
         "-" * len(head),
@@ -262,7 +281,12 @@ def report(res: Result, attackers: int) -> list[str]:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=15, help="length of each victim run (default 15)")
-    ap.add_argument("--period", type=float, default=0.02, help="seconds between the victim's loads (default 0.02)")
+    ap.add_argument(
+        "--period",
+        type=float,
+        action="append",
+        help="seconds between the victim's loads; repeat for several rows (default 0.02 and 0.2)",
+    )
     ap.add_argument("--attackers", type=int, default=16, help="attacker threads, one principal each (default 16)")
     ap.add_argument("--attacker-processes", type=int, default=2, help="processes the attackers run in (default 2)")
     ap.add_argument("--grants", type=int, default=200, help="unrelated grants in the catalog (default 200)")
@@ -270,45 +294,82 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--server-source", metavar="DIR", help="run the server from this source tree (a baseline)")
     ap.add_argument("--runs", type=int, default=1, help="repeat the measurement on the same server (default 1)")
     ap.add_argument("--profile", metavar="FILE", help="record the attacked server with py-spy (collapsed stacks)")
+    ap.add_argument(
+        "--gate",
+        choices=("both", "on", "off"),
+        default="both",
+        help="the admission gate: off and on side by side (default), or one of them",
+    )
+    ap.add_argument("--concurrency", type=int, help="the gate's admission.concurrency (default: the server's)")
     return ap
+
+
+def summary(rows: list[tuple[str, Result]]) -> list[str]:
+    """One line per (gate, victim period): the figures to compare side by side."""
+    head = (
+        f"{'':30} {'alone p50/p99 ms':>17} {'attacked p50/p99 ms':>20} {'p99 x':>6} {'attackers/s':>11} "
+        f"{'CPU ms/req':>10}"
+    )
+    out = [head, "-" * len(head)]
+    for label, res in rows:
+        alone = f"{pct(res.alone.lat, 50):.1f}/{pct(res.alone.lat, 99):.1f}"
+        attacked = f"{pct(res.attacked.lat, 50):.1f}/{pct(res.attacked.lat, 99):.1f}"
+        rate = res.attack_requests / res.attack_seconds
+        out.append(
+            f"{label:30} {alone:>17} {attacked:>20} {res.ratio_p99:6.2f} {rate:11.0f} {res.cpu_ms_per_request:10.2f}"
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="lakesession-attack-") as tmp:
-        stack = Stack(Path(tmp), args)
-        try:
-            print(
-                f"lakesession serve ({stack.store}, {args.server_source or 'this checkout'}), victim every "
-                f"{args.period * 1000:.0f} ms for {args.seconds:.0f} s, {args.attackers} attackers in "
-                f"{args.attacker_processes} processes, {args.grants} other grants; {os.cpu_count()} CPUs",
-                flush=True,
-            )
-            ok = True
-            for run in range(args.runs):
-                res = measure(
-                    stack.served.uri,
-                    stack.victim,
-                    stack.tokens,
-                    args.seconds,
-                    args.period,
-                    args.attacker_processes,
-                    stack.served.proc.pid,
-                    args.profile,
-                )
-                print(f"\nrun {run + 1}:")
-                print("\n".join(report(res, args.attackers)))
-                p99 = pct(res.attacked.lat, 99)
-                print(
-                    f"target: victim p99 under {args.attackers} attackers {p99:.1f} ms (<= {TARGET_P99_MS:.0f} ms): "
-                    f"{'OK' if p99 <= TARGET_P99_MS else 'OVER TARGET'}",
-                    flush=True,
-                )
-                if res.errors:
-                    print("errors:", res.errors[:5])
-                    ok = False
-        finally:
-            stack.close()
+    periods = args.period or [0.02, 0.2]
+    modes = [False, True] if args.gate == "both" and not args.server_source else [args.gate != "off"]
+    rows: list[tuple[str, Result]] = []
+    ok = True
+    print(
+        f"lakesession serve ({'PostgreSQL' if args.postgres else 'SQLite'}, {args.server_source or 'this checkout'}), "
+        f"victim every {', '.join(f'{p * 1000:.0f}' for p in periods)} ms for {args.seconds:.0f} s, "
+        f"{args.attackers} attackers in {args.attacker_processes} processes, {args.grants} other grants; "
+        f"{os.cpu_count()} CPUs; load avg {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    for gate in modes:
+        with tempfile.TemporaryDirectory(prefix="lakesession-attack-") as tmp:
+            stack = Stack(Path(tmp), args, gate=gate)
+            try:
+                for period in periods:
+                    for run in range(args.runs):
+                        res = measure(
+                            stack.served.uri,
+                            stack.victim,
+                            stack.tokens,
+                            args.seconds,
+                            period,
+                            args.attacker_processes,
+                            stack.served.proc.pid,
+                            args.profile,
+                        )
+                        where = "as built" if args.server_source else f"gate {'on' if gate else 'off'}"
+                        label = f"{where}, every {period * 1000:.0f} ms"
+                        label += f" (run {run + 1})" if args.runs > 1 else ""
+                        rows.append((label, res))
+                        print(f"\n{label}:")
+                        print("\n".join(report(res, args.attackers)))
+                        p99 = pct(res.attacked.lat, 99)
+                        print(
+                            f"target: victim p99 under {args.attackers} attackers {p99:.1f} ms "
+                            f"(<= {TARGET_P99_MS:.0f} ms): {'OK' if p99 <= TARGET_P99_MS else 'OVER TARGET'}",
+                            flush=True,
+                        )
+                        if res.errors:
+                            print("errors:", res.errors[:5])
+                            ok = False
+            finally:
+                stack.close()
+    print()
+    print("\n".join(summary(rows)))
+    print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0 if ok else 1
 
 

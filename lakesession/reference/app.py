@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 
 from .._wire.redact import quiet_botocore_bodies
 from . import store
+from .admission import AdmissionGate, check_limits, client_key
 from .audit import AuditLog
 from .cloudvending import ADLS_SCHEMES, AdlsVendor
 from .context import CachingVerifier, Deferred, Services
@@ -232,8 +233,6 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None, lazy_c
     install_error_handlers(app)
     limits = settings.abuse
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, max_json_depth=limits.max_json_depth)
-    if timing_enabled():  # measurements only (benchmarks/load.py)
-        app.add_middleware(ServerTiming)
     app.include_router(config.router)
     mounted = threading.Lock()
 
@@ -248,6 +247,14 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None, lazy_c
         app.add_middleware(_MountOnFirstUse, mount=mount_catalog)
     else:
         mount_catalog()
+    # the outermost own layer (added last): see admission.py; a single-user catalog (the embedded default) has no one
+    # to be fair to, and its one user's Spark may run many requests at once
+    if settings.admission.enabled and not settings.single_user:
+        check_limits(settings.admission)  # at start, not at the first request (Starlette builds middleware late)
+        key_of = client_key(services.verifier, settings.principal_claim)
+        app.add_middleware(AdmissionGate, limits=settings.admission, key_of=key_of)
+    if timing_enabled():  # measurements only (benchmarks/load.py); outside the gate, so its wait is timed
+        app.add_middleware(ServerTiming)
     if issuer is not None:
         app.include_router(issuer.router, prefix="/oidc")
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from fastapi import Request
 
 from . import timing
+from .admission import step_aside
 from .audit import AuditLog
 from .authz import Privilege, Securable
 from .claims import principal_name, token_roles
@@ -91,6 +92,15 @@ class CachingVerifier:
         with self._lock:
             self._generation = (now, value)
         return value
+
+    def known(self, token: str) -> dict[str, Any] | None:
+        """The claims of ``token`` if it was verified recently and has not expired, else None: no check, no I/O.
+
+        For scheduling only (``admission``: whose share a request is queued in); never for authorization, which
+        ``verify`` does (revocation included) when the request runs.
+        """
+        hit = self._cache.get(token)
+        return hit.claims if hit is not None and time.time() < hit.until else None
 
     def verify(self, token: str) -> dict[str, Any]:
         now = time.time()
@@ -278,6 +288,8 @@ def request_context(request: Request) -> Iterator[RequestContext]:
         yield ctx
     finally:
         t0 = time.perf_counter()
+        if ctx.pending:
+            step_aside(request.scope)  # waiting for the audit commit holds no admission slot
         ctx.flush()
         timing.add(request.scope, "audit", time.perf_counter() - t0)
 

@@ -50,6 +50,35 @@ class AbuseLimits:
 
 
 @dataclass
+class AdmissionLimits:
+    """The fair admission gate (``admission``): how many requests run at once and who goes first when more wait.
+
+    At most ``concurrency`` requests run the catalog at once; the others wait at the gate and are let in by
+    their client's share of recent server time, least used first: a principal (a verified bearer token's
+    subject) or, for requests without a known token, the client's network (/24 IPv4, /64 IPv6). So one
+    user's request is not queued behind a flood from others, however many requests they keep in flight.
+
+    Attributes:
+        enabled: Gate requests (``false``: every request runs at once, as before). A single-user catalog (the
+            embedded default, ``single_user``) never gates: there is no one to be fair to.
+        concurrency: Requests running the catalog at once (about the server's cores; each worker process has its own).
+        hold_ms: A request holds its slot until its response is sent or for this long, whichever comes first; a
+            handler waiting on slow I/O (database, STS) then lets the next request in and continues.
+        half_life: Seconds over which a client's recorded server time halves: the memory of who was served (short,
+            so that a person's requests a few seconds apart count as light even when each is a dear one).
+        queue_per_key: Requests of one principal or network waiting at once; one more answers 429 with Retry-After.
+        queue_total: Requests waiting at once overall; one more answers 503 with Retry-After.
+    """
+
+    enabled: bool = True
+    concurrency: int = 2
+    hold_ms: float = 50.0
+    half_life: float = 0.25
+    queue_per_key: int = 64
+    queue_total: int = 4096
+
+
+@dataclass
 class ServerSettings:
     """Everything the reference catalog needs to start.
 
@@ -97,6 +126,7 @@ class ServerSettings:
             engines give it effect, only the owner may change a DEFINER view's SQL (or whoever the same
             commit makes owner, through the engine acting for them): see ``viewsecurity``.
         abuse: Rate limits, pending device-code quotas and request size/nesting limits (``AbuseLimits``).
+        admission: The fair admission gate (``AdmissionLimits``): requests at once, and who is let in first.
         trusted_proxies: Addresses (or CIDR networks) of reverse proxies whose ``X-Forwarded-For`` /
             ``X-Forwarded-Proto`` are believed; none by default, so client addresses (which every
             per-address limit keys on) come from the socket. The embedded catalog never sets it.
@@ -127,6 +157,7 @@ class ServerSettings:
     trusted_engines: list[dict[str, Any]] = field(default_factory=list)
     view_owner_property: str = "trino.run-as-owner"
     abuse: AbuseLimits = field(default_factory=AbuseLimits)
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     single_user: bool = False
     trusted_proxies: list[str] = field(default_factory=list)
 

@@ -8,7 +8,9 @@ and what is left (client minus server) is the network, uvicorn's event loop and 
 * ``queue``: from the ASGI call to the route's request context (``context.get_context``) starting,
 * ``app``: from there to the response's start,
 * ``audit``: of ``app``, the wait for the request's audit records to be committed (SQLite's writer),
-* ``total``: ASGI call to response start (the body follows; the header cannot time it).
+* ``total``: ASGI call to response start (the body follows; the header cannot time it),
+* ``gate``: of ``queue``, the wait at the admission gate (``admission``), and ``ahead``: how many requests
+  the gate let in while this one waited (a count, not milliseconds).
 
 Off by default: timings are no secret, but nobody needs them outside a measurement.
 """
