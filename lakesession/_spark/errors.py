@@ -23,11 +23,13 @@ from ..catalog._chains import chain_hint
 from ..catalog._refusals import no_warehouse
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
+from ..errors import CatalogUnreachableError as _CatalogUnreachableError
 from ..errors import ConfigError as _ConfigError
 from ..errors import EngineRefusedError, EngineUnavailableError, LoginRequiredError
 from ..errors import IdentityError as _IdentityError
+from ..errors import IssuerUnreachableError as _IssuerUnreachableError
 from ..errors import ScopeError as _ScopeError
-from ..gateway._nologin import found_no_login
+from ..gateway._nologin import found_no_login, found_unreached
 
 ICEBERG_REST_EXCEPTIONS = {
     "org.apache.iceberg.exceptions.ForbiddenException": "forbidden",
@@ -131,6 +133,43 @@ class LoginRequired(LoginRequiredError, IdentityError):
 
     def __init__(self, message: str):
         IdentityError.__init__(self, message, "LoginRequiredError")
+
+
+class CatalogUnreachableError(_CatalogUnreachableError, captured.CapturedException):
+    """The catalog this session never reached, from a Spark query (the gateway's 400): the class Python raises."""
+
+    def __init__(self, message: str):
+        PySparkException.__init__(self, message=message)
+        self.desc = self._desc = message
+        self._stackTrace, self._cause, self._origin = "", None, None
+        self.kind, self.java_class, self.status = "catalog unreachable", BAD_REQUEST, None
+        self.url = self.setting = None
+
+    def __str__(self) -> str:
+        return self.desc
+
+
+class IssuerUnreachableError(_IssuerUnreachableError, IdentityError):
+    """Where tokens come from, never reached, from a Spark query: the class Python raises."""
+
+    def __init__(self, message: str):
+        IdentityError.__init__(self, message, "IssuerUnreachableError")
+        self.url = self.setting = None
+
+
+def unreached_error(e: Any) -> captured.CapturedException | None:
+    """The gateway's "never reached" 400 anywhere on ``e``'s cause chain, as the class Python raises for it."""
+    seen = 0
+    while e is not None and seen < 20:
+        found = found_unreached(str(e.getMessage() or ""))
+        if found is not None:
+            name, message = found
+            if name == "IssuerUnreachableError":
+                return IssuerUnreachableError(message)
+            return CatalogUnreachableError(message)
+        e = e.getCause()
+        seen += 1
+    return None
 
 
 def identity_error(text: str) -> _IdentityError | None:
@@ -247,7 +286,7 @@ def _store_refusal(e: Any) -> CatalogAccessError | None:
 
 
 def convert_exception(e: Any) -> captured.CapturedException:
-    unoffered = _capability(e) or _no_warehouse(e)
+    unoffered = unreached_error(e) or _capability(e) or _no_warehouse(e)
     if unoffered is not None:
         return unoffered
     found = _iceberg_cause(e)
