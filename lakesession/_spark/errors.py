@@ -21,11 +21,11 @@ from pyspark.errors.exceptions.base import PySparkException
 from .._wire.enginerules import REFUSED_PREFIX
 from ..catalog._chains import chain_hint
 from ..catalog._refusals import no_warehouse
+from ..errors import ADDRESS_SETTING, EngineRefusedError, EngineUnavailableError, LoginRequiredError
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
 from ..errors import CatalogUnreachableError as _CatalogUnreachableError
 from ..errors import ConfigError as _ConfigError
-from ..errors import EngineRefusedError, EngineUnavailableError, LoginRequiredError
 from ..errors import IdentityError as _IdentityError
 from ..errors import IssuerUnreachableError as _IssuerUnreachableError
 from ..errors import ScopeError as _ScopeError
@@ -143,7 +143,7 @@ class CatalogUnreachableError(_CatalogUnreachableError, captured.CapturedExcepti
         self.desc = self._desc = message
         self._stackTrace, self._cause, self._origin = "", None, None
         self.kind, self.java_class, self.status = "catalog unreachable", BAD_REQUEST, None
-        self.url = self.setting = None
+        self.url, self.setting = _address(message)
 
     def __str__(self) -> str:
         return self.desc
@@ -154,7 +154,14 @@ class IssuerUnreachableError(_IssuerUnreachableError, IdentityError):
 
     def __init__(self, message: str):
         IdentityError.__init__(self, message, "IssuerUnreachableError")
-        self.url = self.setting = None
+        self.url, self.setting = _address(message)
+
+
+def _address(message: str) -> tuple[str, str]:
+    """(the URL, the setting to check) an "address never reached" line names."""
+    url = re.match(r"Cannot reach (?:the catalog at )?(\S+) ", message)
+    setting = message.rsplit("Fix: check ", 1)[-1].rstrip(".") if "Fix: check " in message else ADDRESS_SETTING
+    return (url.group(1) if url else ""), setting
 
 
 def unreached_error(e: Any) -> captured.CapturedException | None:

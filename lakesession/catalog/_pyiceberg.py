@@ -6,11 +6,12 @@ identity layer refreshes are picked up without rebuilding the catalog.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
+import requests
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.rest.auth import AuthManager
-import requests
 from pyiceberg.exceptions import RESTError
 from requests import Session
 from typing_extensions import override
@@ -87,4 +88,4 @@ def _why(exc: requests.ConnectionError) -> str:
     for marker in ("Failed to establish a new connection: ", "Caused by "):
         if marker in text:
             text = text.split(marker, 1)[1]
-    return text.rstrip("'\")) ").strip() or type(exc).__name__
+    return re.sub(r"[\x27\")\s]+$", "", text).strip() or type(exc).__name__

@@ -198,8 +198,12 @@ class Upstream:
             from ..errors import CatalogUnreachableError
             from ._nologin import unreached_message
 
-            logger.info("never reached the catalog at %s: %s %s (%s); answering 400 (no retries)", where, method, path, kind)
-            return error_reply(400, "BadRequestException", unreached_message(CatalogUnreachableError(where, f"{kind}: {exc}")))
+            logger.info(
+                "never reached the catalog at %s: %s %s (%s); answering 400 (no retries)", where, method, path, kind
+            )
+            return error_reply(
+                400, "BadRequestException", unreached_message(CatalogUnreachableError(where, f"{kind}: {exc}"))
+            )
         if isinstance(exc, _NOT_SENT) or method in _SAFE_METHODS or path.endswith(_SAFE_POSTS):
             retry_after = self.catalog_outage.failed()
             logger.warning("catalog unreachable: %s %s (%s); answering 503", method, path, kind)

@@ -318,7 +318,7 @@ def test_maven_probe_is_bounded():
 
 def test_check_java_reports_a_version():
     version = J.check_java()
-    assert int(version.split(".")[0]) >= 11
+    assert int(version.split(".")[0]) in (17, 21)  # the Spark in use is 4.x: nothing else is supported
 
 
 def _fake_java(bin_dir: Path, version: str) -> None:
@@ -331,6 +331,7 @@ def _fake_java(bin_dir: Path, version: str) -> None:
 def test_java_not_found(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("LAKESESSION_JVM_DIRS", "")  # not the machine's /usr/lib/jvm either
     with pytest.raises(J.JavaNotFoundError, match="apt-get install -y openjdk-17-jre-headless"):
         J.check_java()
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
@@ -344,7 +345,8 @@ def test_java_too_old_and_new_enough(tmp_path, monkeypatch):
     _fake_java(tmp_path / "old" / "bin", "1.8.0_392")
     _fake_java(tmp_path / "new" / "bin", "17.0.1")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "old"))
-    with pytest.raises(J.JavaNotFoundError, match="Java 1.8.0_392; .* needs Java 11"):
+    monkeypatch.setenv("LAKESESSION_JVM_DIRS", str(tmp_path / "new"))
+    with pytest.raises(J.JavaNotFoundError, match=r"Java 1.8.0_392; Spark 4\S+ runs on Java 17 or 21. Fix: set JAVA_HOME="):
         J.check_java()
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "new"))
     assert J.check_java() == "17.0.1"
