@@ -25,6 +25,8 @@ LakesessionError
 │   ├── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
 │   ├── CatalogUnreachableError           never reached the catalog: a wrong address (check uri=); no retries
 │   └── CapabilityError                   the catalog does not offer what was asked (remote signing, grants)
+├── TableNotFoundError (LookupError)      no such table: suggests close names (also pyiceberg's NoSuchTableError /
+│                                         pyspark's AnalysisException, by where it was raised)
 ├── ViewChainError                        a view chain cannot be resolved: cycle, too deep, unparsable SQL
 ├── EngineRefusedError                    the trusted engine refused a request: names the sandbox rule or limit
 ├── EngineUnavailableError                the trusted engine stopped answering (killed, restarted, unreachable)
@@ -71,6 +73,7 @@ __all__ = [
     "SignInBusyError",
     "SparkMissingError",
     "StorageAccessError",
+    "TableNotFoundError",
     "TokenRefreshError",
     "UnknownOptionError",
     "UnknownWarmupError",
@@ -258,6 +261,27 @@ class CapabilityError(_OneLine, CatalogAccessError):
         super().__init__(message, "capability", status=status)
         self.capability = capability
         self.config = dict(config or {})
+
+
+class TableNotFoundError(LakesessionError, LookupError):
+    """A table that does not exist (or that the user may not see): the message names it and suggests close names
+    from those the user may list (``suggestions``). From Python it is pyiceberg's ``NoSuchTableError`` too; from
+    Spark, pyspark's ``AnalysisException`` too, so code catching those keeps working."""
+
+    def __init__(self, message: str, table: str | None = None, suggestions: list[str] | None = None):
+        super().__init__(message)
+        self.table = table
+        self.suggestions = list(suggestions or [])
+
+
+def did_you_mean(name: str, known: list[str]) -> list[str]:
+    """Up to three of ``known`` close to ``name`` (difflib), compared with and without the namespace."""
+    import difflib
+
+    leaf = name.rsplit(".", 1)[-1].lower()
+    by_leaf = {k.rsplit(".", 1)[-1].lower(): k for k in known}
+    close = difflib.get_close_matches(leaf, list(by_leaf), n=3, cutoff=0.6)
+    return [by_leaf[c] for c in close]
 
 
 class ViewChainError(LakesessionError):

@@ -289,11 +289,28 @@ class Session:
                     "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
                 ) from None
             if isinstance(exc, NoSuchTableError):
-                raise missing_table(exc, table=".".join(ident), uri=self.uri) from None
+                known = self._listable(ident[:-1])
+                raise missing_table(exc, table=".".join(ident), uri=self.uri, known=known) from None
             refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal)
             if refused is None:
                 raise
             raise refused from exc
+
+    def _listable(self, namespace: tuple[str, ...]) -> list[str]:
+        """Names the user may list near ``namespace``: its tables; when it has none (a mistyped namespace?), the
+        same table name in the namespaces close to it. For "did you mean" only: a refusal to list gives none."""
+        import difflib
+
+        try:
+            return [".".join(t) for t in self.catalog.list_tables(namespace)]
+        except Exception:
+            pass
+        try:
+            spaces = [".".join(n) for n in self.catalog.list_namespaces()]
+        except Exception:
+            return []
+        close = difflib.get_close_matches(".".join(namespace), spaces, n=3, cutoff=0.6)
+        return [".".join((c, "*")) for c in close]
 
     def _is_view(self, ident: tuple[str, ...]) -> bool:
         """Whether ``ident`` is a view (False when the catalog will not say: a revoked user may not ask)."""

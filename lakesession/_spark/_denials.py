@@ -32,9 +32,12 @@ class Session(Protocol):
 
     access_log: AccessLog
     _identity: Any
+    catalog_name: str
 
     @property
     def closed(self) -> bool: ...
+
+    def _listable(self, namespace: tuple[str, ...]) -> list[str]: ...
 
 
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
@@ -64,6 +67,11 @@ class StorageAccessError(_StorageAccessError, captured.CapturedException):
 
     def __str__(self) -> str:
         return self.desc
+
+
+def sessions() -> list[Session]:
+    """The open Sessions whose Spark runs in this process (for explaining their failures)."""
+    return [s for s in list(_sessions) if not s.closed]
 
 
 def register(session: Session) -> None:

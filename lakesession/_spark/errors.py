@@ -20,8 +20,15 @@ from pyspark.errors.exceptions.base import PySparkException
 
 from .._wire.enginerules import REFUSED_PREFIX
 from ..catalog._chains import chain_hint
-from ..catalog._refusals import no_warehouse
-from ..errors import ADDRESS_SETTING, EngineRefusedError, EngineUnavailableError, LoginRequiredError
+from ..catalog._refusals import forbidden_line, no_warehouse
+from ..errors import (
+    ADDRESS_SETTING,
+    EngineRefusedError,
+    EngineUnavailableError,
+    LoginRequiredError,
+    TableNotFoundError,
+    did_you_mean,
+)
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
 from ..errors import CatalogUnreachableError as _CatalogUnreachableError
@@ -292,6 +299,53 @@ def _store_refusal(e: Any) -> CatalogAccessError | None:
     return None
 
 
+class TableNotFound(TableNotFoundError, captured.AnalysisException):
+    """Spark's ``TABLE_OR_VIEW_NOT_FOUND`` as one line with close names: ``TableNotFoundError`` and pyspark's
+    ``AnalysisException`` (code catching that keeps working)."""
+
+    def __init__(self, message: str, table: str, suggestions: list[str]):
+        PySparkException.__init__(self, message=message)
+        self.desc = self._desc = message
+        self._stackTrace, self._cause, self._origin = "", None, None
+        self.table, self.suggestions = table, suggestions
+
+    def __str__(self) -> str:
+        return self.desc
+
+
+_NOT_FOUND = re.compile(r"\[TABLE_OR_VIEW_NOT_FOUND\] The table or view (\S+) cannot be found")
+
+
+def _missing_table(e: Any) -> TableNotFound | None:
+    """A table Spark could not find in a lakesession catalog, with the close names its session's user may list."""
+    if not str(e.getClass().getName()).endswith("AnalysisException"):
+        return None
+    found = _NOT_FOUND.search(str(e.getMessage() or ""))
+    if found is None:
+        return None
+    parts = [p.strip("`") for p in found.group(1).split("`.`")]
+    from ._denials import sessions
+
+    for session in sessions():
+        catalog = getattr(session, "catalog_name", None)
+        if catalog is None or len(parts) < 2:
+            continue
+        if parts[0] == catalog and len(parts) > 2:
+            ident = tuple(parts[1:])
+        elif parts[0] != catalog:
+            ident = tuple(parts)  # the default catalog's
+        else:
+            continue
+        known = session._listable(ident[:-1])
+        leaf = ident[-1]
+        spaces = [f"{catalog}.{k[: -len('.*')]}.{leaf}" for k in known if k.endswith(".*")]
+        close = spaces or [f"{catalog}.{c}" for c in did_you_mean(".".join(ident), known)]
+        fix = f"did you mean {' or '.join(close)}?" if close else f"SHOW TABLES IN {catalog}.{'.'.join(ident[:-1])}"
+        name = ".".join((catalog, *ident))
+        return TableNotFound(f"Table {name} does not exist (or is not visible to you). Fix: {fix}", name, close)
+    return None
+
+
 def convert_exception(e: Any) -> captured.CapturedException:
     unoffered = unreached_error(e) or _capability(e) or _no_warehouse(e)
     if unoffered is not None:
@@ -304,7 +358,10 @@ def convert_exception(e: Any) -> captured.CapturedException:
         if no_login is not None:
             return no_login  # type: ignore[return-value]  # a CapturedException too
         message = chain_hint(said)
-        return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
+        kind = ICEBERG_REST_EXCEPTIONS[cls]
+        if kind == "forbidden":
+            message = forbidden_line(message)
+        return CatalogAccessError(message, kind, cls)
     refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path
     if refused is not None:
         return refused
@@ -316,7 +373,11 @@ def convert_exception(e: Any) -> captured.CapturedException:
         denied = None
     if denied is not None:
         return denied
-    return _original(e)
+    try:
+        missing = _missing_table(e)
+    except Exception:  # suggesting names must never hide the error itself
+        missing = None
+    return missing if missing is not None else _original(e)
 
 
 def install_error_conversion() -> None:

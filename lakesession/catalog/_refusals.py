@@ -7,6 +7,8 @@ imported, no table, no principal, no fix. The same refusal through Spark is a ``
 
 from __future__ import annotations
 
+import re
+
 from pyiceberg.exceptions import (
     BadRequestError,
     ForbiddenError,
@@ -17,7 +19,7 @@ from pyiceberg.exceptions import (
     UnauthorizedError,
 )
 
-from ..errors import CatalogAccessError, ConfigError
+from ..errors import CatalogAccessError, ConfigError, TableNotFoundError, did_you_mean
 
 _KINDS: tuple[tuple[type[Exception], str, int], ...] = (
     (ForbiddenError, "forbidden", 403),
@@ -40,9 +42,48 @@ def catalog_refusal(exc: Exception, *, action: str, table: str, principal: str |
     kind, status = found
     said = _said(exc, kind)
     who = f" as {principal}" if principal else ""
-    fix = FIXES.get(kind, RETRY).format(table=table)
+    fix = grant_fix(said, table) if kind == "forbidden" else FIXES.get(kind, RETRY).format(table=table)
     message = f"The catalog refused to {action} table {table}{who} (HTTP {status}): {said}. Fix: {fix}."
     return CatalogAccessError(message, kind, status=status)
+
+
+# the reference catalog's (and lakesession serve's) 403: who, what, on which object, the privilege checked
+_REFUSAL = re.compile(
+    r"Principal '(?P<who>[^']+)' is not authorized for (?P<action>\S+) on (?P<kind>table|view|namespace) "
+    r"(?P<name>\S+) \((?P<privilege>[A-Z_]+) required\)"
+)
+#: the privilege checked -> the one a user is granted for it (reading a table's data implies reading its metadata)
+AS_GRANTED = {
+    "TABLE_READ_PROPERTIES": "TABLE_READ_DATA",
+    "TABLE_WRITE_PROPERTIES": "TABLE_WRITE_DATA",
+    "VIEW_READ_PROPERTIES": "VIEW_READ_PROPERTIES",
+}
+GRANTS_HINT = "session.grants() lists yours"
+
+
+def grant_fix(said: str, table: str | None) -> str:
+    """The fix for a 403: the privilege to ask for, as granted, on the object the catalog named (else ``table``)."""
+    found = _REFUSAL.search(said)
+    if found is not None:
+        privilege = AS_GRANTED.get(found["privilege"], found["privilege"])
+        return f"ask the catalog's administrator for {privilege} on {found['kind']} {found['name']} ({GRANTS_HINT})"
+    what = f" on {table}" if table else ""
+    return f"ask the catalog's administrator for a grant{what} ({GRANTS_HINT})"
+
+
+def forbidden_line(said: str) -> str:
+    """A catalog's 403 seen through Spark (Iceberg's ``Forbidden: …``) as the line Python gives: the table, the
+    principal, the privilege to ask for as granted, and the fix."""
+    said = said.removeprefix("Forbidden: ").rstrip(".")
+    if "Fix:" in said:
+        return said
+    found = _REFUSAL.search(said)
+    if found is None:
+        return f"The catalog refused (HTTP 403): {said}. Fix: {grant_fix(said, None)}."
+    return (
+        f"The catalog refused {found['action']} on {found['kind']} {found['name']} as {found['who']} (HTTP 403, "
+        f"{found['privilege']} checked). Fix: {grant_fix(said, None)}."
+    )
 
 
 def _said(exc: Exception, fallback: str) -> str:
@@ -77,13 +118,20 @@ def no_warehouse(said: str, *, uri: str | None, warehouse: str | None) -> str:
     return f"{at} refused the warehouse asked for: {said.rstrip('.')}. Fix: {fix}."
 
 
-def missing_table(exc: NoSuchTableError, *, table: str, uri: str) -> NoSuchTableError:
-    """A 404 that names the table: Lakekeeper says only "Error getting tabular from catalog".
+class NoSuchTable(TableNotFoundError, NoSuchTableError):
+    """``TableNotFoundError`` that is pyiceberg's ``NoSuchTableError`` too (code catching that keeps working)."""
 
-    Still pyiceberg's ``NoSuchTableError`` (code catching it keeps working), with one line naming the table.
-    """
+
+def missing_table(exc: NoSuchTableError, *, table: str, uri: str, known: list[str] | None = None) -> NoSuchTable:
+    """A 404 as one line naming the table (Lakekeeper says only "Error getting tabular from catalog") and, from
+    ``known`` (the tables the user may list in its namespace), the close names."""
     said = _said(exc, "no such table")
-    if table in said:
-        return exc
-    fix = "check the name (session.catalog.list_tables(namespace) lists a namespace's tables)"
-    return NoSuchTableError(f"Table {table} does not exist in the catalog at {uri} ({said}). Fix: {fix}.")
+    leaf = table.rsplit(".", 1)[-1]
+    spaces = [k[: -len(".*")] + "." + leaf for k in known or [] if k.endswith(".*")]  # a mistyped namespace
+    close = spaces or did_you_mean(table, known or [])
+    if close:
+        fix = f"did you mean {' or '.join(close)}?"
+    else:
+        fix = "check the name (session.catalog.list_tables(namespace) lists a namespace's tables)"
+    where = "" if table in said else f" ({said})"
+    return NoSuchTable(f"Table {table} does not exist in the catalog at {uri}{where}. Fix: {fix}", table, close)

@@ -346,7 +346,9 @@ def test_java_too_old_and_new_enough(tmp_path, monkeypatch):
     _fake_java(tmp_path / "new" / "bin", "17.0.1")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "old"))
     monkeypatch.setenv("LAKESESSION_JVM_DIRS", str(tmp_path / "new"))
-    with pytest.raises(J.JavaNotFoundError, match=r"Java 1.8.0_392; Spark 4\S+ runs on Java 17 or 21. Fix: set JAVA_HOME="):
+    with pytest.raises(
+        J.JavaNotFoundError, match=r"Java 1.8.0_392; Spark 4\S+ runs on Java 17 or 21. Fix: set JAVA_HOME="
+    ):
         J.check_java()
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "new"))
     assert J.check_java() == "17.0.1"
