@@ -32,12 +32,9 @@ class Session(Protocol):
 
     access_log: AccessLog
     _identity: Any
-    catalog_name: str
 
     @property
     def closed(self) -> bool: ...
-
-    def _listable(self, namespace: tuple[str, ...]) -> list[str]: ...
 
 
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()

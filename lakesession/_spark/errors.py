@@ -328,7 +328,8 @@ def _missing_table(e: Any) -> TableNotFound | None:
 
     for session in sessions():
         catalog = getattr(session, "catalog_name", None)
-        if catalog is None or len(parts) < 2:
+        listable = getattr(session, "_listable", None)
+        if catalog is None or listable is None or len(parts) < 2:
             continue
         if parts[0] == catalog and len(parts) > 2:
             ident = tuple(parts[1:])
@@ -336,7 +337,7 @@ def _missing_table(e: Any) -> TableNotFound | None:
             ident = tuple(parts)  # the default catalog's
         else:
             continue
-        known = session._listable(ident[:-1])
+        known: list[str] = listable(ident[:-1])
         leaf = ident[-1]
         spaces = [f"{catalog}.{k[: -len('.*')]}.{leaf}" for k in known if k.endswith(".*")]
         close = spaces or [f"{catalog}.{c}" for c in did_you_mean(".".join(ident), known)]
