@@ -91,17 +91,22 @@ def _public_name(exc: BaseException) -> str:
 
 
 def _save_traceback(etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> str | None:
-    """The full traceback in a file of the user's own (mode 0600), or None when none can be written."""
-    import tempfile
+    """The full traceback in ``last-traceback.txt`` of lakesession's cache folder (the user's own, 0600, replaced
+    each time: no pile of files), or None when it cannot be written."""
     import traceback
+    from pathlib import Path
 
+    override, xdg = os.environ.get("LAKESESSION_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME")
+    folder = Path(override).expanduser() if override else (Path(xdg) if xdg else Path.home() / ".cache") / "lakesession"
+    path = folder / "last-traceback.txt"
     try:
-        fd, path = tempfile.mkstemp(prefix="lakesession-traceback-", suffix=".txt")
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.writelines(traceback.format_exception(etype, value, tb))
-    except OSError:
+    except (OSError, RuntimeError):  # no home, a read-only disk: the line still says how to see it
         return None
-    return path
+    return str(path)
 
 
 def _excepthook(etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:

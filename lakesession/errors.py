@@ -275,13 +275,18 @@ class TableNotFoundError(LakesessionError, LookupError):
 
 
 def did_you_mean(name: str, known: list[str]) -> list[str]:
-    """Up to three of ``known`` close to ``name`` (difflib), compared with and without the namespace."""
+    """Up to three of ``known`` close to ``name`` (difflib): by the whole name, else by the last part alone."""
     import difflib
 
+    whole = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(whole), n=3, cutoff=0.75)
+    if close:
+        return [whole[c] for c in close]
     leaf = name.rsplit(".", 1)[-1].lower()
-    by_leaf = {k.rsplit(".", 1)[-1].lower(): k for k in known}
-    close = difflib.get_close_matches(leaf, list(by_leaf), n=3, cutoff=0.6)
-    return [by_leaf[c] for c in close]
+    by_leaf: dict[str, list[str]] = {}
+    for k in known:
+        by_leaf.setdefault(k.rsplit(".", 1)[-1].lower(), []).append(k)
+    return [k for c in difflib.get_close_matches(leaf, list(by_leaf), n=3, cutoff=0.6) for k in by_leaf[c]][:3]
 
 
 class ViewChainError(LakesessionError):

@@ -264,7 +264,7 @@ class Session:
         """
         from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
 
-        from .catalog._refusals import catalog_refusal, missing_table
+        from .catalog._refusals import catalog_refusal, missing_table, unlisted_table
         from .catalog._tables import load_table
 
         catalog = self.catalog  # first: its start fetches the token that names the principal
@@ -291,20 +291,32 @@ class Session:
             if isinstance(exc, NoSuchTableError):
                 known = self._listable(ident[:-1])
                 raise missing_table(exc, table=".".join(ident), uri=self.uri, known=known) from None
+            if isinstance(exc, ForbiddenError):  # catalogs refuse names the user may not see, existing or not
+                unseen = unlisted_table(ident, self._listable(ident[:-1]), uri=self.uri)
+                if unseen is not None:
+                    raise unseen from exc
             refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal)
             if refused is None:
                 raise
             raise refused from exc
 
     def _listable(self, namespace: tuple[str, ...]) -> list[str]:
-        """Names the user may list near ``namespace``: its tables; when it has none (a mistyped namespace?), the
-        same table name in the namespaces close to it. For "did you mean" only: a refusal to list gives none."""
+        """Names the user may know near ``namespace``, for "did you mean": its tables if the user may list them,
+        else the tables the user holds grants on (``grants()``); when neither answers, the same table name in the
+        namespaces close to it (``<ns>.*``). A refusal to list or a catalog without grants gives none."""
         import difflib
 
         try:
             return [".".join(t) for t in self.catalog.list_tables(namespace)]
         except Exception:
             pass
+        try:
+            rows = self.reports.grants(timeout=5.0)["securable"]
+            granted = [str(r).removeprefix("table ") for r in rows if str(r).startswith("table ")]
+        except Exception:
+            granted = []
+        if granted:
+            return granted
         try:
             spaces = [".".join(n) for n in self.catalog.list_namespaces()]
         except Exception:

@@ -122,6 +122,25 @@ class NoSuchTable(TableNotFoundError, NoSuchTableError):
     """``TableNotFoundError`` that is pyiceberg's ``NoSuchTableError`` too (code catching that keeps working)."""
 
 
+def unlisted_table(ident: tuple[str, ...], known: list[str], *, uri: str) -> NoSuchTable | None:
+    """A refused name that the user's own listing of its namespace lacks while a close name is there: a typo,
+    told as one (None when the name is listed, or nothing close is: then the refusal is what to show)."""
+    table = ".".join(ident)
+    if table in known:
+        return None
+    leaf = ident[-1]
+    spaces = [k[: -len(".*")] + "." + leaf for k in known if k.endswith(".*")]
+    close = spaces or did_you_mean(table, known)
+    if not close:
+        return None
+    return NoSuchTable(
+        f"Table {table} does not exist or is not visible to you (the catalog at {uri} refused it). "
+        f"Fix: did you mean {' or '.join(close)}?",
+        table,
+        close,
+    )
+
+
 def missing_table(exc: NoSuchTableError, *, table: str, uri: str, known: list[str] | None = None) -> NoSuchTable:
     """A 404 as one line naming the table (Lakekeeper says only "Error getting tabular from catalog") and, from
     ``known`` (the tables the user may list in its namespace), the close names."""
