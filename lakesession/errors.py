@@ -18,6 +18,7 @@ LakesessionError
 ├── IdentityError                         getting the user's token (lakesession.identity)
 │   ├── LoginRequiredError                no (usable) login: log in again
 │   ├── TokenRefreshError                 the issuer is unreachable / failing (transient; recovers)
+│   │   └── IssuerUnreachableError        never reached where tokens come from: a wrong address (check uri=)
 │   ├── ScopeError                        the issuer refused the scope sent (invalid_scope): says what it expects
 │   └── DeviceFlowError                   the device-code login did not complete
 │       └── SignInBusyError               the issuer answered 429/503: says when to try again (Retry-After)

@@ -20,7 +20,7 @@ from pyspark.errors.exceptions.base import PySparkException
 
 from .._wire.enginerules import REFUSED_PREFIX
 from ..catalog._chains import chain_hint
-from ..catalog._refusals import forbidden_line, no_warehouse
+from ..catalog._refusals import forbidden_line, no_warehouse, refused_object, unlisted_table
 from ..errors import (
     ADDRESS_SETTING,
     EngineRefusedError,
@@ -347,6 +347,33 @@ def _missing_table(e: Any) -> TableNotFound | None:
     return None
 
 
+def _unlisted(said: str) -> TableNotFound | None:
+    """A refused table the refused user's session cannot list while a close name is there: a typo, said so."""
+    found = refused_object(said)
+    if found is None or found[1] != "table":
+        return None
+    who, _, name = found
+    from ._denials import sessions
+
+    for session in sessions():
+        listable = getattr(session, "_listable", None)
+        catalog = getattr(session, "catalog_name", None)
+        if listable is None or catalog is None or getattr(session._identity, "principal", None) != who:
+            continue
+        ident = tuple(name.split("."))
+        unseen = unlisted_table(ident, listable(ident[:-1]), uri=str(getattr(session, "uri", "")))
+        if unseen is None:
+            return None
+        close = [f"{catalog}.{c}" for c in unseen.suggestions]
+        return TableNotFound(
+            f"Table {catalog}.{name} does not exist or is not visible to you (the catalog refused it). "
+            f"Fix: did you mean {' or '.join(close)}?",
+            f"{catalog}.{name}",
+            close,
+        )
+    return None
+
+
 def convert_exception(e: Any) -> captured.CapturedException:
     unoffered = unreached_error(e) or _capability(e) or _no_warehouse(e)
     if unoffered is not None:
@@ -361,6 +388,12 @@ def convert_exception(e: Any) -> captured.CapturedException:
         message = chain_hint(said)
         kind = ICEBERG_REST_EXCEPTIONS[cls]
         if kind == "forbidden":
+            try:
+                unseen = _unlisted(said)
+            except Exception:  # suggesting names must never hide the refusal itself
+                unseen = None
+            if unseen is not None:
+                return unseen
             message = forbidden_line(message)
         return CatalogAccessError(message, kind, cls)
     refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path

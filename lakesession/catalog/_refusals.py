@@ -61,6 +61,12 @@ AS_GRANTED = {
 GRANTS_HINT = "session.grants() lists yours"
 
 
+def refused_object(said: str) -> tuple[str, str, str] | None:
+    """(principal, kind, name) a catalog's 403 names (the reference catalog's wording), else None."""
+    found = _REFUSAL.search(said)
+    return None if found is None else (found["who"], found["kind"], found["name"])
+
+
 def grant_fix(said: str, table: str | None) -> str:
     """The fix for a 403: the privilege to ask for, as granted, on the object the catalog named (else ``table``)."""
     found = _REFUSAL.search(said)
