@@ -135,7 +135,8 @@ class Upstream:
             return error_reply(400, "BadRequestException", unreached_message(exc))
         if isinstance(exc, IdentityError) and not isinstance(exc, TokenRefreshError):
             # a dead login or a rejected client: retrying cannot help, the user must act (the message says how)
-            logger.warning("no usable login for the catalog: %s", type(exc).__name__)
+            # info, not a warning: the query's own error says it, in one line (a warning is a second line on stderr)
+            logger.info("no usable login for the catalog: %s", type(exc).__name__)
             # Iceberg prefixes "Not authorized: " itself; Spark's error conversion raises ``exc``'s class again
             return error_reply(401, "NotAuthorizedException", no_login_message(exc))
         retry_after = self.issuer_outage.failed()

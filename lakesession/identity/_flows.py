@@ -146,7 +146,7 @@ class StaticToken(TokenSource):
             )
             why = f"expired at {when}"
         raise LoginRequiredError(
-            f"The static access token {why} and cannot be refreshed. Fix: pass a fresh one "
+            f"The static access token {why} and cannot be refreshed. Fix: pass a fresh token "
             "(lakesession.connect(token=...) or LAKESESSION_TOKEN), or log in with credential=/issuer= so that "
             "tokens refresh themselves."
         )

@@ -61,8 +61,8 @@ SCRIPT = textwrap.dedent(
     show("read-only write", lambda: reader.sql("INSERT INTO lake_r.shop.orders VALUES (3, 'fig')").collect())
     nobody = login("nobody", nobody_secret, "lake_n").spark()
     show("no grant", lambda: nobody.sql("SELECT * FROM lake_n.shop.orders").collect())
-    lost = login("reader", reader_secret, "lake_w", warehouse="lakehouse").spark()
-    show("wrong warehouse", lambda: lost.sql("SHOW NAMESPACES IN lake_w").collect())
+    lost = login("reader", reader_secret, "lake_w", warehouse="lakehouse")
+    show("wrong warehouse", lambda: lost.spark().sql("SHOW NAMESPACES IN lake_w").collect())
     late = lakesession.connect(uri=uri, token=expired, warehouse="lakesession", catalog_name="lake_e", spark_conf=conf)
     show("expired login", lambda: late.spark().sql("SHOW NAMESPACES IN lake_e").collect())
     """
