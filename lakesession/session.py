@@ -266,6 +266,7 @@ class Session:
 
         from .catalog._refusals import catalog_refusal, missing_table, unlisted_table
         from .catalog._tables import load_table
+        from .errors import did_you_mean
 
         catalog = self.catalog  # first: its start fetches the token that names the principal
         principal = getattr(self.identity, "principal", None)
@@ -291,30 +292,29 @@ class Session:
             if isinstance(exc, NoSuchTableError):
                 known = self._listable(ident[:-1])
                 raise missing_table(exc, table=".".join(ident), uri=self.uri, known=known) from None
+            close: list[str] = []
             if isinstance(exc, ForbiddenError):  # catalogs refuse names the user may not see, existing or not
-                unseen = unlisted_table(ident, self._listable(ident[:-1]), uri=self.uri)
+                listed = self._listed(ident[:-1])
+                unseen = unlisted_table(ident, listed, uri=self.uri) if listed is not None else None
                 if unseen is not None:
                     raise unseen from exc
-            refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal)
+                if listed is None:  # a name close to one granted: a typo, or truly no grant (both said)
+                    close = [g for g in did_you_mean(".".join(ident), self._granted()) if g != ".".join(ident)]
+            refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal, close=close)
             if refused is None:
                 raise
             raise refused from exc
 
     def _listable(self, namespace: tuple[str, ...]) -> list[str]:
         """Names the user may know near ``namespace``, for "did you mean": its tables if the user may list them,
-        else the tables the user holds grants on (``grants()``); when neither answers, the same table name in the
-        namespaces close to it (``<ns>.*``). A refusal to list or a catalog without grants gives none."""
+        else the tables the user holds grants on; when neither answers, the same table name in the namespaces close
+        to it (``<ns>.*``). A refusal to list or a catalog without grants gives none."""
         import difflib
 
-        try:
-            return [".".join(t) for t in self.catalog.list_tables(namespace)]
-        except Exception:
-            pass
-        try:
-            rows = self.reports.grants(timeout=5.0)["securable"]
-            granted = [str(r).removeprefix("table ") for r in rows if str(r).startswith("table ")]
-        except Exception:
-            granted = []
+        listed = self._listed(namespace)
+        if listed is not None:
+            return listed
+        granted = self._granted()
         if granted:
             return granted
         try:
@@ -323,6 +323,21 @@ class Session:
             return []
         close = difflib.get_close_matches(".".join(namespace), spaces, n=3, cutoff=0.6)
         return [".".join((c, "*")) for c in close]
+
+    def _listed(self, namespace: tuple[str, ...]) -> list[str] | None:
+        """The tables of ``namespace`` (None: the user may not list it, or it does not exist)."""
+        try:
+            return [".".join(t) for t in self.catalog.list_tables(namespace)]
+        except Exception:
+            return None
+
+    def _granted(self) -> list[str]:
+        """The tables the user holds grants on (``grants()``; none from a catalog without a grants endpoint)."""
+        try:
+            rows = self.reports.grants(timeout=5.0)["securable"]
+        except Exception:
+            return []
+        return [str(r).removeprefix("table ") for r in rows if str(r).startswith("table ")]
 
     def _is_view(self, ident: tuple[str, ...]) -> bool:
         """Whether ``ident`` is a view (False when the catalog will not say: a revoked user may not ask)."""

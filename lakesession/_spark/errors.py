@@ -347,8 +347,9 @@ def _missing_table(e: Any) -> TableNotFound | None:
     return None
 
 
-def _unlisted(said: str) -> TableNotFound | None:
-    """A refused table the refused user's session cannot list while a close name is there: a typo, said so."""
+def _unlisted(said: str) -> TableNotFound | list[str] | None:
+    """A refused table the refused user's session cannot find: ``TableNotFound`` when its namespace's listing lacks
+    it while a close name is there; else the close names among the user's granted tables (a typo, or no grant)."""
     found = refused_object(said)
     if found is None or found[1] != "table":
         return None
@@ -356,12 +357,17 @@ def _unlisted(said: str) -> TableNotFound | None:
     from ._denials import sessions
 
     for session in sessions():
-        listable = getattr(session, "_listable", None)
+        listed_fn, granted_fn = getattr(session, "_listed", None), getattr(session, "_granted", None)
         catalog = getattr(session, "catalog_name", None)
-        if listable is None or catalog is None or getattr(session._identity, "principal", None) != who:
+        if listed_fn is None or granted_fn is None or catalog is None:
+            continue
+        if getattr(session._identity, "principal", None) != who:
             continue
         ident = tuple(name.split("."))
-        unseen = unlisted_table(ident, listable(ident[:-1]), uri=str(getattr(session, "uri", "")))
+        listed = listed_fn(ident[:-1])
+        if listed is None:
+            return [f"{catalog}.{g}" for g in did_you_mean(name, granted_fn()) if g != name]
+        unseen = unlisted_table(ident, listed, uri=str(getattr(session, "uri", "")))
         if unseen is None:
             return None
         close = [f"{catalog}.{c}" for c in unseen.suggestions]
@@ -392,9 +398,9 @@ def convert_exception(e: Any) -> captured.CapturedException:
                 unseen = _unlisted(said)
             except Exception:  # suggesting names must never hide the refusal itself
                 unseen = None
-            if unseen is not None:
+            if isinstance(unseen, TableNotFound):
                 return unseen
-            message = forbidden_line(message)
+            message = forbidden_line(message, unseen)
         return CatalogAccessError(message, kind, cls)
     refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path
     if refused is not None:

@@ -34,7 +34,9 @@ FIXES = {
 RETRY = "retry; if it persists, ask the catalog's operator"
 
 
-def catalog_refusal(exc: Exception, *, action: str, table: str, principal: str | None) -> CatalogAccessError | None:
+def catalog_refusal(
+    exc: Exception, *, action: str, table: str, principal: str | None, close: list[str] | None = None
+) -> CatalogAccessError | None:
     """``exc`` (a pyiceberg REST error) as a one-line ``CatalogAccessError``, or None for any other error."""
     found = next(((kind, status) for cls, kind, status in _KINDS if isinstance(exc, cls)), None)
     if found is None:
@@ -43,8 +45,15 @@ def catalog_refusal(exc: Exception, *, action: str, table: str, principal: str |
     said = _said(exc, kind)
     who = f" as {principal}" if principal else ""
     fix = grant_fix(said, table) if kind == "forbidden" else FIXES.get(kind, RETRY).format(table=table)
-    message = f"The catalog refused to {action} table {table}{who} (HTTP {status}): {said}. Fix: {fix}."
+    message = (
+        f"The catalog refused to {action} table {table}{who} (HTTP {status}): {said}.{granted_close(close)} Fix: {fix}."
+    )
     return CatalogAccessError(message, kind, status=status)
+
+
+def granted_close(close: list[str] | None) -> str:
+    """ " Did you mean …?" for a refused name close to tables the user holds grants on ('' when none is)."""
+    return f" Did you mean {' or '.join(close)} (granted to you)?" if close else ""
 
 
 # the reference catalog's (and lakesession serve's) 403: who, what, on which object, the privilege checked
@@ -77,7 +86,7 @@ def grant_fix(said: str, table: str | None) -> str:
     return f"ask the catalog's administrator for a grant{what} ({GRANTS_HINT})"
 
 
-def forbidden_line(said: str) -> str:
+def forbidden_line(said: str, close: list[str] | None = None) -> str:
     """A catalog's 403 seen through Spark (Iceberg's ``Forbidden: …``) as the line Python gives: the table, the
     principal, the privilege to ask for as granted, and the fix."""
     said = said.removeprefix("Forbidden: ").rstrip(".")
@@ -85,10 +94,10 @@ def forbidden_line(said: str) -> str:
         return said
     found = _REFUSAL.search(said)
     if found is None:
-        return f"The catalog refused (HTTP 403): {said}. Fix: {grant_fix(said, None)}."
+        return f"The catalog refused (HTTP 403): {said}.{granted_close(close)} Fix: {grant_fix(said, None)}."
     return (
         f"The catalog refused {found['action']} on {found['kind']} {found['name']} as {found['who']} (HTTP 403, "
-        f"{found['privilege']} checked). Fix: {grant_fix(said, None)}."
+        f"{found['privilege']} checked).{granted_close(close)} Fix: {grant_fix(said, None)}."
     )
 
 

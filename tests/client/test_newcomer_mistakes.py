@@ -74,12 +74,12 @@ MISTAKES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("ConfigError", "'lakehouse'", "check warehouse="),
     ),
     "typo'd table": (
-        f'login("reader", "{SECRET["reader"]}").table("shop.ordrs")',
-        ("TableNotFoundError", "shop.ordrs", "did you mean shop.orders?"),
+        f'login("reader", "{SECRET["reader"]}").table("shop.ordrs")',  # reader may not list shop: its grants tell
+        ("CatalogAccessError", "shop.ordrs as reader", "Did you mean shop.orders (granted to you)?"),
     ),
     "mistyped namespace": (
         f'login("reader", "{SECRET["reader"]}").table("shp.orders")',
-        ("TableNotFoundError", "shp.orders", "did you mean shop.orders?"),
+        ("CatalogAccessError", "shp.orders as reader", "Did you mean shop.orders (granted to you)?"),
     ),
     "expired login": (
         'lakesession.connect(uri=uri, token=expired, warehouse="lakesession").table("shop.orders")',

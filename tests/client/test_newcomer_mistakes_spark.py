@@ -71,7 +71,7 @@ SCRIPT = textwrap.dedent(
 SAYS = {
     "wrong URL": ("IssuerUnreachableError", "http://127.0.0.1:{closed}/v1/oauth/tokens", "uri= (LAKESESSION_URI)"),
     "wrong URL (token)": ("CatalogUnreachableError", "http://127.0.0.1:{closed}", "uri= (LAKESESSION_URI)"),
-    "typo'd table": ("TableNotFoundError", "lake_r.shop.ordrs", "did you mean lake_r.shop.orders?"),
+    "typo'd table": ("CatalogAccessError", "table shop.ordrs as reader", "Did you mean lake_r.shop.orders (granted"),
     "read-only write": ("StorageAccessError", "shop.orders", "TABLE_WRITE_DATA"),
     "no grant": ("CatalogAccessError", "table shop.orders as nobody", "TABLE_READ_DATA on table shop.orders"),
     "wrong warehouse": ("ConfigError", "'lakehouse'", "check warehouse="),
