@@ -343,7 +343,8 @@ def _missing_table(e: Any) -> TableNotFound | None:
         close = spaces or [f"{catalog}.{c}" for c in did_you_mean(".".join(ident), known)]
         fix = f"did you mean {' or '.join(close)}?" if close else f"SHOW TABLES IN {catalog}.{'.'.join(ident[:-1])}"
         name = ".".join((catalog, *ident))
-        return TableNotFound(f"Table {name} does not exist (or is not visible to you). Fix: {fix}", name, close)
+        said = f"Table {name} does not exist or is not visible to you (Spark: TABLE_OR_VIEW_NOT_FOUND). Fix: {fix}"
+        return TableNotFound(said, name, close)
     return None
 
 
