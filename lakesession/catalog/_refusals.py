@@ -95,9 +95,11 @@ def forbidden_line(said: str, close: list[str] | None = None) -> str:
     found = _REFUSAL.search(said)
     if found is None:
         return f"The catalog refused (HTTP 403): {said}.{granted_close(close)} Fix: {grant_fix(said, None)}."
+    action, kind = found["action"], found["kind"]
+    verb = action.removesuffix(f"_{kind}").replace("_", " ")  # load_table -> load (Python's wording)
     return (
-        f"The catalog refused {found['action']} on {found['kind']} {found['name']} as {found['who']} (HTTP 403, "
-        f"{found['privilege']} checked).{granted_close(close)} Fix: {grant_fix(said, None)}."
+        f"The catalog refused to {verb} {kind} {found['name']} as {found['who']} (HTTP 403): {said}."
+        f"{granted_close(close)} Fix: {grant_fix(said, None)}."
     )
 
 
