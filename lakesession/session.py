@@ -264,6 +264,7 @@ class Session:
         """
         from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
 
+        from .catalog._names import granted, listable, listed
         from .catalog._refusals import catalog_refusal, missing_table, unlisted_table
         from .catalog._tables import load_table
         from .errors import did_you_mean
@@ -290,54 +291,36 @@ class Session:
                     "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
                 ) from None
             if isinstance(exc, NoSuchTableError):
-                known = self._listable(ident[:-1])
+                known = listable(self.catalog, self.reports, ident[:-1])
                 raise missing_table(exc, table=".".join(ident), uri=self.uri, known=known) from None
             close: list[str] = []
             if isinstance(exc, ForbiddenError):  # catalogs refuse names the user may not see, existing or not
-                listed = self._listed(ident[:-1])
-                unseen = unlisted_table(ident, listed, uri=self.uri) if listed is not None else None
+                tables = listed(self.catalog, ident[:-1])
+                unseen = unlisted_table(ident, tables, uri=self.uri) if tables is not None else None
                 if unseen is not None:
                     raise unseen from exc
-                if listed is None:  # a name close to one granted: a typo, or truly no grant (both said)
-                    close = [g for g in did_you_mean(".".join(ident), self._granted()) if g != ".".join(ident)]
+                if tables is None:  # a name close to one granted: a typo, or truly no grant (both said)
+                    close = [g for g in did_you_mean(".".join(ident), granted(self.reports)) if g != ".".join(ident)]
             refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal, close=close)
             if refused is None:
                 raise
             raise refused from exc
 
+    # -- "did you mean" (catalog/_names.py): also what Spark's error conversion asks of a session -----------------
     def _listable(self, namespace: tuple[str, ...]) -> list[str]:
-        """Names the user may know near ``namespace``, for "did you mean": its tables if the user may list them,
-        else the tables the user holds grants on; when neither answers, the same table name in the namespaces close
-        to it (``<ns>.*``). A refusal to list or a catalog without grants gives none."""
-        import difflib
+        from .catalog._names import listable
 
-        listed = self._listed(namespace)
-        if listed is not None:
-            return listed
-        granted = self._granted()
-        if granted:
-            return granted
-        try:
-            spaces = [".".join(n) for n in self.catalog.list_namespaces()]
-        except Exception:
-            return []
-        close = difflib.get_close_matches(".".join(namespace), spaces, n=3, cutoff=0.6)
-        return [".".join((c, "*")) for c in close]
+        return listable(self.catalog, self.reports, namespace)
 
     def _listed(self, namespace: tuple[str, ...]) -> list[str] | None:
-        """The tables of ``namespace`` (None: the user may not list it, or it does not exist)."""
-        try:
-            return [".".join(t) for t in self.catalog.list_tables(namespace)]
-        except Exception:
-            return None
+        from .catalog._names import listed
+
+        return listed(self.catalog, namespace)
 
     def _granted(self) -> list[str]:
-        """The tables the user holds grants on (``grants()``; none from a catalog without a grants endpoint)."""
-        try:
-            rows = self.reports.grants(timeout=5.0)["securable"]
-        except Exception:
-            return []
-        return [str(r).removeprefix("table ") for r in rows if str(r).startswith("table ")]
+        from .catalog._names import granted
+
+        return granted(self.reports)
 
     def _is_view(self, ident: tuple[str, ...]) -> bool:
         """Whether ``ident`` is a view (False when the catalog will not say: a revoked user may not ask)."""

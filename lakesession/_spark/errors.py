@@ -20,23 +20,18 @@ from pyspark.errors.exceptions.base import PySparkException
 
 from .._wire.enginerules import REFUSED_PREFIX
 from ..catalog._chains import chain_hint
-from ..catalog._refusals import forbidden_line, no_warehouse, refused_object, unlisted_table
+from ..catalog._refusals import forbidden_line, no_warehouse
+from ..errors import CapabilityError as _CapabilityError
+from ..errors import CatalogAccessError as _CatalogAccessError
+from ..errors import ConfigError as _ConfigError
 from ..errors import (
-    ADDRESS_SETTING,
     EngineRefusedError,
     EngineUnavailableError,
     LoginRequiredError,
-    TableNotFoundError,
-    did_you_mean,
 )
-from ..errors import CapabilityError as _CapabilityError
-from ..errors import CatalogAccessError as _CatalogAccessError
-from ..errors import CatalogUnreachableError as _CatalogUnreachableError
-from ..errors import ConfigError as _ConfigError
 from ..errors import IdentityError as _IdentityError
-from ..errors import IssuerUnreachableError as _IssuerUnreachableError
 from ..errors import ScopeError as _ScopeError
-from ..gateway._nologin import found_no_login, found_unreached
+from ..gateway._nologin import found_no_login
 
 ICEBERG_REST_EXCEPTIONS = {
     "org.apache.iceberg.exceptions.ForbiddenException": "forbidden",
@@ -140,50 +135,6 @@ class LoginRequired(LoginRequiredError, IdentityError):
 
     def __init__(self, message: str):
         IdentityError.__init__(self, message, "LoginRequiredError")
-
-
-class CatalogUnreachableError(_CatalogUnreachableError, captured.CapturedException):
-    """The catalog this session never reached, from a Spark query (the gateway's 400): the class Python raises."""
-
-    def __init__(self, message: str):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
-        self.kind, self.java_class, self.status = "catalog unreachable", BAD_REQUEST, None
-        self.url, self.setting = _address(message)
-
-    def __str__(self) -> str:
-        return self.desc
-
-
-class IssuerUnreachableError(_IssuerUnreachableError, IdentityError):
-    """Where tokens come from, never reached, from a Spark query: the class Python raises."""
-
-    def __init__(self, message: str):
-        IdentityError.__init__(self, message, "IssuerUnreachableError")
-        self.url, self.setting = _address(message)
-
-
-def _address(message: str) -> tuple[str, str]:
-    """(the URL, the setting to check) an "address never reached" line names."""
-    url = re.match(r"Cannot reach (?:the catalog at )?(\S+) ", message)
-    setting = message.rsplit("Fix: check ", 1)[-1].rstrip(".") if "Fix: check " in message else ADDRESS_SETTING
-    return (url.group(1) if url else ""), setting
-
-
-def unreached_error(e: Any) -> captured.CapturedException | None:
-    """The gateway's "never reached" 400 anywhere on ``e``'s cause chain, as the class Python raises for it."""
-    seen = 0
-    while e is not None and seen < 20:
-        found = found_unreached(str(e.getMessage() or ""))
-        if found is not None:
-            name, message = found
-            if name == "IssuerUnreachableError":
-                return IssuerUnreachableError(message)
-            return CatalogUnreachableError(message)
-        e = e.getCause()
-        seen += 1
-    return None
 
 
 def identity_error(text: str) -> _IdentityError | None:
@@ -299,89 +250,9 @@ def _store_refusal(e: Any) -> CatalogAccessError | None:
     return None
 
 
-class TableNotFound(TableNotFoundError, captured.AnalysisException):
-    """Spark's ``TABLE_OR_VIEW_NOT_FOUND`` as one line with close names: ``TableNotFoundError`` and pyspark's
-    ``AnalysisException`` (code catching that keeps working)."""
-
-    def __init__(self, message: str, table: str, suggestions: list[str]):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
-        self.table, self.suggestions = table, suggestions
-
-    def __str__(self) -> str:
-        return self.desc
-
-
-_NOT_FOUND = re.compile(r"\[TABLE_OR_VIEW_NOT_FOUND\] The table or view (\S+) cannot be found")
-
-
-def _missing_table(e: Any) -> TableNotFound | None:
-    """A table Spark could not find in a lakesession catalog, with the close names its session's user may list."""
-    if not str(e.getClass().getName()).endswith("AnalysisException"):
-        return None
-    found = _NOT_FOUND.search(str(e.getMessage() or ""))
-    if found is None:
-        return None
-    parts = [p.strip("`") for p in found.group(1).split("`.`")]
-    from ._denials import sessions
-
-    for session in sessions():
-        catalog = getattr(session, "catalog_name", None)
-        listable = getattr(session, "_listable", None)
-        if catalog is None or listable is None or len(parts) < 2:
-            continue
-        if parts[0] == catalog and len(parts) > 2:
-            ident = tuple(parts[1:])
-        elif parts[0] != catalog:
-            ident = tuple(parts)  # the default catalog's
-        else:
-            continue
-        known: list[str] = listable(ident[:-1])
-        leaf = ident[-1]
-        spaces = [f"{catalog}.{k[: -len('.*')]}.{leaf}" for k in known if k.endswith(".*")]
-        close = spaces or [f"{catalog}.{c}" for c in did_you_mean(".".join(ident), known)]
-        fix = f"did you mean {' or '.join(close)}?" if close else f"SHOW TABLES IN {catalog}.{'.'.join(ident[:-1])}"
-        name = ".".join((catalog, *ident))
-        said = f"Table {name} does not exist or is not visible to you (Spark: TABLE_OR_VIEW_NOT_FOUND). Fix: {fix}"
-        return TableNotFound(said, name, close)
-    return None
-
-
-def _unlisted(said: str) -> TableNotFound | list[str] | None:
-    """A refused table the refused user's session cannot find: ``TableNotFound`` when its namespace's listing lacks
-    it while a close name is there; else the close names among the user's granted tables (a typo, or no grant)."""
-    found = refused_object(said)
-    if found is None or found[1] != "table":
-        return None
-    who, _, name = found
-    from ._denials import sessions
-
-    for session in sessions():
-        listed_fn, granted_fn = getattr(session, "_listed", None), getattr(session, "_granted", None)
-        catalog = getattr(session, "catalog_name", None)
-        if listed_fn is None or granted_fn is None or catalog is None:
-            continue
-        if getattr(session._identity, "principal", None) != who:
-            continue
-        ident = tuple(name.split("."))
-        listed = listed_fn(ident[:-1])
-        if listed is None:
-            return [f"{catalog}.{g}" for g in did_you_mean(name, granted_fn()) if g != name]
-        unseen = unlisted_table(ident, listed, uri=str(getattr(session, "uri", "")))
-        if unseen is None:
-            return None
-        close = [f"{catalog}.{c}" for c in unseen.suggestions]
-        return TableNotFound(
-            f"Table {catalog}.{name} does not exist or is not visible to you (the catalog refused it). "
-            f"Fix: did you mean {' or '.join(close)}?",
-            f"{catalog}.{name}",
-            close,
-        )
-    return None
-
-
 def convert_exception(e: Any) -> captured.CapturedException:
+    from ._mistakes import missing_table_error, unlisted, unreached_error
+
     unoffered = unreached_error(e) or _capability(e) or _no_warehouse(e)
     if unoffered is not None:
         return unoffered
@@ -396,10 +267,10 @@ def convert_exception(e: Any) -> captured.CapturedException:
         kind = ICEBERG_REST_EXCEPTIONS[cls]
         if kind == "forbidden":
             try:
-                unseen = _unlisted(said)
+                unseen = unlisted(said)
             except Exception:  # suggesting names must never hide the refusal itself
                 unseen = None
-            if isinstance(unseen, TableNotFound):
+            if isinstance(unseen, captured.CapturedException):  # a TableNotFound
                 return unseen
             message = forbidden_line(message, unseen)
         return CatalogAccessError(message, kind, cls)
@@ -415,7 +286,7 @@ def convert_exception(e: Any) -> captured.CapturedException:
     if denied is not None:
         return denied
     try:
-        missing = _missing_table(e)
+        missing = missing_table_error(e)
     except Exception:  # suggesting names must never hide the error itself
         missing = None
     return missing if missing is not None else _original(e)
@@ -488,6 +359,11 @@ def install_connect_error_conversion() -> None:
         if found is not None:
             cls, message = found
             message = message or truncated_message
+            from ._mistakes import unreached_from
+
+            unreached = unreached_from(message)  # the gateway's "never reached" 400: the class Python raises
+            if unreached is not None:
+                return unreached
             no_login = identity_error(message)
             if no_login is not None:
                 return no_login
