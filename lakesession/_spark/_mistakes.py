@@ -5,7 +5,7 @@
 * a table Spark could not find (``TABLE_OR_VIEW_NOT_FOUND``), or one the catalog refused that the user's session
   cannot see: one line with the close names the user may list or holds grants on.
 
-Called from ``lakesession._spark.errors`` (which this module imports from, so it is imported there lazily).
+Called from ``lakesession._spark.errors`` (lazily: only a failure needs it); imports nothing from it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from ..errors import ADDRESS_SETTING, TableNotFoundError, did_you_mean
 from ..errors import CatalogUnreachableError as _CatalogUnreachableError
 from ..errors import IssuerUnreachableError as _IssuerUnreachableError
 from ..gateway._nologin import found_unreached
-from .errors import BAD_REQUEST, IdentityError
+
+BAD_REQUEST = "org.apache.iceberg.exceptions.BadRequestException"  # as in .errors (which imports this module)
 
 
 class CatalogUnreachableError(_CatalogUnreachableError, captured.CapturedException):
@@ -38,12 +39,18 @@ class CatalogUnreachableError(_CatalogUnreachableError, captured.CapturedExcepti
         return self.desc
 
 
-class IssuerUnreachableError(_IssuerUnreachableError, IdentityError):
+class IssuerUnreachableError(_IssuerUnreachableError, captured.CapturedException):
     """Where tokens come from, never reached, from a Spark query: the class Python raises."""
 
     def __init__(self, message: str):
-        IdentityError.__init__(self, message, "IssuerUnreachableError")
+        PySparkException.__init__(self, message=message)
+        self.desc = self._desc = message
+        self._stackTrace, self._cause, self._origin = "", None, None
+        self.cause = "IssuerUnreachableError"
         self.url, self.setting = _address(message)
+
+    def __str__(self) -> str:
+        return self.desc
 
 
 def _address(message: str) -> tuple[str, str]:
