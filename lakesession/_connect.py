@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._settings import Settings
-from .errors import ConfigError
+from .errors import ADDRESS_SETTING, ConfigError
 from .session import Session
 
 if TYPE_CHECKING:
@@ -148,9 +148,12 @@ def _identity(uri: str, settings: Settings) -> TokenSource:
             source.login()
         return source
     if client_id and client_secret:
-        return ClientCredentials(
+        source = ClientCredentials(
             token_url or f"{uri}/v1/oauth/tokens", client_id, client_secret, scope=scope or "catalog"
         )
+        if not token_url:  # the catalog's own endpoint: a wrong uri= is what to check
+            source.address_setting = ADDRESS_SETTING
+        return source
     raise ConfigError(
         "no identity: pass token=..., credential='client_id:secret' (with token_url=...), "
         "or issuer=... with client_id=... (device login); for a catalog without authentication "

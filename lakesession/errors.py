@@ -18,12 +18,16 @@ LakesessionError
 ├── IdentityError                         getting the user's token (lakesession.identity); one line
 │   ├── LoginRequiredError                no (usable) login: log in again
 │   ├── TokenRefreshError                 the issuer is unreachable / failing (transient; recovers)
+│   │   └── IssuerUnreachableError        never reached where tokens come from: a wrong address (check uri=)
 │   ├── ScopeError                        the issuer refused the scope sent (invalid_scope): says what it expects
 │   └── DeviceFlowError                   the device-code login did not complete
 │       └── SignInBusyError               the issuer answered 429/503: says when to try again (Retry-After)
 ├── CatalogAccessError                    the catalog refused (401/403) or failed (5xx, timeout) a request
 │   ├── (pyspark's CapturedException)     the same, raised by Spark SQL (lakesession._spark.errors)
+│   ├── CatalogUnreachableError           never reached the catalog: a wrong address (check uri=); no retries
 │   └── CapabilityError                   the catalog does not offer what was asked (remote signing, grants)
+├── TableNotFoundError (LookupError)      no such table: suggests close names (also pyiceberg's NoSuchTableError /
+│                                         pyspark's AnalysisException, by where it was raised)
 ├── ViewChainError                        a view chain cannot be resolved: cycle, too deep, unparsable SQL
 ├── EngineRefusedError                    the trusted engine refused a request: names the sandbox rule or limit
 ├── EngineUnavailableError                the trusted engine stopped answering (killed, restarted, unreachable)
@@ -33,7 +37,7 @@ LakesessionError
 ├── StorageAccessError                    the object store refused a table's read/write (read-only, revoked, expired)
 │   └── (pyspark's CapturedException)     the same, raised by a Spark job (lakesession._spark._denials)
 ├── JarResolutionError (RuntimeError)     Spark's jars could not be resolved
-│   └── JavaNotFoundError                 no usable Java 11+
+│   └── JavaNotFoundError                 no Java the Spark in use supports (4.x: 17/21; 3.5: 8/11/17)
 └── MagicError                            a failed ``%lakesession`` magic (shown as one line)
 ```
 
@@ -48,6 +52,7 @@ __all__ = [
     "CapabilityError",
     "CatalogAccessError",
     "CatalogServerMissingError",
+    "CatalogUnreachableError",
     "ConfigError",
     "CredentialsError",
     "CredentialsRefreshError",
@@ -56,6 +61,7 @@ __all__ = [
     "EngineRefusedError",
     "EngineUnavailableError",
     "IdentityError",
+    "IssuerUnreachableError",
     "JarResolutionError",
     "JavaNotFoundError",
     "LakesessionError",
@@ -68,6 +74,7 @@ __all__ = [
     "SignInBusyError",
     "SparkMissingError",
     "StorageAccessError",
+    "TableNotFoundError",
     "TokenRefreshError",
     "UnknownOptionError",
     "UnknownWarmupError",
@@ -78,14 +85,24 @@ RELOAD_HINT = "reload the table (session.table(...)) once the catalog is reachab
 
 
 class LakesessionError(Exception):
-    """Base class of all errors raised by the lakesession client."""
+    """Base class of all errors raised by the lakesession client.
+
+    Every one renders as one red line in IPython/Jupyter (``_render_traceback_``, which IPython's
+    ``showtraceback`` uses instead of a traceback), with or without ``%load_ext lakesession``: the message
+    says what went wrong and the fix; the traceback is the caller's to ask for (``%tb``, ``LAKESESSION_TRACEBACK``).
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31mlakesession: {one_line(self)}\x1b[0m"]
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line (a message never needs its line breaks to be understood)."""
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
 
 
 class _OneLine:
-    """Mixin: IPython shows just the message (red, one line), not a traceback."""
-
-    def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[31mlakesession: {self}\x1b[0m"]
+    """Kept for the classes that name it: every ``LakesessionError`` renders as one line now."""
 
 
 # -- configuration ------------------------------------------------------------------------------------------
@@ -118,7 +135,7 @@ class CatalogServerMissingError(ConfigError):
         super().__init__(
             f"{wanted} needs lakesession's catalog server, which this install does not include{because}. "
             f"Install {FULL_INSTALL}; or connect to a running catalog: "
-            'lakesession.connect(catalog="https://…") or LAKESESSION_URI.'
+            'lakesession.connect(uri="https://…") or LAKESESSION_URI.'
         )
 
 
@@ -161,6 +178,24 @@ class TokenRefreshError(IdentityError):
     """The issuer could not be reached or failed (transient): later calls try again and recover."""
 
 
+#: what to check when an address was never reached (the catalog's; tokens come from ``{uri}/v1/oauth/tokens``
+#: unless token_url=/issuer= say otherwise)
+ADDRESS_SETTING = "uri= (LAKESESSION_URI)"
+
+
+class IssuerUnreachableError(TokenRefreshError):
+    """Where tokens come from could not be reached and no token ever came from it: most likely a wrong address,
+    so no retries and no "usually temporary". ``url`` is that address; ``setting`` the one to check."""
+
+    def __init__(self, url: str, detail: str, setting: str = ADDRESS_SETTING):
+        super().__init__(
+            f"Cannot reach {url} ({detail}); no token was ever obtained from it, so the address is likely wrong. "
+            f"Fix: check {setting}."
+        )
+        self.url = url
+        self.setting = setting
+
+
 class ScopeError(IdentityError):
     """The issuer refused the requested scope (OAuth ``invalid_scope``); the message names the scope sent
     and what the issuer's discovery (``scopes_supported``) or a known catalog (Polaris) expects."""
@@ -200,6 +235,24 @@ class CatalogAccessError(LakesessionError):
         self.status = status
 
 
+class CatalogUnreachableError(CatalogAccessError):
+    """The catalog could not be reached and never was in this session: most likely a wrong address (fail fast,
+    no retries). ``url`` is the address tried; ``setting`` the one to check."""
+
+    def __init__(self, url: str, detail: str, setting: str = ADDRESS_SETTING):
+        super().__init__(unreachable_message(url, detail, setting), "catalog unreachable")
+        self.url = url
+        self.setting = setting
+
+
+def unreachable_message(url: str, detail: str, setting: str = ADDRESS_SETTING) -> str:
+    """The one line for a catalog this session never reached (Python and Spark say the same)."""
+    return (
+        f"Cannot reach the catalog at {url} ({detail}); this session never reached it, so the address is likely "
+        f"wrong. Fix: check {setting}."
+    )
+
+
 class CapabilityError(_OneLine, CatalogAccessError):
     """The catalog does not offer what was asked (remote signing, a grants endpoint); the message
     names what its ``/v1/config`` answered. ``capability`` is what was asked; ``config`` that answer (secret-free)."""
@@ -210,6 +263,32 @@ class CapabilityError(_OneLine, CatalogAccessError):
         super().__init__(message, "capability", status=status)
         self.capability = capability
         self.config = dict(config or {})
+
+
+class TableNotFoundError(LakesessionError, LookupError):
+    """A table that does not exist (or that the user may not see): the message names it and suggests close names
+    from those the user may list (``suggestions``). From Python it is pyiceberg's ``NoSuchTableError`` too; from
+    Spark, pyspark's ``AnalysisException`` too, so code catching those keeps working."""
+
+    def __init__(self, message: str, table: str | None = None, suggestions: list[str] | None = None):
+        super().__init__(message)
+        self.table = table
+        self.suggestions = list(suggestions or [])
+
+
+def did_you_mean(name: str, known: list[str]) -> list[str]:
+    """Up to three of ``known`` close to ``name`` (difflib): by the whole name, else by the last part alone."""
+    import difflib
+
+    whole = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(whole), n=3, cutoff=0.75)
+    if close:
+        return [whole[c] for c in close]
+    leaf = name.rsplit(".", 1)[-1].lower()
+    by_leaf: dict[str, list[str]] = {}
+    for k in known:
+        by_leaf.setdefault(k.rsplit(".", 1)[-1].lower(), []).append(k)
+    return [k for c in difflib.get_close_matches(leaf, list(by_leaf), n=3, cutoff=0.6) for k in by_leaf[c]][:3]
 
 
 class ViewChainError(LakesessionError):
@@ -303,7 +382,8 @@ class JarResolutionError(LakesessionError, RuntimeError):
 
 
 class JavaNotFoundError(JarResolutionError):
-    """No usable Java (11+) was found."""
+    """No Java the Spark in use supports was found (Spark 4.x: 17 or 21; 3.5: 8, 11 or 17): the message names
+    the supported versions, what was found, and the fix."""
 
 
 # -- notebooks ----------------------------------------------------------------------------------------------------

@@ -264,8 +264,10 @@ class Session:
         """
         from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
 
-        from .catalog._refusals import catalog_refusal, missing_table
+        from .catalog._names import granted, listable, listed
+        from .catalog._refusals import catalog_refusal, missing_table, unlisted_table
         from .catalog._tables import load_table
+        from .errors import did_you_mean
 
         catalog = self.catalog  # first: its start fetches the token that names the principal
         principal = getattr(self.identity, "principal", None)
@@ -289,11 +291,36 @@ class Session:
                     "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
                 ) from None
             if isinstance(exc, NoSuchTableError):
-                raise missing_table(exc, table=".".join(ident), uri=self.uri) from None
-            refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal)
+                known = listable(self.catalog, self.reports, ident[:-1])
+                raise missing_table(exc, table=".".join(ident), uri=self.uri, known=known) from None
+            close: list[str] = []
+            if isinstance(exc, ForbiddenError):  # catalogs refuse names the user may not see, existing or not
+                tables = listed(self.catalog, ident[:-1])
+                unseen = unlisted_table(ident, tables, uri=self.uri) if tables is not None else None
+                if unseen is not None:
+                    raise unseen from exc
+                if tables is None:  # a name close to one granted: a typo, or truly no grant (both said)
+                    close = [g for g in did_you_mean(".".join(ident), granted(self.reports)) if g != ".".join(ident)]
+            refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal, close=close)
             if refused is None:
                 raise
             raise refused from exc
+
+    # -- "did you mean" (catalog/_names.py): also what Spark's error conversion asks of a session -----------------
+    def _listable(self, namespace: tuple[str, ...]) -> list[str]:
+        from .catalog._names import listable
+
+        return listable(self.catalog, self.reports, namespace)
+
+    def _listed(self, namespace: tuple[str, ...]) -> list[str] | None:
+        from .catalog._names import listed
+
+        return listed(self.catalog, namespace)
+
+    def _granted(self) -> list[str]:
+        from .catalog._names import granted
+
+        return granted(self.reports)
 
     def _is_view(self, ident: tuple[str, ...]) -> bool:
         """Whether ``ident`` is a view (False when the catalog will not say: a revoked user may not ask)."""

@@ -66,6 +66,11 @@ class StorageAccessError(_StorageAccessError, captured.CapturedException):
         return self.desc
 
 
+def sessions() -> list[Session]:
+    """The open Sessions whose Spark runs in this process (for explaining their failures)."""
+    return [s for s in list(_sessions) if not s.closed]
+
+
 def register(session: Session) -> None:
     """Let failures of Spark jobs be attributed to ``session``'s tables (called once its SparkSession is bound)."""
     _sessions.add(session)

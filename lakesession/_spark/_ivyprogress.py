@@ -1,4 +1,5 @@
-"""One progress line instead of Ivy's resolution report when the Spark launcher resolves ``spark.jars.packages``.
+"""One progress line instead of Ivy's resolution report when the Spark launcher resolves ``spark.jars.packages``,
+and no JVM start-up banner (``WARNING: Using incubator modules: jdk.incubator.vector``) on the user's stderr.
 
 lakesession's own jars no longer go through Ivy (``_maven`` downloads them once, with a progress line of its
 own); this is for a ``spark.jars.packages`` the user passes in ``spark_conf``.
@@ -39,6 +40,8 @@ _RETRIEVED = re.compile(r"^\s+(\d+) artifacts copied, (\d+) already retrieved \(
 _NOT_FOUND = re.compile(r"^\s+:: (\S+;\S+): not found")
 _UNRESOLVED = re.compile(r"unresolved dependency: ([^:\]]+): ([^\]]+)")
 _SERVER_ERROR = re.compile(r"^\s*Server access error at url (\S+)")
+# the JVM's own start-up notice for the modules Spark 4 adds (--add-modules=jdk.incubator.vector): noise to a user
+BANNER = re.compile(r"^WARNING: Using incubator modules: ")
 
 
 def verbose() -> bool:
@@ -102,7 +105,10 @@ class IvyFilter:
             logger.debug("ivy: %s", line.rstrip())
             return
         if self.phase != "ivy":
-            forward(line)
+            if BANNER.match(line):
+                logger.debug("jvm: %s", line.rstrip())
+            else:
+                forward(line)
             return
         logger.debug("ivy: %s", line.rstrip())
         if m := _FOUND.match(line):

@@ -152,6 +152,10 @@ class StartPlan:
         from .. import _sparkbind
         from .session import catalog_conf
 
+        if self.mode == "launch":
+            from .jars import check_java
+
+            check_java()  # first: without a Java this Spark runs on, no jars (117 MB) are worth fetching
         pending = session._pending
         if pending is not None and not self.embedded_after_jvm:
             pending.begin()  # no JVM launch here to compete with: the catalog starts at once

@@ -20,11 +20,15 @@ from pyspark.errors.exceptions.base import PySparkException
 
 from .._wire.enginerules import REFUSED_PREFIX
 from ..catalog._chains import chain_hint
-from ..catalog._refusals import no_warehouse
+from ..catalog._refusals import forbidden_line, no_warehouse
 from ..errors import CapabilityError as _CapabilityError
 from ..errors import CatalogAccessError as _CatalogAccessError
 from ..errors import ConfigError as _ConfigError
-from ..errors import EngineRefusedError, EngineUnavailableError, LoginRequiredError
+from ..errors import (
+    EngineRefusedError,
+    EngineUnavailableError,
+    LoginRequiredError,
+)
 from ..errors import IdentityError as _IdentityError
 from ..errors import ScopeError as _ScopeError
 from ..gateway._nologin import found_no_login
@@ -247,7 +251,9 @@ def _store_refusal(e: Any) -> CatalogAccessError | None:
 
 
 def convert_exception(e: Any) -> captured.CapturedException:
-    unoffered = _capability(e) or _no_warehouse(e)
+    from ._mistakes import missing_table_error, unlisted, unreached_error
+
+    unoffered = unreached_error(e) or _capability(e) or _no_warehouse(e)
     if unoffered is not None:
         return unoffered
     found = _iceberg_cause(e)
@@ -258,7 +264,16 @@ def convert_exception(e: Any) -> captured.CapturedException:
         if no_login is not None:
             return no_login  # type: ignore[return-value]  # a CapturedException too
         message = chain_hint(said)
-        return CatalogAccessError(message, ICEBERG_REST_EXCEPTIONS[cls], cls)
+        kind = ICEBERG_REST_EXCEPTIONS[cls]
+        if kind == "forbidden":
+            try:
+                unseen = unlisted(said)
+            except Exception:  # suggesting names must never hide the refusal itself
+                unseen = None
+            if isinstance(unseen, captured.CapturedException):  # a TableNotFound
+                return unseen
+            message = forbidden_line(message, unseen)
+        return CatalogAccessError(message, kind, cls)
     refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path
     if refused is not None:
         return refused
@@ -270,7 +285,11 @@ def convert_exception(e: Any) -> captured.CapturedException:
         denied = None
     if denied is not None:
         return denied
-    return _original(e)
+    try:
+        missing = missing_table_error(e)
+    except Exception:  # suggesting names must never hide the error itself
+        missing = None
+    return missing if missing is not None else _original(e)
 
 
 def install_error_conversion() -> None:
@@ -340,6 +359,11 @@ def install_connect_error_conversion() -> None:
         if found is not None:
             cls, message = found
             message = message or truncated_message
+            from ._mistakes import unreached_from
+
+            unreached = unreached_from(message)  # the gateway's "never reached" 400: the class Python raises
+            if unreached is not None:
+                return unreached
             no_login = identity_error(message)
             if no_login is not None:
                 return no_login

@@ -29,9 +29,7 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakesession._spark import _assemble, _maven
+from lakesession._spark._java import INSTALL, find_java, use_java
 from lakesession._spark._owned import _UntrustedCache, private_dir
 from lakesession._spark.versions import (
     CLOUDS_ENV,
@@ -75,9 +74,7 @@ ICEBERG_VERSION = OFFLINE_ICEBERG  # the offline set's Iceberg release (kept for
 MAVEN_HOST = ("repo1.maven.org", 443)
 JARS_ENV = "LAKESESSION_JARS"
 CACHE_ENV = "LAKESESSION_CACHE_DIR"
-JAVA_FIX = (
-    "install Java 17 (e.g. apt-get install -y openjdk-17-jre-headless), or set JAVA_HOME to a Java 11+ installation"
-)
+JAVA_FIX = f"{INSTALL}, or set JAVA_HOME to a Java the Spark in use supports (Spark 4.x: 17 or 21; 3.5: 8, 11 or 17)"
 _EXPLICIT_HELP = f"set {JARS_ENV}=<comma-separated jar paths> to use jars you provide"
 
 
@@ -201,42 +198,18 @@ def _maven_fetch(spark: SparkInfo, clouds: Iterable[str], say: Callable[[str], N
 
 
 def java_executable() -> str:
-    """The ``java`` Spark launches: ``$JAVA_HOME/bin/java``, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        java = Path(home) / "bin" / "java"
-        if java.is_file() and os.access(java, os.X_OK):
-            return str(java)
-        raise JavaNotFoundError(f"JAVA_HOME={home} has no bin/java: {JAVA_FIX}")
-    found = shutil.which("java")
-    if not found:
-        raise JavaNotFoundError(f"java not found on PATH and JAVA_HOME is not set: {JAVA_FIX}")
-    return found
+    """The ``java`` Spark launches: a supported one from JAVA_HOME, PATH or the usual JVM folders (``_java``)."""
+    return find_java().executable
 
 
 def _java() -> tuple[str, str]:
-    java = java_executable()
-    try:
-        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise JavaNotFoundError(f"{java} -version failed ({exc}): {JAVA_FIX}") from exc
-    out = proc.stderr + proc.stdout
-    m = re.search(r'version "([^"]+)"', out)
-    if proc.returncode != 0 or not m:
-        raise JavaNotFoundError(f"{java} -version failed: {out.strip()[:200]!r}: {JAVA_FIX}")
-    version = m.group(1)
-    parts = version.split(".")
-    major = int(re.match(r"\d+", parts[1] if parts[0] == "1" and len(parts) > 1 else parts[0]).group(0))  # type: ignore[union-attr]
-    if major < 11:
-        raise JavaNotFoundError(
-            f"{java} is Java {version}; Spark with Iceberg needs Java 11+ (17+ for Spark 4): {JAVA_FIX}"
-        )
-    return java, version
+    java = use_java()
+    return java.executable, java.version
 
 
 def check_java() -> str:
-    """The version of the Java that Spark will use (JAVA_HOME, else PATH); must be 11+."""
-    return _java()[1]
+    """The version of the Java Spark will use, one the Spark in use supports (made Spark's if found in a folder)."""
+    return use_java().version
 
 
 def _maven_reachable(timeout: float = 2.0) -> bool:

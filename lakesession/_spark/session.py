@@ -111,7 +111,7 @@ def _launch(builder: Any, conf: Mapping[str, str], hidden: Mapping[str, str]) ->
         return
     shown = {k: v for k, v in options.items() if k not in hidden}
     packages = [p for p in conf.get("spark.jars.packages", "").split(",") if p]
-    if packages and not _ivyprogress.verbose():
+    if not _ivyprogress.verbose():  # its output on pipes: Ivy's report one line, the JVM's start-up banner none
         ivy = conf.get("spark.jars.ivy")
         gateway = _ivyprogress.launch_gateway(shown, packages, Path(ivy) / "cache" if ivy else None)
     elif hidden:

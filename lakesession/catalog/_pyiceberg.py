@@ -6,14 +6,17 @@ identity layer refreshes are picked up without rebuilding the catalog.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
+import requests
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.rest.auth import AuthManager
 from pyiceberg.exceptions import RESTError
 from requests import Session
 from typing_extensions import override
 
+from ..errors import CatalogUnreachableError
 from ._refusals import config_refusal
 from ._retry import IdempotentAdapter, KeySupport
 
@@ -70,8 +73,19 @@ def rest_catalog(
         props["warehouse"] = warehouse
     try:
         return IdempotentRestCatalog(name, **props)  # fetches /v1/config
+    except requests.ConnectionError as exc:  # the first call of this catalog found nothing there: a wrong uri=
+        raise CatalogUnreachableError(uri, _why(exc)) from None
     except RESTError as exc:  # and its subclasses (Nessie's 500 for an unknown warehouse)
         refused = config_refusal(exc, uri=uri, warehouse=warehouse)
         if refused is None:
             raise
         raise refused from None
+
+
+def _why(exc: requests.ConnectionError) -> str:
+    """The innermost reason of a ``requests`` connection failure (urllib3 wraps it twice), without the URL."""
+    text = str(exc)
+    for marker in ("Failed to establish a new connection: ", "Caused by "):
+        if marker in text:
+            text = text.split(marker, 1)[1]
+    return re.sub(r"[\x27\")\s]+$", "", text).strip() or type(exc).__name__

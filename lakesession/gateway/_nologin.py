@@ -13,7 +13,7 @@ import re
 import threading
 from collections import OrderedDict
 
-from ..errors import IdentityError
+from ..errors import IdentityError, LakesessionError
 
 MARKER = "lakesession has no usable login"
 _FOUND = re.compile(re.escape(MARKER) + r" \((\w+)\): (.*)", re.DOTALL)
@@ -42,3 +42,20 @@ def found_no_login(text: str) -> tuple[str, str, IdentityError | None] | None:
     with _lock:
         original = _recent.get(message)
     return name, message, original if original is not None and type(original).__name__ == name else None
+
+
+#: the gateway's 400 for an address this session never reached (the catalog's, or where tokens come from): a
+#: wrong address, not an outage, so an answer Iceberg does not retry (it retries 429/502/503/504), in one line
+UNREACHED = "lakesession never reached it"
+_UNREACHED = re.compile(re.escape(UNREACHED) + r" \((\w+)\): ([^\n]*)")
+
+
+def unreached_message(exc: LakesessionError) -> str:
+    """The 400's message: the class Python raises for it, and its (secret-free) one line."""
+    return f"{UNREACHED} ({type(exc).__name__}): {exc}"
+
+
+def found_unreached(text: str) -> tuple[str, str] | None:
+    """(the class name, its message) of an address never reached, in ``text`` (an Iceberg exception's)."""
+    match = _UNREACHED.search(text)
+    return None if match is None else (match.group(1), match.group(2).strip())

@@ -6,6 +6,9 @@ The gateway must never answer 500 for a failure of its own: Iceberg turns a 500 
 * the user's token cannot be obtained (issuer down, any token-source error) → 503 + Retry-After;
   a dead login (the user must log in again) → 401 naming the fix;
 * the catalog cannot be reached (nothing was sent) → 503 + Retry-After;
+* ... unless this session never reached it (nor where its tokens come from): a wrong address, not an outage →
+  400 naming the URL and the setting to check, which Iceberg does not retry (it retries 429/502/503/504: twelve
+  503s cost a newcomer 412 s before the first line of the error);
 * the catalog stopped answering *after* a mutation was sent → 504 (the outcome is unknown: that
   is what Iceberg's ``CommitStateUnknownException`` is for), a read → 503.
 
@@ -86,6 +89,7 @@ class Upstream:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     issuer_outage: Outage = field(default_factory=Outage, repr=False)
     catalog_outage: Outage = field(default_factory=Outage, repr=False)
+    reached: bool = False  # whether the catalog ever answered through here: only then is a failure an outage
 
     @property
     def base_url(self) -> str:
@@ -119,12 +123,20 @@ class Upstream:
         return token, None
 
     def _token_failure(self, exc: Exception) -> Reply:
-        from ..identity._errors import IdentityError, TokenRefreshError  # loaded already when a source raises one
-        from ._nologin import no_login_message
+        from ..identity._errors import (  # loaded already when a source raises one
+            IdentityError,
+            IssuerUnreachableError,
+            TokenRefreshError,
+        )
+        from ._nologin import no_login_message, unreached_message
 
+        if isinstance(exc, IssuerUnreachableError):  # no token ever came from there: a wrong address, say so now
+            logger.info("never reached the token endpoint %s; answering 400 (no retries)", exc.url)
+            return error_reply(400, "BadRequestException", unreached_message(exc))
         if isinstance(exc, IdentityError) and not isinstance(exc, TokenRefreshError):
             # a dead login or a rejected client: retrying cannot help, the user must act (the message says how)
-            logger.warning("no usable login for the catalog: %s", type(exc).__name__)
+            # info, not a warning: the query's own error says it, in one line (a warning is a second line on stderr)
+            logger.info("no usable login for the catalog: %s", type(exc).__name__)
             # Iceberg prefixes "Not authorized: " itself; Spark's error conversion raises ``exc``'s class again
             return error_reply(401, "NotAuthorizedException", no_login_message(exc))
         retry_after = self.issuer_outage.failed()
@@ -172,6 +184,7 @@ class Upstream:
             except httpx.HTTPError as exc:
                 return self._catalog_failure(method, path, exc)
             self.catalog_outage.recovered()
+            self.reached = True
             if r.status_code == 401 and attempt == 1:
                 self.invalidate()  # the token may have been revoked or expired early: fetch a new one once
                 continue
@@ -182,6 +195,16 @@ class Upstream:
     def _catalog_failure(self, method: str, path: str, exc: httpx.HTTPError) -> Reply:
         kind = type(exc).__name__
         where = self.base_url
+        if not self.reached and isinstance(exc, _NOT_SENT):
+            from ..errors import CatalogUnreachableError
+            from ._nologin import unreached_message
+
+            logger.info(
+                "never reached the catalog at %s: %s %s (%s); answering 400 (no retries)", where, method, path, kind
+            )
+            return error_reply(
+                400, "BadRequestException", unreached_message(CatalogUnreachableError(where, f"{kind}: {exc}"))
+            )
         if isinstance(exc, _NOT_SENT) or method in _SAFE_METHODS or path.endswith(_SAFE_POSTS):
             retry_after = self.catalog_outage.failed()
             logger.warning("catalog unreachable: %s %s (%s); answering 503", method, path, kind)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._claims import claim_number, claim_str, unverified_claims
-from ._errors import IdentityError, TokenRefreshError, _Transient
+from ._errors import IdentityError, IssuerUnreachableError, TokenRefreshError, _Transient
 
 logger = logging.getLogger("lakesession.identity")
 
@@ -130,6 +130,9 @@ class TokenSource(ABC):
         self._failures = 0  # consecutive transient failures
         self._next_attempt = 0.0  # monotonic: no new attempt before this while the token is valid
         self._last_error: Exception | None = None
+        self._ever = False  # whether a token was ever obtained: a never-reached address is a mistake, not an outage
+        #: the setting that names where tokens come from (messages about an address never reached)
+        self.address_setting = "token_url= / issuer= (LAKESESSION_TOKEN_URL / LAKESESSION_ISSUER)"
 
     # -- public API --------------------------------------------------------------------------
     def token(self) -> str:
@@ -218,6 +221,7 @@ class TokenSource(ABC):
             self._next_attempt = 0.0
             self._last_error = None
             self._attempts += 1
+            self._ever = True
         if save:
             self._saved(token)
 
@@ -248,6 +252,12 @@ class TokenSource(ABC):
             try:
                 token = self._obtain(current)
             except _Transient as exc:
+                if exc.unreached is not None and not self._ever and current is None:
+                    # never reached at all: a wrong address is far likelier than an outage, so fail now, in one line
+                    url, why = exc.unreached
+                    unreached = IssuerUnreachableError(url, why, self.address_setting)
+                    self._fail(unreached)
+                    raise unreached from None
                 with self._state:
                     self._failures += 1
                     now = time.monotonic()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..errors import (
     DeviceFlowError,
     IdentityError,
+    IssuerUnreachableError,
     LoginRequiredError,
     ScopeError,
     SignInBusyError,
@@ -20,6 +21,7 @@ __all__ = [
     "LOGIN_HINT",
     "DeviceFlowError",
     "IdentityError",
+    "IssuerUnreachableError",
     "LoginRequiredError",
     "ScopeError",
     "SignInBusyError",
@@ -36,10 +38,17 @@ class _Transient(Exception):
     ``retry_after`` its ``Retry-After`` in seconds when it said one, ``error`` its OAuth error code if any."""
 
     def __init__(
-        self, reason: str, status: int | None = None, retry_after: float | None = None, error: str | None = None
+        self,
+        reason: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        error: str | None = None,
+        *,
+        unreached: tuple[str, str] | None = None,
     ):
         super().__init__(reason)
         self.reason = reason
+        self.unreached = unreached  # (url, why) when nothing answered there: a wrong address if it never did
         self.status = status
         self.retry_after = retry_after
         self.error = error

@@ -146,9 +146,9 @@ class StaticToken(TokenSource):
             )
             why = f"expired at {when}"
         raise LoginRequiredError(
-            f"The static access token {why} and cannot be refreshed. Pass a fresh token "
-            "(StaticToken(new_token)), or use a refreshing source such as "
-            "lakesession.identity.from_issuer(...)."
+            f"The static access token {why} and cannot be refreshed. Fix: pass a fresh token "
+            "(lakesession.connect(token=...) or LAKESESSION_TOKEN), or log in with credential=/issuer= so that "
+            "tokens refresh themselves."
         )
 
 

@@ -103,7 +103,8 @@ def call(url: str, request: Callable[[], Any]) -> dict[str, Any]:
             f"{url} answered HTTP {status} without an OAuth error. Check that this URL is the issuer's token endpoint."
         ) from None
     except TRANSPORT_ERRORS as exc:
-        raise _Transient(f"cannot reach {url} ({type(exc).__name__}: {exc})") from None
+        why = f"{type(exc).__name__}: {exc}"
+        raise _Transient(f"cannot reach {url} ({why})", unreached=(url, why)) from None
     except ValueError:
         raise IdentityError(
             f"{url} did not answer with a JSON token response. Check that this URL is the issuer's token endpoint."

@@ -66,6 +66,8 @@ def explain(exc: BaseException) -> str:
 
     if isinstance(exc, MagicError):
         return str(exc)
+    if isinstance(exc, CatalogAccessError) and "Fix:" in str(exc):  # it names its own fix (table, privilege)
+        return _first(str(exc), 600)
     if isinstance(exc, CatalogAccessError):
         fix = {
             "forbidden": "ask the catalog's administrator for a grant (see %lakesession grants)",

@@ -88,14 +88,35 @@ def test_upstream_401_refreshes_the_token_once(gw, catalog) -> None:  # type: ig
     assert r.status_code == 200 and gw.source.invalidated == 1
 
 
-def test_unreachable_catalog_is_a_clean_503() -> None:
+def test_a_catalog_never_reached_is_a_final_400_naming_the_url() -> None:
+    """A wrong address, not an outage: a 400 (Iceberg retries 429/502/503/504: twelve 503s cost 412 s) naming the
+    URL and uri=, whose message Spark's conversion raises as CatalogUnreachableError. Was a 503 + Retry-After."""
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     sock.close()
     with Gateway(f"http://127.0.0.1:{port}", lambda: "t", timeout=2) as g:
         r = httpx.get(f"{g.uri}/v1/config", headers={"Authorization": f"Bearer {g.secret}"})
-    assert r.status_code == 503 and "unreachable" in r.json()["error"]["message"]
-    assert r.headers["retry-after"] == "1" and r.json()["error"]["type"] == "ServiceUnavailableException"
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["type"] == "BadRequestException" and "retry-after" not in r.headers
+    assert f"http://127.0.0.1:{port}" in err["message"] and "uri= (LAKESESSION_URI)" in err["message"]
+    assert "(CatalogUnreachableError)" in err["message"] and "retry" not in err["message"].lower()
+
+
+def test_a_token_endpoint_never_reached_is_a_final_400_too() -> None:
+    from lakesession.identity import ClientCredentials
+
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    source = ClientCredentials(f"http://127.0.0.1:{port}/v1/oauth/tokens", "who", "secret-never-shown")
+    with Gateway(f"http://127.0.0.1:{port}", source.token, timeout=2) as g:
+        start = time.monotonic()
+        r = httpx.get(f"{g.uri}/v1/config", headers={"Authorization": f"Bearer {g.secret}"})
+        took = time.monotonic() - start
+    err = r.json()["error"]
+    assert r.status_code == 400 and "(IssuerUnreachableError)" in err["message"] and "retry-after" not in r.headers
+    assert f"http://127.0.0.1:{port}/v1/oauth/tokens" in err["message"] and "secret-never-shown" not in r.text
+    assert took < 2  # no blocking retries for an address that never answered
 
 
 def test_refresh_endpoint_rewritten_and_refreshes_single_flight() -> None:

@@ -318,7 +318,7 @@ def test_maven_probe_is_bounded():
 
 def test_check_java_reports_a_version():
     version = J.check_java()
-    assert int(version.split(".")[0]) >= 11
+    assert int(version.split(".")[0]) in (17, 21)  # the Spark in use is 4.x: nothing else is supported
 
 
 def _fake_java(bin_dir: Path, version: str) -> None:
@@ -331,6 +331,7 @@ def _fake_java(bin_dir: Path, version: str) -> None:
 def test_java_not_found(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("LAKESESSION_JVM_DIRS", "")  # not the machine's /usr/lib/jvm either
     with pytest.raises(J.JavaNotFoundError, match="apt-get install -y openjdk-17-jre-headless"):
         J.check_java()
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
@@ -344,7 +345,10 @@ def test_java_too_old_and_new_enough(tmp_path, monkeypatch):
     _fake_java(tmp_path / "old" / "bin", "1.8.0_392")
     _fake_java(tmp_path / "new" / "bin", "17.0.1")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "old"))
-    with pytest.raises(J.JavaNotFoundError, match="Java 1.8.0_392; .* needs Java 11"):
+    monkeypatch.setenv("LAKESESSION_JVM_DIRS", str(tmp_path / "new"))
+    with pytest.raises(
+        J.JavaNotFoundError, match=r"Java 1.8.0_392; Spark 4\S+ runs on Java 17 or 21. Fix: set JAVA_HOME="
+    ):
         J.check_java()
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "new"))
     assert J.check_java() == "17.0.1"
@@ -702,3 +706,26 @@ def test_spark_session_with_maven_jars(tmp_path, monkeypatch):
     assert [p.name for p in cached.jars] == [
         f"org.apache.iceberg_{a}-{v}.jar" for a, v in versions.maven_artifacts(SPARK.minor, SPARK.scala)
     ]
+
+
+def test_an_unsupported_java_on_path_gives_way_to_a_supported_one_in_the_jvm_folders(tmp_path, monkeypatch):
+    """Java 25 first on PATH (Spark 4.1 dies on it at start): the check picks a Java 17 from the usual folders and
+    gives it to Spark as JAVA_HOME, instead of accepting any "11+" as it did."""
+    from lakesession._spark import _java
+
+    _fake_java(tmp_path / "path" / "bin", "25.0.3")
+    _fake_java(tmp_path / "jvm" / "jdk-17" / "bin", "17.0.9")
+    _fake_java(tmp_path / "jvm" / "jdk-21" / "bin", "21.0.4")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "path" / "bin"))
+    monkeypatch.setenv("LAKESESSION_JVM_DIRS", str(tmp_path / "jvm" / "*"))
+    found = _java.find_java("4.1.4")
+    assert found.major == 17 and found.home == str(tmp_path / "jvm" / "jdk-17")  # 17 before 21: Spark's first
+    assert J.check_java() == "17.0.9" and os.environ["JAVA_HOME"] == str(tmp_path / "jvm" / "jdk-17")
+    monkeypatch.delenv("JAVA_HOME")
+    assert _java.find_java("3.5.4").major == 17 and _java.supported("3.5.4") == (17, 11, 8)
+    monkeypatch.setenv("LAKESESSION_JVM_DIRS", str(tmp_path / "nothing-here"))
+    with pytest.raises(J.JavaNotFoundError) as err:
+        _java.find_java("4.1.4")
+    said = str(err.value)
+    assert "is Java 25.0.3" in said and "Spark 4.1.4 runs on Java 17 or 21" in said and "\n" not in said

@@ -123,7 +123,8 @@ def test_ivy_report_becomes_one_progress_line_and_the_rest_passes_through() -> N
     filt = IvyFilter(["javax.inject:javax.inject:1"], out=out)
     for line in IVY_REPORT.splitlines(keepends=True):
         filt.feed(line, forwarded.append)
-    assert forwarded == [IVY_REPORT.splitlines(keepends=True)[0], IVY_REPORT.splitlines(keepends=True)[-1]]
+    # Spark's own line passes through; the JVM's start-up banner (#42: noise first in every notebook) does not
+    assert forwarded == [IVY_REPORT.splitlines(keepends=True)[-1]]
     shown = out.getvalue()
     assert ":: loading settings" not in shown and "resolution report" not in shown and "found javax" not in shown
     assert "lakesession: resolving 1 Spark package(s) (javax.inject): 1 modules found, 1 downloaded" in shown
@@ -174,7 +175,8 @@ def test_a_warm_cache_resolution_shows_nothing() -> None:
     filt = IvyFilter(["javax.inject:javax.inject:1"], out=out)
     for line in (w.replace("1 artifacts copied, 0 already", "0 artifacts copied, 1 already") for w in warm):
         filt.feed(line, forwarded.append)
-    assert out.getvalue() == "" and len(forwarded) == 2 and filt.phase == "after"
+    assert out.getvalue() == "" and len(forwarded) == 1 and filt.phase == "after"
+    assert not any("incubator" in line for line in forwarded)
 
 
 def test_a_failed_resolution_is_one_error_naming_the_artifact() -> None:
