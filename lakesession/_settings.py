@@ -208,6 +208,16 @@ ENVIRONMENT: tuple[Variable, ...] = (
     ),
     Variable("LAKESESSION_JVM_CLASS_CACHE", "`0` turns off the local JVM's class-data-sharing archive."),
     Variable(
+        "LAKESESSION_JVM_DIRS",
+        "Folders (path-separated) searched for a supported Java when neither `JAVA_HOME` nor `java` on PATH is one "
+        "(default: `/usr/lib/jvm`, `/usr/java`, macOS's and SDKMAN's JVM folders).",
+    ),
+    Variable(
+        "LAKESESSION_TRACEBACK",
+        "`1` prints the full traceback of an uncaught lakesession error in a script (by default: one line, and "
+        "the traceback saved to `<cache>/last-traceback.txt`).",
+    ),
+    Variable(
         "LAKESESSION_JARS_VERBOSE",
         "`1` shows Spark's full Ivy resolution report (a `spark.jars.packages` of yours) instead of one progress line.",
     ),

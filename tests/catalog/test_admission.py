@@ -334,13 +334,18 @@ def test_a_request_waiting_for_the_audit_commit_holds_no_slot() -> None:
                 with httpx.Client(base_url=p, headers=etl, timeout=60) as c:
                     statuses.extend(c.get("/namespaces/ns/tables/t").status_code for _ in range(10))
 
-            threads = [threading.Thread(target=load) for _ in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
+            # a burst of 8 clients; on a machine busy enough that each commit finishes before the next request
+            # arrives no commit can be shared, so up to three bursts (one shared commit is what is claimed)
+            for _ in range(3):
+                threads = [threading.Thread(target=load) for _ in range(8)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+                if max(inserts, default=0) > 1:
+                    break
         finally:
             event.remove(engine, "before_cursor_execute", count)
-        assert statuses == [200] * 80
-        assert sum(inserts) >= 80  # every load audited
+        assert statuses and set(statuses) == {200} and len(statuses) % 80 == 0
+        assert sum(inserts) >= len(statuses)  # every load audited
         assert max(inserts) > 1, inserts  # and some commits carried several requests' records (all 1 if held)
