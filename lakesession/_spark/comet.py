@@ -122,8 +122,8 @@ def resolve(minor: str, scala: str, version: str = "", *, comet: bool = True, cl
 
     One batch: what is missing downloads behind one progress line (Comet's 99 MB jar included).
     """
-    release = comet_for(minor, scala, version)
-    hadoop = HADOOP_FOR_SPARK[minor]
+    release = comet_for(minor, scala, version) if comet else ""
+    hadoop = HADOOP_FOR_SPARK[minor]  # raw paths without Comet: ``_rawpaths`` checks the line first
     sdk = SDK_FOR_ICEBERG[MAVEN_ICEBERG[minor][scala]]
     # on the same (system) class path as Comet and S3A: SDK classes loaded by Spark's child loader
     # (spark.jars) are invisible to hadoop-aws there (NoClassDefFoundError: ExecutionInterceptor)
@@ -236,8 +236,10 @@ def store_conf(gateway_uri: str, secret: str, spark_conf: Mapping[str, str]) -> 
     return out
 
 
-def session_conf(catalog_name: str, gateway_uri: str, secret: str, user: Mapping[str, str]) -> dict[str, str]:
-    """Runtime conf of one SparkSession: its catalog's and its raw paths' providers, bound to its gateway.
+def session_conf(
+    catalog_name: str, gateway_uri: str, secret: str, user: Mapping[str, str], *, comet: bool = True
+) -> dict[str, str]:
+    """Runtime conf of one SparkSession: its catalog's (``comet``) and its raw paths' providers, bound to its gateway.
 
     Hadoop keys set as SQL conf reach only this session's Hadoop conf (``newHadoopConf``), and S3A's
     filesystem cache is off for it: a cached S3AFileSystem (per bucket and OS user) would carry
@@ -245,10 +247,13 @@ def session_conf(catalog_name: str, gateway_uri: str, secret: str, user: Mapping
     """
     min_valid = str(min_valid_seconds(user))
     p = f"spark.sql.catalog.{catalog_name}"
-    return {
+    native = {
         f"{p}.s3.comet.credential.provider.class": COMET_PROVIDER,
         f"{p}.lakesession.min-valid-seconds": min_valid,
         "fs.s3a.comet.credential.provider.class": COMET_PROVIDER,
+    }
+    return {
+        **(native if comet else {}),
         "fs.s3a.aws.credentials.provider": S3A_PROVIDER,
         # every S3A request checked against the session's grants before the store sees it (issue #33)
         "fs.s3a.audit.execution.interceptors": S3A_CHECK,
