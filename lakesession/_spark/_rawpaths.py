@@ -8,7 +8,8 @@ adds to Iceberg's bundle and lakesession's S3A provider, request check and clien
 path: its ``/v1/config`` lists ``GET /v1/{prefix}/lakesession/location-credentials`` (the embedded
 catalog always does). A catalog that does not costs nothing: no probe result, no extra jar.
 
-A Spark line without that wiring (3.5: Hadoop 3.3.4 takes AWS SDK v1, the provider is SDK v2) or a
+Spark 4.1 and 4.0 (``comet.HADOOP_FOR_SPARK``). A Spark line without that wiring (3.5: Hadoop 3.3.4 takes AWS
+SDK v1, the provider is SDK v2) or a
 JVM launched without it fails a raw read with one line (``unavailable``) naming why and the fix,
 instead of Hadoop's ``ClassNotFoundException`` trace.
 """

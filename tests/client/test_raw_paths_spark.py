@@ -1,5 +1,6 @@
 """Raw ``s3a://`` paths in a plain ``lakesession.spark()`` — no Comet — on ``lakesession serve`` and on the
-embedded default (issue #42 item 2), the real Spark JVM.
+embedded default (issue #42 item 2), the real Spark JVM: Spark 4.1 here and in CI's default run, 3.5 in CI's Spark
+matrix (``.ci/spark-matrix``), 4.0 by hand (``PYTHONPATH=<pyspark 4.0>:.``).
 
 One JVM for the module, in a process of its own: ``lakesession.spark()`` on ``serve`` launches it (the catalog's
 ``/v1/config`` offers location credentials, so the JVM gets S3A), then bob (another user of ``serve``) and the
