@@ -153,8 +153,10 @@ class StartPlan:
     def _raw_paths(self, session: Session, pool: ThreadPoolExecutor) -> Callable[[], bool] | None:
         """Whether the catalog offers credentials by path (then the JVM gets S3A: ``_rawpaths``), asked beside
         the jar resolution: the embedded catalog does; another answers its ``/v1/config`` (as the user)."""
-        if self.mode != "launch" or session._comet:
-            return None
+        from .comet import names_comet
+
+        if self.mode != "launch" or session._comet or names_comet(session._spark_conf):
+            return None  # Comet's launch brings S3A itself
         if session._pending is not None or getattr(session, "_embedded", None) is not None:
             return lambda: True
         from . import _rawpaths

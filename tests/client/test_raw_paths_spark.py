@@ -241,7 +241,7 @@ def test_the_embedded_default_reads_a_granted_directory_and_refuses_another(
     assert touched == [], touched  # refused before the store: not even a HEAD
 
 
-def test_the_start_asked_serve_once_and_a_catalog_without_the_route_gets_no_jars(
+def test_serve_offers_location_credentials_and_a_catalog_that_cannot_answer_gets_no_jars(
     alice: Any, served: Served, tmp_path: Path
 ) -> None:
     """The launch decision: serve's ``/v1/config`` lists the route (the JVM has hadoop-aws); a catalog that cannot
