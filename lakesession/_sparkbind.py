@@ -74,6 +74,7 @@ def bind(
     warmups: frozenset[str] = frozenset(("classcache", "catalog")),
     warehouse: str | None = None,
     clouds: frozenset[str] | None = None,
+    raw_paths: Callable[[], bool] | None = None,
 ) -> SparkSession:
     """A SparkSession of its own for ``holder`` whose ``catalog_name`` catalog is ``catalog_conf()``.
 
@@ -81,7 +82,8 @@ def bind(
     be starting meanwhile), and registered as runtime SQL conf of that session alone. ``warmups``:
     which of ``classcache`` and ``catalog`` a JVM launched here uses (``_spark._plan.WARMUPS``). ``warehouse``
     (with ``spark_conf``) tells which cloud bundles a JVM launched here needs, besides ``clouds`` asked for
-    (``versions.clouds_for``)."""
+    (``versions.clouds_for``). ``raw_paths`` tells (once the jars are resolved) whether the catalog offers
+    credentials by path: then a JVM launched here gets S3A for raw ``s3a://`` paths (``_spark._rawpaths``)."""
     from pyspark import SparkContext
 
     from ._spark.session import base_conf, build_spark
@@ -108,12 +110,13 @@ def bind(
             from ._spark.versions import clouds_for
 
             clouds = clouds_for(warehouse, spark_conf, clouds)
+            jar_set = resolve_jars(jars, clouds=clouds)
             spark, created = build_spark(
                 one_class_path(
                     {
-                        **base_conf(catalog_name, resolve_jars(jars, clouds=clouds)),
+                        **base_conf(catalog_name, jar_set),
                         **_static(spark_conf),
-                        **_comet_launch(comet, spark_conf, clouds),
+                        **_comet_launch(comet, spark_conf, clouds, jar_set, raw_paths),
                     }
                 ),
                 master=master,
@@ -269,13 +272,22 @@ def _warm_catalog_classes(spark: SparkSession, catalog_name: str, catalog_conf: 
     threading.Thread(target=warm, name="lakesession-catalog-warm", daemon=True).start()
 
 
-def _comet_launch(comet: bool, spark_conf: Mapping[str, str], clouds: frozenset[str] = frozenset()) -> dict[str, str]:
+def _comet_launch(
+    comet: bool,
+    spark_conf: Mapping[str, str],
+    clouds: frozenset[str] = frozenset(),
+    jar_set: Any = None,
+    raw_paths: Callable[[], bool] | None = None,
+) -> dict[str, str]:
     """Comet's jars and settings for a JVM launched here (``comet=True``), or just lakesession's provider
-    and the raw-path jars when the user's own ``spark_conf`` already loads Comet."""
+    and the raw-path jars when the user's own ``spark_conf`` already loads Comet, or when the catalog offers
+    credentials by path (``raw_paths``; ``_spark._rawpaths``)."""
     from ._spark import comet as _comet
 
     if not comet and not _comet.names_comet(spark_conf):
-        return {}
+        from ._spark import _rawpaths
+
+        return _rawpaths.launch_conf(jar_set, spark_conf, clouds, raw_paths)
     from ._spark.jars import detect_spark
 
     info = detect_spark()
@@ -335,11 +347,13 @@ _warned_unsealed = False
 
 
 def comet_conf(comet: bool, catalog_name: str, gateway: Any, spark_conf: Mapping[str, str]) -> dict[str, str]:
-    """The runtime conf wiring lakesession's credential providers to this session's gateway (or nothing)."""
+    """The runtime conf wiring lakesession's credential providers (Comet's, S3A's) to this session's gateway, or nothing."""
     from ._spark import comet as _comet
 
     if not comet and not _comet.names_comet(spark_conf):
-        return {}
+        from ._spark import _rawpaths
+
+        return _rawpaths.runtime_conf(catalog_name, gateway, spark_conf)
     conf = _comet.session_conf(catalog_name, gateway.uri, gateway.secret, spark_conf)
     return conf | _comet.store_conf(gateway.uri, gateway.secret, spark_conf)
 

@@ -11,7 +11,8 @@ LakesessionError
 │   ├── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
 │   ├── UnknownWarmupError                a start-up warm-up name that does not exist: lists the valid ones
 │   ├── CatalogServerMissingError         the embedded catalog or `serve` in the slim lakesession-client install
-│   └── SparkMissingError                 Spark (`spark()`, `sql()`) in the lakesession-catalog install: no pyspark
+│   ├── SparkMissingError                 Spark (`spark()`, `sql()`) in the lakesession-catalog install: no pyspark
+│   └── RawPathsUnavailableError          a raw s3a:// read in a Spark session without S3A (Spark 3.5, no location credentials)
 ├── SessionError                          the Session itself
 │   ├── SessionClosedError                the Session was closed (or replaced): use the new one
 │   └── NoSessionError                    the notebook has no session yet: log in first
@@ -68,6 +69,7 @@ __all__ = [
     "LoginRequiredError",
     "MagicError",
     "NoSessionError",
+    "RawPathsUnavailableError",
     "ScopeError",
     "SessionClosedError",
     "SessionError",
@@ -124,6 +126,11 @@ FULL_INSTALL = (
     "the full distribution: `pip install -e .` from a checkout of the repository, "
     "or its wheel (`python -m build` there, then `pip install dist/lakesession-*.whl`)"
 )
+
+
+class RawPathsUnavailableError(_OneLine, ConfigError):
+    """A raw ``s3a://`` read in a Spark session that has no S3A (``lakesession._spark._rawpaths``): the Spark line
+    has no wiring (3.5), or the catalog offers no credentials by path; one line naming which and the fix."""
 
 
 # -- the session ----------------------------------------------------------------------------------------------

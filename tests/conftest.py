@@ -152,6 +152,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
 ISOLATED = {
     "test_clouds_spark.py",  # its JVM must launch with the Azure and GCP bundles (only asked-for clouds load)
     "test_comet_spark.py",
+    "test_raw_paths_spark.py",  # its first session must launch Spark (the catalog probe, S3A on the class path)
     "test_s3a_union_spark.py",
     "test_sandbox_jvm.py",
     "test_webidentity.py",

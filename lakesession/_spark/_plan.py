@@ -20,7 +20,7 @@ them on and off, so a warm-up that stops paying shows there.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -98,8 +98,11 @@ class Session(Protocol):
     _jars: Any
     _spark_conf: dict[str, str]
     _comet: bool
+    _uri: str | None
 
     def _new_gateway(self) -> Any: ...
+
+    def _token(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,23 @@ class StartPlan:
     def _warm(self, name: str) -> tuple[str, ...]:
         return (f"warm-up {name}",) if name in self.warmups else ()
 
+    def _raw_paths(self, session: Session, pool: ThreadPoolExecutor) -> Callable[[], bool] | None:
+        """Whether the catalog offers credentials by path (then the JVM gets S3A: ``_rawpaths``), asked beside
+        the jar resolution: the embedded catalog does; another answers its ``/v1/config`` (as the user)."""
+        from .comet import names_comet
+
+        if self.mode != "launch" or session._comet or names_comet(session._spark_conf):
+            return None  # Comet's launch brings S3A itself
+        if session._pending is not None or getattr(session, "_embedded", None) is not None:
+            return lambda: True
+        from . import _rawpaths
+
+        uri = session._uri
+        if uri is None:
+            return None
+        asked = pool.submit(_rawpaths.probe, uri, session._token, session.warehouse)
+        return asked.result
+
     def run(self, session: Session) -> SparkSession:
         """Carry the plan out for ``session``: its SparkSession, its gateway started and its catalog bound."""
         from .. import _sparkbind
@@ -159,8 +179,9 @@ class StartPlan:
         pending = session._pending
         if pending is not None and not self.embedded_after_jvm:
             pending.begin()  # no JVM launch here to compete with: the catalog starts at once
-        with ThreadPoolExecutor(1, thread_name_prefix="lakesession-gateway") as pool:
+        with ThreadPoolExecutor(2, thread_name_prefix="lakesession-gateway") as pool:
             starting = pool.submit(session._new_gateway) if self.start_gateway else None
+            raw_paths = self._raw_paths(session, pool)
 
             def conf() -> dict[str, str]:  # called once the JVM is up
                 if pending is not None:
@@ -186,6 +207,7 @@ class StartPlan:
                     warmups=self.warmups,
                     warehouse=session.warehouse,
                     clouds=getattr(session, "_clouds", None),
+                    raw_paths=raw_paths,
                 )
             finally:
                 if starting is not None and session._gateway is None:

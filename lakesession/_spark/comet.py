@@ -39,13 +39,18 @@ MARGIN = 10  # seconds a credential must outlive the deadline by
 
 # spark minor -> scala -> Comet release on Maven Central (the Spark 3.5/4.0 builds of 1.2.0 are not served here)
 MAVEN_COMET: dict[str, dict[str, str]] = {"4.1": {"2.13": "1.2.0"}}
-HADOOP_FOR_SPARK = {"4.1": "3.4.2"}  # pyspark's bundled Hadoop (hadoop-aws must match it)
+# pyspark's bundled Hadoop (hadoop-aws must match it): the Spark lines whose sessions read raw s3a:// paths
+# (``_rawpaths``; Spark 3.5's Hadoop 3.3.4 takes AWS SDK v1, lakesession's S3A classes are SDK v2)
+HADOOP_FOR_SPARK = {"4.1": "3.4.2", "4.0": "3.4.1"}
 # AWS SDK v2 of the iceberg-aws-bundle in use: hadoop-aws takes the rest of the SDK from that bundle
-SDK_FOR_ICEBERG = {"1.12.0": "2.54.17"}
+SDK_FOR_ICEBERG = {"1.12.0": "2.54.17", "1.11.0": "2.44.4"}
 SHA1: dict[tuple[str, str, str], str] = {  # (group, artifact, version) -> Maven Central's .sha1
     ("org.apache.datafusion", "comet-spark-spark4.1_2.13", "1.2.0"): "0353906ed7ac1b65ea00c5669045cf3c55dbd364",
     ("org.apache.hadoop", "hadoop-aws", "3.4.2"): "16f9de6da5c7862241d55a13d34843404d0cbb88",
+    ("org.apache.hadoop", "hadoop-aws", "3.4.1"): "641d8fe1d7683cdcc05cc3a794c0374553f6bd6a",
     ("org.apache.hadoop", "hadoop-client-api", "3.4.2"): "d49afafdccb52bddde866ea0f341e6b31edc97fe",
+    ("software.amazon.awssdk", "apache-client", "2.44.4"): "c9f8ce37b3a9bdaf6ad60c5348b2df2e38804358",
+    ("software.amazon.awssdk", "s3-transfer-manager", "2.44.4"): "3ee1934ac45ab9642d12a4ca6b68f687fc40c6a6",
     ("software.amazon.awssdk", "apache-client", "2.54.17"): "382ee44d0e6f806cf895942098e513c31fbd01cd",
     ("software.amazon.awssdk", "s3-transfer-manager", "2.54.17"): "c72805ac1c7d7d2c74e32baee0830868ebf0c59c",
     **{(GROUP, a, v): sha1 for (a, v), sha1 in MAVEN_SHA1.items()},
@@ -122,8 +127,8 @@ def resolve(minor: str, scala: str, version: str = "", *, comet: bool = True, cl
 
     One batch: what is missing downloads behind one progress line (Comet's 99 MB jar included).
     """
-    release = comet_for(minor, scala, version)
-    hadoop = HADOOP_FOR_SPARK[minor]
+    release = comet_for(minor, scala, version) if comet else ""
+    hadoop = HADOOP_FOR_SPARK[minor]  # raw paths without Comet: ``_rawpaths`` checks the line first
     sdk = SDK_FOR_ICEBERG[MAVEN_ICEBERG[minor][scala]]
     # on the same (system) class path as Comet and S3A: SDK classes loaded by Spark's child loader
     # (spark.jars) are invisible to hadoop-aws there (NoClassDefFoundError: ExecutionInterceptor)
@@ -236,8 +241,10 @@ def store_conf(gateway_uri: str, secret: str, spark_conf: Mapping[str, str]) -> 
     return out
 
 
-def session_conf(catalog_name: str, gateway_uri: str, secret: str, user: Mapping[str, str]) -> dict[str, str]:
-    """Runtime conf of one SparkSession: its catalog's and its raw paths' providers, bound to its gateway.
+def session_conf(
+    catalog_name: str, gateway_uri: str, secret: str, user: Mapping[str, str], *, comet: bool = True
+) -> dict[str, str]:
+    """Runtime conf of one SparkSession: its catalog's (``comet``) and its raw paths' providers, bound to its gateway.
 
     Hadoop keys set as SQL conf reach only this session's Hadoop conf (``newHadoopConf``), and S3A's
     filesystem cache is off for it: a cached S3AFileSystem (per bucket and OS user) would carry
@@ -245,10 +252,13 @@ def session_conf(catalog_name: str, gateway_uri: str, secret: str, user: Mapping
     """
     min_valid = str(min_valid_seconds(user))
     p = f"spark.sql.catalog.{catalog_name}"
-    return {
+    native = {
         f"{p}.s3.comet.credential.provider.class": COMET_PROVIDER,
         f"{p}.lakesession.min-valid-seconds": min_valid,
         "fs.s3a.comet.credential.provider.class": COMET_PROVIDER,
+    }
+    return {
+        **(native if comet else {}),
         "fs.s3a.aws.credentials.provider": S3A_PROVIDER,
         # every S3A request checked against the session's grants before the store sees it (issue #33)
         "fs.s3a.audit.execution.interceptors": S3A_CHECK,

@@ -277,6 +277,11 @@ def convert_exception(e: Any) -> captured.CapturedException:
     refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path
     if refused is not None:
         return refused
+    from ._rawpaths import unavailable
+
+    no_s3a = unavailable(e)  # a raw s3a:// read in a session without S3A: why, and the fix
+    if no_s3a is not None:
+        return no_s3a
     try:
         from ._denials import spark_denial
 

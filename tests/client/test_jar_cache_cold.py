@@ -28,6 +28,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
 SPARK = detect_spark()
 COMET = SPARK.minor in comet.MAVEN_COMET  # Comet 1.2.0 exists for Spark 4.1 only
+RAW = SPARK.minor in comet.HADOOP_FOR_SPARK  # S3A for raw paths: the embedded default offers location credentials
+
+
+def _beyond_iceberg() -> set[str]:
+    """The jars this line's start adds to Iceberg's: S3A's (hadoop-aws, two AWS SDK modules) and Comet's."""
+    if not RAW:
+        return set()
+    sdk = comet.SDK_FOR_ICEBERG[versions.MAVEN_ICEBERG[SPARK.minor][SPARK.scala]]
+    coords = [
+        ("org.apache.hadoop", "hadoop-aws", comet.HADOOP_FOR_SPARK[SPARK.minor]),
+        ("software.amazon.awssdk", "apache-client", sdk),
+        ("software.amazon.awssdk", "s3-transfer-manager", sdk),
+    ]
+    if COMET:
+        coords.append(("org.apache.datafusion", f"comet-spark-spark{SPARK.minor}_{SPARK.scala}", "1.2.0"))
+    return {versions.jar_name(*c) for c in coords}
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +82,7 @@ def test_first_start_downloads_no_cloud_bundle_and_runs_a_query(cold: dict[str, 
     names = {p.name for p in jars}
     assert not [n for n in names if "azure" in n or "gcp" in n]
     expected = {versions.jar_name(versions.GROUP, a, v) for a, v in versions.maven_artifacts(SPARK.minor, SPARK.scala)}
-    if COMET:
-        expected |= {
-            versions.jar_name(*c) for c in comet.SHA1 if c[1] != "hadoop-client-api" and c[0] != versions.GROUP
-        } | {versions.jar_name(versions.GROUP, a, v) for a, v in versions.maven_artifacts(SPARK.minor, SPARK.scala)}
+    expected |= _beyond_iceberg()
     assert names == expected
     downloaded = sum(p.stat().st_size for p in jars)
     print(f"cold start: {len(jars)} jars, {downloaded / 1e6:.0f} MB, {cold['seconds']:.1f} s")
@@ -108,7 +121,7 @@ def test_each_jar_is_on_the_class_path_once(cold: dict[str, Any]) -> None:
 def test_every_download_shows_progress(cold: dict[str, Any]) -> None:
     lines = [line for line in cold["stderr"].splitlines() if line.startswith("lakesession: downloading")]
     done = [line for line in lines if "done in" in line]
-    assert len(done) == (2 if COMET else 1), cold["stderr"][-3000:]
+    assert len(done) == (2 if RAW else 1), cold["stderr"][-3000:]  # Iceberg's, then S3A's (and Comet's)
     assert "(117 MB)" in done[0] if SPARK.minor == "4.1" else done[0]
     if COMET:
         assert "(100 MB)" in done[1]  # Comet's own jar and S3A's: 99 MB + 1 MB

@@ -53,7 +53,8 @@ def test_jar_tables_and_sizes_come_from_versions_py() -> None:
     mb = lambda coords: f"{sum(V.JAR_BYTES[c] for c in coords) / 1e6:.0f} MB"  # noqa: E731
     start = [(V.GROUP, a, v) for a, v in V.maven_artifacts("4.1", "2.13")]
     clouds = [(V.GROUP, a, v) for a, v in V.CLOUD_BUNDLES.values()]
-    extra = [c for c in comet.SHA1 if c[0] != V.GROUP and c[1] != "hadoop-client-api"]
+    on_41 = (comet.MAVEN_COMET["4.1"]["2.13"], comet.HADOOP_FOR_SPARK["4.1"], comet.SDK_FOR_ICEBERG["1.12.0"])
+    extra = [c for c in comet.SHA1 if c[0] != V.GROUP and c[1] != "hadoop-client-api" and c[2] in on_41]
     assert (mb(start), mb(clouds), mb(extra), mb(start + extra)) == ("117 MB", "83 MB", "100 MB", "218 MB")
 
     table = _gen().on_page_markdown("<!-- generated: spark-jars -->")
