@@ -22,6 +22,7 @@ from .errors import Forbidden, NotAuthorized
 from .refby import refuse_chained_write
 from .settings import ServerSettings
 from .timing import mark_started
+from .trust import acting_engine
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -237,10 +238,9 @@ class RequestContext:
 
     @property
     def actor(self) -> str | None:
-        """The principal acting for the token's subject (``act.sub``), if the token was exchanged."""
-        act = self.claims.get("act")
-        sub = act.get("sub") if isinstance(act, dict) else None
-        return sub if isinstance(sub, str) else None
+        """Who acts for the token's subject: ``act.sub`` (an exchanged token), or the engine client a trusted-engine
+        ``authorized_party`` rule recognises in ``azp`` (Keycloak's exchange carries no ``act``)."""
+        return acting_engine(self.claims, self.services.settings, self.principal.name)
 
     def flush(self) -> None:
         if self.pending:
