@@ -219,6 +219,16 @@ class RemoteVerifier:
             leeway=self.leeway,
         )
 
+    @property
+    def issuer(self) -> str:
+        """The exact ``iss`` this issuer's tokens carry (the discovery document's spelling once read)."""
+        return self._iss
+
+    def signing_keys(self, kid: str | None) -> KeySet:
+        """The issuer's keys for a JWS naming ``kid`` (other JWTs it signs, e.g. back-channel logout tokens):
+        the same cache and the same bounded refetch as access tokens. :class:`IssuerUnavailable` if none."""
+        return self._keyset(kid)
+
     # -- key cache --------------------------------------------------------
     def _keyset(self, kid: str | None) -> KeySet:
         with self._lock:

@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+REVOKED = "Token rejected: its sign-in session was revoked"
+
+
 class TokenVerifier(Protocol):
     """Validates a bearer access token and returns its claims, or raises ``NotAuthorized``."""
 
@@ -61,7 +64,8 @@ class CachingVerifier:
     A cached token of a sign-in session (``sid``) is still refused on the next request once that session
     is revoked, on every replica: the inner verifier's revocation generation (one small query shared by
     all tokens, re-read at most every ``generation_ttl`` seconds, at once after a local revocation) is
-    compared with the one seen when the token was cached; only when it moved is the session checked.
+    compared with the one seen when the token was cached; only when it moved is the session checked (an inner
+    verifier with ``claims_revoked``, an external issuer's back-channel logouts, is asked about the claims).
     """
 
     def __init__(
@@ -98,14 +102,16 @@ class CachingVerifier:
         hit = self._cache.get(token)
         if hit is not None and now < hit.until:
             sid = hit.claims.get("sid")
-            if not isinstance(sid, str) or not hasattr(self.inner, "session_revoked"):
+            by_claims = getattr(self.inner, "claims_revoked", None)  # an external issuer's logouts: sid or sub
+            by_sid = getattr(self.inner, "session_revoked", None)
+            if by_claims is None and (not isinstance(sid, str) or by_sid is None):
                 return hit.claims
             generation = self._current_generation(now)
             if generation == hit.generation:
                 return hit.claims
-            if self.inner.session_revoked(sid):
+            if by_claims(hit.claims) if by_claims is not None else by_sid(sid):
                 self._cache.pop(token, None)
-                raise NotAuthorized("Token rejected: its sign-in session was revoked")
+                raise NotAuthorized(getattr(self.inner, "revoked_message", REVOKED))
             hit.generation = generation
             return hit.claims
         generation = self._current_generation(now)  # read before verifying: a revocation racing it is seen next time
