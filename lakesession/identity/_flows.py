@@ -273,11 +273,38 @@ class TokenExchange(_OAuthSource):
                         "Check that the subject token comes from this issuer and that the client may "
                         "exchange it; log the subject in again if its session ended."
                     ) from None
+                if exc.error == "access_denied":
+                    raise self._denied(exc) from None
+                if exc.error == "invalid_request" and "invalid token" in (exc.description or "").lower():
+                    # Keycloak's answer for a subject token whose sign-in session ended (logout, revocation)
+                    if attempt == 1:
+                        self._subject.invalidate()
+                        continue
+                    raise LoginRequiredError(
+                        f"The issuer at {self._where} refused to exchange the subject's token ({exc.detail()}): its "
+                        "sign-in session ended (a logout or an admin revocation); log in again."
+                    ) from None
                 raise rejected(exc, self._where, self._client_id, scope=self._scope, token_url=url) from None
             token = Token.from_response(response)
             token.refresh_token = None
             return token
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _denied(self, exc: _OAuthRejected) -> IdentityError:
+        """A refused exchange: Keycloak's standard exchange says "Client is not within the token audience"
+        when the subject token's ``aud`` does not name this client; the fix is at the issuer."""
+        who = self._client_id
+        if "audience" in (exc.description or "").lower():
+            hint = (
+                f"Make the users' tokens name {who!r} in their audience (Keycloak: an audience mapper with "
+                f"included.client.audience={who} on the client they log in with), then try again."
+            )
+        else:
+            hint = f"Allow client {who!r} to exchange this subject's tokens at the issuer (its token exchange policy)."
+        return IdentityError(
+            f"The issuer at {self._where} refused to let client {who!r} exchange the subject's token "
+            f"({exc.detail()}). {hint}"
+        )
 
     def _describe_extra(self) -> dict[str, Any]:
         act = self._current.claims.get("act") if self._current is not None else None

@@ -109,7 +109,8 @@ class CachingVerifier:
             generation = self._current_generation(now)
             if generation == hit.generation:
                 return hit.claims
-            if by_claims(hit.claims) if by_claims is not None else by_sid(sid):
+            revoked = by_claims(hit.claims) if by_claims is not None else by_sid is not None and by_sid(sid)
+            if revoked:
                 self._cache.pop(token, None)
                 raise NotAuthorized(getattr(self.inner, "revoked_message", REVOKED))
             hit.generation = generation

@@ -191,3 +191,20 @@ def test_an_authorized_party_rule_needs_an_issuer(tmp_path_factory: pytest.TempP
                 Policy().user("a").user("b"), data_dir=tmp_path_factory.mktemp("kc-rule"), trusted_engines=[rule]
             ):
                 pass
+
+
+def test_the_realm_files_engine_client_has_no_user_facing_flow() -> None:
+    """The rule trusts ``azp`` = engine: a user who could log in *through* the engine's client (a public client,
+    a password, device, implicit or code flow) would get that azp without the engine. The realm file the docs
+    ship keeps the client confidential with token exchange (and its service account) only."""
+    import json
+
+    from tests._keycloak import REALM_FILE
+
+    [engine] = [c for c in json.loads(REALM_FILE.read_text())["clients"] if c["clientId"] == "engine"]
+    assert engine["publicClient"] is False and engine["secret"].startswith("CHANGE-ME")
+    for flow in ("standardFlowEnabled", "implicitFlowEnabled", "directAccessGrantsEnabled"):
+        assert engine[flow] is False, flow
+    attrs = engine["attributes"]
+    assert attrs["standard.token.exchange.enabled"] == "true"
+    assert attrs["oauth2.device.authorization.grant.enabled"] == "false" and attrs["oidc.ciba.grant.enabled"] == "false"
