@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -87,7 +88,8 @@ def test_a_subject_logout_ends_tokens_issued_before_it_only(lake: Lake) -> None:
     assert works(lake, before)
     assert logout(lake, kc.logout_token(lake.idp, sid=None, sub=kc.SUBJECTS["bob"])).status_code == 200
     assert not works(lake, before)
-    assert not works(lake, kc.user_token(lake.idp, "bob"))  # same second: issued before the logout, as far as iat says
+    earlier = kc.user_token(lake.idp, "bob", iat=int(time.time()) - 5)  # another session, issued before the logout
+    assert not works(lake, earlier)
     later = kc.user_token(lake.idp, "bob", iat=int(time.time()) + 2)  # a new login after the logout
     assert works(lake, later)
 
@@ -166,3 +168,41 @@ def test_random_kids_cannot_make_the_catalog_hammer_the_issuer(lake: Lake) -> No
         assert config(lake, forged).status_code == 401
         bad_request(logout(lake, kc.logout_token(lake.idp, sid="s", sub="x", key=key)), "logout_token")
     assert verifier.fetch_count - before <= 1, verifier.fetch_count - before
+
+
+def test_a_logout_posted_to_one_replica_ends_the_session_on_the_other(lake: Lake, tmp_path: Path) -> None:
+    """Two replicas sharing one database (a SQLite file in one data dir): Keycloak posts the logout to one of
+    them; the other, which verified and cached the token, refuses it within a second (the shared generation)."""
+    from lakesession.reference import start
+
+    options = {
+        "issuer_url": lake.idp.issuer_uri,
+        "principal_claim": "preferred_username",
+        "backchannel_logout_clients": ["lakesession-cli"],
+        "bootstrap": Policy().user("alice").parse(),
+    }
+    a = start(data_dir=tmp_path, **options)
+    try:
+        b = start(data_dir=tmp_path, base_url=a.uri, **options)
+        try:
+            sid = str(uuid.uuid4())
+            token = kc.user_token(lake.idp, "alice", sid=sid)
+
+            def status(replica: ReferenceCatalog) -> int:  # at the replica's own address, not the shared URL
+                headers = {"Authorization": f"Bearer {token}"}
+                return httpx.get(f"{replica.bind_url}/v1/config", headers=headers, timeout=30).status_code
+
+            assert status(a) == 200 and status(b) == 200  # both verified and cached it
+            posted = httpx.post(
+                f"{a.bind_url}{ENDPOINT}",
+                data={"logout_token": kc.logout_token(lake.idp, sid=sid, sub="s")},
+                timeout=30,
+            )
+            assert posted.status_code == 200, posted.text
+            assert status(a) == 401  # the replica that received it: at once
+            time.sleep(1.2)  # the other re-reads the shared logout generation at most every second
+            assert status(b) == 401
+        finally:
+            b.stop()
+    finally:
+        a.stop()
