@@ -89,6 +89,11 @@ def token_header(token: str) -> dict[str, Any]:
         raise TokenRejected("Malformed bearer token: not a compact JWT") from None
 
 
+def _audience_hint(audiences: list[str]) -> str:
+    """The fix for a token without the expected audience (no secret: IdPs add it with an audience mapper)."""
+    return f" (expected {' or '.join(map(repr, audiences))} in aud: an IdP adds it with an audience mapper)"
+
+
 def _audiences(audience: str | Iterable[str]) -> list[str]:
     found = [audience] if isinstance(audience, str) else list(dict.fromkeys(a for a in audience if isinstance(a, str)))
     if not found or not all(found):
@@ -137,7 +142,10 @@ def check_access_token(
     except ExpiredTokenError:
         raise TokenRejected("Token rejected: expired") from None
     except MissingClaimError as exc:
-        raise TokenRejected(f"Token rejected: missing claim {exc.claim}") from None
+        missing = f"missing claim {exc.claim}"
+        if "aud" in str(exc.claim).split(","):  # Keycloak's lightweight tokens (admin-cli) carry no aud, no sub
+            missing += _audience_hint(audiences)
+        raise TokenRejected(f"Token rejected: {missing}") from None
     except InvalidClaimError as exc:
         reason = {
             "iss": "issuer mismatch",
@@ -145,8 +153,8 @@ def check_access_token(
             "nbf": "not yet valid",
             "iat": "issued in the future",
         }.get(exc.claim, f"invalid claim {exc.claim}")
-        if exc.claim == "aud":  # the expected audience is no secret; IdPs add it with an audience mapper
-            reason += f" (expected {' or '.join(map(repr, audiences))} in aud: an IdP adds it with an audience mapper)"
+        if exc.claim == "aud":
+            reason += _audience_hint(audiences)
         raise TokenRejected(f"Token rejected: {reason}") from None
     return claims
 
@@ -218,6 +226,16 @@ class RemoteVerifier:
             allowed_types=self.allowed_types,
             leeway=self.leeway,
         )
+
+    @property
+    def issuer(self) -> str:
+        """The exact ``iss`` this issuer's tokens carry (the discovery document's spelling once read)."""
+        return self._iss
+
+    def signing_keys(self, kid: str | None) -> KeySet:
+        """The issuer's keys for a JWS naming ``kid`` (other JWTs it signs, e.g. back-channel logout tokens):
+        the same cache and the same bounded refetch as access tokens. :class:`IssuerUnavailable` if none."""
+        return self._keyset(kid)
 
     # -- key cache --------------------------------------------------------
     def _keyset(self, kid: str | None) -> KeySet:

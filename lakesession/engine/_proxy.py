@@ -313,7 +313,9 @@ class FrontDoor:
             logger.warning("%s", exc)
             context.abort_with_status(_status(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), exc.rule))
         if isinstance(exc, ExchangeRefused):
-            message = f"lakesession engine: the issuer refused to let the engine act for you ({exc}); log in again"
+            why = str(exc).rstrip(".")
+            fix = "" if "log in again" in why or "try again" in why else "; log in again"  # its own fix, if named
+            message = f"lakesession engine: the issuer refused to let the engine act for you ({why}){fix}"
             context.abort_with_status(_status(grpc.StatusCode.UNAUTHENTICATED, message, "auth"))
         if isinstance(exc, CatalogUnavailable):
             message = f"lakesession engine: cannot act for you now: {exc}"

@@ -275,6 +275,15 @@ class TokenExchange(_OAuthSource):
                     ) from None
                 if exc.error == "access_denied":
                     raise self._denied(exc) from None
+                if exc.error == "invalid_request" and "invalid token" in (exc.description or "").lower():
+                    # Keycloak's answer for a subject token whose sign-in session ended (logout, revocation)
+                    if attempt == 1:
+                        self._subject.invalidate()
+                        continue
+                    raise LoginRequiredError(
+                        f"The issuer at {self._where} refused to exchange the subject's token ({exc.detail()}): its "
+                        "sign-in session ended (a logout or an admin revocation); log in again."
+                    ) from None
                 raise rejected(exc, self._where, self._client_id, scope=self._scope, token_url=url) from None
             token = Token.from_response(response)
             token.refresh_token = None

@@ -28,6 +28,8 @@ from .errors import BadRequest, install_error_handlers
 from .gcsvending import GcsVendor
 from .guard import RequestGuard
 from .idp import EmbeddedIssuer, RemoteVerifier
+from .logout import PATH as LOGOUT_PATH
+from .logout import LogoutStore, RevokingVerifier
 from .openapi import install_openapi
 from .routes import config
 from .settings import ServerSettings
@@ -42,7 +44,7 @@ API_PREFIX = "/v1/{prefix}"
 
 
 # paths served before the catalog routers are mounted (everything else mounts them first)
-_LIGHT_PATHS = ("/v1/config", "/v1/oauth/tokens", "/healthz")
+_LIGHT_PATHS = ("/v1/config", "/v1/oauth/tokens", "/healthz", LOGOUT_PATH)
 _LIGHT_PREFIXES = ("/oidc/",)
 
 
@@ -129,11 +131,20 @@ def build_services(
     directory = Directory(engine)
     directory.token_privileged_roles = frozenset(settings.token_privileged_roles)
     issuer: EmbeddedIssuer | None = None
+    logouts: LogoutStore | None = None
+    remote: RemoteVerifier | None = None
     if settings.uses_embedded_issuer:
+        if settings.backchannel_logout_clients:
+            raise ValueError(
+                "backchannel_logout_clients is for an external issuer (issuer_url): the embedded issuer ends its "
+                "own sessions. Remove backchannel_logout_clients, or set issuer_url."
+            )
         issuer = EmbeddedIssuer(settings, directory, engine, key_path=key_path)
         verifier: Any = issuer
-    else:
-        verifier = RemoteVerifier(settings.effective_issuer_url, settings.audience)
+    else:  # tokens of a session the issuer logged out (back-channel logout, any replica) are refused
+        remote = RemoteVerifier(settings.effective_issuer_url, settings.audience)
+        logouts = LogoutStore(engine)
+        verifier = RevokingVerifier(remote, logouts)
     vendor: Any = _vendor(settings, issuer)
     if vendor is not None and key_path is not None:  # the data directory workers and replicas share holds its key
         from .vendcache import SharedVendCache, load_key
@@ -162,6 +173,8 @@ def build_services(
     cache = CachingVerifier(verifier)
     if issuer is not None:  # a revocation here is seen by the next request here at once (elsewhere within 1 s)
         issuer.refresh_store.on_revoke.append(cache.forget_generation)
+    if logouts is not None:
+        logouts.on_record.append(cache.forget_generation)
     services = Services(
         settings=settings,
         directory=directory,
@@ -170,6 +183,8 @@ def build_services(
         verifier=cache,
         vendor=vendor,
     )
+    if logouts is not None:
+        services.extras.update(logouts=logouts, remote_verifier=remote)
     return services, issuer
 
 
@@ -257,6 +272,12 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None, lazy_c
         app.add_middleware(ServerTiming)
     if issuer is not None:
         app.include_router(issuer.router, prefix="/oidc")
+    if settings.backchannel_logout_clients and "logouts" in services.extras:
+        from .logout import router as logout_router
+
+        extras = services.extras
+        clients = list(settings.backchannel_logout_clients)
+        app.include_router(logout_router(extras["remote_verifier"], extras["logouts"], clients, services.audit))
 
     @app.post("/v1/oauth/tokens", include_in_schema=False)
     async def oauth_tokens(request: Request) -> Response:

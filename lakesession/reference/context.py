@@ -23,6 +23,7 @@ from .errors import Forbidden, NotAuthorized
 from .refby import refuse_chained_write
 from .settings import ServerSettings
 from .timing import mark_started
+from .trust import acting_engine
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+REVOKED = "Token rejected: its sign-in session was revoked"
 
 
 class TokenVerifier(Protocol):
@@ -61,7 +65,8 @@ class CachingVerifier:
     A cached token of a sign-in session (``sid``) is still refused on the next request once that session
     is revoked, on every replica: the inner verifier's revocation generation (one small query shared by
     all tokens, re-read at most every ``generation_ttl`` seconds, at once after a local revocation) is
-    compared with the one seen when the token was cached; only when it moved is the session checked.
+    compared with the one seen when the token was cached; only when it moved is the session checked (an inner
+    verifier with ``claims_revoked``, an external issuer's back-channel logouts, is asked about the claims).
     """
 
     def __init__(
@@ -107,14 +112,17 @@ class CachingVerifier:
         hit = self._cache.get(token)
         if hit is not None and now < hit.until:
             sid = hit.claims.get("sid")
-            if not isinstance(sid, str) or not hasattr(self.inner, "session_revoked"):
+            by_claims = getattr(self.inner, "claims_revoked", None)  # an external issuer's logouts: sid or sub
+            by_sid = getattr(self.inner, "session_revoked", None)
+            if by_claims is None and (not isinstance(sid, str) or by_sid is None):
                 return hit.claims
             generation = self._current_generation(now)
             if generation == hit.generation:
                 return hit.claims
-            if self.inner.session_revoked(sid):
+            revoked = by_claims(hit.claims) if by_claims is not None else by_sid is not None and by_sid(sid)
+            if revoked:
                 self._cache.pop(token, None)
-                raise NotAuthorized("Token rejected: its sign-in session was revoked")
+                raise NotAuthorized(getattr(self.inner, "revoked_message", REVOKED))
             hit.generation = generation
             return hit.claims
         generation = self._current_generation(now)  # read before verifying: a revocation racing it is seen next time
@@ -247,10 +255,9 @@ class RequestContext:
 
     @property
     def actor(self) -> str | None:
-        """The principal acting for the token's subject (``act.sub``), if the token was exchanged."""
-        act = self.claims.get("act")
-        sub = act.get("sub") if isinstance(act, dict) else None
-        return sub if isinstance(sub, str) else None
+        """Who acts for the token's subject: ``act.sub`` (an exchanged token), or the engine client a trusted-engine
+        ``authorized_party`` rule recognises in ``azp`` (Keycloak's exchange carries no ``act``)."""
+        return acting_engine(self.claims, self.services.settings, self.principal.name)
 
     def flush(self) -> None:
         if self.pending:

@@ -44,6 +44,7 @@ _SERVE_FLAGS = {
     "s3_region": ("s3.region", "--s3-region"),
     "s3_web_identity": ("s3.web_identity", "--s3-web-identity"),
     "trusted_proxies": ("trusted_proxies", "--trusted-proxies"),
+    "backchannel_logout_clients": ("backchannel_logout_clients", "--backchannel-logout-clients"),
 }
 
 
@@ -63,6 +64,11 @@ def serve(args: argparse.Namespace) -> int:
         flags["trusted_proxies"] = (
             "--trusted-proxies",
             [p.strip() for p in args.trusted_proxies.split(",") if p.strip()],
+        )
+    if flags["backchannel_logout_clients"][1] is not None:
+        flags["backchannel_logout_clients"] = (
+            "--backchannel-logout-clients",
+            [c.strip() for c in args.backchannel_logout_clients.split(",") if c.strip()],
         )
     if flags["bootstrap"][1] is not None:
         flags["bootstrap"] = ("--bootstrap", str(args.bootstrap))
@@ -298,6 +304,12 @@ def build_parser(prog: str = "lakesession-catalog") -> argparse.ArgumentParser:
         "--roles-claim",
         default=None,
         help="token claim (or dotted path) listing groups that map to catalog roles of the same name (e.g. groups)",
+    )
+    serve.add_argument(
+        "--backchannel-logout-clients",
+        default=None,
+        help="comma-separated client ids of the external issuer whose back-channel logout tokens end sessions here "
+        "(POST /oidc-backchannel-logout; Keycloak: the client's backchannel.logout.url)",
     )
     serve.add_argument("--token-ttl", type=int, default=None, help="access token lifetime in seconds (embedded issuer)")
     serve.add_argument(

@@ -106,7 +106,7 @@ class GcsConfig(BaseModel):
     token_source: Literal["downscoped", "local"] = "downscoped"
 
 
-_EngineKey = Literal["principal", "issuer", "audience", "subject"]
+_EngineKey = Literal["principal", "issuer", "audience", "subject", "authorized_party", "service_account"]
 
 # Settings of the process (not of the catalog): where it listens and keeps its state.
 _PROCESS_FIELDS: dict[str, Any] = {

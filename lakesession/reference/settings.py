@@ -130,6 +130,10 @@ class ServerSettings:
         trusted_proxies: Addresses (or CIDR networks) of reverse proxies whose ``X-Forwarded-For`` /
             ``X-Forwarded-Proto`` are believed; none by default, so client addresses (which every
             per-address limit keys on) come from the socket. The embedded catalog never sets it.
+        backchannel_logout_clients: Client ids of the external issuer whose OIDC back-channel logout tokens the
+            catalog accepts at ``POST /oidc-backchannel-logout`` (the ``aud`` of Keycloak's logout tokens is the
+            client, e.g. ``lakesession-cli``); empty: no such endpoint. A verified logout token ends its ``sid``
+            (or, with only a ``sub``, that subject's tokens issued before it) on every replica: see ``logout``.
         single_user: The catalog serves one user (the embedded default): only then may a trusted-engine
             rule match every token (see ``trust.check_trust_configuration``).
     """
@@ -159,6 +163,7 @@ class ServerSettings:
     abuse: AbuseLimits = field(default_factory=AbuseLimits)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     single_user: bool = False
+    backchannel_logout_clients: list[str] = field(default_factory=list)
     trusted_proxies: list[str] = field(default_factory=list)
 
     @property

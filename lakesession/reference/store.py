@@ -160,6 +160,22 @@ vended_credentials = Table(
 )
 
 
+# Sign-in sessions an external issuer ended (OIDC back-channel logout, ``logout.py``): one row per verified
+# logout token (its ``jti``: a replay is a duplicate key). With a ``sid``, every token of that session is
+# refused; with only a ``sub``, that subject's tokens issued (``iat``) before ``logged_out_at``.
+oidc_logouts = Table(
+    "ls_oidc_logouts",
+    metadata,
+    Column("jti", String(255), primary_key=True),
+    Column("iss", String(1000), nullable=False),
+    Column("sid", String(255), nullable=True),
+    Column("sub", String(255), nullable=True),
+    Column("logged_out_at", Float, nullable=False),
+    Index("ix_ls_oidc_logouts_sid", "sid"),
+    Index("ix_ls_oidc_logouts_sub", "sub"),
+)
+
+
 def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).resolve()}"
 

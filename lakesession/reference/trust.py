@@ -17,6 +17,18 @@ and re-exports these names.
   RFC 8693 §4.1), so a token the engine minted for alice and alice re-exchanged is alice acting, not
   the engine. The principal (every privilege check, the user in effect, ``ctx.principal``) stays the
   user; the audit records name the actor beside it (``RequestContext.audit``).
+* **An engine recognised by the token's authorized party** (Keycloak's standard token exchange, v2):
+  ``{"issuer": ISS, "authorized_party": CLIENT | [CLIENT…]}``. Keycloak's exchanged token names the user
+  (``sub``, the user's ``sid``) and the requesting client only in ``azp``: it carries **no** ``act``. Such a
+  rule matches a token of exactly that ``iss`` (required: an issuer-less rule never matches), without
+  ``act``, whose ``azp`` is the engine's client, and that is not the engine client's own service-account
+  token (a principal or ``preferred_username`` of ``service-account-<client>``, or a ``client_id`` claim:
+  Keycloak's marks of a client-credentials token; ``service_account`` names another). ``azp`` is who
+  *asked* for the token, so the rule is only as strong as the issuer's client configuration: the engine's
+  client must be confidential (its secret the engine's alone) with no user-facing flow (standard, implicit,
+  direct-access grants, device): else a user could sign in *through* the engine's client and get
+  ``azp`` = engine without the engine (``docs/how-to/keycloak.md``). The engine then acts for the user as
+  with ``act``: every check stays the user's, the audit names the client as the actor.
 * A rule that matches every token this catalog accepts (its own audience, or an empty rule) is refused
   at start-up unless the catalog is explicitly ``single_user`` with at most one principal besides the
   built-in admin: in a multi-user catalog a user's own process (their notebook's Spark) must never be a
@@ -61,6 +73,40 @@ def current_actor(claims: dict[str, Any], claim: str = "sub") -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _party_rule_matches(rule: dict[str, Any], claims: dict[str, Any], principal: str | None) -> bool:
+    """An ``authorized_party`` rule (see the module docstring): the issuer's token for a user, asked for by
+    the engine's client (``azp``), never one with ``act`` nor the engine client's own service-account token."""
+    parties = _as_list(rule.get("authorized_party"))
+    issuer = rule.get("issuer")
+    azp = claims.get("azp")
+    if not parties or not isinstance(issuer, str) or claims.get("iss") != issuer or has_actor(claims):
+        return False
+    if not isinstance(azp, str) or azp not in parties:
+        return False
+    own = set(_as_list(rule.get("service_account"))) | {f"service-account-{azp}"}
+    if principal in own or claims.get("preferred_username") in own or claims.get("client_id") is not None:
+        return False
+    return True
+
+
+def engine_party(claims: dict[str, Any], settings: ServerSettings, principal: str | None = None) -> str | None:
+    """The engine client acting for the token's subject by an ``authorized_party`` rule (its ``azp``), else None."""
+    for rule in settings.trusted_engines or ():
+        if isinstance(rule, dict) and "authorized_party" in rule and _party_rule_matches(rule, claims, principal):
+            return str(claims["azp"])
+    return None
+
+
+def acting_engine(claims: dict[str, Any], settings: ServerSettings, principal: str | None = None) -> str | None:
+    """Who acts for the token's subject: the outermost ``act``'s ``sub`` (RFC 8693), else the engine client an
+    ``authorized_party`` rule recognises (Keycloak's exchange names it only in ``azp``), else None."""
+    act = claims.get("act")
+    sub = act.get("sub") if isinstance(act, dict) else None
+    if isinstance(sub, str):
+        return sub
+    return engine_party(claims, settings, principal)
+
+
 def is_trusted(claims: dict[str, Any], principal: str | None, settings: ServerSettings) -> bool:
     """Whether the caller (its token claims / principal name) matches a trusted-engine rule.
 
@@ -76,6 +122,10 @@ def is_trusted(claims: dict[str, Any], principal: str | None, settings: ServerSe
         if "principal" in rule:
             names = _as_list(rule["principal"])
             if any(n is not None and n in names for n in (principal, actor_name)):
+                return True
+            continue
+        if "authorized_party" in rule:
+            if _party_rule_matches(rule, claims, principal):
                 return True
             continue
         if _issuer_rule_matches(rule, claims):
@@ -109,7 +159,7 @@ class TrustConfigurationError(ValueError):
 def matches_every_token(rule: Any, settings: ServerSettings) -> bool:
     """Whether ``rule`` is met (or meant to be met) by any token this catalog accepts: an empty rule, or
     one whose audience is the catalog's own (every accepted token carries it) under the catalog's issuer."""
-    if not isinstance(rule, dict) or "principal" in rule:
+    if not isinstance(rule, dict) or "principal" in rule or "authorized_party" in rule:
         return False
     audiences = _as_list(rule.get("audience", rule.get("audiences")))
     subjects = _as_list(rule.get("subject", rule.get("subjects")))
@@ -127,6 +177,21 @@ def check_trust_configuration(settings: ServerSettings, principals: Iterable[str
     token were trusted, any user could read whatever any view owner can. Only a single-user catalog
     (the embedded default: one demo user, who owns everything anyway) may trust its own engine.
     """
+    for rule in settings.trusted_engines or ():
+        if isinstance(rule, dict) and "authorized_party" in rule and not isinstance(rule.get("issuer"), str):
+            raise TrustConfigurationError(
+                f"trusted_engines rule {rule!r} names an authorized_party without an issuer: azp is the client that "
+                "asked for a token, which means something only at one issuer. Add issuer: <the issuer URL>."
+            )
+        if (
+            isinstance(rule, dict)
+            and "authorized_party" in rule
+            and settings.audience in _as_list(rule.get("authorized_party"))
+        ):
+            raise TrustConfigurationError(
+                f"trusted_engines rule {rule!r} names the catalog's own audience {settings.audience!r} as the "
+                "engine's client: name the engine's own confidential client (e.g. authorized_party: engine)."
+            )
     broad = [r for r in settings.trusted_engines or () if matches_every_token(r, settings)]
     if not broad:
         return
@@ -149,3 +214,9 @@ def check_trust_configuration(settings: ServerSettings, principals: Iterable[str
 def caller_trusted(ctx: RequestContext) -> bool:
     """Whether the request's caller (its token) is a trusted engine."""
     return is_trusted(ctx.claims, ctx.principal.name, ctx.services.settings)
+
+
+def acting_for_user(ctx: RequestContext) -> bool:
+    """Whether someone (an engine) acts for the request's principal: an ``act`` claim, or an engine client an
+    ``authorized_party`` rule recognises (the owner-property rules then hold it to that user's name)."""
+    return has_actor(ctx.claims) or engine_party(ctx.claims, ctx.services.settings, ctx.principal.name) is not None

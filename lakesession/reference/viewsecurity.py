@@ -73,6 +73,7 @@ from .errors import BadRequest, Forbidden
 from .nskeys import check_level, path_text
 from .refby import raw_param
 from .trust import TrustConfigurationError as TrustConfigurationError
+from .trust import acting_for_user as acting_for_user
 from .trust import caller_trusted as caller_trusted
 from .trust import check_trust_configuration as check_trust_configuration
 from .trust import current_actor as current_actor
@@ -309,7 +310,7 @@ def check_owner_property_change(
         why = f"only trusted engines may {'remove' if removing else 'set'} the view owner property {owner_key!r}"
     elif not removing and any(k != owner_key for k in touched):
         why = f"property {touched[0]!r} differs from the owner property {owner_key!r} only in casing"
-    elif removing or not has_actor(ctx.claims):
+    elif removing or not acting_for_user(ctx):
         return
     else:  # a trusted engine acting for a user: the view may only run as that user
         user = ctx.principal.name

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
@@ -44,16 +45,21 @@ VENDED = {"header.X-Iceberg-Access-Delegation": "vended-credentials"}
 
 
 @pytest.fixture(scope="module")
-def served(kc: Keycloak, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("kc-serve")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The catalog's data directory (its database holds the audit read below)."""
+    return tmp_path_factory.mktemp("kc-serve") / "d"
+
+
+@pytest.fixture(scope="module")
+def served(kc: Keycloak, data_dir: Path) -> Iterator[Served]:
+    tmp = data_dir.parent
     (tmp / "policy.yaml").write_text(POLICY)
     args = [
-        "--port", "0", "--data-dir", str(tmp / "d"), "--bootstrap", str(tmp / "policy.yaml"),
+        "--port", "0", "--data-dir", str(data_dir), "--bootstrap", str(tmp / "policy.yaml"),
         "--warehouse", "s3://kc-lake/wh", "--s3-emulator",
         "--issuer-url", kc.issuer, "--principal-claim", "preferred_username", "--roles-claim", "groups",
     ]  # fmt: skip
     with Served(args) as srv:
-        srv.data_dir = tmp / "d"  # type: ignore[attr-defined]
         etl = catalog(srv, kc.client_token("etl"), "etl")
         etl.create_namespace("sales")
         schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "region", StringType()))
@@ -101,9 +107,22 @@ def test_keycloak_tokens_have_the_shape_the_catalog_is_configured_for(kc: Keyclo
     assert "groups" not in claims_of(kc.user_token("bob"))  # no group: Keycloak leaves the claim out
 
 
-def test_alice_reads_through_her_group_and_bob_is_refused(kc: Keycloak, served: Served) -> None:
+def test_a_token_without_the_audience_mapper_is_refused_naming_it(kc: Keycloak, served: Served) -> None:
+    """Keycloak's own ``admin-cli`` client has no audience mapper: alice's token from it is not for the catalog."""
+    token = kc.password_grant("alice", client="admin-cli")["access_token"]
+    assert "lakesession" not in str(claims_of(token).get("aud"))
+    r = httpx.get(
+        f"{served.uri}/v1/config", params={"warehouse": "lakesession"}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert r.status_code == 401, r.text
+    message = r.json()["error"]["message"]
+    # Keycloak 26's admin-cli sends lightweight access tokens: no aud, and no sub either
+    assert "missing claim" in message and "'lakesession' in aud" in message and "audience mapper" in message
+
+
+def test_alice_reads_through_her_group_and_bob_is_refused(kc: Keycloak, served: Served, data_dir: Path) -> None:
     assert read_ids(served, kc.user_token("alice"), "alice") == [1, 2, 3]
-    assert ("load_table", "table sales.orders", "allow") in audit(served.data_dir, "alice")  # type: ignore[attr-defined]
+    assert ("load_table", "table sales.orders", "allow") in audit(data_dir, "alice")
     with pytest.raises(ForbiddenError, match="bob"):
         catalog(served, kc.user_token("bob"), "bob").load_table(("sales", "orders"))
 
@@ -124,13 +143,13 @@ def test_leaving_the_group_in_keycloak_refuses_her_next_token(kc: Keycloak, serv
     assert read_ids(served, kc.user_token("alice"), "alice-again") == [1, 2, 3]
 
 
-def test_a_service_principal_by_client_credentials(kc: Keycloak, served: Served) -> None:
+def test_a_service_principal_by_client_credentials(kc: Keycloak, served: Served, data_dir: Path) -> None:
     etl = catalog(served, kc.client_token("etl"), "etl2")
     etl.create_namespace("scratch")
     schema = Schema(NestedField(1, "id", LongType()))
     etl.create_table(("scratch", "t"), schema).append(pa.table({"id": pa.array([7], pa.int64())}))
     assert etl.load_table(("scratch", "t")).scan().to_arrow().column("id").to_pylist() == [7]
-    assert ("create_table", "table scratch.t", "issued") in audit(served.data_dir, "service-account-etl")  # type: ignore[attr-defined]
+    assert ("create_table", "table scratch.t", "issued") in audit(data_dir, "service-account-etl")
     with pytest.raises(ForbiddenError, match="alice"):  # analysts read sales.orders only
         catalog(served, kc.user_token("alice"), "alice-scratch").load_table(("scratch", "t"))
 

@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 HERE = Path(__file__).resolve().parent
 VERSION_TABLE = "ls_alembic_version"
-HEAD = "0007"  # the newest revision in versions/ (tests check it equals Alembic's ScriptDirectory head)
+HEAD = "0008"  # the newest revision in versions/ (tests check it equals Alembic's ScriptDirectory head)
 _PG_LOCK_KEY = 0x6C616B65  # "lake": one advisory lock id for schema changes
 
 
