@@ -34,6 +34,7 @@ VENDED = {"header.X-Iceberg-Access-Delegation": "vended-credentials"}
 def served_by_realm(kc: Keycloak, tmp: Path) -> Iterator[Served]:
     """``lakesession serve`` trusting ``kc``'s realm (principal ``preferred_username``, roles from ``groups``) on
     the S3 emulator, with ``sales.orders`` (3 rows) created by the ``etl`` service principal; stopped on exit."""
+    tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "policy.yaml").write_text(POLICY)
     args = [
         "--port", "0", "--data-dir", str(tmp / "d"), "--bootstrap", str(tmp / "policy.yaml"),

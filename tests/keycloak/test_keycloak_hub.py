@@ -46,9 +46,12 @@ TOKEN_TTL = (
 )
 
 KERNEL_READ = """
+from lakesession.identity._claims import unverified_claims
 _rows = spark.sql("SELECT id, region FROM lake.sales.orders ORDER BY id").collect()
 seen.add(s.identity.token())
-print(json.dumps({"rows": [[r.id, r.region] for r in _rows], "principal": s.identity.principal}))
+_first = unverified_claims(_initial)  # the token the spawner hook passed (claims only, never the token)
+print(json.dumps({"rows": [[r.id, r.region] for r in _rows], "principal": s.identity.principal,
+                  "initial": {k: _first.get(k) for k in ("iss", "azp", "preferred_username", "sid")}}))
 """
 
 
@@ -166,7 +169,13 @@ def test_alice_logs_in_at_keycloak_and_her_kernel_reads_as_her(kc_hub: KcHub, no
         "LAKESESSION_ISSUER": kc.issuer,  # ONE issuer for the hub, the catalog and the kernel
         "LAKESESSION_WAREHOUSE": kc_hub.served.lines["warehouse"],
     }
-    assert started["initial"] in {sha(t) for t in hub.secrets}  # the hook passed the token the hub held
+    # the hook passed a token of alice's hub login (it may have been refreshed since: compare its claims)
+    assert notebook.read["initial"] == {
+        "iss": kc.issuer,
+        "azp": "jupyterhub",
+        "preferred_username": "alice",
+        "sid": claims_of(state["access_token"])["sid"],
+    }
     assert started["kind"] == "jupyterhub" and started["principal"] == "alice"  # not the UUID in sub
     assert started["initial_left_in_env"] is False and started["token_in_jvm_env"] is False
     assert notebook.read["rows"] == [[1, "EU"], [2, "US"], [3, "EU"]]
