@@ -150,3 +150,49 @@ def test_the_kernel_names_the_user_by_the_configured_claim() -> None:
     plain = lakesession.hub.identity_from_env(environ={**hub_env, "LAKESESSION_IDENTITY": "jupyterhub",
                                                       "LAKESESSION_HUB_ACCESS_TOKEN": token})  # fmt: skip
     assert plain is not None and plain.principal == "4f1c0a9e-uuid"  # without it: sub, as before
+
+
+class _HubUser:
+    """What oauthenticator's refresh hook gets from JupyterHub: a name and the user's stored auth_state."""
+
+    def __init__(self, name: str, state: dict[str, Any]):
+        self.name, self.state, self.saved = name, state, 0
+
+    async def get_auth_state(self) -> dict[str, Any]:
+        return dict(self.state)
+
+    async def save_auth_state(self, state: dict[str, Any]) -> None:
+        self.state, self.saved = dict(state), self.saved + 1
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_refresh_hook_refreshes_only_users_the_hub_still_allows(catalog: ReferenceCatalog, allowed: bool) -> None:
+    """At the embedded issuer, with alice's real authorization-code tokens: ``refresh_user_hook`` asks the
+    authenticator's ``check_allowed`` again; a user no longer allowed (here: not in ``allowed_groups``, her
+    userinfo has no groups) gets ``False`` and no new tokens."""
+    import asyncio
+
+    from oauthenticator.generic import GenericOAuthenticator
+
+    from lakesession.reference import bootstrap
+    from tests.catalog.test_authcode import CLIENTS, HUB, HUB_SECRET, REDIRECT, get_code, params, pkce, redeem
+
+    catalog.admin.apply_bootstrap(bootstrap.parse(CLIENTS))  # the authorization-code tests' web client
+    verifier, challenge = pkce()
+    tokens = redeem(catalog, get_code(catalog, params(challenge)), verifier).json()
+    c = Config()
+    lakesession.hub.oidc_login(c, issuer=catalog.issuer_uri, client_id=HUB, client_secret=HUB_SECRET,
+                               scope=("openid", "catalog"), callback_url=REDIRECT,
+                               allowed_groups=() if allowed else ("analysts",))  # fmt: skip
+    c.Authenticator.allow_all = allowed
+    auth = GenericOAuthenticator(config=c)
+    now = time.time()
+    state = {"access_token": tokens["access_token"], "refresh_token": tokens["refresh_token"],
+             "issued_at": now - 600, "expires_at": now + 5}  # fmt: skip  # due for a refresh
+    user = _HubUser("alice", state)
+    result = asyncio.run(lakesession.hub.refresh_user_hook(auth, user, dict(state)))
+    if allowed:
+        assert isinstance(result, dict) and result["name"] == "alice" and user.saved == 1
+        assert user.state["access_token"] != tokens["access_token"] and user.state["expires_at"] > now + 5
+    else:
+        assert result is False and user.saved == 0 and user.state == state

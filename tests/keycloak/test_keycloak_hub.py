@@ -249,3 +249,39 @@ def test_no_secret_in_the_hub_server_or_kernel_logs(kc_hub: KcHub, notebook: Not
     assert not leaked, f"{len(leaked)} of {len(hub.secrets) + 1} secrets appear in the hub's log"
     scan = notebook.kernel.check(KERNEL_SCAN.format(log=str(hub.log))).json_lines()[-1]
     assert scan["secrets"] >= 1 and scan["leaked"] == 0, scan
+
+
+KERNEL_UNTIL_CHANGE_OR_ERROR = """
+import time
+_t0 = s.identity.token(); _start = time.time(); _now = _t0; _err = None
+while _now == _t0 and time.time() - _start < {limit}:
+    time.sleep(0.5)
+    try:
+        _now = s.identity.token()
+    except Exception as e:
+        _err = type(e).__name__ + ": " + str(e)[:400]
+        break
+print(json.dumps({{"before": h(_t0), "after": h(_now), "error": _err}}))
+"""
+
+
+def test_removed_from_the_allowed_group_the_hub_stops_refreshing_her_tokens(kc_hub: KcHub, notebook: Notebook) -> None:
+    """Attack: alice, removed from ``analysts`` (the hub's ``allowed_groups``) in Keycloak, keeps her hub session
+    and kernel. JupyterHub checks ``allowed_groups`` at login only; without a check on refresh the hub kept
+    fetching her fresh tokens (now without the group) and her kernel kept acting as her at the catalog for as
+    long as her Keycloak session lived. Now the hub refuses the refresh: her last token runs out within one
+    lifetime and her kernel's next token request fails. Runs last: alice's login ends here."""
+    hub, kc, kernel = kc_hub.hub, kc_hub.kc, notebook.kernel
+    kc.remove_from_group("alice", "analysts")
+    before = hub.auth_state("alice")
+    code = KERNEL_UNTIL_CHANGE_OR_ERROR.format(limit=TOKEN_TTL + 15)
+    out = kernel.check(code, timeout=TOKEN_TTL + 180).json_lines()[-1]
+    after = hub.auth_state("alice")
+    assert out["before"] == out["after"] and after["access_token"] == before["access_token"], (
+        "the hub refreshed the tokens of a user no longer in allowed_groups: "
+        f"{after['oauth_user'].get('groups')} (kernel: {out})"
+    )
+    assert out["error"] and out["error"].startswith("TokenRefreshError"), out  # her last token ran out
+    assert "has not refreshed the user's token" in out["error"], out
+    assert "no longer allowed" in hub.log.read_text(errors="replace"), tail(hub.log)
+    assert "analysts" in (after["oauth_user"].get("groups") or [])  # the state of her last allowed login
