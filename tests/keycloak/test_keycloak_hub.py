@@ -41,9 +41,8 @@ from tests.keycloak._form import Browser, parse
 
 pytestmark = [pytest.mark.slow, pytest.mark.keycloak]
 
-TOKEN_TTL = (
-    20  # seconds, the jupyterhub client's access tokens: the hub refreshes at 10 s left, the kernel re-reads at 2 s
-)
+# seconds, the jupyterhub client's access tokens: the hub refreshes at 10 s left, the kernel re-reads at 2 s left
+TOKEN_TTL = 20
 
 KERNEL_READ = """
 from lakesession.identity._claims import unverified_claims
@@ -201,18 +200,13 @@ def test_hub_refreshes_at_keycloak_and_the_kernel_keeps_reading(kc_hub: KcHub, n
     assert after["expires_at"] - after["issued_at"] == pytest.approx(TOKEN_TTL, abs=1)
     _set_realm(kc, revokeRefreshToken=True, refreshTokenMaxReuse=0)  # rotation: each refresh token works once
     try:
-        for _ in range(2):  # the second refresh needs the refresh token the first one returned
+        # the second refresh needs the refresh token the first one returned: reusing a spent one is refused
+        # and ends the client's session at Keycloak (seen: invalid_grant "Session doesn't have required client")
+        for _ in range(2):
             prior, now, _ = _refresh_once(kc_hub, kernel)
             assert now["refresh_token"] != prior["refresh_token"]
             again = kernel.check(KERNEL_READ, timeout=120).json_lines()[-1]
             assert again["rows"] == [[1, "EU"], [2, "US"], [3, "EU"]] and again["principal"] == "alice"
-        spent = httpx.post(  # the hub never reuses a spent one: Keycloak refuses exactly that
-            kc.token_endpoint,
-            data={"grant_type": "refresh_token", "refresh_token": prior["refresh_token"]},
-            auth=("jupyterhub", kc.client_secrets["jupyterhub"]),
-            timeout=30,
-        )
-        assert spent.status_code == 400 and spent.json()["error"] == "invalid_grant", spent.text
     finally:
         _set_realm(kc, revokeRefreshToken=False)
     assert "refused to refresh" not in kc_hub.hub.log.read_text(errors="replace")
