@@ -15,7 +15,8 @@ a ``JupyterHubToken`` that starts from the token the hook passed and re-reads th
 user's ``auth_state`` from the hub API before it expires.
 
 Logging in: oauthenticator's ``GenericOAuthenticator`` (authorization code + PKCE,
-which the reference catalog's embedded issuer supports; ``configure`` adds
+which the reference catalog's embedded issuer and Keycloak support; ``oidc_login(c, issuer=...)`` sets it
+up from the issuer's discovery document, groups included; ``configure`` adds
 ``refresh_user_hook`` so tokens are refreshed ahead of expiry), or
 ``lakesession.hub.authenticator.DeviceCodeAuthenticator``, which logs users in
 with an issuer's device authorization grant (RFC 8628) and refreshes their
@@ -28,6 +29,7 @@ import os
 from collections.abc import MutableMapping
 
 from ..identity import IdentityError, JupyterHubToken
+from ._discovery import discover, oidc_login
 from ._oauth import refresh_user_hook
 from ._spawn import (
     ACCESS_TOKEN_VAR,
@@ -36,6 +38,7 @@ from ._spawn import (
     IDENTITY_JUPYTERHUB,
     IDENTITY_VAR,
     ISSUER_VAR,
+    PRINCIPAL_CLAIM_VAR,
     ROLE_SCOPES,
     SERVER_SCOPES,
     TOKEN_VARS,
@@ -56,6 +59,7 @@ __all__ = [
     "IDENTITY_JUPYTERHUB",
     "IDENTITY_VAR",
     "ISSUER_VAR",
+    "PRINCIPAL_CLAIM_VAR",
     "ROLE_SCOPES",
     "SERVER_SCOPES",
     "TOKEN_VARS",
@@ -64,9 +68,11 @@ __all__ = [
     "auth_state_hook",
     "chain_hooks",
     "configure",
+    "discover",
     "hub_identity",
     "identity_from_env",
     "merge_roles",
+    "oidc_login",
     "refresh_user_hook",
     "spawn_environment",
     "token_environment",
@@ -94,6 +100,7 @@ def hub_identity(*, issuer: str | None = None, environ: MutableMapping[str, str]
         issuer=issuer or env.get(ISSUER_VAR) or None,
         initial_token=initial,
         initial_expires_at=expires_at,
+        principal_claim=env.get(PRINCIPAL_CLAIM_VAR) or "sub",
     )
 
 

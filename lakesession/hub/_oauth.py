@@ -9,6 +9,11 @@ rotate, and a reused one revokes the whole login — and saves the new
 ``auth_state`` before anyone can read the spent refresh token. It also records
 ``issued_at``/``expires_at`` there, which ``auth_state_hook`` passes on.
 
+A refreshed user who is no longer allowed (``check_blocked_users``/``check_allowed``: e.g. removed at the IdP
+from a group in ``allowed_groups``) is not refreshed: JupyterHub checks ``allowed_groups`` at login only, so
+without this the hub would keep fetching fresh tokens for them, and their kernels would keep acting as them,
+for as long as their IdP session lives. Their last token then runs out within its lifetime.
+
 oauthenticator's ``auth_state`` layout is used as is: ``access_token``,
 ``refresh_token``, ``token_response`` (with ``expires_in``), ``id_token``.
 """
@@ -16,6 +21,7 @@ oauthenticator's ``auth_state`` layout is used as is: ``access_token``,
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import weakref
@@ -92,6 +98,13 @@ async def _refresh(authenticator: Any, user: Any, state: dict[str, Any], left: f
     if not token_info.get("refresh_token"):
         token_info["refresh_token"] = refresh_token
     model = await authenticator._token_to_auth_model(token_info)
+    if not await _still_allowed(authenticator, model):
+        authenticator.log.warning(
+            "%s is no longer allowed by the hub's authenticator (blocked, or no longer in allowed_groups at the "
+            "identity provider): their tokens are not refreshed; they must log in again",
+            user.name,
+        )
+        return False
     new_state = dict(model.get("auth_state") or {})
     now = time.time()
     expires_in = token_info.get("expires_in")
@@ -105,3 +118,25 @@ async def _refresh(authenticator: Any, user: Any, state: dict[str, Any], left: f
         new_state["expires_at"] - now if "expires_at" in new_state else float("nan"),
     )
     return model
+
+
+async def _still_allowed(authenticator: Any, model: dict[str, Any]) -> bool:
+    """What JupyterHub asks at login (``check_blocked_users`` then ``check_allowed``), asked again at refresh."""
+    from tornado.web import HTTPError
+
+    name = model.get("name")
+    if not isinstance(name, str) or not name:
+        return False
+    for check in ("check_blocked_users", "check_allowed"):
+        method = getattr(authenticator, check, None)
+        if method is None:
+            continue
+        try:
+            verdict = method(name, model)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except HTTPError:  # oauthenticator refuses some users by raising 403
+            return False
+        if not verdict:
+            return False
+    return True

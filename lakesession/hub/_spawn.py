@@ -24,6 +24,7 @@ WAREHOUSE_VAR = "LAKESESSION_WAREHOUSE"
 ISSUER_VAR = "LAKESESSION_ISSUER"
 IDENTITY_VAR = "LAKESESSION_IDENTITY"
 ENGINE_VAR = "LAKESESSION_ENGINE"
+PRINCIPAL_CLAIM_VAR = "LAKESESSION_PRINCIPAL_CLAIM"
 IDENTITY_JUPYTERHUB = "jupyterhub"
 ACCESS_TOKEN_VAR = "LAKESESSION_HUB_ACCESS_TOKEN"
 EXPIRES_AT_VAR = "LAKESESSION_HUB_TOKEN_EXPIRES_AT"
@@ -42,14 +43,22 @@ ROLE_SCOPES: dict[str, tuple[str, ...]] = {"user": ("admin:auth_state!user",), "
 
 
 def spawn_environment(
-    catalog_uri: str, *, issuer: str | None = None, warehouse: str | None = None, engine: str | None = None
+    catalog_uri: str,
+    *,
+    issuer: str | None = None,
+    warehouse: str | None = None,
+    engine: str | None = None,
+    principal_claim: str | None = None,
 ) -> dict[str, str]:
     """The static part of the server's environment: where the catalog is, that the identity is the hub's, and
     where the platform's trusted engine is (``engine``, checked here: a bad or plaintext off-loopback address
-    fails when the hub starts, not in every user's kernel)."""
+    fails when the hub starts, not in every user's kernel); ``principal_claim``: the claim the kernel shows
+    as the user's name (the catalog's ``principal_claim``)."""
     env = {URI_VAR: catalog_uri.rstrip("/"), IDENTITY_VAR: IDENTITY_JUPYTERHUB}
     if issuer:
         env[ISSUER_VAR] = issuer.rstrip("/")
+    if principal_claim:
+        env[PRINCIPAL_CLAIM_VAR] = principal_claim
     if warehouse:
         env[WAREHOUSE_VAR] = warehouse
     if engine:
@@ -142,13 +151,16 @@ def configure(
     issuer: str | None = None,
     warehouse: str | None = None,
     engine: str | None = None,
+    principal_claim: str | None = None,
     auth_refresh_age: int | None = 60,
     refresh_pre_spawn: bool = True,
 ) -> None:
     """Set up ``jupyterhub_config.py``'s ``c`` so that notebooks act as the hub user on the catalog.
 
     * ``Spawner.environment``: ``LAKESESSION_URI``, ``LAKESESSION_IDENTITY=jupyterhub``,
-      ``LAKESESSION_ISSUER``, ``LAKESESSION_WAREHOUSE`` and ``LAKESESSION_ENGINE`` (when given), merged
+      ``LAKESESSION_ISSUER``, ``LAKESESSION_WAREHOUSE``, ``LAKESESSION_ENGINE`` and
+      ``LAKESESSION_PRINCIPAL_CLAIM`` (when given: the claim naming the user, shown in the kernel — the
+      catalog's ``principal_claim``, e.g. ``preferred_username`` with Keycloak), merged
       into what is set. ``engine`` is the platform's trusted engine (``lakesession engine``), e.g.
       ``sc://engine.internal:15002/;use_ssl=true``: ``Session.sql()`` in a notebook runs queries over
       DEFINER views there. It is checked here (a ``ConfigError`` for anything but an ``sc://`` URL, for one
@@ -164,11 +176,14 @@ def configure(
 
     The authenticator must keep the user's tokens in ``auth_state`` (``access_token``, ideally
     ``expires_at``; JWT ``exp`` otherwise) and refresh them in ``refresh_user``, e.g.
-    ``lakesession.hub.authenticator.DeviceCodeAuthenticator`` or oauthenticator's ``GenericOAuthenticator``.
+    ``lakesession.hub.authenticator.DeviceCodeAuthenticator`` or oauthenticator's ``GenericOAuthenticator``
+    (``oidc_login`` sets the latter up from the issuer's discovery document).
     """
     c.Spawner.environment = {
         **(_get(c.Spawner, "environment") or {}),
-        **spawn_environment(catalog_uri, issuer=issuer, warehouse=warehouse, engine=engine),
+        **spawn_environment(
+            catalog_uri, issuer=issuer, warehouse=warehouse, engine=engine, principal_claim=principal_claim
+        ),
     }
     existing = _get(c.Spawner, "auth_state_hook")
     c.Spawner.auth_state_hook = (

@@ -17,6 +17,10 @@ access token, the refresh token from ``auth_state`` is used directly at the
 issuer. With rotating refresh tokens this spends the hub's copy, so enable it
 only when the hub does not refresh tokens itself.
 
+``principal_claim`` names the claim shown as the principal (``describe()``, widgets): the hub's
+``lakesession.hub.configure(principal_claim=...)`` passes the catalog's setting as
+``LAKESESSION_PRINCIPAL_CLAIM``.
+
 ``initial_token`` (e.g. what ``lakesession.hub.auth_state_hook`` put into the
 server's environment) is served until it is due for a refresh, saving the first
 round trip to the hub.
@@ -34,6 +38,7 @@ from urllib.parse import quote
 import httpx
 
 from ._base import Token, TokenSource
+from ._claims import claim_str
 from ._errors import IdentityError, LoginRequiredError, _OAuthRejected, _Transient
 from ._oauth import DEFAULT_TIMEOUT, call, oauth_client, transient_status
 
@@ -71,6 +76,7 @@ class JupyterHubToken(TokenSource):
         issuer: str | None = None,
         initial_token: str | None = None,
         initial_expires_at: float | None = None,
+        principal_claim: str = "sub",
     ):
         api_url = api_url or os.environ.get("JUPYTERHUB_API_URL")
         user = user or os.environ.get("JUPYTERHUB_USER")
@@ -95,6 +101,7 @@ class JupyterHubToken(TokenSource):
         self._user = user
         self._api_token = api_token
         self._keys = (access_token_key, refresh_token_key, expires_at_key)
+        self._principal_claim = principal_claim or "sub"
         self._reread = float(reread_interval)
         self._http = httpx.Client(**{"timeout": DEFAULT_TIMEOUT, **(http_options or {})})
         self._direct = (
@@ -106,6 +113,15 @@ class JupyterHubToken(TokenSource):
             first = Token.from_expiry(initial_token, initial_expires_at)
             if not first.expired(time.monotonic()):
                 self._install(first, save=False)
+
+    @property
+    def principal(self) -> str | None:
+        """The token's ``principal_claim`` (e.g. Keycloak's ``preferred_username``: its ``sub`` is a UUID), else
+        ``sub`` — unverified, for display only (the catalog decides who the token names)."""
+        cur = self._current
+        if cur is None:
+            return None
+        return claim_str(cur.claims, self._principal_claim) or claim_str(cur.claims, "sub")
 
     @property
     def _where(self) -> str:

@@ -7,18 +7,12 @@ Token values never leave the processes that hold them: kernels and the test comp
 
 from __future__ import annotations
 
-import hashlib
 import html
 import os
 import re
 import secrets
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -26,15 +20,22 @@ import pytest
 from traitlets.config import Config
 
 import lakesession.hub
-from lakesession._spark.jars import cache_dir, resolve_jars
 from lakesession.identity import IdentityError, JupyterHubToken
 from lakesession.reference import ReferenceCatalog
-from tests._node import npm_tool
+from tests._hub import (
+    KERNEL_REFRESH,
+    KERNEL_SCAN,
+    KERNEL_START,
+    Hub,
+    Login,
+    Notebook,
+    run_hub,
+    sha,
+)
+from tests._hub import spawn_server as _spawn
 from tests.factories import free_port, make_catalog
 from tests.hub.kernel import Kernel
 
-HERE = Path(__file__).parents[1]  # tests/ (its hub/ configs)
-CHP_VERSION = "5.3.0"
 TOKEN_TTL = 20  # seconds: the kernel re-reads the hub (which then refreshes) 2 s before each expiry
 ALICE_SECRET = "alice-hub-secret-" + secrets.token_hex(8)
 BOOTSTRAP = f"""
@@ -48,10 +49,6 @@ grants:
   - {{role: hubusers, privilege: TABLE_CREATE, on: namespace hub}}
   - {{role: hubusers, privilege: TABLE_WRITE_DATA, on: namespace hub}}
 """
-
-
-def sha(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
 
 
 # -- fast checks of the configuration helpers -------------------------------------------------------
@@ -152,143 +149,12 @@ def test_connect_picks_the_hub_identity_from_the_environment(catalog: ReferenceC
 # -- the real hub -----------------------------------------------------------------------------------
 
 
-@dataclass
-class Hub:
-    url: str
-    catalog: ReferenceCatalog
-    log: Path
-    proc: subprocess.Popen[bytes]
-    service_token: str
-    secrets: set[str] = field(default_factory=set)  # every secret that must stay out of the logs
-
-    def auth_state(self, user: str) -> dict:
-        r = httpx.get(
-            f"{self.url}/hub/api/users/{user}", headers={"Authorization": f"token {self.service_token}"}, timeout=30
-        )
-        assert r.status_code == 200, r.status_code
-        state = r.json()["auth_state"]
-        assert isinstance(state, dict) and state.get("access_token")
-        self.secrets.update(v for k, v in state.items() if k in ("access_token", "refresh_token") and v)
-        return state
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     run_dir = tmp_path_factory.mktemp("hub")
     with make_catalog(BOOTSTRAP, data_dir=run_dir / "catalog", access_token_ttl=TOKEN_TTL) as cat:
         with run_hub(run_dir, free_port(), cat, "jupyterhub_config.py", extra_secrets=[ALICE_SECRET]) as handle:
             yield handle
-
-
-@contextmanager
-def run_hub(
-    run_dir: Path,
-    port: int,
-    cat: ReferenceCatalog,
-    config: str,
-    *,
-    drop: tuple[str, ...] = (),
-    extra_env: dict[str, str] | None = None,
-    extra_secrets: Iterable[str] = (),
-) -> Iterator[Hub]:
-    """A JupyterHub on ``port`` configured by ``tests/hub/<config>``, its users logging in at ``cat``'s
-    issuer; seeded and healthy when yielded, stopped when the block ends. ``drop``: more variable prefixes
-    the hub must not inherit; ``extra_secrets``: the users' secrets, watched for in every output."""
-    chp = npm_tool("configurable-http-proxy", CHP_VERSION)
-    crypt_key, service_token = secrets.token_hex(32), secrets.token_hex(24)
-    resolve_jars()  # a fresh machine assembles the jar cache here, not inside the kernel
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AWS_", "JUPYTERHUB_", "LAKESESSION_", *drop)) or k == "LAKESESSION_JARS"
-    }
-    env.update(
-        {
-            "JUPYTERHUB_CRYPT_KEY": crypt_key,
-            "LAKESESSION_TEST_HUB_DIR": str(run_dir),
-            "LAKESESSION_TEST_HUB_PORT": str(port),
-            "LAKESESSION_TEST_HUB_API_PORT": str(free_port()),
-            "LAKESESSION_TEST_HUB_PROXY_API_PORT": str(free_port()),
-            "LAKESESSION_TEST_HUB_CHP": str(chp),
-            "LAKESESSION_TEST_HUB_ISSUER": cat.issuer_uri,
-            "LAKESESSION_TEST_HUB_CATALOG": cat.uri,
-            "LAKESESSION_TEST_HUB_WAREHOUSE": cat.warehouse,
-            "LAKESESSION_TEST_HUB_CACHE_DIR": str(cache_dir()),
-            "LAKESESSION_TEST_HUB_SERVICE_TOKEN": service_token,
-            **(extra_env or {}),
-        }
-    )
-    log = run_dir / "hub.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(HERE / "hub" / config)],
-            cwd=run_dir,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    watched = {crypt_key, service_token, cat.admin_credentials.client_secret, *extra_secrets}
-    handle = Hub(f"http://127.0.0.1:{port}", cat, log, proc, service_token, watched)
-    try:
-        _seed(cat)  # while the hub starts
-        _wait_until(lambda: _healthy(handle), 90, f"the hub did not come up; log:\n{_tail(log)}")
-        yield handle
-    finally:
-        _stop(proc)
-
-
-def _seed(cat: ReferenceCatalog) -> None:
-    from pyiceberg.catalog.rest import RestCatalog
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField
-
-    admin = RestCatalog(
-        "seed",
-        uri=cat.uri,
-        warehouse=cat.warehouse,
-        credential=f"admin:{cat.admin_credentials.client_secret}",
-        **{"oauth2-server-uri": f"{cat.issuer_uri}/token", "scope": "catalog"},
-    )
-    admin.create_namespace("hub")
-    admin.create_namespace("secret")
-    admin.create_table("secret.t", Schema(NestedField(1, "id", LongType(), required=False)))
-
-
-def _healthy(hub: Hub) -> bool:
-    assert hub.proc.poll() is None, f"the hub exited ({hub.proc.returncode}); log:\n{_tail(hub.log)}"
-    try:
-        return httpx.get(f"{hub.url}/hub/health", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _wait_until(check, timeout: float, message: str, interval: float = 0.3) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(message)
-        time.sleep(interval)
-
-
-def _tail(path: Path, n: int = 60) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-n:]) if path.exists() else "(no log)"
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)  # the hub stops the servers it spawned and the proxy
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the process group this test started
-            proc.wait(10)
-
-
-@dataclass
-class Login:
-    browser: httpx.Client
-    api_token: str
 
 
 def _login(hub: Hub, user: str, secret: str) -> Login:
@@ -321,35 +187,6 @@ def _login(hub: Hub, user: str, secret: str) -> Login:
     return Login(browser, created.json()["token"])
 
 
-def _spawn(hub: Hub, login: Login, user: str) -> None:
-    spawn = login.browser.get("/hub/spawn")
-    assert spawn.status_code in (200, 302), spawn.status_code
-    headers = {"Authorization": f"token {login.api_token}"}
-
-    def ready() -> bool:
-        model = httpx.get(f"{hub.url}/hub/api/users/{user}", headers=headers, timeout=30).json()
-        return bool(model.get("servers", {}).get("", {}).get("ready"))
-
-    _wait_until(ready, 120, f"the server did not start; log:\n{_tail(hub.log)}", interval=0.5)
-
-
-KERNEL_START = """
-import hashlib, json, os
-h = lambda s: hashlib.sha256(s.encode()).hexdigest()
-_env = {k: os.environ.get(k) for k in ("LAKESESSION_URI", "LAKESESSION_IDENTITY", "LAKESESSION_ISSUER",
-                                       "LAKESESSION_WAREHOUSE")}
-_initial = os.environ.get("LAKESESSION_HUB_ACCESS_TOKEN") or ""
-import lakesession
-spark = lakesession.spark()
-s = lakesession.current_session()
-seen = {t for t in (_initial, s.identity.token()) if t}
-_jvm_env = open(f"/proc/{spark.sparkContext._gateway.proc.pid}/environ", "rb").read()
-print(json.dumps({"env": _env, "initial": h(_initial) if _initial else None, "kind": s.identity.kind,
-                  "principal": s.identity.principal, "hash": h(s.identity.token()),
-                  "initial_left_in_env": "LAKESESSION_HUB_ACCESS_TOKEN" in os.environ,
-                  "token_in_jvm_env": any(t.encode() in _jvm_env for t in seen)}))
-"""
-
 KERNEL_SPARK = """
 spark.sql("CREATE TABLE lake.hub.orders USING iceberg AS "
           "SELECT * FROM VALUES (1L, 9.5D), (2L, 20.0D) AS t(id, amount)")
@@ -363,36 +200,11 @@ seen.add(s.identity.token())
 print(json.dumps({"n": _row["n"], "total": _row["total"], "denied": _denied}))
 """
 
-KERNEL_REFRESH = """
-import time
-_t0 = s.identity.token(); _start = time.time(); _now = _t0
-while _now == _t0 and time.time() - _start < {limit}:
-    time.sleep(0.5)
-    _now = s.identity.token()
-seen.update((_t0, _now))
-print(json.dumps({{"before": h(_t0), "after": h(_now), "waited": round(time.time() - _start, 1),
-                  "refreshed_at": time.time()}}))
-"""
 
 KERNEL_AFTER_REFRESH = """
 _cols = [r.col_name for r in spark.sql("DESCRIBE TABLE lake.hub.orders").collect()][:2]  # loads it upstream
 print(json.dumps({"cols": _cols}))
 """
-
-KERNEL_SCAN = """
-_secrets = set(seen) | {{os.environ["JUPYTERHUB_API_TOKEN"]}}
-_log = open({log!r}, "rb").read()
-print(json.dumps({{"secrets": len(_secrets), "leaked": sum(t.encode() in _log for t in _secrets)}}))
-"""
-
-
-@dataclass
-class Notebook:
-    kernel: Kernel
-    login: Login
-    started: dict  # what KERNEL_START printed
-    spark: dict  # what KERNEL_SPARK printed
-    since: float
 
 
 @pytest.fixture(scope="module")

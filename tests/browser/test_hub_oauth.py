@@ -17,18 +17,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests.browser.test_hub import (
-    KERNEL_AFTER_REFRESH,
-    KERNEL_REFRESH,
-    KERNEL_SCAN,
-    Hub,
-    Login,
-    Notebook,
-    _tail,
-    alice_notebook,
-    run_hub,
-    sha,
-)
+from tests._hub import KERNEL_REFRESH, KERNEL_SCAN, Hub, Login, Notebook, run_hub, sha
+from tests._hub import tail as _tail
+from tests.browser.test_hub import KERNEL_AFTER_REFRESH, alice_notebook
 from tests.catalog.test_authcode import form_fields
 from tests.factories import free_port, make_catalog
 

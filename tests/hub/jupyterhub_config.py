@@ -68,5 +68,6 @@ lakesession.hub.configure(
     catalog_uri=env["LAKESESSION_TEST_HUB_CATALOG"],
     issuer=env["LAKESESSION_TEST_HUB_ISSUER"],
     warehouse=env["LAKESESSION_TEST_HUB_WAREHOUSE"],
+    principal_claim=env.get("LAKESESSION_TEST_HUB_PRINCIPAL_CLAIM") or None,
     auth_refresh_age=int(env.get("LAKESESSION_TEST_HUB_REFRESH_AGE", "2")),
 )

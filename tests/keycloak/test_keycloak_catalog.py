@@ -11,80 +11,29 @@ service account (``service-account-etl``, group ``etl``) writes.
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError
 from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
+from pyiceberg.types import LongType, NestedField
 
 from lakesession._spark.errors import CatalogAccessError
 from tests._keycloak import Keycloak, claims_of
 from tests._serve import Served
 from tests._sockets import exposed, listening
+from tests.keycloak._catalog import audit, catalog, read_ids, served_by_realm
 
 pytestmark = [pytest.mark.slow, pytest.mark.keycloak]
 
-POLICY = """\
-roles:
-  - {name: analysts, members: []}
-  - {name: etl, members: []}
-grants:
-  - {role: analysts, privilege: TABLE_READ_DATA, on: table sales.orders}
-  - {role: etl, privilege: CATALOG_MANAGE_CONTENT, on: catalog}
-"""
-ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "region": ["EU", "US", "EU"]})
-VENDED = {"header.X-Iceberg-Access-Delegation": "vended-credentials"}
-
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The catalog's data directory (its database holds the audit read below)."""
-    return tmp_path_factory.mktemp("kc-serve") / "d"
-
-
-@pytest.fixture(scope="module")
-def served(kc: Keycloak, data_dir: Path) -> Iterator[Served]:
-    tmp = data_dir.parent
-    (tmp / "policy.yaml").write_text(POLICY)
-    args = [
-        "--port", "0", "--data-dir", str(data_dir), "--bootstrap", str(tmp / "policy.yaml"),
-        "--warehouse", "s3://kc-lake/wh", "--s3-emulator",
-        "--issuer-url", kc.issuer, "--principal-claim", "preferred_username", "--roles-claim", "groups",
-    ]  # fmt: skip
-    with Served(args) as srv:
-        etl = catalog(srv, kc.client_token("etl"), "etl")
-        etl.create_namespace("sales")
-        schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "region", StringType()))
-        etl.create_table(("sales", "orders"), schema).append(ROWS)
+def served(kc: Keycloak, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with served_by_realm(kc, tmp_path_factory.mktemp("kc-serve")) as srv:
         yield srv
-
-
-def catalog(srv: Served, token: str, who: str) -> RestCatalog:
-    """A plain pyiceberg catalog holding ``token`` (a Keycloak access token), asking for vended credentials."""
-    return RestCatalog(
-        f"kc-{who}-{time.monotonic_ns()}", uri=srv.uri, warehouse=srv.lines["warehouse"], token=token, **VENDED
-    )
-
-
-def read_ids(srv: Served, token: str, who: str) -> list[int]:
-    table = catalog(srv, token, who).load_table(("sales", "orders"))
-    return sorted(table.scan().to_arrow().column("id").to_pylist())
-
-
-def audit(data_dir: Path, principal: str) -> list[tuple[str, str, str]]:
-    """(action, securable, decision) of ``principal``'s audit records, read from the catalog's database
-    (its admin logs in at the embedded issuer, which a catalog trusting Keycloak does not run)."""
-    with sqlite3.connect(data_dir / "catalog.db") as db:
-        rows = db.execute("SELECT action, securable, decision FROM ls_audit WHERE principal = ?", (principal,))
-        return [tuple(r) for r in rows]
 
 
 def test_keycloak_listens_on_loopback_only(kc: Keycloak) -> None:
@@ -120,9 +69,9 @@ def test_a_token_without_the_audience_mapper_is_refused_naming_it(kc: Keycloak, 
     assert "missing claim" in message and "'lakesession' in aud" in message and "audience mapper" in message
 
 
-def test_alice_reads_through_her_group_and_bob_is_refused(kc: Keycloak, served: Served, data_dir: Path) -> None:
+def test_alice_reads_through_her_group_and_bob_is_refused(kc: Keycloak, served: Served) -> None:
     assert read_ids(served, kc.user_token("alice"), "alice") == [1, 2, 3]
-    assert ("load_table", "table sales.orders", "allow") in audit(data_dir, "alice")
+    assert ("load_table", "table sales.orders", "allow") in audit(served.data_dir, "alice")  # type: ignore[attr-defined]
     with pytest.raises(ForbiddenError, match="bob"):
         catalog(served, kc.user_token("bob"), "bob").load_table(("sales", "orders"))
 
@@ -143,13 +92,13 @@ def test_leaving_the_group_in_keycloak_refuses_her_next_token(kc: Keycloak, serv
     assert read_ids(served, kc.user_token("alice"), "alice-again") == [1, 2, 3]
 
 
-def test_a_service_principal_by_client_credentials(kc: Keycloak, served: Served, data_dir: Path) -> None:
+def test_a_service_principal_by_client_credentials(kc: Keycloak, served: Served) -> None:
     etl = catalog(served, kc.client_token("etl"), "etl2")
     etl.create_namespace("scratch")
     schema = Schema(NestedField(1, "id", LongType()))
     etl.create_table(("scratch", "t"), schema).append(pa.table({"id": pa.array([7], pa.int64())}))
     assert etl.load_table(("scratch", "t")).scan().to_arrow().column("id").to_pylist() == [7]
-    assert ("create_table", "table scratch.t", "issued") in audit(data_dir, "service-account-etl")
+    assert ("create_table", "table scratch.t", "issued") in audit(served.data_dir, "service-account-etl")  # type: ignore[attr-defined]
     with pytest.raises(ForbiddenError, match="alice"):  # analysts read sales.orders only
         catalog(served, kc.user_token("alice"), "alice-scratch").load_table(("scratch", "t"))
 
