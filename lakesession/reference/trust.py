@@ -40,13 +40,10 @@ Imports only the settings: the server checks the rules (``check_trust_configurat
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .claims import claim_at
 from .settings import ServerSettings
-
-if TYPE_CHECKING:
-    from .context import RequestContext
 
 
 def _as_list(value: Any) -> list[str]:
@@ -211,12 +208,26 @@ def check_trust_configuration(settings: ServerSettings, principals: Iterable[str
         )
 
 
-def caller_trusted(ctx: RequestContext) -> bool:
+class _Request(Protocol):
+    """What the two checks below read of a request's context (``context.RequestContext``, which imports this
+    module: a structural type keeps the import one-way)."""
+
+    @property
+    def claims(self) -> dict[str, Any]: ...
+
+    @property
+    def principal(self) -> Any: ...
+
+    @property
+    def services(self) -> Any: ...
+
+
+def caller_trusted(ctx: _Request) -> bool:
     """Whether the request's caller (its token) is a trusted engine."""
     return is_trusted(ctx.claims, ctx.principal.name, ctx.services.settings)
 
 
-def acting_for_user(ctx: RequestContext) -> bool:
+def acting_for_user(ctx: _Request) -> bool:
     """Whether someone (an engine) acts for the request's principal: an ``act`` claim, or an engine client an
     ``authorized_party`` rule recognises (the owner-property rules then hold it to that user's name)."""
     return has_actor(ctx.claims) or engine_party(ctx.claims, ctx.services.settings, ctx.principal.name) is not None

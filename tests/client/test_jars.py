@@ -716,7 +716,10 @@ def test_an_unsupported_java_on_path_gives_way_to_a_supported_one_in_the_jvm_fol
     _fake_java(tmp_path / "path" / "bin", "25.0.3")
     _fake_java(tmp_path / "jvm" / "jdk-17" / "bin", "17.0.9")
     _fake_java(tmp_path / "jvm" / "jdk-21" / "bin", "21.0.4")
-    monkeypatch.delenv("JAVA_HOME", raising=False)
+    # check_java() below sets JAVA_HOME itself: record the machine's value first (a delenv of an unset variable
+    # records nothing, and the fake JDK would then outlive the test: later tests' JVMs were this shell script)
+    monkeypatch.setenv("JAVA_HOME", "unset-below")
+    monkeypatch.delenv("JAVA_HOME")
     monkeypatch.setenv("PATH", str(tmp_path / "path" / "bin"))
     monkeypatch.setenv("LAKESESSION_JVM_DIRS", str(tmp_path / "jvm" / "*"))
     found = _java.find_java("4.1.4")
