@@ -232,6 +232,12 @@ ENVIRONMENT: tuple[Variable, ...] = (
     Variable(
         "LAKESESSION_HUB_TOKEN_EXPIRES_AT", "Set by the JupyterHub spawner hook: that token's expiry.", side="hub"
     ),
+    Variable(
+        "LAKESESSION_PRINCIPAL_CLAIM",
+        "Set by the JupyterHub spawner hook (`configure(principal_claim=...)`): the token claim shown as the "
+        "principal (Keycloak: `preferred_username`; its `sub` is a UUID).",
+        side="hub",
+    ),
     Variable("LAKESESSION_HUB_CLIENT_SECRET", "The hub's device-login authenticator's client secret.", side="hub"),
     Variable(
         "LAKESESSION_SERVE__<KEY>",
