@@ -25,6 +25,9 @@ from tests import _kcshape as kc
 from tests.factories import Policy, make_catalog
 from tests.support import bad_request
 
+# replicas and forged logout tokens, ~10 s: off the fast set (its 5-min budget); runs in CI's slow group
+pytestmark = pytest.mark.slow
+
 ENDPOINT = "/oidc-backchannel-logout"
 
 

@@ -26,6 +26,9 @@ from lakesession.gateway import Gateway
 from lakesession.reference import ReferenceCatalog
 from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
 
+# 64-location unions against the emulator, ~14 s: off the fast set (its 5-min budget); runs in CI's slow group
+pytestmark = pytest.mark.slow
+
 B = "lake"  # B3, B4, B6
 W = "wide"  # B1: 64 granted locations, nothing else
 #: 64 key prefixes of 31..60 characters (the location cap of ``location-credentials``)
