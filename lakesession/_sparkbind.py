@@ -346,11 +346,18 @@ def _check_running_sealed(sc: Any) -> None:
 _warned_unsealed = False
 
 
-def comet_conf(comet: bool, catalog_name: str, gateway: Any, spark_conf: Mapping[str, str]) -> dict[str, str]:
-    """The runtime conf wiring lakesession's credential providers (Comet's, S3A's) to this session's gateway, or nothing."""
+def comet_conf(
+    comet: bool, catalog_name: str, gateway: Any, spark_conf: Mapping[str, str], *, storage_credentials: bool = True
+) -> dict[str, str]:
+    """The runtime conf wiring lakesession's credential providers (Comet's, S3A's) to this session's gateway, or nothing.
+
+    ``storage_credentials=False`` (``access="remote-signing"``: the session holds no storage credential at all) wires
+    no S3A provider for raw paths, even in a JVM another session gave S3A."""
     from ._spark import comet as _comet
 
     if not comet and not _comet.names_comet(spark_conf):
+        if not storage_credentials:
+            return {}
         from ._spark import _rawpaths
 
         return _rawpaths.runtime_conf(catalog_name, gateway, spark_conf)

@@ -191,7 +191,13 @@ class StartPlan:
                 gw = session._gateway
                 assert gw is not None
                 own = catalog_conf(session.catalog_name, gw.uri, gw.secret, session.warehouse, session.access)
-                comet = _sparkbind.comet_conf(session._comet, session.catalog_name, gw, session._spark_conf)
+                comet = _sparkbind.comet_conf(
+                    session._comet,
+                    session.catalog_name,
+                    gw,
+                    session._spark_conf,
+                    storage_credentials=session.access != "remote-signing",
+                )
                 return {**own, **comet}
 
             try:
