@@ -126,6 +126,9 @@ def test_the_catalog_down_is_one_line_in_the_notebook_and_from_the_engine(own: t
     alice = login(catalog, "alice", engine)
     try:
         alice.engine().sql("SELECT 1").collect()
+        # the session has worked with the catalog (a session that never reached it is told to check uri= instead:
+        # tests/client/test_newcomer_mistakes.py)
+        alice.sql("SELECT * FROM lake.sales.v_eu").collect()
         catalog.stop()
         started = time.monotonic()
         with pytest.raises(CatalogAccessError) as here:
