@@ -139,6 +139,6 @@ def test_the_catalog_down_is_one_line_in_the_notebook_and_from_the_engine(own: t
     for err in (here.value, there.value):
         # the notebook's session never reached the catalog itself (SELECT 1 ran on the engine): told to check uri=
         kinds = ("catalog unavailable", "catalog unreachable")
-        assert err.kind in kinds and "\n" not in str(err) and "unreachable" in str(err), str(err)
+        assert err.kind in kinds and "\n" not in str(err) and "reach" in str(err), str(err)
     assert catalog.uri in str(there.value)
     assert took < 15
