@@ -20,7 +20,6 @@ import base64
 import fcntl
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -32,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support import java_major
 
 VERSION = "26.7.3"
 MIN_JAVA = 21
@@ -53,15 +54,6 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "lakesession"
 
 
-def _java_major(java: str) -> int:
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    if match is None:
-        return 0
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major
-
-
 def java_home() -> Path:
     """A Java 21+ home for Keycloak: ``$KEYCLOAK_JAVA_HOME``, ``$JAVA_HOME``, ``java`` on PATH, /usr/lib/jvm/*."""
     homes = [os.environ.get("KEYCLOAK_JAVA_HOME"), os.environ.get("JAVA_HOME")]
@@ -73,7 +65,7 @@ def java_home() -> Path:
         if not home or home in seen or not (Path(home) / "bin" / "java").is_file():
             continue
         seen.append(home)
-        if _java_major(str(Path(home) / "bin" / "java")) >= MIN_JAVA:
+        if java_major(str(Path(home) / "bin" / "java")) >= MIN_JAVA:
             return Path(home)
     raise RuntimeError(
         f"Keycloak {VERSION} needs Java {MIN_JAVA}+; found only {seen or 'no java'}. "

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -29,6 +28,7 @@ import httpx
 
 from lakesession._spark.jars import cache_dir
 from tests.factories import free_port, stop_process
+from tests.support import java_major
 
 NESSIE_VERSION = "0.99.0"
 JAR_NAME = f"nessie-quarkus-{NESSIE_VERSION}-runner.jar"
@@ -84,15 +84,6 @@ def nessie_jar(timeout: float = 600.0) -> Path:
     return target
 
 
-def _java_major(java: str) -> int:
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    if match is None:
-        return 0
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major
-
-
 def java_for_nessie() -> str:
     """A Java 21+ runtime: Nessie 0.99's classes are Java 21 bytecode (class file 65), despite its notes
     saying 17. ``$NESSIE_JAVA``, then ``$JAVA_HOME``, ``java`` on PATH, then the JDKs under /usr/lib/jvm."""
@@ -105,7 +96,7 @@ def java_for_nessie() -> str:
         if not java or java in seen or not Path(java).is_file():
             continue
         seen.append(java)
-        if _java_major(java) >= MIN_JAVA:
+        if java_major(java) >= MIN_JAVA:
             return java
     raise RuntimeError(
         f"Nessie {NESSIE_VERSION} needs Java {MIN_JAVA}+; found only {seen or 'no java'}. "

@@ -159,3 +159,14 @@ def bad_request(r: httpx.Response, *words: str) -> str:
     for word in words:
         assert word in error["message"], error["message"]
     return str(error["message"])
+
+
+def java_major(java: str) -> int:
+    """The major version ``java`` runs (0 when it cannot say): lakesession's own probe (``_spark._java``)."""
+    from lakesession._spark._java import major, probe
+    from lakesession.errors import JavaNotFoundError
+
+    try:
+        return major(probe(java))
+    except JavaNotFoundError:
+        return 0
