@@ -230,8 +230,9 @@ class Stack:
     """The emulator, ``lakesession serve`` and Nessie, each its own process; stopped in reverse order."""
 
     def __init__(self, tmp: Path):
-        from tests._nessie import SERVER_JVM_OPTIONS, _java_major, java_for_nessie, nessie, nessie_properties
+        from tests._nessie import SERVER_JVM_OPTIONS, java_for_nessie, nessie, nessie_properties
         from tests._serve import Served
+        from tests.support import java_major
 
         self._stack: list[Any] = []
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
@@ -266,7 +267,7 @@ class Stack:
         # no access delegation asked, no vending on either side: Nessie 0.99 would still assume a role per load
         # and then refuses its own cached STS credential once it has less than the session duration left
         props["nessie.catalog.service.s3.default-options.client-iam.enabled"] = "false"
-        self.jvm = f"Java {_java_major(java_for_nessie())} {' '.join(SERVER_JVM_OPTIONS)}"
+        self.jvm = f"Java {java_major(java_for_nessie())} {' '.join(SERVER_JVM_OPTIONS)}"
         self._nessie_cm = nessie(tmp / "nessie", props, timeout=300, jvm_options=SERVER_JVM_OPTIONS)
         self.nessie = self._nessie_cm.__enter__()
         self.nessie_pid = pid_in(tmp / "nessie")
