@@ -197,6 +197,28 @@ def test_every_benchmark_has_a_smoke_run() -> None:
     assert covered - scripts == set(), "a Smoke line names a script that is gone"
 
 
+def test_every_name_a_benchmark_imports_from_the_project_exists() -> None:
+    """The smoke runs are slow: a renamed helper (``tests._nessie._java_major``) broke one only in CI's last
+    hour. Every ``from lakesession… / tests… import name`` in benchmarks/, function-level ones included, is
+    resolved here in a second."""
+    import ast
+    import importlib
+
+    missing: list[str] = []
+    for script in sorted(BENCHMARKS.glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text(), str(script))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if node.module.split(".")[0] not in ("lakesession", "tests"):
+                continue
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                if not hasattr(module, alias.name) and importlib.util.find_spec(name) is None:
+                    missing.append(f"{script.name}:{node.lineno}: {name}")
+    assert not missing, "benchmarks import names that do not exist:\n" + "\n".join(missing)
+
+
 @pytest.mark.parametrize("smoke", [_param(s) for s in SMOKES])
 def test_benchmark_prints_its_figures(smoke: Smoke, tmp_path: Path) -> None:
     code, out = run_benchmark(smoke.script, *smoke.args, timeout=smoke.timeout, cwd=tmp_path)
