@@ -58,6 +58,9 @@ def hammer(call, threads: int, seconds: float) -> list[tuple[float, float]]:  # 
 
 
 def p99(xs: list[float]) -> float:
+    """The 99th percentile (the maximum below 100 samples; 0 for none, e.g. every call waited)."""
+    if not xs:
+        return 0.0
     return statistics.quantiles(xs, n=100)[98] if len(xs) >= 100 else max(xs)
 
 
@@ -81,6 +84,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=32)
     parser.add_argument("--ttl", type=int, default=4)
     args = parser.parse_args()
+    if args.ttl < 2:
+        # tokens are refreshed 1 s (MIN_MARGIN) ahead of expiry: a 1 s lifetime is due on every call
+        parser.error("--ttl must be at least 2 (seconds): the refresh margin is 1 s")
     from lakesession.catalog._pyiceberg import rest_catalog
     from lakesession.catalog._tables import load_table
     from lakesession.credentials import CredentialStore

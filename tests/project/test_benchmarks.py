@@ -125,7 +125,7 @@ SMOKES = [
     ),
     Smoke(
         "refresh.py",
-        ("--seconds", "2", "--threads", "4", "--ttl", "1"),
+        ("--seconds", "3", "--threads", "4", "--ttl", "3"),
         (rf"{NUM} refreshes over {NUM} lifetimes = {NUM} per expiry",),
     ),
     Smoke(
