@@ -11,18 +11,10 @@ The log then keeps hours, not seconds.
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 from collections import deque
 from dataclasses import asdict, dataclass, replace
 from typing import Any
-from urllib.parse import unquote
-
-_OBJECT = re.compile(
-    r"^/v1/(?:[^/]+/)?namespaces/(?P<ns>[^/]+)(?:/(?P<kind>tables|views)/(?P<name>[^/]+)(?P<rest>/.*)?)?$"
-)
-_RENAME = re.compile(r"^/v1/(?:[^/]+/)?(?P<kind>tables|views)/rename$")
 
 
 @dataclass(frozen=True)
@@ -46,27 +38,6 @@ class AccessRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def classify(method: str, path: str) -> tuple[str, str] | None:
-    """(action, object) for requests worth auditing; None for listings and config."""
-    m = _RENAME.match(path)
-    if m and method == "POST":
-        return f"rename_{m['kind'][:-1]}", m["kind"][:-1]
-    m = _OBJECT.match(path)
-    if not m or not m["kind"]:
-        return None
-    ns = unquote(m["ns"]).replace("\x1f", ".")
-    kind = m["kind"][:-1]
-    name = unquote(m["name"])
-    obj = f"{kind} {ns}.{name}"
-    rest = m["rest"] or ""
-    if rest == "/credentials":
-        return "refresh_credentials", obj
-    if rest:
-        return None  # metrics, plan, sign...
-    action = {"GET": "load", "HEAD": "exists", "POST": "commit", "DELETE": "drop"}.get(method)
-    return (f"{action}_{kind}", obj) if action and action != "exists" else None
 
 
 AGGREGATE_SECONDS = 60
@@ -152,15 +123,3 @@ class AccessLog:
 
     def __len__(self) -> int:
         return len(self._records)
-
-
-def create_target(path: str, body: bytes) -> tuple[str, str] | None:
-    """(``create_table``/``create_view``, object) of a create request (its name is in the body)."""
-    parts = path.rstrip("/").split("/")
-    try:
-        name = json.loads(body).get("name")
-        ns = unquote(parts[-2]).replace("\x1f", ".")
-    except (ValueError, AttributeError, IndexError):
-        return None
-    kind = parts[-1][:-1]
-    return (f"create_{kind}", f"{kind} {ns}.{name}") if isinstance(name, str) else None

@@ -26,13 +26,13 @@ from urllib.parse import quote, unquote
 from .._idempotency import RETRY_STATUSES, advertises_keys, backoff, is_mutation, new_key
 from .._wire.singleflight import SingleFlight
 from . import _signer
-from ._accesslog import AccessLog, AccessRecord, classify
-from ._accesslog import create_target as _create_target
-from ._chains import ChainRoutes, strip_referenced_by, with_referenced_by
-from ._credcache import CredentialCache, earliest_expiry
+from ._accesslog import AccessLog
+from ._chains import ChainRoutes, strip_referenced_by
+from ._credcache import CredentialCache
+from ._handlers import FORWARD_REQUEST_HEADERS, Call, Handlers
 from ._intake import MAX_BODY_BYTES, network, read_body, refuse_client
-from ._paths import PREFIX as PATHS_PREFIX
 from ._paths import PathRoutes
+from ._policies import policy_for
 from ._rewrite import (
     JVM_SEPARATOR,
     credentials_from_table,
@@ -40,30 +40,27 @@ from ._rewrite import (
     namespace_separator,
     offers_credentials,
     rewrite_table_config,
-    signing_unsupported,
     stamp_expiry,
-    with_separator,
-    without_namespace_head,
 )
-from ._signer import SIGN_PREFIX, SignerRoutes, forward_sign, rewrite_signing, signer_path
+from ._routes import CATALOG, parse_route
+from ._signer import SignerRoutes
 from ._upstream import Reply, Upstream, error_reply, send_reply
 
-__all__ = ["MAX_BODY_BYTES", "GatewayApp", "Upstream", "create_gateway_app", "default_region", "rewrite_table_config"]
+__all__ = [
+    "FORWARD_REQUEST_HEADERS",
+    "MAX_BODY_BYTES",
+    "GatewayApp",
+    "Upstream",
+    "create_gateway_app",
+    "default_region",
+    "rewrite_table_config",
+    "stamp_expiry",
+]
 
 logger = logging.getLogger("lakesession.gateway")
 
-FORWARD_REQUEST_HEADERS = (
-    "content-type",
-    "accept",
-    "x-iceberg-access-delegation",
-    "x-request-id",
-    "if-none-match",
-    "idempotency-key",
-    "accept-encoding",
-)
 METHODS = ("GET", "POST", "PUT", "DELETE", "HEAD")
 KEYED_RETRY_WINDOW = 30.0  # seconds the gateway retries a keyed mutation (the JVM's request stays open meanwhile)
-SIGNING = "remote-signing"
 THREADS = 40  # Starlette's default thread pool: JVM threads block here while a refresh or commit is upstream
 
 
@@ -71,7 +68,7 @@ def refuse_path(raw_path: str) -> str | None:
     """Why ``raw_path`` may not be forwarded, or None. A segment decoding to ``.``/``..`` would be
     resolved by the HTTP client (reaching another path than the one checked); one decoding to ``?``
     or ``#`` would become a query or fragment for any hop that decodes before re-parsing."""
-    if not raw_path.startswith("/"):
+    if raw_path[:1] != "/":
         return "the path must start with '/'"
     for segment in raw_path.split("/")[1:]:
         decoded = unquote(segment)
@@ -82,8 +79,9 @@ def refuse_path(raw_path: str) -> str | None:
     return None
 
 
-class GatewayApp:
-    """The ASGI callable serving the main route and the chain routes (``/chain/{id}/…``)."""
+class GatewayApp(Handlers):
+    """The ASGI callable serving the main route, the chain routes (``/chain/{id}/…``), ``/sign/{id}`` and
+    ``/lakesession/…``: parsed once (``_routes``), answered by the handler table (``_handlers``)."""
 
     def __init__(
         self,
@@ -103,7 +101,8 @@ class GatewayApp:
         self.allowed_clients = None if allowed_clients is None else [network(a) for a in allowed_clients]
         self.max_body_bytes = max_body_bytes
         self.assumed_ttl = assumed_ttl  # lifetime assumed for keys vended with no stated expiry
-        self.access = access  # "remote-signing": the JVM gets no storage credentials, only the signer route
+        self.access = access  # the session's access mode (None: the engine's choice, i.e. vended credentials)
+        self.policy = policy_for(access, self)  # everything the mode decides (``_policies``), chosen once
         self.signers = SignerRoutes()
         self.region = region if region is not None else default_region()
         self.offers_credentials: bool | None = None  # from the catalog's /v1/config endpoints, once seen
@@ -241,137 +240,12 @@ class GatewayApp:
 
     # -- routing (blocking, in the pool) ---------------------------------------------------------------
     def handle(self, method: str, raw_path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
-        if raw_path.startswith(SIGN_PREFIX):
-            return self._sign(method, raw_path[len(SIGN_PREFIX) :], query, headers, body)
-        if raw_path.startswith(PATHS_PREFIX):  # credentials by path for Comet, raw s3a:// and Session.filesystem
-            if self.access == SIGNING:
-                return error_reply(
-                    403, "ForbiddenException", "This session uses remote signing: no storage credentials"
-                )
-            return self.paths.handle(method, raw_path, query)
-        if not raw_path.startswith("/chain/"):
-            # the main catalog keeps INVOKER semantics: view chains only through chain routes
-            return self._handle(method, raw_path, strip_referenced_by(query), headers, body, self._gateway_base(), None)
-        route_id, _, rest = raw_path[len("/chain/") :].partition("/")
-        route = self.routes.get(route_id)
-        if route is None:
-            return error_reply(
-                403,
-                "ForbiddenException",
-                "Unknown view-chain catalog: chain catalogs exist only for queries run through Session.sql",
-            )
-        ok, why = route.permits(method, "/" + rest)
-        if not ok:
-            return error_reply(403, "ForbiddenException", f"Forbidden through view chain {route.display}: {why}")
-        if method == "POST" and rest.rstrip("/").endswith("/metrics"):
-            # a scan report read through a view chain: catalogs refuse every POST carrying referenced-by, and the
-            # report is the engine's bookkeeping, not the user's to file — answered here, nothing upstream
-            return 204, b"", {}
-        if rest.rstrip("/") != "v1/config":
-            query = with_referenced_by(query, route.referenced_by)
-        return self._handle(
-            method,
-            "/" + rest,
-            query,
-            headers,
-            body,
-            f"{self._gateway_base()}/chain/{route.id}",
-            route.display,
-            route.id,
-        )
-
-    def _handle(
-        self,
-        method: str,
-        path: str,
-        query: str,
-        req_headers: dict[str, str],
-        body: bytes,
-        base: str,
-        chain: str | None,
-        chain_id: str | None = None,
-    ) -> Reply:
-        if signer_path(path, self.upstream.base_url, self.signers):
-            return error_reply(
-                403,
-                "ForbiddenException",
-                "Signer calls go only through the /sign/{id} route the gateway returned in the table load "
-                "(its signer.endpoint / s3.signer.endpoint): not through a catalog route",
-            )
-        headers = {k: v for k, v in req_headers.items() if k in FORWARD_REQUEST_HEADERS}
-        path = with_separator(path, self.namespace_separator)
-        started = time.monotonic()
-        what = classify(method, path)
-        logger.debug("%s %s -> %s", method, path, what)
-        if what is None and method == "POST" and path.endswith(("/tables", "/views")):
-            what = _create_target(path, body)
-        via = "upstream"
-        if self.access == SIGNING:  # whatever the engine asks: never vended credentials for this session
-            headers["x-iceberg-access-delegation"] = SIGNING
-        if self.access == SIGNING and what and what[0] == "refresh_credentials":
-            status, content, out_headers = error_reply(
-                403,
-                "ForbiddenException",
-                "This session uses remote signing: Spark gets no storage credentials (the catalog signs each request)",
-            )
-        elif what and what[0] == "refresh_credentials":
-            key = f"{path}?{query}|{req_headers.get('x-iceberg-access-delegation', '')}"
-            cached = self.credentials.get(key)
-            if cached is not None:
-                (status, content, out_headers), via = cached, "cache"
-            else:
-                fetch = lambda: self._fetch_credentials(path, query, headers, key)  # noqa: E731
-                (status, content, out_headers), shared = self._flights.do(key, fetch)
-                via = "shared" if shared else "upstream"
-        else:
-            status, content, out_headers = self._forward(method, path, query, headers, body)
-            if self.access == SIGNING and status == 200 and what and what[0] in ("load_table", "create_table"):
-                refusal = signing_unsupported(content)
-                if refusal is not None:  # Spark would fail later with an opaque Azure/Google auth error
-                    status, content, out_headers = error_reply(400, "BadRequestException", refusal)
-            if what and what[0] == "load_table" and method == "GET" and self.access != SIGNING:
-                self._note_load(path, query, req_headers, (status, content, out_headers))
-            elif what and what[0] == "load_table" and method == "GET" and status == 200:  # a remote-signing session
-                refused = _signer.refuse_unsigned(
-                    content, self.upstream.base_url, what[1], self.endpoints, self.signers.ever
-                )
-                status, content, out_headers = refused or (status, content, out_headers)
-        if status == 200 and path.rstrip("/").endswith("/v1/config"):
-            self._note_endpoints(content)
-            self.paths.note_config(content)
-            content = without_namespace_head(rewrite_table_config(content, self.upstream.base_url, base))
-        if status == 200 and "/tables" in path:
-            loaded = what is not None and what[0] in ("load_table", "create_table")
-            if loaded or self.access == SIGNING:
-                content = rewrite_signing(
-                    content,
-                    self.upstream.base_url,
-                    base,
-                    self._gateway_base(),
-                    self.signers,
-                    what[1] if what else "table",
-                    chain_id,
-                    strip_credentials=self.access == SIGNING,
-                )
-            own = f"{base}{path}/credentials" if loaded and self.access != SIGNING else None
-            if own is not None:
-                content = stamp_expiry(content, self.assumed_ttl)
-            content = rewrite_table_config(content, self.upstream.base_url, base, self.region, own)
-        if what:
-            self.access_log.add(
-                AccessRecord(
-                    time=time.time(),
-                    action=what[0],
-                    object=what[1],
-                    status=status,
-                    duration_ms=round((time.monotonic() - started) * 1000, 2),
-                    request_id=out_headers.get("x-request-id"),
-                    credentials_expire_at=earliest_expiry(content) if status == 200 else None,
-                    via=via,
-                    chain=chain,
-                )
-            )
-        return status, content, out_headers
+        """One request through the handler table; a catalog call on the main route keeps INVOKER semantics
+        (its ``referenced-by`` stripped: view chains only through chain routes)."""
+        route = parse_route(method, raw_path)
+        if route.endpoint in CATALOG:
+            return self.dispatch(Call(route, strip_referenced_by(query), headers, body, self._gateway_base()))
+        return self.dispatch(Call(route, query, headers, body))
 
     def _forward(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> Reply:
         """Forward upstream; a mutation carries an ``Idempotency-Key`` — the JVM's own when it sent one
@@ -394,12 +268,6 @@ class GatewayApp:
             time.sleep(delay)
             reply = self.upstream.forward(method, path, query, headers, body)
         return reply
-
-    def _sign(self, method: str, rid: str, query: str, req_headers: dict[str, str], body: bytes) -> Reply:
-        """``POST /sign/{id}``: the catalog's signer endpoint for a table this session loaded, as the user."""
-        return forward_sign(
-            method, rid, query, req_headers, body, self.signers, self.routes, self.upstream, self.access_log
-        )
 
 
 def create_gateway_app(

@@ -18,22 +18,26 @@ never cached in — or reachable from — the main catalog.
 
 from __future__ import annotations
 
-import re
 import secrets
 import threading
 from dataclasses import dataclass, field
-from urllib.parse import unquote
 
 from .._wire.referenced_by import replace as with_referenced_by
 from .._wire.referenced_by import strip as strip_referenced_by
+from ._routes import Endpoint, Route, parse_catalog
 
 __all__ = ["ChainRoute", "ChainRoutes", "strip_referenced_by", "with_referenced_by"]
 
 ViewId = tuple[tuple[str, ...], str]
 
-_TABLE = re.compile(r"^/v1/(?:[^/]+/)?namespaces/(?P<ns>[^/]+)/tables/(?P<name>[^/]+)(?P<rest>/[^/]*)?$")
-# (method, path tail after the table) allowed on a chain route
-_ALLOWED = {("GET", ""), ("HEAD", ""), ("GET", "/credentials"), ("POST", "/metrics"), ("POST", "/sign")}
+# what a chain route may do with a table it reads
+_READS = {
+    Endpoint.LOAD_TABLE,
+    Endpoint.TABLE_EXISTS,
+    Endpoint.TABLE_CREDENTIALS,
+    Endpoint.REPORT_METRICS,
+    Endpoint.SIGN_TABLE,
+}
 
 
 @dataclass
@@ -51,15 +55,18 @@ class ChainRoute:
 
     def permits(self, method: str, path: str) -> tuple[bool, str]:
         """(allowed, why not) for a request on this route; ``path`` starts at ``/v1``."""
-        if method == "GET" and path.rstrip("/") == "/v1/config":
+        return self.permits_route(parse_catalog(method, path))
+
+    def permits_route(self, route: Route) -> tuple[bool, str]:
+        """(allowed, why not) for a parsed catalog request on this route: its config, and reads of its tables."""
+        if route.endpoint is Endpoint.CONFIG:
             return True, ""
-        m = _TABLE.match(path)
-        if m is None:
+        ident = route.table
+        if ident is None:
             return False, "only the tables this view chain reads can be loaded here"
-        ident = (tuple(unquote(m["ns"]).split("\x1f")), unquote(m["name"]))
         if ident not in self.tables:
             return False, f"table {'.'.join((*ident[0], ident[1]))} is not read by this view chain"
-        if (method, m["rest"] or "") not in _ALLOWED:
+        if route.endpoint not in _READS:
             return False, "view chains are read-only"
         return True, ""
 

@@ -115,15 +115,9 @@ class PathRoutes(BucketUnions):
         return (prefix if isinstance(prefix, str) else None), (endpoints if isinstance(endpoints, list) else [])
 
     # -- routes ---------------------------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, query: str) -> Reply:
-        route = raw_path[len(PREFIX) :].rstrip("/")
-        if method != "GET" or route not in ("path-credentials", "policy-locations", "bucket-credentials"):
-            return error_reply(404, "NotFoundException", f"No gateway route {method} {raw_path}")
-        if route == "policy-locations":
-            return self._policy_locations()
-        params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-        if route == "bucket-credentials":
-            return self._bucket_route(params)
+    def path_credentials(self, query: str) -> Reply:
+        """``GET /lakesession/path-credentials?path=…&mode=…&min-valid-seconds=…`` (see the module docstring)."""
+        params = _params(query)
         path, mode = params.get("path", ""), params.get("mode") or "read"
         try:
             min_valid = float(params.get("min-valid-seconds") or DEFAULT_MIN_VALID)
@@ -138,6 +132,23 @@ class PathRoutes(BucketUnions):
         started = time.monotonic()
         reply, prefix, via = self._path_credentials(path, mode, min_valid)
         return self._logged("path_credentials", f"path {prefix or path}", reply, started, via, reply[0] == 200)
+
+    def bucket_credentials(self, query: str) -> Reply:
+        """``GET /lakesession/bucket-credentials?bucket=…&mode=…&min-valid-seconds=…`` (``_unions``)."""
+        return self._bucket_route(_params(query))
+
+    def policy_locations(self) -> Reply:
+        """``GET /lakesession/policy-locations``: this session's table prefixes and granted locations."""
+        with self._lock:
+            out = list(self._tables)
+        prefix, endpoints = self._catalog()
+        if prefix is not None and LOCATIONS_ROUTE in endpoints:
+            status, body, _ = self.upstream.forward(
+                "GET", f"/v1/{quote(prefix, safe='')}/lakesession/locations", "", {"accept": "application/json"}, b""
+            )
+            if status == 200:
+                out += [as_prefix(x["location"]) for x in json.loads(body).get("locations", [])]
+        return 200, json.dumps({"locations": sorted(set(out))}).encode(), dict(JSON)
 
     def _logged(self, action: str, obj: str, reply: Reply, started: float, via: str, issued: bool) -> Reply:
         """``reply``, recorded in the session's access log (``session.accesses()``)."""
@@ -276,24 +287,16 @@ class PathRoutes(BucketUnions):
             b"",
         )
 
-    def _policy_locations(self) -> Reply:
-        with self._lock:
-            out = list(self._tables)
-        prefix, endpoints = self._catalog()
-        if prefix is not None and LOCATIONS_ROUTE in endpoints:
-            status, body, _ = self.upstream.forward(
-                "GET", f"/v1/{quote(prefix, safe='')}/lakesession/locations", "", {"accept": "application/json"}, b""
-            )
-            if status == 200:
-                out += [as_prefix(x["location"]) for x in json.loads(body).get("locations", [])]
-        return 200, json.dumps({"locations": sorted(set(out))}).encode(), dict(JSON)
-
     def clear(self) -> None:
         with self._lock:
             self._held.clear()
             self._unions.clear()
             self._denied.clear()
             self._granted = None
+
+
+def _params(query: str) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
 
 
 def _covers(reply: Reply, target: str) -> bool:

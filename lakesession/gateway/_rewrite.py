@@ -121,11 +121,13 @@ def with_separator(path: str, separator: str) -> str:
     400), which breaks multi-level namespaces and the probe before every metadata table. Only the
     namespace segment changes; an encoded ``%`` inside a level (``%25``) never matches.
     """
-    if separator.upper() == JVM_SEPARATOR or "/namespaces/" not in path:
+    segments = path.split("/")
+    inner = segments[1:-1]  # the namespace follows a ``namespaces`` segment, and is never the first or last one
+    if separator.upper() == JVM_SEPARATOR or "namespaces" not in inner:
         return path
-    head, marker, rest = path.partition("/namespaces/")
-    namespace, slash, tail = rest.partition("/")
-    return head + marker + _SEPARATOR_RE.sub(separator, namespace) + slash + tail
+    at = inner.index("namespaces") + 2
+    segments[at] = _SEPARATOR_RE.sub(separator, segments[at])
+    return "/".join(segments)
 
 
 def offers_credentials(config_body: bytes) -> bool | None:

@@ -38,7 +38,7 @@ FORWARD_RESPONSE_HEADERS = ("content-type", "etag", "cache-control", "www-authen
 # httpx errors raised before any byte of the request left: safe to retry whatever the method
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 _SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-_SAFE_POSTS = ("/sign", "/metrics")  # remote signing and scan reports change nothing: safe to repeat
+_SAFE_POSTS = ("sign", "metrics")  # last path segments: remote signing and scan reports change nothing, safe to repeat
 
 
 def error_reply(status: int, type_: str, message: str, retry_after: int | None = None) -> Reply:
@@ -205,7 +205,7 @@ class Upstream:
             return error_reply(
                 400, "BadRequestException", unreached_message(CatalogUnreachableError(where, f"{kind}: {exc}"))
             )
-        if isinstance(exc, _NOT_SENT) or method in _SAFE_METHODS or path.endswith(_SAFE_POSTS):
+        if isinstance(exc, _NOT_SENT) or method in _SAFE_METHODS or path.split("/")[-1] in _SAFE_POSTS:
             retry_after = self.catalog_outage.failed()
             logger.warning("catalog unreachable: %s %s (%s); answering 503", method, path, kind)
             msg = f"Catalog at {where} is unreachable ({kind}); retry in {retry_after} s, when it is back"
