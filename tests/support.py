@@ -118,22 +118,6 @@ def run_cold_child(code: str, tmp_path: Path, **env_extra: str) -> tuple[dict[st
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
-CHILD_ENV = "LAKESESSION_TEST_CHILD"  # the module a child pytest runs (tests/conftest.py collects only its tests)
-
-
-def run_module_in_child(module_file: str, expected_passed: int) -> None:
-    """Run a test module's tests in a child pytest (a process, and a JVM, of its own); fail with its output."""
-    import subprocess
-    import sys
-
-    name = Path(module_file).name
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow", "-rfE", module_file]
-    done = subprocess.run(cmd, env={**os.environ, CHILD_ENV: name}, capture_output=True, text=True, timeout=2400)
-    tail = (done.stdout + done.stderr)[-6000:]
-    assert done.returncode == 0, f"{name} failed in a process of its own:\n{tail}"
-    assert f"{expected_passed} passed" in tail, tail  # every test ran: none skipped or deselected
-
-
 def dump_class_archive(path: Path) -> bytes:
     """A real, mappable class-data archive, as a JVM writes it at exit (``java -XX:ArchiveClassesAtExit``)."""
     from lakesession._spark import _classcache
