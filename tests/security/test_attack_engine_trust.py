@@ -21,7 +21,6 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -30,6 +29,7 @@ from botocore.exceptions import ClientError
 from joserfc import jws, jwt
 
 from lakesession.reference import ReferenceCatalog
+from tests._lake import Lake
 from tests.factories import Policy, free_port, make_catalog, vended_s3_client
 from tests.support import OWNER, view_body
 
@@ -144,12 +144,6 @@ def seed(handle: ReferenceCatalog, owner_token: str) -> str:
     return location.split("://", 1)[1].split("/", 1)[1].rstrip("/")
 
 
-@dataclass
-class Lake:
-    handle: ReferenceCatalog
-    prefix: str  # sales.orders' key prefix in BUCKET
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(
@@ -161,7 +155,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         # with trusted engines configured, the engine acting for bob is the only way to make bob's DEFINER view
         prefix = seed(handle, via_engine(handle, "bob"))
         handle.s3_emulator.client().put_object(Bucket=BUCKET, Key=f"{prefix}/data/eu.parquet", Body=b"orders")
-        yield Lake(handle, prefix)
+        yield Lake(handle, bucket=BUCKET, loc={"orders": prefix})
 
 
 # ---------------------------------------------------------------- the user's own Spark is not the engine
@@ -174,7 +168,7 @@ def test_users_own_token_with_referenced_by_is_ignored_and_the_denial_says_why(l
     # the chain is ignored on the other chain-aware routes too, with the same explanation
     creds = call(lake.handle, "GET", f"/namespaces/sales/tables/orders/credentials?referenced-by={CHAIN}", alice)
     assert creds.status_code == 403 and IGNORED in message(creds), creds.text
-    uri = f"{lake.handle.s3_emulator.endpoint}/{BUCKET}/{lake.prefix}/data/eu.parquet"
+    uri = f"{lake.handle.s3_emulator.endpoint}/{BUCKET}/{lake.loc['orders']}/data/eu.parquet"
     sign = call(
         lake.handle,
         "POST",
@@ -214,8 +208,8 @@ def test_engine_acting_for_alice_reads_through_bobs_definer_view_read_only(lake:
     assert vended["detail"]["mode"] == "read" and vended["detail"]["actor"] == "engine"
     # read-only, proved on the store: the vended keys read the table's data but cannot write into its prefix
     s3 = vended_s3_client(lake.handle.s3_emulator.endpoint, cred["config"])
-    assert s3.get_object(Bucket=BUCKET, Key=f"{lake.prefix}/data/eu.parquet")["Body"].read() == b"orders"
-    planted = f"{lake.prefix}/data/planted.parquet"
+    assert s3.get_object(Bucket=BUCKET, Key=f"{lake.loc['orders']}/data/eu.parquet")["Body"].read() == b"orders"
+    planted = f"{lake.loc['orders']}/data/planted.parquet"
     with pytest.raises(ClientError, match="AccessDenied"):
         s3.put_object(Bucket=BUCKET, Key=planted, Body=b"x")
     with pytest.raises(ClientError):
