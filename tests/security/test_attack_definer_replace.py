@@ -26,13 +26,11 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog
 from tests._lake import Lake
-from tests.factories import Policy, make_catalog, vended_s3_client
-from tests.support import OWNER, view_body
+from tests.factories import make_catalog, vended_s3_client
+from tests.support import OWNER, REGION_SCHEMA, engine_policy, exchange_response, issuer_token, view_body
 
 P = "/v1/lakesession"
 BUCKET = "lake-definer-replace"
-EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-ACCESS = "urn:ietf:params:oauth:token-type:access_token"
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
 EU_SQL = "SELECT id FROM sales.orders WHERE region = 'EU'"
 ALL_ORDERS = "SELECT * FROM sales.orders"
@@ -40,13 +38,7 @@ MARGINS = "SELECT * FROM sales.margins"
 RULE = "only the owner of a DEFINER view may change its SQL"
 SECRETS = {who: f"{who}-secret-{secrets.token_hex(4)}" for who in ("etl", "engine", "alice", "bob")}
 POLICY = (
-    Policy()
-    .service("etl", SECRETS["etl"], role="eng")
-    .service("engine", SECRETS["engine"], role="platform")
-    .user("alice", SECRETS["alice"], role="r_alice")
-    .user("bob", SECRETS["bob"], role="r_bob")
-    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
-    .grant("platform", "TOKEN_EXCHANGE", "catalog")
+    engine_policy(SECRETS)
     .grant("platform", "VIEW_WRITE_PROPERTIES", "view sales.v_eu")  # the engine calling as itself
     .grant("r_bob", "TABLE_READ_DATA", "table sales.orders")
     .grant("r_bob", "TABLE_READ_DATA", "table sales.margins")
@@ -58,24 +50,12 @@ POLICY = (
 # ---------------------------------------------------------------- real HTTP: issuer and catalog
 def client_token(handle: ReferenceCatalog, who: str) -> str:
     """``who``'s own access token (client credentials at the issuer): what their own Spark presents."""
-    r = httpx.post(
-        f"{handle.issuer_uri}/token",
-        data={"grant_type": "client_credentials", "scope": "catalog"},
-        auth=(who, SECRETS[who]),
-        timeout=30,
-    )
-    assert r.status_code == 200, r.text
-    return str(r.json()["access_token"])
+    return issuer_token(handle, who, SECRETS[who])
 
 
 def via_engine(handle: ReferenceCatalog, who: str) -> str:
     """What ``lakesession engine`` presents for ``who``: ``who``'s token exchanged by the engine (RFC 8693)."""
-    r = httpx.post(
-        f"{handle.issuer_uri}/token",
-        data={"grant_type": EXCHANGE, "subject_token": client_token(handle, who), "subject_token_type": ACCESS},
-        auth=("engine", SECRETS["engine"]),
-        timeout=30,
-    )
+    r = exchange_response(handle, "engine", SECRETS["engine"], client_token(handle, who))
     assert r.status_code == 200, r.text
     return str(r.json()["access_token"])
 
@@ -137,14 +117,7 @@ def load_through_view(lake: Lake, token: str, table: str) -> httpx.Response:
     return call(lake.handle, "GET", f"/namespaces/sales/tables/{table}?referenced-by=sales%1Fv_eu", token)
 
 
-TABLE_SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "region", "type": "string", "required": False},
-    ],
-}
+TABLE_SCHEMA = REGION_SCHEMA
 
 
 @pytest.fixture(scope="module")

@@ -30,13 +30,11 @@ from joserfc import jws, jwt
 
 from lakesession.reference import ReferenceCatalog
 from tests._lake import Lake
-from tests.factories import Policy, free_port, make_catalog, vended_s3_client
-from tests.support import OWNER, view_body
+from tests.factories import free_port, make_catalog, vended_s3_client
+from tests.support import OWNER, engine_policy, exchange_response, issuer_token, view_body
 
 P = "/v1/lakesession"
 BUCKET = "lake-engine-trust"
-EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-ACCESS = "urn:ietf:params:oauth:token-type:access_token"
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
 CHAIN = "sales%1Fv_eu"
 EU_SQL = "SELECT id, amount FROM sales.orders WHERE region = 'EU'"
@@ -44,13 +42,7 @@ IGNORED = "referenced-by was ignored"
 NOT_TRUSTED = "is not a trusted engine of this catalog"
 SECRETS = {who: f"{who}-secret-{secrets.token_hex(4)}" for who in ("etl", "engine", "alice", "bob")}
 POLICY = (
-    Policy()
-    .service("etl", SECRETS["etl"], role="eng")
-    .service("engine", SECRETS["engine"], role="platform")
-    .user("alice", SECRETS["alice"], role="r_alice")
-    .user("bob", SECRETS["bob"], role="r_bob")
-    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
-    .grant("platform", "TOKEN_EXCHANGE", "catalog")
+    engine_policy(SECRETS)
     .grant("r_bob", "TABLE_READ_DATA", "table sales.orders")
     .grant_all("r_bob", ["VIEW_CREATE", "VIEW_WRITE_PROPERTIES"], "namespace sales")
     .grant("r_alice", "VIEW_READ", "view sales.v_eu")
@@ -70,24 +62,7 @@ TABLE_SCHEMA = {
 # ---------------------------------------------------------------- real HTTP: issuer and catalog
 def client_token(handle: ReferenceCatalog, who: str, secret: str | None = None) -> str:
     """``who``'s own access token: client credentials at the issuer's token endpoint."""
-    r = httpx.post(
-        f"{handle.issuer_uri}/token",
-        data={"grant_type": "client_credentials", "scope": "catalog"},
-        auth=(who, secret or SECRETS[who]),
-        timeout=30,
-    )
-    assert r.status_code == 200, r.text
-    return str(r.json()["access_token"])
-
-
-def exchange_response(handle: ReferenceCatalog, client: str, secret: str, subject_token: str) -> httpx.Response:
-    """RFC 8693 token exchange: ``client`` authenticates with its own credentials and acts for the subject."""
-    return httpx.post(
-        f"{handle.issuer_uri}/token",
-        data={"grant_type": EXCHANGE, "subject_token": subject_token, "subject_token_type": ACCESS},
-        auth=(client, secret),
-        timeout=30,
-    )
+    return issuer_token(handle, who, secret or SECRETS[who])
 
 
 def exchanged(handle: ReferenceCatalog, subject_token: str, client: str = "engine") -> str:

@@ -22,21 +22,14 @@ from lakesession.reference.trust import TrustConfigurationError
 from tests import _kcshape as kc
 from tests._lake import Lake
 from tests.factories import Policy, make_catalog, vended_s3_client
-from tests.support import OWNER, view_body
+from tests.support import OWNER, REGION_SCHEMA, view_body
 
 P = "/v1/lakesession"
 BUCKET = "lake-kc-engine"
 CHAIN = "sales%1Fv_eu"
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
 IGNORED = "referenced-by was ignored"
-TABLE_SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "region", "type": "string", "required": False},
-    ],
-}
+TABLE_SCHEMA = REGION_SCHEMA
 DIRECTORY = (
     Policy()
     .service("etl", role="eng")
