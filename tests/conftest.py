@@ -16,6 +16,7 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog
 from tests._matrix import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401  (the Spark support matrix)
+from tests._own_jvm import register as register_own_jvm
 from tests.factories import Policy, make_catalog
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
@@ -146,17 +147,9 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     session.close()
 
 
-# Comet is launch-time for the JVM (the suite's shared SparkContext may already run without it); the
-# web-identity module's catalog wrote with an AccessDenied session only after the whole suite had run before
-# it (passes alone; not yet understood — see the closing note of session 6)
-ISOLATED = {
-    "test_clouds_spark.py",  # its JVM must launch with the Azure and GCP bundles (only asked-for clouds load)
-    "test_comet_spark.py",
-    "test_raw_paths_spark.py",  # its first session must launch Spark (the catalog probe, S3A on the class path)
-    "test_s3a_union_spark.py",
-    "test_sandbox_jvm.py",
-    "test_webidentity.py",
-}
+def pytest_configure(config: pytest.Config) -> None:
+    """Modules marked ``own_jvm`` run in a child pytest of their own, one per module (tests/_own_jvm.py)."""
+    register_own_jvm(config)
 
 
 def _uses_shared_spark(item: pytest.Item) -> bool:
@@ -168,21 +161,7 @@ def _uses_shared_spark(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test on the shared SparkSession belongs to the Spark group (``-m spark``: .ci/spark-matrix).
-
-    Modules in ISOLATED run in a child pytest (tests/support.run_module_in_child): in the parent only their
-    launcher test (``test_module_in_a_process_of_its_own``) is collected, in the child all but it."""
-    child = os.environ.get("LAKESESSION_TEST_CHILD")
-    kept, dropped = [], []
+    """Every test on the shared SparkSession belongs to the Spark group (``-m spark``: .ci/spark-matrix)."""
     for item in items:
         if _uses_shared_spark(item):
             item.add_marker(pytest.mark.spark)
-        if item.path.name in ISOLATED:
-            launcher = item.name == "test_module_in_a_process_of_its_own"
-            if launcher == (child == item.path.name):
-                dropped.append(item)
-                continue
-        kept.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept

@@ -1,4 +1,4 @@
-"""The suite's shared factories: one ``free_port``, one policy builder, one ``make_catalog``, one ``Lake``.
+"""The suite's shared factories: one ``free_port``, one policy builder, one ``make_catalog`` (``Lake``: tests/_lake.py).
 
 Every module that needs a loopback port, a bootstrap policy or a reference catalog of its own takes it
 from here, so a catalog's start (and its stop) reads the same everywhere and a policy is data, not a
@@ -202,32 +202,6 @@ def vended_s3_client(endpoint: str, cfg: dict[str, str], region: str = "us-east-
         aws_session_token=cfg["s3.session-token"],
         config=Config(**options),
     )
-
-
-class Lake:
-    """Principals of one catalog, each with client credentials at its issuer and a pyiceberg catalog.
-
-    ``secrets`` maps principal → client secret; ``load`` loads a table through lakesession's vending path.
-    """
-
-    def __init__(self, handle: ReferenceCatalog, secrets: dict[str, str], prefix: str = "lake") -> None:
-        from lakesession.catalog import rest_catalog
-        from lakesession.identity import ClientCredentials
-
-        self.handle = handle
-        self.ids = {
-            who: ClientCredentials(f"{handle.issuer_uri}/token", who, secret, scope="catalog")
-            for who, secret in secrets.items()
-        }
-        self.catalogs = {
-            who: rest_catalog(f"{prefix}-{who}", handle.uri, src, warehouse=handle.warehouse)
-            for who, src in self.ids.items()
-        }
-
-    def load(self, who: str, name: str, store: Any, **kw: Any) -> Any:
-        from lakesession.catalog._tables import load_table
-
-        return load_table(self.catalogs[who], name, store, self.ids[who].token, self.handle.uri, **kw)
 
 
 def without_storage_access(store: Any, table: str) -> None:

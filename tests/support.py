@@ -13,13 +13,25 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from tests.factories import Policy
 
 OWNER = "trino.run-as-owner"  # the view property naming a DEFINER view's owner
 PREFIX = "/v1/lakesession"  # the reference catalog's Iceberg REST prefix
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+#: ``sales.orders`` of the DEFINER-view attacks: an id and the region its views filter on
+REGION_SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [
+        {"id": 1, "name": "id", "type": "long", "required": False},
+        {"id": 2, "name": "region", "type": "string", "required": False},
+    ],
+}
 
 
 def seed_chain_grants(namespace: str) -> str:
@@ -74,6 +86,48 @@ def view_body(
     return {"name": name, "schema": SCHEMA, "view-version": version, "properties": props}
 
 
+EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693's grant
+ACCESS = "urn:ietf:params:oauth:token-type:access_token"
+
+
+def engine_policy(secrets: Mapping[str, str]) -> Policy:
+    """The trusted-engine modules' principals: ``etl`` manages the catalog, the ``engine`` service may
+    exchange users' tokens, users ``alice`` and ``bob`` in roles ``r_alice``/``r_bob`` (grants the module's)."""
+    from tests.factories import Policy
+
+    return (
+        Policy()
+        .service("etl", secrets["etl"], role="eng")
+        .service("engine", secrets["engine"], role="platform")
+        .user("alice", secrets["alice"], role="r_alice")
+        .user("bob", secrets["bob"], role="r_bob")
+        .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
+        .grant("platform", "TOKEN_EXCHANGE", "catalog")
+    )
+
+
+def issuer_token(handle: Any, who: str, secret: str) -> str:
+    """``who``'s own access token: client credentials at the catalog's issuer (what their own Spark presents)."""
+    r = httpx.post(
+        f"{handle.issuer_uri}/token",
+        data={"grant_type": "client_credentials", "scope": "catalog"},
+        auth=(who, secret),
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return str(r.json()["access_token"])
+
+
+def exchange_response(handle: Any, client: str, secret: str, subject_token: str) -> httpx.Response:
+    """RFC 8693 token exchange: ``client`` authenticates with its own credentials and acts for the subject."""
+    return httpx.post(
+        f"{handle.issuer_uri}/token",
+        data={"grant_type": EXCHANGE, "subject_token": subject_token, "subject_token_type": ACCESS},
+        auth=(client, secret),
+        timeout=30,
+    )
+
+
 def bearer(handle: Any, who: str) -> dict[str, str]:
     """An Authorization header acting as ``who`` (a token the reference catalog's issuer minted directly)."""
     return {"Authorization": f"Bearer {handle.admin.token_for(who)}"}
@@ -116,22 +170,6 @@ def run_cold_child(code: str, tmp_path: Path, **env_extra: str) -> tuple[dict[st
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
-
-
-CHILD_ENV = "LAKESESSION_TEST_CHILD"  # the module a child pytest runs (tests/conftest.py collects only its tests)
-
-
-def run_module_in_child(module_file: str, expected_passed: int) -> None:
-    """Run a test module's tests in a child pytest (a process, and a JVM, of its own); fail with its output."""
-    import subprocess
-    import sys
-
-    name = Path(module_file).name
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow", "-rfE", module_file]
-    done = subprocess.run(cmd, env={**os.environ, CHILD_ENV: name}, capture_output=True, text=True, timeout=2400)
-    tail = (done.stdout + done.stderr)[-6000:]
-    assert done.returncode == 0, f"{name} failed in a process of its own:\n{tail}"
-    assert f"{expected_passed} passed" in tail, tail  # every test ran: none skipped or deselected
 
 
 def dump_class_archive(path: Path) -> bytes:

@@ -14,8 +14,9 @@ from lakesession.catalog._chains import (
     references,
 )
 from lakesession.reference.viewsecurity import parse_referenced_by
+from tests._lake import Lake
 from tests.factories import make_catalog
-from tests.support import catalog_as, create_view, policy, seed_chain_grants, view_body
+from tests.support import policy, seed_chain_grants, view_body
 
 POLICY = policy(
     users=["alice", "bob", "carol", "dave", "erin"],
@@ -38,21 +39,10 @@ POLICY = policy(
 )
 
 
-class Lake:
-    """One reference catalog with the seed's views, seen by each principal (tests/support.py helpers)."""
-
-    def __init__(self, handle: Any):
-        self.handle = handle
-
-    def create_view(self, namespace: str, body: dict[str, Any]) -> None:
-        create_view(self.handle, namespace, body)
-
-    def catalog(self, who: str) -> Any:
-        return catalog_as(self.handle, who)
-
-    def resolve(self, who: str, name: str, **kw: Any) -> ChainNode:
-        tok = self.handle.admin.token_for(who)
-        return chain_tree(self.catalog(who), name, token=lambda: tok, uri=self.handle.uri, **kw)
+def resolve(lake: Lake, who: str, name: str, **kw: Any) -> ChainNode:
+    """``name``'s chain tree as ``who`` resolves it (tests/support.py helpers)."""
+    tok = lake.handle.admin.token_for(who)
+    return chain_tree(lake.catalog_as(who), name, token=lambda: tok, uri=lake.handle.uri, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +56,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
         trusted_engines=[{"principal": ["alice", "bob", "carol", "dave", "erin", "admin"]}],
     ) as handle:
         lk = Lake(handle)
-        admin = lk.catalog("admin")
+        admin = lk.catalog_as("admin")
         schema = Schema(NestedField(1, "id", LongType(), required=False))
         for ns in ("sales", "loops", "other"):
             admin.create_namespace(ns)
@@ -134,7 +124,7 @@ def test_references_exclude_ctes_and_functions() -> None:
 
 # ---------------------------------------------------------------- resolution
 def test_mixed_chain(lake: Lake) -> None:
-    tree = lake.resolve("alice", "sales.v1")
+    tree = resolve(lake, "alice", "sales.v1")
     rows = [
         (r["depth"], r["object"], r["kind"], r["security"], r["owner"], r["user_in_effect"], r["decision"])
         for r in tree.to_rows()
@@ -151,12 +141,12 @@ def test_mixed_chain(lake: Lake) -> None:
     assert "      └─ sales.t_chain [table, as carol, allow]" in text
     # bob starting the chain himself is checked as bob on v1: denied, no children; refused both as a
     # view and as a table, the catalog does not say which it is
-    denied = lake.resolve("bob", "sales.v1")
+    denied = resolve(lake, "bob", "sales.v1")
     assert (denied.kind, denied.decision, denied.children) == ("unknown", "deny", [])
 
 
 def test_missing_grant_is_a_deny_node(lake: Lake) -> None:
-    tree = lake.resolve("alice", "sales.v_dave")
+    tree = resolve(lake, "alice", "sales.v_dave")
     assert (tree.security, tree.owner, tree.decision) == ("DEFINER", "dave", "allow")
     [orders] = tree.children
     assert (orders.object, orders.kind, orders.user_in_effect, orders.decision) == (
@@ -167,24 +157,24 @@ def test_missing_grant_is_a_deny_node(lake: Lake) -> None:
     )
     lake.handle.admin.grant("r_dave", "TABLE_READ_DATA", "table sales.orders")
     try:
-        assert lake.resolve("alice", "sales.v_dave").children[0].decision == "allow"
+        assert resolve(lake, "alice", "sales.v_dave").children[0].decision == "allow"
     finally:
         lake.handle.admin.revoke("r_dave", "TABLE_READ_DATA", "table sales.orders")
 
 
 def test_intermediate_view_denied(lake: Lake) -> None:
-    tree = lake.resolve("erin", "sales.v_top")  # dialect "flink" is parsed as spark
+    tree = resolve(lake, "erin", "sales.v_top")  # dialect "flink" is parsed as spark
     assert (tree.security, tree.user_in_effect, tree.decision) == ("INVOKER", "erin", "allow")
     [hidden] = tree.children
     assert (hidden.object, hidden.kind, hidden.decision, hidden.children) == ("sales.v_hidden", "view", "deny", [])
     # a table loaded directly is a one-node tree; a missing name is "missing"
-    assert lake.resolve("erin", "sales.orders").to_rows()[0]["decision"] == "allow"
-    gone = lake.resolve("alice", "other.nope")  # alice may read views and tables of other
+    assert resolve(lake, "erin", "sales.orders").to_rows()[0]["decision"] == "allow"
+    gone = resolve(lake, "alice", "other.nope")  # alice may read views and tables of other
     assert (gone.kind, gone.decision) == ("table", "missing")
 
 
 def test_multi_level_namespace(lake: Lake) -> None:
-    tree = lake.resolve("erin", "sales.eu.v_eu")
+    tree = resolve(lake, "erin", "sales.eu.v_eu")
     assert [(r["object"], r["kind"], r["decision"]) for r in tree.to_rows()] == [
         ("sales.eu.v_eu", "view", "allow"),
         ("sales.eu.v_eu_t", "table", "allow"),
@@ -193,18 +183,18 @@ def test_multi_level_namespace(lake: Lake) -> None:
 
 def test_cycle_raises(lake: Lake) -> None:
     with pytest.raises(ViewChainError) as e:
-        lake.resolve("alice", "loops.a")
+        resolve(lake, "alice", "loops.a")
     assert "loops.a → loops.b → loops.a" in str(e.value) and "break the cycle" in str(e.value)
 
 
 def test_depth_limit(lake: Lake) -> None:
     with pytest.raises(ViewChainError) as e:
-        lake.resolve("alice", "sales.v1", max_depth=2)
+        resolve(lake, "alice", "sales.v1", max_depth=2)
     assert "deeper than 2" in str(e.value)
 
 
 def test_default_namespace_and_catalogs(lake: Lake) -> None:
-    tree = lake.resolve("alice", "other.unq")
+    tree = resolve(lake, "alice", "other.unq")
     rows = [(c.object, c.kind, c.decision) for c in tree.children]
     assert rows == [
         ("other.events", "table", "allow"),
@@ -214,7 +204,7 @@ def test_default_namespace_and_catalogs(lake: Lake) -> None:
 
 
 def test_html_escapes(lake: Lake) -> None:
-    tree = lake.resolve("alice", "other.weird<b>")
+    tree = resolve(lake, "alice", "other.weird<b>")
     html = tree._repr_html_()
     assert "weird&lt;b&gt;" in html and "weird<b>" not in html
     assert html.count("<ul") == 2 and "other.events" in html

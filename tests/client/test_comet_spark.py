@@ -27,21 +27,15 @@ from lakesession.errors import CatalogAccessError
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import SPARK_TEST_CONF
 from tests.factories import make_catalog
-from tests.support import run_module_in_child
 
 _SPARK_LINE = ".".join(__import__("pyspark").__version__.split(".")[:2])
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.spark,
+    pytest.mark.own_jvm,  # Comet must be on the JVM's class path and in its plugins from launch
     # Comet 1.2.0 exists here for Spark 4.1 only; elsewhere comet=True is a ConfigError (tests/client/test_comet_conf.py)
     pytest.mark.skipif(_SPARK_LINE != "4.1", reason=f"no Comet release for Spark {_SPARK_LINE} on Maven Central"),
 ]
-
-
-def test_module_in_a_process_of_its_own() -> None:
-    """Comet must be on the JVM's class path and in its plugins from launch, and the suite shares one
-    SparkContext (the `lake` fixture) that other modules start first: the tests below run in a child pytest."""
-    run_module_in_child(__file__, expected_passed=4)
 
 
 TTL = 30  # seconds: vended credentials' lifetime

@@ -30,7 +30,8 @@ from lakesession.credentials import (
     refresh_margin,
 )
 from lakesession.errors import ConfigError
-from tests.factories import ROWS, SCHEMA, Lake, make_catalog, shop_policy
+from tests._lake import Lake
+from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
 
 TTL = 4
 POLICY = shop_policy("xyz")

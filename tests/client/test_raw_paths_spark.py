@@ -30,9 +30,9 @@ from lakesession._spark.comet import HADOOP_FOR_SPARK
 from lakesession.errors import CatalogAccessError, RawPathsUnavailableError
 from tests._serve import Served
 from tests.conftest import SPARK_TEST_CONF
-from tests.support import run_module_in_child
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+# own_jvm: the module's first session must launch Spark (no suite JVM running: the catalog probe, S3A on the class path)
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.own_jvm]
 LINE = ".".join(__import__("pyspark").__version__.split(".")[:2])
 WIRED = LINE in HADOOP_FOR_SPARK  # Spark lines whose sessions get S3A (3.5's Hadoop takes AWS SDK v1)
 
@@ -57,11 +57,6 @@ grants:
   - {{role: r_alice, privilege: LOCATION_READ, on: location s3://{B}/landing/}}
   - {{role: r_bob, privilege: TABLE_READ_PROPERTIES, on: namespace ns}}
 """
-
-
-def test_module_in_a_process_of_its_own() -> None:
-    """The module's first session must launch Spark (no suite JVM running): its tests run in a child pytest."""
-    run_module_in_child(__file__, expected_passed=8)
 
 
 def _rows(n: int, start: int) -> pa.Table:

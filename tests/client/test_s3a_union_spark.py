@@ -22,19 +22,14 @@ from lakesession.reference.storage.policysize import split_union
 from tests.client.test_comet_spark import StoreLog, _parquet, minted_for
 from tests.conftest import SPARK_TEST_CONF
 from tests.factories import make_catalog
-from tests.support import run_module_in_child
 
 _SPARK_LINE = ".".join(__import__("pyspark").__version__.split(".")[:2])
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.spark,
+    pytest.mark.own_jvm,  # Comet must be in the JVM's plugins from launch
     pytest.mark.skipif(_SPARK_LINE != "4.1", reason=f"no Comet release for Spark {_SPARK_LINE} on Maven Central"),
 ]
-
-
-def test_module_in_a_process_of_its_own() -> None:
-    """Comet must be in the JVM's plugins from launch: the tests below run in a child pytest (one JVM)."""
-    run_module_in_child(__file__, expected_passed=5)
 
 
 B = "lake"

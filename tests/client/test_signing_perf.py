@@ -20,9 +20,9 @@ from pyiceberg.exceptions import SignError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from lakesession.catalog._tables import create_table, load_table
+from lakesession.catalog._tables import create_table
 from lakesession.credentials import CredentialStore, SigningFileIO, _signing
-from tests.factories import Lake as SharedLake
+from tests._lake import Lake
 from tests.factories import make_catalog, shop_policy
 
 POLICY = shop_policy("perf", reads="table perf.wide")
@@ -30,14 +30,9 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 FILES = 4  # one data file and one manifest per append: a scan reads them from several threads
 
 
-class Lake(SharedLake):
-    def __init__(self, handle: Any):
-        super().__init__(handle, POLICY.secrets("etl", "reader"), prefix="perf")
-
-    def signed(self, who: str, name: str) -> Any:
-        return load_table(
-            self.catalogs[who], name, CredentialStore(), self.ids[who].token, self.handle.uri, access="remote-signing"
-        )
+def signed(lake: Lake, who: str, name: str) -> Any:
+    """``name`` loaded by ``who`` with remote signing (a fresh credential store)."""
+    return lake.load(who, name, CredentialStore(), access="remote-signing")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +40,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(
         POLICY, bucket="perf-bucket", credential_ttl=300, data_dir=tmp_path_factory.mktemp("signperf")
     ) as handle:
-        lk = Lake(handle)
+        lk = Lake(handle, POLICY.secrets("etl", "reader"), name="perf")
         etl = lk.catalogs["etl"]
         etl.create_namespace("perf")
         store = CredentialStore()
@@ -78,7 +73,7 @@ class ClientCount:
 
 # -- one S3 client per table load, whatever the number of threads ----------------------------------------
 def test_a_signed_scan_builds_one_s3_client_for_all_its_threads(lake: Lake) -> None:
-    t = lake.signed("reader", "perf.wide")
+    t = signed(lake, "reader", "perf.wide")
     with ClientCount() as built:
         assert t.scan().to_arrow().num_rows == FILES * 10  # plans and reads from pyiceberg's thread pool
         assert t.scan().to_arrow().num_rows == FILES * 10
@@ -89,7 +84,7 @@ def test_a_signed_scan_builds_one_s3_client_for_all_its_threads(lake: Lake) -> N
 
 
 def test_each_request_is_signed_once_and_audited(lake: Lake) -> None:
-    t = lake.signed("reader", "perf.wide")
+    t = signed(lake, "reader", "perf.wide")
     fs = t.io.get_fs("s3")
     sent: list[str] = []
     fs.s3.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
@@ -108,8 +103,8 @@ def test_each_request_is_signed_once_and_audited(lake: Lake) -> None:
 
 # -- sharing never crosses tables or principals ------------------------------------------------------------
 def test_tables_keep_their_own_signer_and_principal(lake: Lake) -> None:
-    reader = lake.signed("reader", "perf.wide")
-    etl = lake.signed("etl", "perf.other")
+    reader = signed(lake, "reader", "perf.wide")
+    etl = signed(lake, "etl", "perf.other")
     assert reader.io.get_fs("s3") is not etl.io.get_fs("s3")
     # each client's signer hook lives on that client's own copy of the shared session's event emitter
     assert reader.io.get_fs("s3").s3.meta.events is not etl.io.get_fs("s3").s3.meta.events
@@ -128,7 +123,7 @@ def test_tables_keep_their_own_signer_and_principal(lake: Lake) -> None:
 
 
 def test_the_shared_session_never_supplies_credentials(lake: Lake) -> None:
-    t = lake.signed("reader", "perf.wide")
+    t = signed(lake, "reader", "perf.wide")
     client = t.io.get_fs("s3").s3
     assert client._request_signer._credentials is None  # UNSIGNED: the catalog's signature is the only one
     assert t.scan().to_arrow().num_rows == FILES * 10

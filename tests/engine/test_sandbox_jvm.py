@@ -31,12 +31,12 @@ from lakesession._spark import comet
 from lakesession._spark.jars import detect_spark
 from lakesession._spark.versions import GROUP, iceberg_for
 from tests.factories import free_port
-from tests.support import run_module_in_child
 
 SPARK = detect_spark()
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.spark,
+    pytest.mark.own_jvm,  # the module's JVM carries the sandbox's extensions and jars from launch
     pytest.mark.skipif(int(SPARK.version.split(".")[0]) < 4, reason="the engine sandbox is built for Spark 4"),
 ]
 
@@ -173,12 +173,6 @@ def rows(session: Any, sql: str) -> list[tuple[Any, ...]]:
 
 
 # -- allowed -----------------------------------------------------------------------------------------
-
-
-def test_module_in_a_process_of_its_own() -> None:
-    """The module's JVM carries the sandbox's extensions and jars from launch, and the suite shares one
-    SparkContext (the `lake` fixture) that earlier modules leave running: the tests below run in a child pytest."""
-    run_module_in_child(__file__, expected_passed=28)
 
 
 def test_queries_views_and_settable_keys_are_allowed(user: Any) -> None:

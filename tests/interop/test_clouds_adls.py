@@ -12,7 +12,6 @@ import datetime as dt
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
@@ -31,22 +30,16 @@ from lakesession.credentials import (
 from lakesession.errors import StorageAccessError
 from lakesession.reference.cloudvending import AdlsSettings, AdlsVendor
 from tests._azurite import Azurite, azurite
+from tests._lake import Lake
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy, without_storage_access
-from tests.factories import Lake as SharedLake
 
 pytestmark = pytest.mark.slow  # Azurite start, waits across SAS lifetimes
 TTL = 6
 POLICY = shop_policy("xyz")
 
 
-class Lake(SharedLake):
-    def __init__(self, handle: Any, az: Azurite):
-        super().__init__(handle, POLICY.secrets("etl", "reader"), prefix="adls")
-        self.az = az
-
-    def sas_of(self, store: CredentialStore, table: str) -> str:
-        (cred,) = store.entry(table).credentials
-        return cred.config[f"adls.sas-token.{self.az.host}"]
+def sas_of(lake: Lake, store: CredentialStore, table: str) -> str:
+    return lake.vended(store, table, f"adls.sas-token.{lake.server.host}")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +52,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         with make_catalog(
             POLICY, warehouse=f"abfss://lake@{az.host}/wh", adls=settings, data_dir=tmp_path_factory.mktemp("adlscat")
         ) as handle:
-            lk = Lake(handle, az)
+            lk = Lake(handle, POLICY.secrets("etl", "reader"), name="adls", server=az)
             etl = lk.catalogs["etl"]
             etl.create_namespace("shop")
             store = CredentialStore()
@@ -75,7 +68,7 @@ def _blob(az: Azurite, path: str, sas: str) -> BlobClient:
 
 
 def test_catalog_metadata_and_data_land_in_azurite_under_the_table(lake: Lake) -> None:
-    blobs = lake.az.blobs("lake", "wh/")
+    blobs = lake.server.blobs("lake", "wh/")
     assert any(b.startswith("wh/shop/orders/metadata/") and b.endswith(".metadata.json") for b in blobs), blobs
     assert any(b.startswith("wh/shop/orders/data/") and b.endswith(".parquet") for b in blobs), blobs
 
@@ -91,7 +84,7 @@ def test_load_vends_a_sas_with_iceberg_keys_and_the_read_mode_by_privilege(lake:
     assert r.status_code == 200, r.text
     doc = r.json()
     (cred,) = doc["storage-credentials"]
-    host = lake.az.host
+    host = lake.server.host
     assert cred["prefix"] == f"abfss://lake@{host}/wh/shop/orders"
     cfg = cred["config"]
     sas = parse_qs(cfg[f"adls.sas-token.{host}"])
@@ -99,8 +92,8 @@ def test_load_vends_a_sas_with_iceberg_keys_and_the_read_mode_by_privilege(lake:
     expires_ms = int(cfg[f"adls.sas-token-expires-at-ms.{host}"])
     assert 0 < expires_ms / 1000 - time.time() <= TTL + 1
     assert cfg["adls.refresh-credentials-endpoint"].endswith("/namespaces/shop/tables/orders/credentials")
-    assert cfg[f"adls.connection-string.{host}"] == lake.az.endpoint  # Iceberg Java's endpoint for Azurite
-    assert "adls.account-key" not in str(doc) and lake.az.account_key not in r.text  # the key never leaves
+    assert cfg[f"adls.connection-string.{host}"] == lake.server.endpoint  # Iceberg Java's endpoint for Azurite
+    assert "adls.account-key" not in str(doc) and lake.server.account_key not in r.text  # the key never leaves
 
 
 def test_reader_round_trip_across_two_lifetimes_refreshes_the_sas(lake: Lake) -> None:
@@ -111,7 +104,7 @@ def test_reader_round_trip_across_two_lifetimes_refreshes_the_sas(lake: Lake) ->
     started = time.time()
     while time.time() - started < 2.4 * TTL:
         assert t.scan().to_arrow().num_rows >= 2
-        tokens.add(lake.sas_of(store, "shop.orders"))
+        tokens.add(sas_of(lake, store, "shop.orders"))
         time.sleep(0.3)
     entry = store.entry("shop.orders")
     assert entry.refreshes >= 2, entry.refreshes  # refreshed ahead of each expiry, through the catalog
@@ -134,13 +127,13 @@ def test_writer_appends_after_its_first_sas_expired(lake: Lake) -> None:
 def test_read_only_sas_write_is_refused_by_azurite_itself(lake: Lake) -> None:
     store = CredentialStore()
     t = lake.load("reader", "shop.orders", store, mode="read")
-    sas = lake.sas_of(store, "shop.orders")
+    sas = sas_of(lake, store, "shop.orders")
     inside = "wh/shop/orders/data/planted.parquet"
     with pytest.raises(HttpResponseError) as err:  # the attack: a raw PUT with the vended SAS
-        _blob(lake.az, inside, sas).upload_blob(b"x")
+        _blob(lake.server, inside, sas).upload_blob(b"x")
     assert err.value.status_code == 403 and err.value.error_code == "AuthorizationPermissionMismatch"
-    assert inside not in lake.az.blobs("lake", "wh/shop/orders/")
-    assert _blob(lake.az, t.metadata_location.split(lake.az.host + "/", 1)[1], sas).download_blob().readall()
+    assert inside not in lake.server.blobs("lake", "wh/shop/orders/")
+    assert _blob(lake.server, t.metadata_location.split(lake.server.host + "/", 1)[1], sas).download_blob().readall()
 
 
 def test_a_readers_append_is_one_storage_access_error_before_or_at_the_store(lake: Lake) -> None:
@@ -149,12 +142,12 @@ def test_a_readers_append_is_one_storage_access_error_before_or_at_the_store(lak
     when the stream closes), and the user gets the same one line naming table, operation and principal."""
     store = CredentialStore()
     t = lake.load("reader", "shop.orders", store, mode="read", principal="reader")
-    blobs = lake.az.blobs("lake", "wh/shop/orders/")
+    blobs = lake.server.blobs("lake", "wh/shop/orders/")
     with pytest.raises(StorageAccessError) as early:
         t.append(ROWS)
     assert early.value.code == "ReadOnlyCredentials" and early.value.table == "shop.orders"
     assert "refused to write table shop.orders as reader before it reached the store" in str(early.value)
-    assert lake.az.blobs("lake", "wh/shop/orders/") == blobs
+    assert lake.server.blobs("lake", "wh/shop/orders/") == blobs
     without_storage_access(store, "shop.orders")
     with pytest.raises(StorageAccessError) as at_store:
         t.append(ROWS)
@@ -166,21 +159,21 @@ def test_a_readers_append_is_one_storage_access_error_before_or_at_the_store(lak
     assert message.startswith("The object store refused to write table shop.orders as reader: ")
     assert "TABLE_WRITE_DATA" in message and len(message.splitlines()) == 1
     assert isinstance(err.__cause__, RuntimeError)  # adlfs's own, kept
-    assert lake.sas_of(store, "shop.orders").split("sig=")[-1][:10] not in message
-    assert lake.az.blobs("lake", "wh/shop/orders/") == blobs  # Azurite kept nothing either
+    assert sas_of(lake, store, "shop.orders").split("sig=")[-1][:10] not in message
+    assert lake.server.blobs("lake", "wh/shop/orders/") == blobs  # Azurite kept nothing either
 
 
 def test_expired_sas_is_refused_by_azurite(lake: Lake) -> None:
     store = CredentialStore()
     t = lake.load("reader", "shop.orders", store, mode="read")
-    sas = lake.sas_of(store, "shop.orders")
-    path = t.metadata_location.split(lake.az.host + "/", 1)[1]
-    assert _blob(lake.az, path, sas).download_blob().readall()  # valid now
+    sas = sas_of(lake, store, "shop.orders")
+    path = t.metadata_location.split(lake.server.host + "/", 1)[1]
+    assert _blob(lake.server, path, sas).download_blob().readall()  # valid now
     expires = store.entry("shop.orders").expires_at
     assert expires is not None
     time.sleep(max(0.0, expires - time.time()) + 1.5)
     with pytest.raises(HttpResponseError) as err:
-        _blob(lake.az, path, sas).download_blob().readall()
+        _blob(lake.server, path, sas).download_blob().readall()
     assert err.value.status_code == 403 and err.value.error_code == "AuthorizationFailure"
     assert t.scan().to_arrow().num_rows >= 2  # while the table itself refreshed and reads on
 
@@ -207,7 +200,7 @@ def test_remote_signing_is_s3_only_and_says_so(lake: Lake) -> None:
     r = httpx.post(
         f"{lake.handle.uri}/v1/lakesession/namespaces/shop/tables/orders/sign",
         headers={"Authorization": f"Bearer {lake.ids['reader'].token()}"},
-        json={"region": "us-east-1", "uri": f"{lake.az.endpoint}/lake/x", "method": "GET", "headers": {}},
+        json={"region": "us-east-1", "uri": f"{lake.server.endpoint}/lake/x", "method": "GET", "headers": {}},
     )
     assert r.status_code == 400 and "S3-only" in r.json()["error"]["message"]
 
@@ -215,7 +208,7 @@ def test_remote_signing_is_s3_only_and_says_so(lake: Lake) -> None:
 def test_directory_sas_is_scoped_to_the_table_but_azurite_refuses_it(lake: Lake, tmp_path: Path) -> None:
     """What a hierarchical-namespace account gets (``sr=d`` on exactly the table's directory), and the proof
     that Azurite cannot check it: it rejects every directory SAS, so container scope is the emulator's narrowest."""
-    az = lake.az
+    az = lake.server
     vendor = AdlsVendor(AdlsSettings(az.account, az.account_key, endpoint=az.endpoint, credential_ttl=60))
     location = f"abfss://lake@{az.host}/wh/shop/orders"
     cred, _ = vendor.vend("reader", "shop.orders", location, "write")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -19,23 +18,17 @@ from lakesession.catalog._tables import create_table
 from lakesession.credentials import REVOKED, CredentialsError, CredentialsRevokedError, CredentialStore, VendedFileIO
 from lakesession.errors import StorageAccessError
 from lakesession.reference.gcsvending import DownscopedTokenSource, GcsSettings, LocalTokenSource
-from tests._fakegcs import FakeGcs, fake_gcs
+from tests._fakegcs import fake_gcs
+from tests._lake import Lake
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
-from tests.factories import Lake as SharedLake
 
 pytestmark = pytest.mark.slow  # fake-gcs-server start, waits across token lifetimes
 TTL = 6
 POLICY = shop_policy("xyz")
 
 
-class Lake(SharedLake):
-    def __init__(self, handle: Any, fg: FakeGcs, source: LocalTokenSource):
-        super().__init__(handle, POLICY.secrets("etl", "reader"), prefix="gcs")
-        self.fg, self.source = fg, source
-
-    def token_of(self, store: CredentialStore, table: str) -> str:
-        (cred,) = store.entry(table).credentials
-        return cred.config["gcs.oauth2.token"]
+def token_of(lake: Lake, store: CredentialStore, table: str) -> str:
+    return lake.vended(store, table, "gcs.oauth2.token")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +42,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
             gcs=GcsSettings(project_id="test", endpoint=fg.url, token_source=source, credential_ttl=TTL),
             data_dir=tmp_path_factory.mktemp("gcscat"),
         ) as handle:
-            lk = Lake(handle, fg, source)
+            lk = Lake(handle, POLICY.secrets("etl", "reader"), name="gcs", server=fg, tokens=source)
             lk.catalogs["etl"].create_namespace("shop")
             store = CredentialStore()
             for name in ("orders", "returns"):
@@ -73,11 +66,11 @@ def test_load_vends_a_token_with_iceberg_keys(lake: Lake) -> None:
     (cred,) = r.json()["storage-credentials"]
     assert cred["prefix"] == "gs://lake/wh/shop/orders"
     cfg = cred["config"]
-    assert lake.source.minted[cfg["gcs.oauth2.token"]][:2] == ("gs://lake/wh/shop/orders", False)  # read-only
+    assert lake.tokens.minted[cfg["gcs.oauth2.token"]][:2] == ("gs://lake/wh/shop/orders", False)  # read-only
     assert 0 < int(cfg["gcs.oauth2.token-expires-at"]) / 1000 - time.time() <= TTL + 1
     assert cfg["gcs.oauth2.refresh-credentials-endpoint"].endswith("/namespaces/shop/tables/orders/credentials")
-    assert cfg["gcs.service.host"] == lake.fg.url and cfg["gcs.project-id"] == "test"
-    objects = lake.fg.objects("lake", "wh/shop/orders/")
+    assert cfg["gcs.service.host"] == lake.server.url and cfg["gcs.project-id"] == "test"
+    objects = lake.server.objects("lake", "wh/shop/orders/")
     assert any(o.startswith("wh/shop/orders/data/") for o in objects)
 
 
@@ -88,12 +81,12 @@ def test_round_trip_across_two_lifetimes_with_refreshed_tokens(lake: Lake) -> No
     started = time.time()
     while time.time() - started < 2.4 * TTL:
         assert t.scan().to_arrow().num_rows >= 2
-        tokens.add(lake.token_of(store, "shop.orders"))
+        tokens.add(token_of(lake, store, "shop.orders"))
         time.sleep(0.3)
     entry = store.entry("shop.orders")
     assert entry.refreshes >= 2 and len(tokens) == entry.refreshes + 1
-    assert tokens <= set(lake.source.minted)  # each one minted by the catalog's token source
-    assert all(not lake.source.minted[tok][1] for tok in tokens)  # read-only: the reader's privilege
+    assert tokens <= set(lake.tokens.minted)  # each one minted by the catalog's token source
+    assert all(not lake.tokens.minted[tok][1] for tok in tokens)  # read-only: the reader's privilege
     assert not any(tok in str(store.snapshot()) + repr(t.io) + str(t.io.properties) for tok in tokens)
 
 
@@ -104,7 +97,7 @@ def test_writer_appends_after_its_first_token_expired(lake: Lake) -> None:
     time.sleep(TTL + 0.5)
     t.append(ROWS)
     assert t.scan().to_arrow().num_rows == n + 2 and store.entry("shop.returns").refreshes >= 1
-    assert lake.source.minted[lake.token_of(store, "shop.returns")][1]  # a read-write token
+    assert lake.tokens.minted[token_of(lake, store, "shop.returns")][1]  # a read-write token
 
 
 def test_a_readers_append_writes_no_object(lake: Lake) -> None:
@@ -112,22 +105,22 @@ def test_a_readers_append_writes_no_object(lake: Lake) -> None:
     only at the commit. The catalog says the token is read-only: the client refuses before any upload."""
     store = CredentialStore()
     t = lake.load("reader", "shop.orders", store, principal="reader")
-    before = lake.fg.objects("lake", "wh/shop/orders/")
+    before = lake.server.objects("lake", "wh/shop/orders/")
     with pytest.raises(StorageAccessError) as caught:
         t.append(ROWS)
     err = caught.value
     assert err.code == "ReadOnlyCredentials" and err.table == "shop.orders" and err.operation == "write"
     assert "refused to write table shop.orders as reader before it reached the store" in str(err)
     assert err.path and err.path.startswith("gs://lake/wh/shop/orders/data/")
-    assert lake.token_of(store, "shop.orders") not in str(err)
-    assert lake.fg.objects("lake", "wh/shop/orders/") == before  # listed before and after: nothing written
+    assert token_of(lake, store, "shop.orders") not in str(err)
+    assert lake.server.objects("lake", "wh/shop/orders/") == before  # listed before and after: nothing written
 
 
 def test_revoked_grant_stops_the_next_refresh(lake: Lake) -> None:
     store = CredentialStore()
     t = lake.load("reader", "shop.orders", store)
     t.scan().to_arrow()
-    minted = len(lake.source.minted)
+    minted = len(lake.tokens.minted)
     lake.handle.admin.revoke("readers", "TABLE_READ_DATA", "table shop.orders")
     try:
         deadline = time.time() + TTL + 2
@@ -136,23 +129,23 @@ def test_revoked_grant_stops_the_next_refresh(lake: Lake) -> None:
                 t.scan().to_arrow()
                 time.sleep(0.3)
         assert store.state("shop.orders") == REVOKED
-        assert len(lake.source.minted) == minted  # no token minted for the revoked grant
+        assert len(lake.tokens.minted) == minted  # no token minted for the revoked grant
     finally:
         lake.handle.admin.grant("readers", "TABLE_READ_DATA", "table shop.orders")
 
 
 def test_what_fake_gcs_server_cannot_prove(lake: Lake) -> None:
     """It accepts a read-only token's write and an expired token's read: GCS itself would refuse both."""
-    token, expires = lake.source.token("lake", "wh/shop/orders", False, 1)
+    token, expires = lake.tokens.token("lake", "wh/shop/orders", False, 1)
     time.sleep(max(0.0, expires - time.time()) + 0.5)
     put = httpx.post(
-        f"{lake.fg.url}/upload/storage/v1/b/lake/o",
+        f"{lake.server.url}/upload/storage/v1/b/lake/o",
         params={"uploadType": "media", "name": "wh/shop/orders/data/planted"},
         headers={"Authorization": f"Bearer {token}"},
         content=b"x",
     )
     assert put.status_code == 200  # an expired, read-only token wrote: nothing is checked
-    assert "wh/shop/orders/data/planted" in lake.fg.objects("lake", "wh/shop/orders/data/")
+    assert "wh/shop/orders/data/planted" in lake.server.objects("lake", "wh/shop/orders/data/")
 
 
 def test_production_tokens_are_downscoped_to_the_table_prefix() -> None:

@@ -22,15 +22,10 @@ from tests._azurite import azurite
 from tests._fakegcs import fake_gcs
 from tests.conftest import SPARK_TEST_CONF
 from tests.factories import make_catalog, shop_policy
-from tests.support import run_module_in_child
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.soak]
-
-
-def test_module_in_a_process_of_its_own() -> None:
-    """The suite's shared JVM may have started without the cloud bundles (they load only when asked for):
-    the tests below run in a child pytest whose one JVM starts with both."""
-    run_module_in_child(__file__, expected_passed=2)
+# own_jvm: the suite's shared JVM may have started without the cloud bundles (they load only when asked
+# for): this module's one JVM starts with both
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.soak, pytest.mark.own_jvm]
 
 
 TTL = 25  # SAS / token lifetime: each test runs Spark queries across more than two of them

@@ -38,9 +38,10 @@ from lakesession.reference.webidentity import CatalogIdentity, WebIdentity
 from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, seaweedfs
 from tests._serve import Served
 from tests.factories import ROWS, SCHEMA, free_port, make_catalog, shop_policy
-from tests.support import run_module_in_child
 
-pytestmark = pytest.mark.slow
+# own_jvm: its catalog wrote with an AccessDenied session only after the whole suite had run before it
+# (passes alone; not yet understood — see the closing note of session 6)
+pytestmark = [pytest.mark.slow, pytest.mark.own_jvm]
 
 P = "/v1/lakesession"
 POLICY = shop_policy("wi")
@@ -56,11 +57,6 @@ class Clock:
 
     def __call__(self) -> float:
         return time.time() + self.offset
-
-
-def test_module_in_a_process_of_its_own() -> None:
-    """Run in a child pytest (see tests/conftest.py ISOLATED)."""
-    run_module_in_child(__file__, expected_passed=4)
 
 
 @pytest.fixture(scope="module")

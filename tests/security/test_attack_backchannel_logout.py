@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog
 from tests import _kcshape as kc
+from tests._lake import Lake
 from tests.factories import Policy, make_catalog
 from tests.support import bad_request
 
@@ -29,12 +29,6 @@ from tests.support import bad_request
 pytestmark = pytest.mark.slow
 
 ENDPOINT = "/oidc-backchannel-logout"
-
-
-@dataclass
-class Lake:
-    idp: ReferenceCatalog
-    handle: ReferenceCatalog
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +41,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
             principal_claim="preferred_username",
             backchannel_logout_clients=["lakesession-cli"],
         ) as handle:
-            yield Lake(idp, handle)
+            yield Lake(handle, idp=idp)
 
 
 def config(lake: Lake, token: str) -> httpx.Response:

@@ -19,20 +19,18 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, make_catalog, vended_s3_client
-from tests.support import OWNER, view_body
+from tests._lake import Lake
+from tests.factories import make_catalog, vended_s3_client
+from tests.support import OWNER, REGION_SCHEMA, engine_policy, exchange_response, issuer_token, view_body
 
 P = "/v1/lakesession"
 BUCKET = "lake-definer-replace"
-EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-ACCESS = "urn:ietf:params:oauth:token-type:access_token"
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
 EU_SQL = "SELECT id FROM sales.orders WHERE region = 'EU'"
 ALL_ORDERS = "SELECT * FROM sales.orders"
@@ -40,13 +38,7 @@ MARGINS = "SELECT * FROM sales.margins"
 RULE = "only the owner of a DEFINER view may change its SQL"
 SECRETS = {who: f"{who}-secret-{secrets.token_hex(4)}" for who in ("etl", "engine", "alice", "bob")}
 POLICY = (
-    Policy()
-    .service("etl", SECRETS["etl"], role="eng")
-    .service("engine", SECRETS["engine"], role="platform")
-    .user("alice", SECRETS["alice"], role="r_alice")
-    .user("bob", SECRETS["bob"], role="r_bob")
-    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
-    .grant("platform", "TOKEN_EXCHANGE", "catalog")
+    engine_policy(SECRETS)
     .grant("platform", "VIEW_WRITE_PROPERTIES", "view sales.v_eu")  # the engine calling as itself
     .grant("r_bob", "TABLE_READ_DATA", "table sales.orders")
     .grant("r_bob", "TABLE_READ_DATA", "table sales.margins")
@@ -58,24 +50,12 @@ POLICY = (
 # ---------------------------------------------------------------- real HTTP: issuer and catalog
 def client_token(handle: ReferenceCatalog, who: str) -> str:
     """``who``'s own access token (client credentials at the issuer): what their own Spark presents."""
-    r = httpx.post(
-        f"{handle.issuer_uri}/token",
-        data={"grant_type": "client_credentials", "scope": "catalog"},
-        auth=(who, SECRETS[who]),
-        timeout=30,
-    )
-    assert r.status_code == 200, r.text
-    return str(r.json()["access_token"])
+    return issuer_token(handle, who, SECRETS[who])
 
 
 def via_engine(handle: ReferenceCatalog, who: str) -> str:
     """What ``lakesession engine`` presents for ``who``: ``who``'s token exchanged by the engine (RFC 8693)."""
-    r = httpx.post(
-        f"{handle.issuer_uri}/token",
-        data={"grant_type": EXCHANGE, "subject_token": client_token(handle, who), "subject_token_type": ACCESS},
-        auth=("engine", SECRETS["engine"]),
-        timeout=30,
-    )
+    r = exchange_response(handle, "engine", SECRETS["engine"], client_token(handle, who))
     assert r.status_code == 200, r.text
     return str(r.json()["access_token"])
 
@@ -116,37 +96,28 @@ def set_owner(owner: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- the lake
-@dataclass
-class Lake:
-    handle: ReferenceCatalog
-    prefixes: dict[str, str]  # table -> its key prefix in BUCKET
-
-    def commit(self, token: str, updates: list[dict[str, Any]], **headers: str) -> httpx.Response:
-        return call(self.handle, "POST", "/namespaces/sales/views/v_eu", token, {"updates": updates}, **headers)
-
-    def view(self) -> dict[str, Any]:
-        r = call(self.handle, "GET", "/namespaces/sales/views/v_eu", client_token(self.handle, "bob"))
-        assert r.status_code == 200, r.text
-        return dict(r.json()["metadata"])
-
-    def sql(self) -> str:
-        md = self.view()
-        [current] = [v for v in md["versions"] if v["version-id"] == md["current-version-id"]]
-        return str(current["representations"][0]["sql"])
-
-    def load_through_view(self, token: str, table: str) -> httpx.Response:
-        """The engine's chained loadTable: ``table`` read through ``sales.v_eu`` (``referenced-by``)."""
-        return call(self.handle, "GET", f"/namespaces/sales/tables/{table}?referenced-by=sales%1Fv_eu", token)
+def commit(lake: Lake, token: str, updates: list[dict[str, Any]], **headers: str) -> httpx.Response:
+    return call(lake.handle, "POST", "/namespaces/sales/views/v_eu", token, {"updates": updates}, **headers)
 
 
-TABLE_SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "region", "type": "string", "required": False},
-    ],
-}
+def view_metadata(lake: Lake) -> dict[str, Any]:
+    r = call(lake.handle, "GET", "/namespaces/sales/views/v_eu", client_token(lake.handle, "bob"))
+    assert r.status_code == 200, r.text
+    return dict(r.json()["metadata"])
+
+
+def view_sql(lake: Lake) -> str:
+    md = view_metadata(lake)
+    [current] = [v for v in md["versions"] if v["version-id"] == md["current-version-id"]]
+    return str(current["representations"][0]["sql"])
+
+
+def load_through_view(lake: Lake, token: str, table: str) -> httpx.Response:
+    """The engine's chained loadTable: ``table`` read through ``sales.v_eu`` (``referenced-by``)."""
+    return call(lake.handle, "GET", f"/namespaces/sales/tables/{table}?referenced-by=sales%1Fv_eu", token)
+
+
+TABLE_SCHEMA = REGION_SCHEMA
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +138,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
             prefixes[table] = r.json()["metadata"]["location"].split(f"s3://{BUCKET}/", 1)[1].rstrip("/")
             for f in files:
                 s3.put_object(Bucket=BUCKET, Key=f"{prefixes[table]}/data/{f}.parquet", Body=f"{table} {f}".encode())
-        yield Lake(handle, prefixes)
+        yield Lake(handle, bucket=BUCKET, loc=prefixes)
 
 
 @pytest.fixture
@@ -187,7 +158,7 @@ def assert_refused(lake: Lake, r: httpx.Response, caller: str = "alice") -> None
     text = err["message"]
     assert "sales.v_eu" in text and RULE in text and "would run as 'bob'" in text and repr(caller) in text, text
     assert "\n" not in text
-    assert lake.sql() == EU_SQL and lake.view()["properties"][OWNER] == "bob"  # nothing changed
+    assert view_sql(lake) == EU_SQL and view_metadata(lake)["properties"][OWNER] == "bob"  # nothing changed
 
 
 # ---------------------------------------------------------------- the attack
@@ -195,16 +166,16 @@ def assert_refused(lake: Lake, r: httpx.Response, caller: str = "alice") -> None
 def test_alice_cannot_make_bobs_definer_view_read_all_orders(lake: Lake, through: str) -> None:
     alice = client_token(lake.handle, "alice") if through == "her own token" else via_engine(lake.handle, "alice")
     rid, since = f"definer-replace-{secrets.token_hex(6)}", time.time() - 0.001
-    r = lake.commit(alice, replacement(ALL_ORDERS), **{"X-Request-Id": rid})
+    r = commit(lake, alice, replacement(ALL_ORDERS), **{"X-Request-Id": rid})
     # the harm, had the replace gone through: the engine (for alice) runs the view's SQL as bob, with read keys
     # for all of sales.orders, and the view's SQL now selects every region
     engine_alice = via_engine(lake.handle, "alice")
-    loaded = lake.load_through_view(engine_alice, "orders")
+    loaded = load_through_view(lake, engine_alice, "orders")
     assert loaded.status_code == 200, loaded.text  # the EU view itself stays readable through the engine
-    if lake.sql() == ALL_ORDERS:
+    if view_sql(lake) == ALL_ORDERS:
         [cred] = loaded.json()["storage-credentials"]
         s3 = vended_s3_client(lake.handle.s3_emulator.endpoint, cred["config"])
-        us = s3.get_object(Bucket=BUCKET, Key=f"{lake.prefixes['orders']}/data/us.parquet")["Body"].read()
+        us = s3.get_object(Bucket=BUCKET, Key=f"{lake.loc['orders']}/data/us.parquet")["Body"].read()
         pytest.fail(f"alice replaced bob's DEFINER view ({r.status_code}) and reads the non-EU rows: {us!r}")
     assert_refused(lake, r)
     # the refusal is audited (alice reads her own records over HTTP), naming the engine when it acted
@@ -226,14 +197,14 @@ def test_alice_cannot_make_bobs_definer_view_read_all_orders(lake: Lake, through
 def test_alice_cannot_point_bobs_definer_view_at_another_table(lake: Lake, through: str) -> None:
     alice = client_token(lake.handle, "alice") if through == "her own token" else via_engine(lake.handle, "alice")
     engine_alice = via_engine(lake.handle, "alice")
-    before = lake.load_through_view(engine_alice, "margins")
+    before = load_through_view(lake, engine_alice, "margins")
     assert before.status_code == 403 and "not read by the SQL of view sales.v_eu" in message(before), before.text
-    r = lake.commit(alice, replacement(MARGINS))
-    after = lake.load_through_view(engine_alice, "margins")
+    r = commit(lake, alice, replacement(MARGINS))
+    after = load_through_view(lake, engine_alice, "margins")
     if after.status_code == 200:
         [cred] = after.json()["storage-credentials"]
         s3 = vended_s3_client(lake.handle.s3_emulator.endpoint, cred["config"])
-        data = s3.get_object(Bucket=BUCKET, Key=f"{lake.prefixes['margins']}/data/all.parquet")["Body"].read()
+        data = s3.get_object(Bucket=BUCKET, Key=f"{lake.loc['margins']}/data/all.parquet")["Body"].read()
         pytest.fail(f"alice pointed bob's DEFINER view at sales.margins ({r.status_code}) and reads it: {data!r}")
     assert after.status_code == 403, after.text
     assert_refused(lake, r)
@@ -242,74 +213,74 @@ def test_alice_cannot_point_bobs_definer_view_at_another_table(lake: Lake, throu
 def test_alice_cannot_roll_bobs_view_back_to_an_older_version(lake: Lake) -> None:
     """bob once had the view read everything; he narrowed it. Making the old version current is a change of SQL."""
     bob = client_token(lake.handle, "bob")
-    assert lake.commit(bob, replacement(ALL_ORDERS)).status_code == 200
+    assert commit(lake, bob, replacement(ALL_ORDERS)).status_code == 200
     narrowed = [
         {"action": "add-view-version", "view-version": version(EU_SQL, 3)},
         {"action": "set-current-view-version", "view-version-id": -1},
     ]
-    r = lake.commit(bob, narrowed)
-    assert r.status_code == 200 and lake.sql() == EU_SQL, r.text
-    old = next(v["version-id"] for v in lake.view()["versions"] if v["representations"][0]["sql"] == ALL_ORDERS)
+    r = commit(lake, bob, narrowed)
+    assert r.status_code == 200 and view_sql(lake) == EU_SQL, r.text
+    old = next(v["version-id"] for v in view_metadata(lake)["versions"] if v["representations"][0]["sql"] == ALL_ORDERS)
     for token in (client_token(lake.handle, "alice"), via_engine(lake.handle, "alice")):
-        assert_refused(lake, lake.commit(token, [{"action": "set-current-view-version", "view-version-id": old}]))
+        assert_refused(lake, commit(lake, token, [{"action": "set-current-view-version", "view-version-id": old}]))
         # a version added without being made current is refused too: bob never chose it
-        r = lake.commit(token, [{"action": "add-view-version", "view-version": version(MARGINS, 9)}])
+        r = commit(lake, token, [{"action": "add-view-version", "view-version": version(MARGINS, 9)}])
         assert_refused(lake, r)
-        assert all(v["representations"][0]["sql"] != MARGINS for v in lake.view()["versions"])
+        assert all(v["representations"][0]["sql"] != MARGINS for v in view_metadata(lake)["versions"])
 
 
 def test_the_engine_acting_for_alice_may_not_keep_or_name_bob_as_owner(lake: Lake) -> None:
     engine_alice = via_engine(lake.handle, "alice")
-    r = lake.commit(engine_alice, replacement(ALL_ORDERS, set_owner("bob")))
+    r = commit(lake, engine_alice, replacement(ALL_ORDERS, set_owner("bob")))
     assert r.status_code == 403 and r.json()["error"]["type"] == "ProtectedPropertyModification", r.text
-    assert lake.sql() == EU_SQL
+    assert view_sql(lake) == EU_SQL
 
 
 def test_the_engine_calling_as_itself_may_not_replace_bobs_sql_either(lake: Lake) -> None:
     """The engine's own token names no user: the replacement would still run as bob, whom nobody asked."""
     engine = client_token(lake.handle, "engine")
-    assert_refused(lake, lake.commit(engine, replacement(ALL_ORDERS)), caller="engine")
-    assert_refused(lake, lake.commit(engine, replacement(ALL_ORDERS, set_owner("bob"))), caller="engine")
+    assert_refused(lake, commit(lake, engine, replacement(ALL_ORDERS)), caller="engine")
+    assert_refused(lake, commit(lake, engine, replacement(ALL_ORDERS, set_owner("bob"))), caller="engine")
 
 
 # ---------------------------------------------------------------- what stays allowed
 @pytest.mark.parametrize("through", ["his own token", "the engine"])
 def test_bob_may_replace_his_own_definer_views_sql(lake: Lake, through: str) -> None:
     bob = client_token(lake.handle, "bob") if through == "his own token" else via_engine(lake.handle, "bob")
-    r = lake.commit(bob, replacement(ALL_ORDERS))
+    r = commit(lake, bob, replacement(ALL_ORDERS))
     assert r.status_code == 200, r.text
-    assert lake.sql() == ALL_ORDERS and lake.view()["properties"][OWNER] == "bob"
+    assert view_sql(lake) == ALL_ORDERS and view_metadata(lake)["properties"][OWNER] == "bob"
 
 
 def test_alice_may_replace_the_sql_when_she_becomes_the_owner(lake: Lake) -> None:
     """Trino's rule (the replacer of a SECURITY DEFINER view owns it), asked for explicitly through the engine."""
-    r = lake.commit(via_engine(lake.handle, "alice"), replacement(ALL_ORDERS, set_owner("alice")))
+    r = commit(lake, via_engine(lake.handle, "alice"), replacement(ALL_ORDERS, set_owner("alice")))
     assert r.status_code == 200, r.text
-    assert lake.sql() == ALL_ORDERS and lake.view()["properties"][OWNER] == "alice"
+    assert view_sql(lake) == ALL_ORDERS and view_metadata(lake)["properties"][OWNER] == "alice"
     # the view now runs as alice, who may not read sales.orders: she gained nothing
-    denied = lake.load_through_view(via_engine(lake.handle, "alice"), "orders")
+    denied = load_through_view(lake, via_engine(lake.handle, "alice"), "orders")
     assert denied.status_code == 403 and "'alice' lacks TABLE_READ" in message(denied), denied.text
     # with her own token she cannot name herself owner: only a trusted engine writes the owner property
-    r = lake.commit(client_token(lake.handle, "alice"), replacement(MARGINS, set_owner("alice")))
+    r = commit(lake, client_token(lake.handle, "alice"), replacement(MARGINS, set_owner("alice")))
     assert r.status_code == 403 and r.json()["error"]["type"] == "ProtectedPropertyModification", r.text
 
 
 def test_alice_may_replace_the_sql_of_the_view_made_invoker(lake: Lake) -> None:
     """Removing the owner property (through the engine, as before) makes the view INVOKER: it runs as its reader."""
     remove = {"action": "remove-properties", "removals": [OWNER]}
-    r = lake.commit(via_engine(lake.handle, "alice"), replacement(ALL_ORDERS, remove))
+    r = commit(lake, via_engine(lake.handle, "alice"), replacement(ALL_ORDERS, remove))
     assert r.status_code == 200 and OWNER not in r.json()["metadata"]["properties"], r.text
-    denied = lake.load_through_view(via_engine(lake.handle, "alice"), "orders")
+    denied = load_through_view(lake, via_engine(lake.handle, "alice"), "orders")
     assert denied.status_code == 403 and "'alice' lacks TABLE_READ" in message(denied), denied.text
 
 
 def test_property_only_changes_keep_todays_rules(lake: Lake) -> None:
-    r = lake.commit(client_token(lake.handle, "alice"), [{"action": "set-properties", "updates": {"comment": "EU"}}])
+    r = commit(lake, client_token(lake.handle, "alice"), [{"action": "set-properties", "updates": {"comment": "EU"}}])
     assert r.status_code == 200 and r.json()["metadata"]["properties"]["comment"] == "EU", r.text
-    assert lake.sql() == EU_SQL and lake.view()["properties"][OWNER] == "bob"
+    assert view_sql(lake) == EU_SQL and view_metadata(lake)["properties"][OWNER] == "bob"
     # re-adding the current version unchanged is no change of SQL
     same = [{"action": "add-view-version", "view-version": version(EU_SQL, 1)}]
-    assert lake.commit(client_token(lake.handle, "alice"), same).status_code == 200
+    assert commit(lake, client_token(lake.handle, "alice"), same).status_code == 200
 
 
 # ---------------------------------------------------------------- without trusted engines: no DEFINER, no rule

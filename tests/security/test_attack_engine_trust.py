@@ -21,7 +21,6 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -30,13 +29,12 @@ from botocore.exceptions import ClientError
 from joserfc import jws, jwt
 
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, free_port, make_catalog, vended_s3_client
-from tests.support import OWNER, view_body
+from tests._lake import Lake
+from tests.factories import free_port, make_catalog, vended_s3_client
+from tests.support import OWNER, engine_policy, exchange_response, issuer_token, view_body
 
 P = "/v1/lakesession"
 BUCKET = "lake-engine-trust"
-EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-ACCESS = "urn:ietf:params:oauth:token-type:access_token"
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
 CHAIN = "sales%1Fv_eu"
 EU_SQL = "SELECT id, amount FROM sales.orders WHERE region = 'EU'"
@@ -44,13 +42,7 @@ IGNORED = "referenced-by was ignored"
 NOT_TRUSTED = "is not a trusted engine of this catalog"
 SECRETS = {who: f"{who}-secret-{secrets.token_hex(4)}" for who in ("etl", "engine", "alice", "bob")}
 POLICY = (
-    Policy()
-    .service("etl", SECRETS["etl"], role="eng")
-    .service("engine", SECRETS["engine"], role="platform")
-    .user("alice", SECRETS["alice"], role="r_alice")
-    .user("bob", SECRETS["bob"], role="r_bob")
-    .grant("eng", "CATALOG_MANAGE_CONTENT", "catalog")
-    .grant("platform", "TOKEN_EXCHANGE", "catalog")
+    engine_policy(SECRETS)
     .grant("r_bob", "TABLE_READ_DATA", "table sales.orders")
     .grant_all("r_bob", ["VIEW_CREATE", "VIEW_WRITE_PROPERTIES"], "namespace sales")
     .grant("r_alice", "VIEW_READ", "view sales.v_eu")
@@ -70,24 +62,7 @@ TABLE_SCHEMA = {
 # ---------------------------------------------------------------- real HTTP: issuer and catalog
 def client_token(handle: ReferenceCatalog, who: str, secret: str | None = None) -> str:
     """``who``'s own access token: client credentials at the issuer's token endpoint."""
-    r = httpx.post(
-        f"{handle.issuer_uri}/token",
-        data={"grant_type": "client_credentials", "scope": "catalog"},
-        auth=(who, secret or SECRETS[who]),
-        timeout=30,
-    )
-    assert r.status_code == 200, r.text
-    return str(r.json()["access_token"])
-
-
-def exchange_response(handle: ReferenceCatalog, client: str, secret: str, subject_token: str) -> httpx.Response:
-    """RFC 8693 token exchange: ``client`` authenticates with its own credentials and acts for the subject."""
-    return httpx.post(
-        f"{handle.issuer_uri}/token",
-        data={"grant_type": EXCHANGE, "subject_token": subject_token, "subject_token_type": ACCESS},
-        auth=(client, secret),
-        timeout=30,
-    )
+    return issuer_token(handle, who, secret or SECRETS[who])
 
 
 def exchanged(handle: ReferenceCatalog, subject_token: str, client: str = "engine") -> str:
@@ -144,12 +119,6 @@ def seed(handle: ReferenceCatalog, owner_token: str) -> str:
     return location.split("://", 1)[1].split("/", 1)[1].rstrip("/")
 
 
-@dataclass
-class Lake:
-    handle: ReferenceCatalog
-    prefix: str  # sales.orders' key prefix in BUCKET
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(
@@ -161,7 +130,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         # with trusted engines configured, the engine acting for bob is the only way to make bob's DEFINER view
         prefix = seed(handle, via_engine(handle, "bob"))
         handle.s3_emulator.client().put_object(Bucket=BUCKET, Key=f"{prefix}/data/eu.parquet", Body=b"orders")
-        yield Lake(handle, prefix)
+        yield Lake(handle, bucket=BUCKET, loc={"orders": prefix})
 
 
 # ---------------------------------------------------------------- the user's own Spark is not the engine
@@ -174,7 +143,7 @@ def test_users_own_token_with_referenced_by_is_ignored_and_the_denial_says_why(l
     # the chain is ignored on the other chain-aware routes too, with the same explanation
     creds = call(lake.handle, "GET", f"/namespaces/sales/tables/orders/credentials?referenced-by={CHAIN}", alice)
     assert creds.status_code == 403 and IGNORED in message(creds), creds.text
-    uri = f"{lake.handle.s3_emulator.endpoint}/{BUCKET}/{lake.prefix}/data/eu.parquet"
+    uri = f"{lake.handle.s3_emulator.endpoint}/{BUCKET}/{lake.loc['orders']}/data/eu.parquet"
     sign = call(
         lake.handle,
         "POST",
@@ -214,8 +183,8 @@ def test_engine_acting_for_alice_reads_through_bobs_definer_view_read_only(lake:
     assert vended["detail"]["mode"] == "read" and vended["detail"]["actor"] == "engine"
     # read-only, proved on the store: the vended keys read the table's data but cannot write into its prefix
     s3 = vended_s3_client(lake.handle.s3_emulator.endpoint, cred["config"])
-    assert s3.get_object(Bucket=BUCKET, Key=f"{lake.prefix}/data/eu.parquet")["Body"].read() == b"orders"
-    planted = f"{lake.prefix}/data/planted.parquet"
+    assert s3.get_object(Bucket=BUCKET, Key=f"{lake.loc['orders']}/data/eu.parquet")["Body"].read() == b"orders"
+    planted = f"{lake.loc['orders']}/data/planted.parquet"
     with pytest.raises(ClientError, match="AccessDenied"):
         s3.put_object(Bucket=BUCKET, Key=planted, Body=b"x")
     with pytest.raises(ClientError):

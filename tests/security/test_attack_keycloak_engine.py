@@ -13,31 +13,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from lakesession.reference import ReferenceCatalog
 from lakesession.reference.trust import TrustConfigurationError
 from tests import _kcshape as kc
+from tests._lake import Lake
 from tests.factories import Policy, make_catalog, vended_s3_client
-from tests.support import OWNER, view_body
+from tests.support import OWNER, REGION_SCHEMA, view_body
 
 P = "/v1/lakesession"
 BUCKET = "lake-kc-engine"
 CHAIN = "sales%1Fv_eu"
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
 IGNORED = "referenced-by was ignored"
-TABLE_SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "region", "type": "string", "required": False},
-    ],
-}
+TABLE_SCHEMA = REGION_SCHEMA
 DIRECTORY = (
     Policy()
     .service("etl", role="eng")
@@ -49,13 +41,6 @@ DIRECTORY = (
     .grant("r_alice", "VIEW_READ", "view sales.v_eu")
     .grant_all("r_alice", ["VIEW_CREATE", "VIEW_WRITE_PROPERTIES"], "namespace scratch")
 )
-
-
-@dataclass
-class Lake:
-    idp: ReferenceCatalog  # stands in for Keycloak: its key signs the Keycloak-shaped tokens
-    handle: ReferenceCatalog  # the catalog trusting it
-    prefix: str  # sales.orders' key prefix in BUCKET
 
 
 def call(lake: Lake, method: str, path: str, token: str, body: object = None, **headers: str) -> httpx.Response:
@@ -86,7 +71,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
             principal_claim="preferred_username",
             trusted_engines=[{"issuer": idp.issuer_uri, "authorized_party": "engine"}],
         ) as handle:
-            partial = Lake(idp, handle, "")
+            partial = Lake(handle, idp=idp)
             etl = kc.user_token(idp, "alice", azp="etl", preferred_username="etl")
             for ns in ("sales", "scratch"):
                 assert call(partial, "POST", "/namespaces", etl, {"namespace": [ns]}).status_code == 200
@@ -98,7 +83,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
             r = call(partial, "POST", "/namespaces/sales/views", kc.engine_exchange(idp, "bob"), body)
             assert r.status_code == 200, r.text
             handle.s3_emulator.client().put_object(Bucket=BUCKET, Key=f"{prefix}/data/eu.parquet", Body=b"orders")
-            yield Lake(idp, handle, prefix)
+            yield Lake(handle, idp=idp, bucket=BUCKET, loc={"orders": prefix})
 
 
 def test_the_engine_exchange_reads_through_the_definer_view_as_alice(lake: Lake) -> None:
@@ -110,9 +95,9 @@ def test_the_engine_exchange_reads_through_the_definer_view_as_alice(lake: Lake)
     assert r.status_code == 200, r.text
     [cred] = r.json()["storage-credentials"]
     s3 = vended_s3_client(lake.handle.s3_emulator.endpoint, cred["config"])
-    assert s3.get_object(Bucket=BUCKET, Key=f"{lake.prefix}/data/eu.parquet")["Body"].read() == b"orders"
+    assert s3.get_object(Bucket=BUCKET, Key=f"{lake.loc['orders']}/data/eu.parquet")["Body"].read() == b"orders"
     with pytest.raises(ClientError, match="AccessDenied"):  # DEFINER access is read-only
-        s3.put_object(Bucket=BUCKET, Key=f"{lake.prefix}/data/planted.parquet", Body=b"x")
+        s3.put_object(Bucket=BUCKET, Key=f"{lake.loc['orders']}/data/planted.parquet", Body=b"x")
     records = [r for r in lake.handle.admin.audit(principal="alice") if r.request_id == rid]
     load = next(x for x in records if x.securable == "table sales.orders" and x.decision == "allow")
     assert load.principal == "alice" and (load.detail or {}).get("actor") == "engine"

@@ -13,7 +13,6 @@ import hashlib
 import json
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,7 +21,7 @@ from botocore.exceptions import ClientError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from lakesession.reference import ReferenceCatalog
+from tests._lake import Lake
 from tests.factories import Policy, make_catalog, seed_tables
 
 POLICY = (
@@ -38,65 +37,46 @@ SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "
 SIGNERS = ["table", "legacy"]
 
 
-@dataclass
-class Lake:
-    handle: ReferenceCatalog
-    s3: Any  # boto3 client of the emulator's administrator: the ground truth of what the store holds
-    endpoint: str
-    region: str
-    loc: dict[str, str]  # table -> key prefix inside the bucket
+def sign(
+    lake: Lake,
+    method: str,
+    uri: str,
+    headers: dict[str, str] | None = None,
+    *,
+    signer: str = "table",
+    who: str = "mallory",
+) -> httpx.Response:
+    """Ask the table's signer (or the legacy one) to sign ``method uri`` as ``who``."""
+    path = f"{P}/namespaces/ns/tables/orders/sign" if signer == "table" else "/v1/aws/s3/sign"
+    body = {
+        "region": lake.region,
+        "uri": uri,
+        "method": method,
+        "headers": {k: [v] for k, v in (headers or {}).items()},
+    }
+    auth = {"Authorization": f"Bearer {lake.handle.admin.token_for(who)}"}
+    return httpx.post(lake.handle.uri + path, json=body, headers=auth, timeout=30)
 
-    def key(self, table: str, rest: str) -> str:
-        return f"{self.loc[table]}/{rest}"
 
-    def url(self, path: str) -> str:
-        return f"{self.endpoint}/{BUCKET}{path}"
-
-    def sign(
-        self,
-        method: str,
-        uri: str,
-        headers: dict[str, str] | None = None,
-        *,
-        signer: str = "table",
-        who: str = "mallory",
-    ) -> httpx.Response:
-        path = f"{P}/namespaces/ns/tables/orders/sign" if signer == "table" else "/v1/aws/s3/sign"
-        body = {
-            "region": self.region,
-            "uri": uri,
-            "method": method,
-            "headers": {k: [v] for k, v in (headers or {}).items()},
-        }
-        auth = {"Authorization": f"Bearer {self.handle.admin.token_for(who)}"}
-        return httpx.post(self.handle.uri + path, json=body, headers=auth, timeout=30)
-
-    def attempt(
-        self,
-        method: str,
-        uri: str,
-        headers: dict[str, str] | None = None,
-        content: bytes | None = None,
-        *,
-        signer: str = "table",
-        host: str | None = None,
-    ) -> tuple[httpx.Response, httpx.Response | None]:
-        """Ask the signer, then (if it signed) send the S3 request with the returned headers."""
-        r = self.sign(method, uri, headers, signer=signer)
-        if r.status_code != 200:
-            return r, None
-        signed = {k: v[0] for k, v in r.json()["headers"].items()}
-        if host is not None:  # replay on the store, keeping the Host header the signature covers
-            path = uri.split(host, 1)[1]
-            uri, signed = f"{self.endpoint}{path}", {**signed, "Host": host}
-        return r, httpx.request(method, uri, headers=signed, content=content, timeout=30)
-
-    def exists(self, key: str) -> bool:
-        try:
-            self.s3.head_object(Bucket=BUCKET, Key=key)
-        except ClientError:
-            return False
-        return True
+def attempt(
+    lake: Lake,
+    method: str,
+    uri: str,
+    headers: dict[str, str] | None = None,
+    content: bytes | None = None,
+    *,
+    signer: str = "table",
+    host: str | None = None,
+) -> tuple[httpx.Response, httpx.Response | None]:
+    """Ask the signer, then (if it signed) send the S3 request with the returned headers."""
+    r = sign(lake, method, uri, headers, signer=signer)
+    if r.status_code != 200:
+        return r, None
+    signed = {k: v[0] for k, v in r.json()["headers"].items()}
+    if host is not None:  # replay on the store, keeping the Host header the signature covers
+        path = uri.split(host, 1)[1]
+        uri, signed = f"{lake.endpoint}{path}", {**signed, "Host": host}
+    return r, httpx.request(method, uri, headers=signed, content=content, timeout=30)
 
 
 def urlhost(url: str) -> str:
@@ -117,9 +97,7 @@ def refused(r: httpx.Response, s3: httpx.Response | None) -> str:
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(POLICY, bucket=BUCKET, data_dir=tmp_path_factory.mktemp("atk-signer")) as handle:
         loc = seed_tables(handle, BUCKET, ("orders", "orders_archive", "secret"))
-        emu = handle.s3_emulator
-        s3 = emu.client()
-        yield Lake(handle, s3, emu.endpoint, emu.region, loc)
+        yield Lake(handle, bucket=BUCKET, loc=loc)
 
 
 # ---------------------------------------------------------------- the attacks
@@ -127,7 +105,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
 def test_copy_source_from_another_table_is_refused(lake: Lake, signer: str) -> None:
     stolen = lake.key("orders", f"data/stolen-{signer}.parquet")
     source = f"/{BUCKET}/{lake.key('secret', 'data/secret.parquet')}"
-    r, s3 = lake.attempt("PUT", lake.url(f"/{stolen}"), {"x-amz-copy-source": source}, signer=signer)
+    r, s3 = attempt(lake, "PUT", lake.url(f"/{stolen}"), {"x-amz-copy-source": source}, signer=signer)
     copied = lake.exists(stolen)
     assert r.status_code == 403, refused(r, s3)
     assert not copied and s3 is None
@@ -139,7 +117,7 @@ def test_delete_objects_naming_another_tables_keys_is_refused(lake: Lake, signer
     body = f"<Delete><Object><Key>{victim}</Key></Object><Quiet>true</Quiet></Delete>".encode()
     headers = {"content-md5": md5(body), "content-type": "application/xml"}
     uri = lake.url(f"?delete&prefix={lake.loc['orders']}/")
-    r, s3 = lake.attempt("POST", uri, headers, body, signer=signer)
+    r, s3 = attempt(lake, "POST", uri, headers, body, signer=signer)
     still_there = lake.exists(victim)
     assert r.status_code == 403, refused(r, s3)
     assert still_there and s3 is None
@@ -154,8 +132,8 @@ def test_put_bucket_policy_is_refused(lake: Lake, signer: str) -> None:
         ],
     }
     body = json.dumps(policy).encode()
-    r, s3 = lake.attempt(
-        "PUT", lake.url(f"?policy&prefix={lake.loc['orders']}/"), {"content-md5": md5(body)}, body, signer=signer
+    r, s3 = attempt(
+        lake, "PUT", lake.url(f"?policy&prefix={lake.loc['orders']}/"), {"content-md5": md5(body)}, body, signer=signer
     )
     with pytest.raises(ClientError, match="NoSuchBucketPolicy"):
         lake.s3.get_bucket_policy(Bucket=BUCKET)
@@ -169,7 +147,7 @@ def test_put_bucket_lifecycle_is_refused(lake: Lake, signer: str) -> None:
         b"<Expiration><Days>1</Days></Expiration></Rule></LifecycleConfiguration>"
     )
     headers = {"content-md5": md5(body), "content-type": "application/xml"}
-    r, s3 = lake.attempt("PUT", lake.url(f"?lifecycle&prefix={lake.loc['orders']}/"), headers, body, signer=signer)
+    r, s3 = attempt(lake, "PUT", lake.url(f"?lifecycle&prefix={lake.loc['orders']}/"), headers, body, signer=signer)
     with pytest.raises(ClientError, match="NoSuchLifecycleConfiguration"):
         lake.s3.get_bucket_lifecycle_configuration(Bucket=BUCKET)
     assert r.status_code == 403, refused(r, s3)
@@ -180,7 +158,7 @@ def test_put_bucket_lifecycle_is_refused(lake: Lake, signer: str) -> None:
 def test_get_acl_is_refused(lake: Lake, signer: str, where: str) -> None:
     own = lake.key("orders", "data/orders.parquet")
     uri = lake.url(f"/{own}?acl") if where == "object" else lake.url(f"?acl&prefix={lake.loc['orders']}/")
-    r, s3 = lake.attempt("GET", uri, signer=signer)
+    r, s3 = attempt(lake, "GET", uri, signer=signer)
     assert r.status_code == 403, refused(r, s3)
     assert s3 is None
 
@@ -188,20 +166,20 @@ def test_get_acl_is_refused(lake: Lake, signer: str, where: str) -> None:
 @pytest.mark.parametrize("signer", SIGNERS)
 @pytest.mark.parametrize("sub", ["tagging", "versions", "uploads", "website", "cors", "encryption"])
 def test_other_subresources_are_refused(lake: Lake, signer: str, sub: str) -> None:
-    r, s3 = lake.attempt("GET", lake.url(f"?{sub}&prefix={lake.loc['orders']}/"), signer=signer)
+    r, s3 = attempt(lake, "GET", lake.url(f"?{sub}&prefix={lake.loc['orders']}/"), signer=signer)
     assert r.status_code == 403, refused(r, s3)
-    r, s3 = lake.attempt("PUT", lake.url(f"/{lake.key('orders', 'data/orders.parquet')}?{sub}"), signer=signer)
+    r, s3 = attempt(lake, "PUT", lake.url(f"/{lake.key('orders', 'data/orders.parquet')}?{sub}"), signer=signer)
     assert r.status_code == 403, refused(r, s3)
 
 
 @pytest.mark.parametrize("signer", SIGNERS)
 def test_bare_prefix_listing_does_not_reach_the_sibling(lake: Lake, signer: str) -> None:
     for prefix in (lake.loc["orders"], lake.loc["orders"] + "_", "", lake.loc["orders"] + "/../"):
-        r, s3 = lake.attempt("GET", lake.url(f"?list-type=2&prefix={prefix}"), signer=signer)
+        r, s3 = attempt(lake, "GET", lake.url(f"?list-type=2&prefix={prefix}"), signer=signer)
         leaked = s3 is not None and "orders_archive" in s3.text
         assert r.status_code == 403 and not leaked, f"prefix {prefix!r}: {refused(r, s3)}"
     # the legitimate listing of the table's own prefix still works, and shows only its own keys
-    r, s3 = lake.attempt("GET", lake.url(f"?list-type=2&prefix={lake.loc['orders']}/data/"), signer=signer)
+    r, s3 = attempt(lake, "GET", lake.url(f"?list-type=2&prefix={lake.loc['orders']}/data/"), signer=signer)
     assert r.status_code == 200 and s3 is not None and s3.status_code == 200, refused(r, s3)
     assert "orders.parquet" in s3.text and "orders_archive" not in s3.text and "secret" not in s3.text
 
@@ -220,7 +198,7 @@ def test_host_other_than_the_store_is_refused(lake: Lake, signer: str) -> None:
     ):
         host = urlhost(uri)
         # replayed on the store with the signed Host header, the signature would be accepted
-        r, s3 = lake.attempt("GET", uri, signer=signer, host=host)
+        r, s3 = attempt(lake, "GET", uri, signer=signer, host=host)
         assert r.status_code == 403, f"{uri}: {refused(r, s3)}"
         assert s3 is None
 
@@ -236,7 +214,7 @@ def test_smuggled_headers_are_not_signed(lake: Lake, signer: str) -> None:
     }
     body = b"mine"
     headers = {**smuggled, "content-type": "application/octet-stream", "content-length": str(len(body))}
-    r, s3 = lake.attempt("PUT", lake.url(f"/{key}"), headers, body, signer=signer)
+    r, s3 = attempt(lake, "PUT", lake.url(f"/{key}"), headers, body, signer=signer)
     assert r.status_code == 200 and s3 is not None and s3.status_code == 200, refused(r, s3)
     grants = lake.s3.get_object_acl(Bucket=BUCKET, Key=key)["Grants"]
     assert not any("AllUsers" in str(g.get("Grantee")) for g in grants)
@@ -253,45 +231,45 @@ def test_smuggled_headers_are_not_signed(lake: Lake, signer: str) -> None:
 def test_allowlisted_operations_still_work(lake: Lake, signer: str) -> None:
     key = lake.key("orders", f"data/mp-{signer}.parquet")
     own = lake.key("orders", "data/orders.parquet")
-    r, s3 = lake.attempt("GET", lake.url(f"/{own}"), {"range": "bytes=0-5"}, signer=signer)
+    r, s3 = attempt(lake, "GET", lake.url(f"/{own}"), {"range": "bytes=0-5"}, signer=signer)
     assert s3 is not None and s3.status_code == 206 and s3.content == b"orders", refused(r, s3)
-    r, s3 = lake.attempt("HEAD", lake.url(f"/{own}"), signer=signer)
+    r, s3 = attempt(lake, "HEAD", lake.url(f"/{own}"), signer=signer)
     assert s3 is not None and s3.status_code == 200, refused(r, s3)
     # multipart: create, upload a part, list parts, complete; then delete the object
-    r, s3 = lake.attempt("POST", lake.url(f"/{key}?uploads"), signer=signer)
+    r, s3 = attempt(lake, "POST", lake.url(f"/{key}?uploads"), signer=signer)
     assert s3 is not None and s3.status_code == 200, refused(r, s3)
     upload = s3.text.split("<UploadId>", 1)[1].split("</UploadId>", 1)[0]
     part = b"x" * 1024
-    r, s3 = lake.attempt("PUT", lake.url(f"/{key}?partNumber=1&uploadId={upload}"), {}, part, signer=signer)
+    r, s3 = attempt(lake, "PUT", lake.url(f"/{key}?partNumber=1&uploadId={upload}"), {}, part, signer=signer)
     assert s3 is not None and s3.status_code == 200, refused(r, s3)
     etag = s3.headers["etag"]
-    r, s3 = lake.attempt("GET", lake.url(f"/{key}?uploadId={upload}"), signer=signer)
+    r, s3 = attempt(lake, "GET", lake.url(f"/{key}?uploadId={upload}"), signer=signer)
     assert s3 is not None and s3.status_code == 200 and "<PartNumber>1</PartNumber>" in s3.text, refused(r, s3)
     done = (
         f"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{etag}</ETag></Part></CompleteMultipartUpload>"
     )
-    r, s3 = lake.attempt("POST", lake.url(f"/{key}?uploadId={upload}"), {}, done.encode(), signer=signer)
+    r, s3 = attempt(lake, "POST", lake.url(f"/{key}?uploadId={upload}"), {}, done.encode(), signer=signer)
     assert s3 is not None and s3.status_code == 200, refused(r, s3)
     assert lake.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == part
-    r, s3 = lake.attempt("POST", lake.url(f"/{key}?uploads"), signer=signer)
+    r, s3 = attempt(lake, "POST", lake.url(f"/{key}?uploads"), signer=signer)
     assert s3 is not None
     upload = s3.text.split("<UploadId>", 1)[1].split("</UploadId>", 1)[0]
-    r, s3 = lake.attempt("DELETE", lake.url(f"/{key}?uploadId={upload}"), signer=signer)
+    r, s3 = attempt(lake, "DELETE", lake.url(f"/{key}?uploadId={upload}"), signer=signer)
     assert s3 is not None and s3.status_code == 204, refused(r, s3)
-    r, s3 = lake.attempt("DELETE", lake.url(f"/{key}"), signer=signer)
+    r, s3 = attempt(lake, "DELETE", lake.url(f"/{key}"), signer=signer)
     assert s3 is not None and s3.status_code == 204 and not lake.exists(key), refused(r, s3)
 
 
 def test_methods_and_write_operations_need_the_right_privilege(lake: Lake) -> None:
     own = lake.key("orders", "data/orders.parquet")
     for method in ("PATCH", "OPTIONS", "TRACE"):
-        assert lake.sign(method, lake.url(f"/{own}")).status_code in (400, 403)
+        assert sign(lake, method, lake.url(f"/{own}")).status_code in (400, 403)
     for bad in ("http://[::1/x", "http://127.0.0.1:99999/b/k", "ftp://x/y", "not a url"):  # bad input: 400, never 500
-        assert lake.sign("GET", bad).status_code == 400, bad
+        assert sign(lake, "GET", bad).status_code == 400, bad
     # a write to another table's prefix through orders' endpoint, and a read of a table mallory lacks
-    assert lake.sign("PUT", lake.url(f"/{lake.key('secret', 'data/x.parquet')}")).status_code == 403
+    assert sign(lake, "PUT", lake.url(f"/{lake.key('secret', 'data/x.parquet')}")).status_code == 403
     assert (
-        lake.sign("GET", lake.url(f"/{lake.key('secret', 'data/secret.parquet')}"), signer="legacy").status_code == 403
+        sign(lake, "GET", lake.url(f"/{lake.key('secret', 'data/secret.parquet')}"), signer="legacy").status_code == 403
     )
 
 
@@ -308,6 +286,6 @@ def test_legacy_signer_works_with_a_table_on_another_store(lake: Lake, tmp_path:
     assert httpx.get(base, headers=etl).status_code == 200
     assert httpx.get(f"{base}/credentials", headers=etl).status_code == 200  # the catalog now knows its location
     own = lake.key("orders", "data/orders.parquet")
-    r, s3 = lake.attempt("GET", lake.url(f"/{own}"), signer="legacy")
+    r, s3 = attempt(lake, "GET", lake.url(f"/{own}"), signer="legacy")
     assert r.status_code == 200 and s3 is not None and s3.status_code == 200, refused(r, s3)
     assert s3.content == b"orders rows"

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from lakesession.reference import ReferenceCatalog, bootstrap, start
+from lakesession.reference import bootstrap, start
 from lakesession.reference.viewsecurity import TrustConfigurationError
+from tests._lake import Lake
 from tests.factories import Policy, make_catalog
 
 OWNER = "trino.run-as-owner"
@@ -53,32 +53,6 @@ def view_body(name: str, sql: str, owner: str | None = None) -> dict[str, Any]:
     return {"name": name, "schema": SCHEMA, "view-version": version, "properties": {OWNER: owner} if owner else {}}
 
 
-@dataclass
-class Lake:
-    handle: ReferenceCatalog
-    s3: Any  # the emulator's administrator: what the store really holds
-    loc: dict[str, str]
-
-    def call(
-        self, method: str, path: str, who: str = "alice", body: Any = None, headers: dict[str, str] | None = None
-    ) -> httpx.Response:
-        h = {"Authorization": f"Bearer {self.handle.admin.token_for(who)}", **(headers or {})}
-        return httpx.request(method, f"{self.handle.uri}{P}{path}", headers=h, json=body, timeout=30)
-
-    def store_client(self, creds: dict[str, str]) -> Any:
-        """An S3 client holding exactly the vended credentials."""
-        return self.handle.s3_emulator.client(
-            credentials=(creds["s3.access-key-id"], creds["s3.secret-access-key"], creds["s3.session-token"])
-        )
-
-    def exists(self, key: str) -> bool:
-        try:
-            self.s3.head_object(Bucket=BUCKET, Key=key)
-        except ClientError:
-            return False
-        return True
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with make_catalog(
@@ -87,7 +61,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         data_dir=tmp_path_factory.mktemp("atk-trust"),
         trusted_engines=[{"principal": ["engine", "alice"]}],
     ) as handle:
-        lk = Lake(handle, handle.s3_emulator.client(), {})
+        lk = Lake(handle, bucket=BUCKET)
         for ns in ("sales", "hr"):
             assert lk.call("POST", "/namespaces", "engine", {"namespace": [ns]}).status_code == 200
         for ns, t in (("sales", "orders"), ("hr", "salaries")):

@@ -22,8 +22,8 @@ from fastapi import FastAPI, Request
 from lakesession._wire.sockets import bind
 from lakesession.gateway import Gateway
 from lakesession.gateway._signer import SignerRoutes, is_credential_key, rewrite_signing, signer_path
-from lakesession.reference import ReferenceCatalog
 from lakesession.reference.serving import BackgroundServer
+from tests._lake import Lake
 from tests.factories import make_catalog, seed_tables
 from tests.security.test_attack_signer import POLICY
 
@@ -47,22 +47,6 @@ class Calls:
         return recorded
 
 
-@dataclass
-class Lake:
-    handle: ReferenceCatalog
-    s3: Any  # the emulator's administrator: the ground truth of what the store holds
-    endpoint: str
-    region: str
-    loc: dict[str, str]  # table -> key prefix inside the bucket
-    calls: Calls
-
-    def url(self, table: str, rest: str) -> str:
-        return f"{self.endpoint}/{BUCKET}/{self.loc[table]}/{rest}"
-
-    def audit(self, since: float, action: str) -> list[Any]:
-        return self.handle.admin.audit(since=since, action=action)
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     calls = Calls()
@@ -70,9 +54,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         POLICY, bucket=BUCKET, data_dir=tmp_path_factory.mktemp("gw-signer"), wrap_app=calls.wrap
     ) as handle:
         loc = seed_tables(handle, BUCKET, ("orders", "secret"))
-        emu = handle.s3_emulator
-        s3 = emu.client()
-        yield Lake(handle, s3, emu.endpoint, emu.region, loc, calls)
+        yield Lake(handle, bucket=BUCKET, loc=loc, calls=calls)
 
 
 @pytest.fixture()
@@ -137,7 +119,7 @@ def test_loads_point_the_signer_at_the_gateway_and_carry_no_credentials(lake: La
 
 def test_signer_route_signs_as_the_user_and_the_store_accepts_it(lake: Lake, gw: Gateway) -> None:
     since = time.time()
-    uri = lake.url("orders", "data/orders.parquet")
+    uri = lake.object_url("orders", "data/orders.parquet")
     endpoint = signer_endpoint(gw, "orders")
     signed = httpx.post(endpoint, json=sign_body(lake, "GET", uri), headers=auth(gw), timeout=30)
     assert signed.status_code == 200, signed.text
@@ -146,7 +128,7 @@ def test_signer_route_signs_as_the_user_and_the_store_accepts_it(lake: Lake, gw:
     got = replay("GET", uri, signed)
     assert got.status_code == 200 and got.content == b"orders rows"
     # written too: a PUT signed through the route lands in the table's prefix
-    put_uri = lake.url("orders", "data/new.parquet")
+    put_uri = lake.object_url("orders", "data/new.parquet")
     signed = httpx.post(endpoint, json=sign_body(lake, "PUT", put_uri), headers=auth(gw), timeout=30)
     assert signed.status_code == 200, signed.text
     assert replay("PUT", put_uri, signed, b"new rows").status_code == 200
@@ -189,7 +171,7 @@ def test_credentials_cannot_be_had_through_a_remote_signing_gateway(lake: Lake, 
 
 def test_signing_another_tables_object_through_the_route_is_refused(lake: Lake, gw: Gateway) -> None:
     endpoint = signer_endpoint(gw, "orders")
-    uri = lake.url("secret", "data/secret.parquet")
+    uri = lake.object_url("secret", "data/secret.parquet")
     since = time.time()
     r = httpx.post(endpoint, json=sign_body(lake, "GET", uri), headers=auth(gw), timeout=30)
     assert r.status_code == 403, r.text
@@ -222,7 +204,7 @@ def test_bucket_policy_through_the_route_is_refused(lake: Lake, gw: Gateway) -> 
 
 def test_signer_route_without_the_session_secret_is_401(lake: Lake, gw: Gateway) -> None:
     endpoint = signer_endpoint(gw, "orders")
-    body = sign_body(lake, "GET", lake.url("orders", "data/orders.parquet"))
+    body = sign_body(lake, "GET", lake.object_url("orders", "data/orders.parquet"))
     before = len(lake.calls.paths)
     user = {"Authorization": f"Bearer {lake.handle.admin.token_for('mallory')}"}  # not the gateway's secret
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": f"Bearer {gw.secret}x"}, user):
@@ -264,7 +246,7 @@ def test_catalog_routes_refuse_signer_paths(lake: Lake, gw: Gateway) -> None:
     (200, a URL the store accepted); now the gateway refuses before any upstream call: signing goes only
     through the ``/sign/{id}`` routes it handed out."""
     signer_endpoint(gw, "orders")  # the table was loaded: the gateway knows the catalog's signer target
-    uri = lake.url("orders", "data/orders.parquet")
+    uri = lake.object_url("orders", "data/orders.parquet")
     body = sign_body(lake, "GET", uri)
     chain = gw.chains.register(((("ns",), "v"),), "ns%1Fv", {(("ns",), "orders")})
     paths = [
@@ -455,7 +437,10 @@ def test_staged_creates_are_signed_for_creators_only_inside_their_location(lake:
         assert signed.status_code == 200, signed.text
         assert replay("PUT", uri, signed, b"ctas rows").status_code == 200
         outside = httpx.post(
-            endpoint, json=sign_body(lake, "PUT", lake.url("secret", "data/x.parquet")), headers=auth(g), timeout=30
+            endpoint,
+            json=sign_body(lake, "PUT", lake.object_url("secret", "data/x.parquet")),
+            headers=auth(g),
+            timeout=30,
         )
         assert outside.status_code == 403, outside.text
     # mallory may not create tables in ns: no signature for a table that does not exist
