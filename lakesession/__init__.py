@@ -52,7 +52,15 @@ def __getattr__(name: str) -> Any:
     """A public name, imported from its module on first use; else a submodule (``lakesession.errors``)."""
     home = _HOMES.get(name)
     if home is not None:
-        value = getattr(importlib.import_module(home, __name__), name)
+        try:
+            module = importlib.import_module(home, __name__)
+        except ModuleNotFoundError as exc:  # lakesession-catalog ships the server and the core, not the client
+            if exc.name != f"{__name__}{home}":
+                raise
+            from .errors import ClientMissingError
+
+            raise ClientMissingError(f"lakesession.{name}", f"no module {exc.name!r}") from None
+        value = getattr(module, name)
         globals()[name] = value  # later lookups skip this function
         return value
     if not name.startswith("__"):  # `lakesession.errors.ConfigError` after a bare `import lakesession`

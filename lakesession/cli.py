@@ -37,11 +37,11 @@ def cmd_engine(args: argparse.Namespace) -> int:
     """The trusted engine (``lakesession.engine``): Spark Connect acting for authenticated users."""
     try:
         from .engine._cli import main as engine_main
-    except ImportError as exc:  # lakesession-catalog leaves the engine out; Spark Connect is an extra
+    except ImportError as exc:  # lakesession-engine owns it (the client alone leaves it out), with Spark Connect
         print(
-            f"lakesession engine: {exc.name} is missing: the engine needs lakesession-client with its [engine] "
-            "extra (pip install ./core './client[engine]' from a checkout) or the full distribution's "
-            "(pip install -e '.[engine]')",
+            f"lakesession engine: {exc.name} is missing: the engine needs lakesession-engine "
+            "(pip install ./core ./client ./engine from a checkout) or the full distribution with its [engine] "
+            "extra (pip install -e '.[engine]')",
             file=sys.stderr,
         )
         return 2

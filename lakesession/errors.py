@@ -11,7 +11,8 @@ LakesessionError
 │   ├── UnknownOptionError (TypeError)    an option no part of lakesession knows (a typo?)
 │   ├── UnknownWarmupError                a start-up warm-up name that does not exist: lists the valid ones
 │   ├── CatalogServerMissingError         the embedded catalog or `serve` in the slim lakesession-client install
-│   ├── SparkMissingError                 Spark (`spark()`, `sql()`) in the lakesession-catalog install: no pyspark
+│   ├── SparkMissingError                 Spark (`spark()`, `sql()`) in an install without pyspark
+│   ├── ClientMissingError                the client (`connect()`, `spark()`) in the lakesession-catalog install
 │   └── RawPathsUnavailableError          a raw s3a:// read in a Spark session without S3A (Spark 3.5, no location credentials)
 ├── SessionError                          the Session itself
 │   ├── SessionClosedError                the Session was closed (or replaced): use the new one
@@ -54,6 +55,7 @@ __all__ = [
     "CatalogAccessError",
     "CatalogServerMissingError",
     "CatalogUnreachableError",
+    "ClientMissingError",
     "ConfigError",
     "CredentialsError",
     "CredentialsRefreshError",
@@ -146,9 +148,25 @@ class CatalogServerMissingError(ConfigError):
         )
 
 
+#: How to get the client (``lakesession-client``: ``connect()``, ``spark()``, the ``lakesession`` command) from a checkout
+CLIENT_INSTALL = "lakesession-client: `pip install ./core ./client` from a checkout of the repository"
+
+
+class ClientMissingError(_OneLine, ConfigError):
+    """The client half is not installed: ``lakesession-catalog`` (the server alone) ships only the package's shared
+    files besides the server, so ``lakesession.connect``/``spark`` name the install instead of a bare import error."""
+
+    def __init__(self, wanted: str, cause: str = "") -> None:
+        because = f" ({cause})" if cause else ""
+        super().__init__(
+            f"{wanted} is lakesession's client, which this install (the catalog server alone) does not include"
+            f"{because}. Fix: install {CLIENT_INSTALL}, or {FULL_INSTALL}."
+        )
+
+
 class SparkMissingError(_OneLine, ConfigError):
-    """pyspark is not installed (the ``lakesession-catalog`` distribution leaves it out): one line naming the
-    install that adds it, instead of a ``ModuleNotFoundError`` from deep inside ``spark()``."""
+    """pyspark is not installed (the client distributions depend on it, but it can be uninstalled or shadowed): one
+    line naming the install that adds it, instead of a ``ModuleNotFoundError`` from deep inside ``spark()``."""
 
     def __init__(self, wanted: str, cause: str = "") -> None:
         because = f" ({cause})" if cause else ""

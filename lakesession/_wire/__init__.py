@@ -3,7 +3,8 @@
 The client (``lakesession`` minus ``reference/``) and the catalog server (``lakesession.reference``) never
 import each other; this package is the only client code the server imports. It holds no policy and
 no heavy dependency (stdlib, plus sqlglot for view SQL, joserfc and httpx for tokens: dependencies of
-every distribution), so the slim ``lakesession-client`` distribution carries it unchanged:
+every distribution), so ``lakesession-core`` ships it, with the package's ``__init__`` and ``errors``, to the
+catalog server and the client alike (``tools/distributions.py``):
 
 * ``cloudkeys``: the Iceberg REST storage-credential property names of S3, ADLS and GCS;
 * ``referenced_by``: the ``referenced-by`` query parameter's codec and the namespace separator;

@@ -1,5 +1,6 @@
-"""Distributions from one package: the full ``lakesession``, the slim ``lakesession-client`` and
-``lakesession-catalog``, and ``lakesession-core``, the files those two share.
+"""Distributions from one package: the full ``lakesession`` and four slim ones generated from one table
+(``tools/distributions.py``): ``lakesession-core`` (what the catalog and the client both import),
+``lakesession-client``, ``lakesession-catalog`` and ``lakesession-engine`` (on the client), owning disjoint files.
 
 The one-way import rules that make the split possible are checked on the source (AST), so a new import
 across the line fails here before any install does; ``test_slim_install.py`` installs the slim wheel
@@ -9,11 +10,14 @@ for real (slow).
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import importlib.util
 import subprocess
 import sys
 import textwrap
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -42,12 +46,18 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> list[str]:
-    """Every module ``path`` imports (function-level and relative imports resolved), as dotted names."""
+def _imports(path: Path, *, runtime: bool = False) -> list[str]:
+    """Every module ``path`` imports (function-level and relative imports resolved), as dotted names; ``runtime``:
+    leaving out ``if TYPE_CHECKING:`` blocks (what type checkers read, never loaded)."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    if runtime:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                node.body = []
     found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -70,34 +80,152 @@ def _sources(under: Path) -> list[Path]:
 CLIENT_STACK = {"pyspark", "pandas", "hypercorn", "s3fs", "ipython", "jupyterhub", "jupyterlab"}
 
 
-def test_the_slim_pyprojects_are_subsets_of_the_full_one() -> None:
+def _table() -> ModuleType:
+    """``tools/distributions.py``, the one table the slim pyprojects are generated from (loaded by path: tools/ is
+    no package, and a ``tools`` package of some installed project must not stand in for it)."""
+    name = "lakesession_tools_distributions"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "distributions.py")
+        assert spec and spec.loader
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _owners(relative: str) -> list[str]:
+    """The slim distributions whose wheel ships the package file ``relative`` (hatch's only-include / exclude)."""
+    table = _table()
+
+    def under(path: str, roots: tuple[str, ...]) -> bool:
+        return any(path == r or path.startswith(r + "/") for r in roots)
+
+    return [d.name for d in table.DISTRIBUTIONS if under(relative, d.owns) and not under(relative, table.excluded(d))]
+
+
+def _package_files() -> list[str]:
+    """Every file of the package as the wheels see it (``lakesession/...``), without caches and built artefacts."""
+    artefacts = _table().ARTEFACTS
+    files = [p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return sorted(f for f in files if not any(f == a or f.startswith(a + "/") for a in artefacts))
+
+
+def test_the_committed_pyprojects_are_what_the_table_writes() -> None:
+    assert _table().stale() == [], "run: python tools/distributions.py"
+    for dist in _table().DISTRIBUTIONS:
+        assert (ROOT / dist.folder / "lakesession").resolve() == PACKAGE.resolve(), (
+            f"{dist.folder}/lakesession links it"
+        )
+        assert (ROOT / dist.folder / "README.md").is_file(), dist.folder
+
+
+def test_the_slim_distributions_split_the_package_with_no_overlap() -> None:
+    owners = {f: _owners(f) for f in _package_files()}
+    assert {f: o for f, o in owners.items() if len(o) != 1} == {}, "each file has exactly one slim owner"
+    assert owners["lakesession/__init__.py"] == ["lakesession-core"]
+    assert owners["lakesession/reference/servecmd.py"] == ["lakesession-catalog"]
+    assert owners["lakesession/engine/_proxy.py"] == ["lakesession-engine"]
+    assert owners["lakesession/_spark/jvm/lakesession-jvm.jar"] == ["lakesession-client"]
+
+
+def test_the_core_ships_at_most_2000_lines_of_python() -> None:
+    core = [f for f in _package_files() if _owners(f) == ["lakesession-core"]]
+    lines = sum(len((ROOT / f).read_text().splitlines()) for f in core if f.endswith(".py"))
+    assert 0 < lines <= 2000, lines  # 16.5k before #43: the client's modules rode along into every catalog image
+
+
+def _closure(start: list[str], doors: frozenset[str] = frozenset()) -> set[str]:
+    """The package's modules ``start`` loads: their imports (function-level too), followed, with parent packages;
+    ``doors`` are reached but not followed (each says in one line what to install when its target is missing)."""
+    modules = {_module_name(p): p for p in _sources(PACKAGE)}
+    todo, seen = list(start), set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        if module in doors:
+            continue
+        parent = module.rpartition(".")[0]
+        found = [*_imports(modules[module], runtime=True), *([parent] if parent else [])]
+        for name in (n for n in found if n.startswith("lakesession")):
+            while name and name not in modules:  # `from .x import Name` names Name too
+                name = name.rpartition(".")[0]
+            todo += [name] if name else []
+    return seen
+
+
+def _owned_modules(name: str) -> set[str]:
+    return {_module_name(p) for p in _sources(PACKAGE) if _owners(p.relative_to(ROOT).as_posix()) == [name]}
+
+
+#: core modules one half does not import, with why they are in the core all the same: the wire rules stay one
+#: package (``_wire``: what both halves follow on the wire), and these two are small
+CORE_BY_DESIGN = {
+    "lakesession._wire.enginerules": "the engine's rulebook (52 lines and its JSON): the client and engine read it",
+    "lakesession._wire.redact": "botocore's redaction (61 lines): only the catalog's S3 code imports it so far",
+}
+
+
+def test_the_core_holds_what_both_halves_import_and_each_distribution_runs_on_what_it_installs() -> None:
+    core, client, catalog, engine = map(
+        _owned_modules, ("lakesession-core", "lakesession-client", "lakesession-catalog", "lakesession-engine")
+    )
+    assert _closure(sorted(core)) <= core, "the core imports nothing of the others"
+    catalog_needs = _closure(sorted(catalog))
+    assert catalog_needs <= catalog | core, sorted(catalog_needs - catalog - core)
+    # the client's doors to the server (SERVER_DOORS) and to the engine (cli) say so when those are not installed
+    client_needs = _closure(sorted(client), frozenset(SERVER_DOORS))
+    assert client_needs <= client | core, sorted(client_needs - client - core)
+    engine_needs = _closure(sorted(engine))
+    assert engine_needs <= engine | client | core, sorted(engine_needs - engine - client - core)
+    both = catalog_needs & (client_needs | engine_needs)  # the client's half: the engine runs on the client
+    assert core - both == set(CORE_BY_DESIGN), sorted(core - both)
+    assert both - core == set(), "a module both halves import belongs in the core"
+
+
+def test_the_core_depends_on_exactly_what_its_files_import() -> None:
+    core = _table().CORE
+    files = [ROOT / f for f in _package_files() if _owners(f) == [core.name] and f.endswith(".py")]
+    top = {n.split(".")[0] for f in files for n in _imports(f) if not n.startswith("lakesession")}
+    third_party = top - set(sys.stdlib_module_names) - {"__future__"}
+    dists = importlib.metadata.packages_distributions()
+    assert {canonicalize_name(dists[t][0]) for t in third_party} == set(
+        _dependency_names(_project(ROOT / "core" / "pyproject.toml"))
+    )
+
+
+def test_the_full_pyproject_carries_the_union_of_the_slim_ones() -> None:
+    """The root pyproject (the full distribution, hand-written) installs what every slim one does: their
+    dependencies (the engine's as its ``[engine]`` extra), their extras by name, the same pins and extras."""
+    table = _table()
     full = _project(ROOT / "pyproject.toml")
+    assert full["version"] == table.VERSION
     full_deps = _dependency_names(full)
-    core = _project(ROOT / "core" / "pyproject.toml")
-    core_deps = _dependency_names(core)
-    assert core["name"] == "lakesession-core" and core["version"] == full["version"]
-    for folder, name, excluded in (
-        ("client", "lakesession-client", SERVER_STACK),
-        ("catalog", "lakesession-catalog", CLIENT_STACK),
-    ):
-        slim = _project(ROOT / folder / "pyproject.toml")
-        assert slim["name"] == name and slim["version"] == full["version"]
-        deps = _dependency_names(slim)
-        # each slim one installs the core at its own version (the core's files are its own minus what it owns)
-        assert str(deps.pop("lakesession-core").specifier) == f"=={full['version']}", name
-        assert set(core_deps) <= set(deps), f"{name} carries every dependency of the files it shares"
-        assert not set(deps) - set(full_deps), f"the full distribution must carry every {name} dependency"
-        assert not excluded & set(deps), name
-        for dep, req in deps.items():  # extras (pyiceberg[pyarrow]) and pins are the full set's
-            assert req.extras <= full_deps[dep].extras, dep
-            assert str(req.specifier) == str(full_deps[dep].specifier) or dep == "s3fs", dep
-    for folder in ("client", "catalog", "core"):
-        assert (ROOT / folder / "lakesession").resolve() == PACKAGE.resolve(), f"{folder}/lakesession links the package"
+    full_extras = {
+        k: {canonicalize_name(Requirement(r).name): Requirement(r) for r in v}
+        for k, v in full["optional-dependencies"].items()
+    }  # type: ignore[attr-defined]
+    union: dict[str, dict[str, list[Requirement]]] = {}  # "" (the base) or extra -> name -> each slim requirement
+    for dist in table.DISTRIBUTIONS:
+        base = table.FULL_EXTRA_OF.get(dist.name, "")
+        for extra, reqs in [(base, dist.dependencies), *dist.extras.items()]:
+            for r in map(Requirement, reqs):
+                union.setdefault(extra, {}).setdefault(canonicalize_name(r.name), []).append(r)
+    assert set(full_deps) == set(union[""]) | set(table.FULL_ONLY), "the full's dependencies: the slim ones' union"
+    for extra, by_name in union.items():
+        have = full_deps if extra == "" else full_extras[extra]
+        assert set(by_name) == set(have) - set(table.FULL_ONLY), extra
+        for name, reqs in by_name.items():
+            assert have[name].extras == set().union(*(r.extras for r in reqs)), (extra, name)
+            pins = {str(r.specifier) for r in reqs} | {str(have[name].specifier)}
+            assert len(pins) == 1 or name in table.FULL_PINS, (extra, name, pins)
     scripts = full["scripts"]  # type: ignore[index]
-    assert (
-        scripts["lakesession-catalog"]
-        == _project(ROOT / "catalog" / "pyproject.toml")["scripts"]["lakesession-catalog"]
-    )  # type: ignore[index]
+    for dist in table.DISTRIBUTIONS:
+        assert dist.scripts.items() <= scripts.items(), dist.name  # type: ignore[attr-defined]
+    for dist in (table.CLIENT, table.CATALOG):
+        assert not {canonicalize_name(Requirement(r).name) for r in dist.dependencies} & (
+            SERVER_STACK if dist is table.CLIENT else CLIENT_STACK
+        ), dist.name
 
 
 def test_the_server_imports_only_itself_and_the_wire_rules() -> None:
@@ -179,6 +307,36 @@ def test_without_the_server_the_embedded_default_and_serve_say_so_in_one_line(tm
     assert code == "2" and message.startswith("lakesession serve: `lakesession serve` needs lakesession's catalog")
     assert FULL_INSTALL in message
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_without_the_client_its_names_say_so_in_one_line(tmp_path: Path) -> None:
+    """The catalog's install, simulated (the package's files minus the client's and the engine's, hidden by an import
+    hook; the slow test installs it for real): ``lakesession.connect``/``spark`` raise ``ClientMissingError``."""
+    hidden = sorted(_owned_modules("lakesession-client") | _owned_modules("lakesession-engine"))
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, sys
+        HIDDEN = set({hidden!r})
+        class Hide(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name in HIDDEN:
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, Hide())
+        import lakesession
+        for name in ("connect", "spark", "Session"):
+            try:
+                getattr(lakesession, name)
+            except lakesession.errors.ClientMissingError as exc:
+                print(name, exc)
+        """
+    )
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+    assert set(lines) == {"connect", "spark", "Session"}, out.stdout
+    assert lines["spark"].startswith("lakesession.spark is lakesession's client, which this install")
+    assert "pip install ./core ./client" in lines["spark"] and FULL_INSTALL in lines["spark"]
 
 
 def test_the_containerfile_installs_the_catalog_and_runs_its_script() -> None:

@@ -1,8 +1,8 @@
 """``Containerfile.engine``, checked against the repository (no container runtime on the CI machines).
 
 Like the catalog's ``Containerfile`` (``test_distributions.py``): what it copies exists, what it installs is
-lakesession-client (which owns the engine) with its ``[engine]`` extra — none of the catalog server's stack, which
-the engine never imports (its modules' imports, followed through the package, say so) — what it runs is
+lakesession-engine (which owns the engine, with Spark Connect 4.1) on lakesession-client and lakesession-core — not
+lakesession-catalog, none of the catalog server's stack, which the engine never imports (its modules' imports, followed through the package, say so) — what it runs is
 ``lakesession engine`` with flags its parser knows, and the engine's client secret reaches it only through a
 variable or a file, never an argument (``ps`` shows arguments to every user of the host).
 """
@@ -85,17 +85,18 @@ def test_it_copies_what_exists_and_installs_the_engine_without_the_catalog_serve
     copies = [shlex.split(args)[:-1] for word, args in _instructions() if word == "COPY"]
     sources = [s for c in copies for s in c]
     assert sources and all((ROOT / s).exists() for s in sources), sources
-    assert {"lakesession", "core", "client"} <= set(sources) and "catalog" not in sources
+    assert {"lakesession", "core", "client", "engine"} <= set(sources) and "catalog" not in sources
     runs = " ".join(args for word, args in _instructions() if word == "RUN")
-    assert 'pip install /src/core "/src/client[engine]"' in runs and " -e " not in runs
+    assert "pip install /src/core /src/client /src/engine" in runs and " -e " not in runs
     wanted = {canonicalize_name(r.name): r for r in _installed_requirements()}
     assert "lakesession" not in wanted and "lakesession-catalog" not in wanted  # the full and the server's: neither
     assert not SERVER_STACK & set(wanted), SERVER_STACK & set(wanted)
     assert not {"httptools", "limits", "psycopg"} & set(wanted)  # the rest of the server's own
     spark = [r for r in _installed_requirements() if canonicalize_name(r.name) == "pyspark" and "connect" in r.extras]
     assert spark and all(r.specifier.contains("4.1.0") and not r.specifier.contains("4.0.0") for r in spark)
-    client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]
-    assert "lakesession/engine" in client["wheel"]["only-include"]  # the client distribution ships the engine
+    engine = tomllib.loads((ROOT / "engine" / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]
+    assert engine["wheel"]["only-include"] == ["lakesession/engine"]  # the engine distribution ships the engine
+    assert str(wanted["lakesession-client"].specifier) == f"=={_pyproject('engine')['version']}"
     assert "openjdk-17-jre-headless" in runs and _one("FROM").endswith("-bookworm")  # Debian 12 has OpenJDK 17
 
 

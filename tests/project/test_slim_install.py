@@ -3,12 +3,13 @@ installed into a clean venv and run there, as a user would.
 
 - the full ``lakesession``: ``lakesession demo`` (the embedded default: catalog, demo user, Spark);
 - ``lakesession-client`` (with ``lakesession-core``, the files it shares): none of the server's stack, and it
-  says in one line how to get the server;
-- ``lakesession-catalog`` (with the core): no Spark, and ``lakesession-catalog`` serves;
+  says in one line how to get the server and the engine;
+- ``lakesession-catalog`` (with the core): no Spark, no client module, and ``lakesession-catalog`` serves;
+- ``lakesession-engine`` (with the client and the core): ``lakesession engine --help``, no catalog server;
 - client and catalog in one venv, then one uninstalled: the other still works (the core owns their shared
   files, so neither's RECORD removes the other's); the remaining catalog serves the remaining client.
 
-Slow: one build of all wheels per module (~25 s) and five venvs (uv: seconds each from its cache under
+Slow: one build of all wheels per module (~25 s) and six venvs (uv: seconds each from its cache under
 ``~/.cache/lakesession/uv``; the first run downloads the dependencies).
 """
 
@@ -40,7 +41,9 @@ DISTRIBUTIONS = {
     "core": "lakesession-core",
     "client": "lakesession-client",
     "catalog": "lakesession-catalog",
+    "engine": "lakesession-engine",
 }
+SLIM = ("lakesession-core", "lakesession-client", "lakesession-catalog", "lakesession-engine")
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -110,13 +113,20 @@ def _owned(wheel: Path) -> set[str]:
 
 
 def test_the_slim_distributions_own_disjoint_files(dist: dict[str, Path]) -> None:
-    core, client, catalog = (_owned(dist[n]) for n in ("lakesession-core", "lakesession-client", "lakesession-catalog"))
-    assert core & client == core & catalog == client & catalog == set()
+    owned = {n: _owned(dist[n]) for n in SLIM}
+    for i, a in enumerate(SLIM):
+        for b in SLIM[i + 1 :]:
+            assert owned[a] & owned[b] == set(), (a, b)
+    core, client, catalog, engine = owned.values()
     assert "lakesession/__init__.py" in core and "lakesession/reference/servecmd.py" in catalog
-    assert "lakesession/_spark/jvm/lakesession-jvm.jar" in client
-    assert "lakesession/engine/_proxy.py" in client  # the trusted engine comes with the client (its [engine] extra)
+    assert "lakesession/_spark/jvm/lakesession-jvm.jar" in client and "lakesession/session.py" in client
+    assert "lakesession/engine/_proxy.py" in engine
     # together they are the full package
-    assert core | client | catalog == _owned(dist["lakesession"])
+    assert core | client | catalog | engine == _owned(dist["lakesession"])
+    # the core is what the catalog and the client both import: not the client's 16.5k lines (#43)
+    with zipfile.ZipFile(dist["lakesession-core"]) as z:
+        lines = sum(z.read(n).count(b"\n") for n in core if n.endswith(".py"))
+    assert 0 < lines <= 2000, lines
     with zipfile.ZipFile(dist["lakesession"]) as z:  # the JupyterLab front-end, built by the hook
         assert "lakesession-0.1.0.data/data/share/jupyter/labextensions/lakesession/package.json" in z.namelist()
 
@@ -142,6 +152,22 @@ def test_the_client_wheel_holds_none_of_the_server_and_says_how_to_get_it(
     )
     assert served.returncode == 2 and "needs lakesession's catalog server" in served.stderr
     assert FULL_INSTALL in served.stderr and "Traceback" not in served.stderr
+    engine = subprocess.run(
+        [str(bin_ / "lakesession"), "engine", "--help"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert engine.returncode == 2 and "needs lakesession-engine" in engine.stderr, engine.stderr
+    assert "Traceback" not in engine.stderr
+
+
+def test_the_engine_wheel_runs_on_the_client_without_the_catalog_server(dist: dict[str, Path], tmp_path: Path) -> None:
+    wheels = [dist["lakesession-core"], dist["lakesession-client"], dist["lakesession-engine"]]
+    bin_ = _venv(tmp_path / "venv", *wheels)
+    installed = _installed(bin_)
+    assert {"lakesession-engine", "lakesession-client", "lakesession-core", "grpcio"} <= installed
+    assert installed & (SERVER_STACK | {"lakesession-catalog", "lakesession"}) == set()
+    env = _clean_env(HOME=str(tmp_path))
+    out = _run([str(bin_ / "lakesession"), "engine", "--help"], env=env, cwd=tmp_path)
+    assert "--tls-cert" in out.stdout and "Traceback" not in out.stderr
 
 
 def test_the_catalog_wheel_holds_no_spark_and_serves(dist: dict[str, Path], tmp_path: Path) -> None:
@@ -150,15 +176,17 @@ def test_the_catalog_wheel_holds_no_spark_and_serves(dist: dict[str, Path], tmp_
     assert {"lakesession-catalog", "lakesession-core", "fastapi", "uvicorn", "moto"} <= installed
     assert installed & {"pyspark", "py4j", "hypercorn", "ipython", "jupyterlab"} == set()
     assert not (bin_ / "lakesession").exists()  # the client's command is the client's
-    script = (  # the package imports without the client's stack; Spark says what to install, in one line
-        "import sys, lakesession\n"
+    script = (  # the package imports without the client; its names say what to install, in one line
+        "import sys, pathlib, lakesession\n"
         "loaded = sorted(m for m in sys.modules if m.startswith('lakesession.'))\n"
-        "try:\n    lakesession.spark()\nexcept lakesession.errors.SparkMissingError as e:\n    print(e)\n"
+        "try:\n    lakesession.spark()\nexcept lakesession.errors.ClientMissingError as e:\n    print(e)\n"
+        "print((pathlib.Path(lakesession.__file__).parent / 'session.py').exists())\n"
         "print(loaded)\n"
     )
     out = _run([str(bin_ / "python"), "-c", script], env=_clean_env(HOME=str(tmp_path)), cwd=tmp_path)
-    said, loaded = out.stdout.strip().splitlines()[-2:]
-    assert said.startswith("lakesession.spark() needs pyspark") and "pip install 'pyspark" in said, out
+    said, client_file, loaded = out.stdout.strip().splitlines()[-3:]
+    assert said.startswith("lakesession.spark is lakesession's client") and "./core ./client" in said, out
+    assert client_file == "False", out  # the core carries none of the client's modules
     assert loaded == "[]", out
     args = ["--port", "0", "--data-dir", str(tmp_path / "d")]
     with Served(args, _clean_env(HOME=str(tmp_path)), command=[str(bin_ / "lakesession-catalog")]) as served:
