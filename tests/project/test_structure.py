@@ -187,15 +187,16 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     """Module -> the package modules it imports, at any depth (module level, functions, methods, try blocks).
 
     Relative imports are resolved; ``from pkg import name`` points at ``pkg.name`` when that is a module,
-    else at ``pkg``. Imports under ``if TYPE_CHECKING:`` count too: a cycle of annotations is still two
-    modules that cannot be understood one without the other (take a Protocol instead).
+    else at ``pkg``. Imports under ``if TYPE_CHECKING:`` do not count: they never run, so they cannot make
+    an import cycle, and annotating a parameter with its real type (``session: Session``) beats a Protocol
+    restating another module's privates or an ``Any``.
     """
     files = {module_name(p, root): p for p in root.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in files}
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
+        for node in runtime_nodes(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -215,6 +216,25 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
                 if target in files and target != name:
                     graph[name].add(target)
     return graph
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING`` (what an ``if`` guarding annotation-only imports tests)."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``tree`` that can run: all but the bodies of ``if TYPE_CHECKING:`` (their ``else`` runs)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            stack.extend([node.test, *node.orelse])
+        else:
+            stack.extend(ast.iter_child_nodes(node))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -270,7 +290,7 @@ def _cycle_through(component: list[str], graph: dict[str, set[str]]) -> list[str
     return component
 
 
-def test_cycle_finder_sees_function_level_relative_and_from_package_imports(tmp_path: Path) -> None:
+def test_cycle_finder_sees_runtime_imports_at_any_depth_but_not_type_checking_ones(tmp_path: Path) -> None:
     pkg = tmp_path / "lakesession"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -280,10 +300,21 @@ def test_cycle_finder_sees_function_level_relative_and_from_package_imports(tmp_
     (pkg / "c.py").write_text("try:\n    import lakesession.a as a\nexcept ImportError:\n    pass\n")
     (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n")
     (pkg / "e.py").write_text("import os\nfrom lakesession.sub.b import name_in_b\n")
+    # f <-> g only through annotations (as session.py and _spark/_plan.py): no cycle; h <-> i at run time: one
+    (pkg / "f.py").write_text(
+        "import typing\nif typing.TYPE_CHECKING:\n    from . import g\nelse:\n    from . import e\n"
+    )
+    (pkg / "g.py").write_text("def start():\n    from . import f\n")
+    (pkg / "h.py").write_text("from typing import TYPE_CHECKING\nif not TYPE_CHECKING:\n    from . import i\n")
+    (pkg / "i.py").write_text("def back():\n    from . import h\n")
     graph = import_graph(pkg)
     assert graph["lakesession.a"] == {"lakesession.sub.b"} and graph["lakesession.sub.b"] == {"lakesession.c"}
-    assert graph["lakesession.d"] == {"lakesession.a"} and graph["lakesession.e"] == {"lakesession.sub.b"}
-    assert cycles(graph) == [["lakesession.a", "lakesession.sub.b", "lakesession.c", "lakesession.a"]]
+    assert graph["lakesession.d"] == set() and graph["lakesession.e"] == {"lakesession.sub.b"}
+    assert graph["lakesession.f"] == {"lakesession.e"} and graph["lakesession.g"] == {"lakesession.f"}
+    assert cycles(graph) == [
+        ["lakesession.a", "lakesession.sub.b", "lakesession.c", "lakesession.a"],
+        ["lakesession.h", "lakesession.i", "lakesession.h"],
+    ]
 
 
 def test_no_import_cycle_between_modules() -> None:
