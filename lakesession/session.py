@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
-    from ._spark._plan import StartPlan
+    from ._spark._plan import StartInput, StartPlan
     from .embedded import EmbeddedStart
     from .identity import TokenSource
 
@@ -233,14 +233,42 @@ class Session:
         with self._lock:
             self._check_open()
             if self._spark is None:
-                self._spark = self.start_plan().run(self)
+                from ._spark._plan import StartPlan
+
+                start = self._start_input()
+                started = StartPlan.of(start).run(start)  # the plan returns what it started; this session owns it
+                self._gateway, self._spark = started.gateway, started.spark
             return self._spark
 
     def start_plan(self) -> StartPlan:
         """The steps ``spark()`` would take now (``.steps``), and which warm-ups run; starts nothing."""
         from ._spark._plan import StartPlan
 
-        return StartPlan.for_session(self)
+        return StartPlan.of(self._start_input())
+
+    def _start_input(self) -> StartInput:
+        """What a start reads of this session, once: the plan gets this, never the session's fields."""
+        from ._spark._plan import StartInput
+
+        return StartInput(
+            holder=self,
+            catalog_name=self.catalog_name,
+            warehouse=self.warehouse,
+            access=self.access,
+            uri=self._uri,
+            token=self._token,
+            jars=self._jars,
+            master=self._master,
+            remote=self._remote,
+            comet=self._comet,
+            clouds=self._clouds,
+            spark_conf=self._spark_conf,
+            warmups=self.warmups,
+            new_gateway=self._new_gateway,
+            gateway=self._gateway,
+            pending=self._pending,
+            embedded=self._embedded is not None,
+        )
 
     # -- Python-side access (pyiceberg) ----------------------------------------
     @property
