@@ -290,49 +290,9 @@ class Session:
         ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request
         (default: the session's ``access``). A view is not a table: ``view()`` reads one (through Spark).
         """
-        from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
+        from .catalog._sessiontable import session_table
 
-        from .catalog._names import granted, listable, listed
-        from .catalog._refusals import catalog_refusal, missing_table, unlisted_table
-        from .catalog._tables import load_table
-        from .errors import did_you_mean
-
-        catalog = self.catalog  # first: its start fetches the token that names the principal
-        principal = getattr(self.identity, "principal", None)
-        try:
-            return load_table(
-                catalog,
-                name,
-                self.credential_store,
-                self._token,
-                self.uri,
-                access=access or self.access,
-                mode=mode,
-                principal=principal,
-            )
-        except (NoSuchTableError, RESTError) as exc:
-            ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
-            # catalogs may refuse before saying "no such table": a view named here is not one
-            if isinstance(exc, (NoSuchTableError, ForbiddenError)) and self._is_view(ident):
-                raise ConfigError(
-                    f"{'.'.join(ident)} is a view, not a table: read it with session.view({name!r}) "
-                    "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
-                ) from None
-            if isinstance(exc, NoSuchTableError):
-                known = listable(self.catalog, self.reports, ident[:-1])
-                raise missing_table(exc, table=".".join(ident), uri=self.uri, known=known) from None
-            close: list[str] = []
-            if isinstance(exc, ForbiddenError):  # catalogs refuse names the user may not see, existing or not
-                tables = listed(self.catalog, ident[:-1])
-                unseen = unlisted_table(ident, tables, uri=self.uri) if tables is not None else None
-                if unseen is not None:
-                    raise unseen from exc
-                if tables is None:  # a name close to one granted: a typo, or truly no grant (both said)
-                    close = [g for g in did_you_mean(".".join(ident), granted(self.reports)) if g != ".".join(ident)]
-            refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal, close=close)
-            if refused is None:
-                raise
-            raise refused from exc
+        return session_table(self, name, access=access, mode=mode)
 
     # -- "did you mean" (catalog/_names.py): also what Spark's error conversion asks of a session -----------------
     def _listable(self, namespace: tuple[str, ...]) -> list[str]:
