@@ -16,6 +16,7 @@ import pytest
 import lakesession
 import lakesession.errors as errors_mod
 from lakesession.errors import LakesessionError
+from tests.project.test_distributions import runtime_nodes
 
 PACKAGE = Path(lakesession.__file__).parent
 # internal exceptions that never leave their module (caught where they are raised), with why
@@ -216,25 +217,6 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
                 if target in files and target != name:
                     graph[name].add(target)
     return graph
-
-
-def is_type_checking(test: ast.expr) -> bool:
-    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING`` (what an ``if`` guarding annotation-only imports tests)."""
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node of ``tree`` that can run: all but the bodies of ``if TYPE_CHECKING:`` (their ``else`` runs)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, ast.If) and is_type_checking(node.test):
-            stack.extend([node.test, *node.orelse])
-        else:
-            stack.extend(ast.iter_child_nodes(node))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
