@@ -290,9 +290,29 @@ class Session:
         ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request
         (default: the session's ``access``). A view is not a table: ``view()`` reads one (through Spark).
         """
-        from .catalog._sessiontable import session_table
+        from pyiceberg.exceptions import NoSuchTableError, RESTError
 
-        return session_table(self, name, access=access, mode=mode)
+        from .catalog._tablerefusal import explain_refusal
+        from .catalog._tables import load_table
+
+        catalog = self.catalog  # first: its start fetches the token that names the principal
+        principal = getattr(self.identity, "principal", None)
+        try:
+            return load_table(
+                catalog,
+                name,
+                self.credential_store,
+                self._token,
+                self.uri,
+                access=access or self.access,
+                mode=mode,
+                principal=principal,
+            )
+        except (NoSuchTableError, RESTError) as exc:
+            explained = explain_refusal(self, name, exc, principal)
+            if explained is None:
+                raise
+            raise explained[0] from explained[1]
 
     # -- "did you mean" (catalog/_names.py): also what Spark's error conversion asks of a session -----------------
     def _listable(self, namespace: tuple[str, ...]) -> list[str]:
