@@ -30,6 +30,8 @@ from .errors import ConfigError, EngineUnavailableError
 if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    from .session import Session
+
 __all__ = ["check_engine_url", "connect_engine", "definer_views", "run_if_definer"]
 
 #: keepalive pings while a call runs (the engine's front door accepts them every 4 s): a killed engine or a
@@ -139,7 +141,7 @@ def _gone(error: BaseException) -> bool:
     )
 
 
-def _fail_in_one_line(session: Any, url: str) -> None:
+def _fail_in_one_line(session: ConnectSession, url: str) -> None:
     """The session's client raises ``EngineUnavailableError`` naming ``url`` once the engine is gone, and again
     for every later call (pyspark's own ``[NO_ACTIVE_SESSION]`` once it knows the session is closed)."""
     client = session.client
@@ -163,7 +165,7 @@ def _fail_in_one_line(session: Any, url: str) -> None:
                 raise
             raise EngineUnavailableError(f"{exc} (engine {url})", url) from None
 
-    client._handle_error = handle
+    client._handle_error = handle  # type: ignore[method-assign]  # wraps pyspark's handler on this client only
 
 
 def _no_session(error: BaseException) -> bool:
@@ -201,7 +203,7 @@ def timed(func: Callable[[], Any]) -> tuple[Any, float]:
     return result, (time.perf_counter() - t0) * 1000
 
 
-def definer_views(session: Any, query: str) -> list[str]:
+def definer_views(session: Session, query: str) -> list[str]:
     """The DEFINER views ``query`` reads (directly or through other views), as the session's user sees them."""
     from ._spark._viewsql import catalog_prop
     from .catalog._chains import _Client
@@ -224,7 +226,7 @@ def definer_views(session: Any, query: str) -> list[str]:
     return list(dict.fromkeys(expansion.definers))
 
 
-def run_if_definer(session: Any, query: str, kwargs: dict[str, Any]) -> Any:
+def run_if_definer(session: Session, query: str, kwargs: dict[str, Any]) -> Any:
     """Run ``query`` on the session's engine if it reads a DEFINER view (logged in ``accesses()``); else None."""
     from .gateway import AccessRecord
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
-    from ._spark._plan import StartPlan
+    from ._spark._plan import StartInput, StartPlan
     from .embedded import EmbeddedStart
     from .identity import TokenSource
 
@@ -233,14 +233,42 @@ class Session:
         with self._lock:
             self._check_open()
             if self._spark is None:
-                self._spark = self.start_plan().run(self)
+                from ._spark._plan import StartPlan
+
+                start = self._start_input()
+                started = StartPlan.of(start).run(start)  # the plan returns what it started; this session owns it
+                self._gateway, self._spark = started.gateway, started.spark
             return self._spark
 
     def start_plan(self) -> StartPlan:
         """The steps ``spark()`` would take now (``.steps``), and which warm-ups run; starts nothing."""
         from ._spark._plan import StartPlan
 
-        return StartPlan.for_session(self)
+        return StartPlan.of(self._start_input())
+
+    def _start_input(self) -> StartInput:
+        """What a start reads of this session, once: the plan gets this, never the session's fields."""
+        from ._spark._plan import StartInput
+
+        return StartInput(
+            holder=self,
+            catalog_name=self.catalog_name,
+            warehouse=self.warehouse,
+            access=self.access,
+            uri=self._uri,
+            token=self._token,
+            jars=self._jars,
+            master=self._master,
+            remote=self._remote,
+            comet=self._comet,
+            clouds=self._clouds,
+            spark_conf=self._spark_conf,
+            warmups=self.warmups,
+            new_gateway=self._new_gateway,
+            gateway=self._gateway,
+            pending=self._pending,
+            embedded=self._embedded is not None,
+        )
 
     # -- Python-side access (pyiceberg) ----------------------------------------
     @property
@@ -262,12 +290,10 @@ class Session:
         ``access="remote-signing"`` holds no storage credentials at all: the catalog signs each request
         (default: the session's ``access``). A view is not a table: ``view()`` reads one (through Spark).
         """
-        from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
+        from pyiceberg.exceptions import NoSuchTableError, RESTError
 
-        from .catalog._names import granted, listable, listed
-        from .catalog._refusals import catalog_refusal, missing_table, unlisted_table
+        from .catalog._tablerefusal import explain_refusal
         from .catalog._tables import load_table
-        from .errors import did_you_mean
 
         catalog = self.catalog  # first: its start fetches the token that names the principal
         principal = getattr(self.identity, "principal", None)
@@ -283,28 +309,10 @@ class Session:
                 principal=principal,
             )
         except (NoSuchTableError, RESTError) as exc:
-            ident = tuple(name.split(".")) if isinstance(name, str) else tuple(name)
-            # catalogs may refuse before saying "no such table": a view named here is not one
-            if isinstance(exc, (NoSuchTableError, ForbiddenError)) and self._is_view(ident):
-                raise ConfigError(
-                    f"{'.'.join(ident)} is a view, not a table: read it with session.view({name!r}) "
-                    "(a Spark DataFrame, its chain evaluated by the catalog) or session.sql(...)"
-                ) from None
-            if isinstance(exc, NoSuchTableError):
-                known = listable(self.catalog, self.reports, ident[:-1])
-                raise missing_table(exc, table=".".join(ident), uri=self.uri, known=known) from None
-            close: list[str] = []
-            if isinstance(exc, ForbiddenError):  # catalogs refuse names the user may not see, existing or not
-                tables = listed(self.catalog, ident[:-1])
-                unseen = unlisted_table(ident, tables, uri=self.uri) if tables is not None else None
-                if unseen is not None:
-                    raise unseen from exc
-                if tables is None:  # a name close to one granted: a typo, or truly no grant (both said)
-                    close = [g for g in did_you_mean(".".join(ident), granted(self.reports)) if g != ".".join(ident)]
-            refused = catalog_refusal(exc, action="load", table=".".join(ident), principal=principal, close=close)
-            if refused is None:
+            explained = explain_refusal(self, name, exc, principal)
+            if explained is None:
                 raise
-            raise refused from exc
+            raise explained[0] from explained[1]
 
     # -- "did you mean" (catalog/_names.py): also what Spark's error conversion asks of a session -----------------
     def _listable(self, namespace: tuple[str, ...]) -> list[str]:

@@ -16,25 +16,17 @@ from __future__ import annotations
 import sys
 import time
 import weakref
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pyspark.errors.exceptions import captured
 from pyspark.errors.exceptions.base import PySparkException
 
 from ..credentials._denials import DELETE, READ, WRITE, Denial, likely_cause, parse_denial, storage_error
 from ..errors import StorageAccessError as _StorageAccessError
-from ..gateway._accesslog import AccessLog
 from ._sparklog import written_log
 
-
-class Session(Protocol):
-    """What is read of a ``lakesession.Session`` (a Protocol: this module must not import the session)."""
-
-    access_log: AccessLog
-    _identity: Any
-
-    @property
-    def closed(self) -> bool: ...
+if TYPE_CHECKING:
+    from ..session import Session  # read: its access log, identity, whether closed
 
 
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()

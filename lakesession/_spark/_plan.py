@@ -1,6 +1,8 @@
 """``StartPlan``: the steps of starting Spark for one Session, and which warm-ups run.
 
-``Session.spark()`` builds a plan and runs it. The order is the start-up's design in one place:
+``Session.spark()`` reads what a start needs once (a frozen ``StartInput``), builds a plan from it and runs
+it; the plan returns what it started (``Started``: the SparkSession, the gateway) and the Session takes it.
+The plan never reads or sets the Session's fields. The order is the start-up's design in one place:
 
 * ``launch`` (no Spark running here): resolve the jars, map the class-data-sharing archive
   (warm-up ``classcache``), launch the JVM — the critical path, so it starts first, in the caller's
@@ -21,18 +23,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SparkMissingError, UnknownWarmupError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ..gateway._accesslog import AccessLog
+    from ..embedded import EmbeddedStart
+    from ..gateway import Gateway
+    from ..session import Session
 
-__all__ = ["WARMUPS", "WARMUPS_ENV", "StartPlan", "require_pyspark", "resolve_warmups"]
+__all__ = ["WARMUPS", "WARMUPS_ENV", "StartInput", "StartPlan", "Started", "require_pyspark", "resolve_warmups"]
 
 WARMUPS: Mapping[str, str] = {
     "classcache": "Map a class-data-sharing archive of the JVM's classes into later launches "
@@ -74,35 +78,38 @@ def require_pyspark(wanted: str = "Spark") -> None:
         raise SparkMissingError(wanted, f"no module {exc.name!r}" if exc.name else str(exc)) from None
 
 
-class Session(Protocol):
-    """What a plan reads and sets on ``lakesession.session.Session`` (not imported: it imports this).
+@dataclass(frozen=True)
+class StartInput:
+    """What starting Spark needs of one Session, read once by ``Session.spark()`` (nothing here reads it again).
 
-    Its first three members are what ``_denials.register`` reads (``_denials.Session``), spelled out here
-    because ``_denials`` imports pyspark and a Session resolves its warm-ups from this module without Spark.
-    """
+    The plan decides from it and starts from it; it never reaches back into the Session, which takes what was
+    started from the ``Started`` the plan returns."""
 
-    access_log: AccessLog
-    _identity: Any
-
-    @property
-    def closed(self) -> bool: ...
-
+    holder: Session  # keys the process's Spark registry and the denials' (weakly); never read or set by the plan
     catalog_name: str
     warehouse: str | None
     access: str
+    uri: str | None  # None while an embedded catalog is still starting
+    token: Callable[[], str]  # the user's fresh access token (asks the catalog whether it offers raw paths)
+    jars: Any
+    master: str | None
+    remote: str | None
+    comet: bool
+    clouds: frozenset[str] | None
+    spark_conf: Mapping[str, str]
     warmups: frozenset[str]
-    _gateway: Any  # lakesession.gateway.Gateway | None: set once started
-    _pending: Any  # lakesession.embedded.EmbeddedStart | None
-    _remote: str | None
-    _master: str | None
-    _jars: Any
-    _spark_conf: dict[str, str]
-    _comet: bool
-    _uri: str | None
+    new_gateway: Callable[[], Gateway]  # starts a gateway for the session (called beside the JVM's launch)
+    gateway: Gateway | None = None  # the session's, when it already has one
+    pending: EmbeddedStart | None = None  # an embedded catalog still to begin or finish
+    embedded: bool = False  # an embedded catalog (started) is behind the session
 
-    def _new_gateway(self) -> Any: ...
 
-    def _token(self) -> str: ...
+@dataclass(frozen=True)
+class Started:
+    """What a plan started, for the Session to own: its SparkSession and the gateway its catalog talks to."""
+
+    spark: SparkSession
+    gateway: Gateway
 
 
 @dataclass(frozen=True)
@@ -116,22 +123,22 @@ class StartPlan:
     embedded_after_jvm: bool = True  # it begins once the JVM is up (``_sparkbind.catalog_can_wait``)
 
     @classmethod
-    def for_session(cls, session: Session) -> StartPlan:
-        """The plan for ``session`` in this process now (a running SparkContext, Connect, or a launch)."""
+    def of(cls, start: StartInput) -> StartPlan:
+        """The plan for ``start`` in this process now (a running SparkContext, Connect, or a launch)."""
         require_pyspark("session.spark()")
         from pyspark import SparkContext
 
         from .. import _sparkbind
 
-        if session._remote is not None:
+        if start.remote is not None:
             mode = "connect"
         elif SparkContext._active_spark_context is not None:
             mode = "running"
         else:
             mode = "launch"
-        pending = session._pending is not None
-        after = _sparkbind.catalog_can_wait(session._remote)
-        return cls(mode, session.warmups, session._gateway is None, pending, after)
+        pending = start.pending is not None
+        after = _sparkbind.catalog_can_wait(start.remote)
+        return cls(mode, start.warmups, start.gateway is None, pending, after)
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -150,25 +157,25 @@ class StartPlan:
     def _warm(self, name: str) -> tuple[str, ...]:
         return (f"warm-up {name}",) if name in self.warmups else ()
 
-    def _raw_paths(self, session: Session, pool: ThreadPoolExecutor) -> Callable[[], bool] | None:
+    def _raw_paths(self, start: StartInput, pool: ThreadPoolExecutor) -> Callable[[], bool] | None:
         """Whether the catalog offers credentials by path (then the JVM gets S3A: ``_rawpaths``), asked beside
         the jar resolution: the embedded catalog does; another answers its ``/v1/config`` (as the user)."""
         from .comet import names_comet
 
-        if self.mode != "launch" or session._comet or names_comet(session._spark_conf):
+        if self.mode != "launch" or start.comet or names_comet(start.spark_conf):
             return None  # Comet's launch brings S3A itself
-        if session._pending is not None or getattr(session, "_embedded", None) is not None:
+        if start.pending is not None or start.embedded:
             return lambda: True
         from . import _rawpaths
 
-        uri = session._uri
-        if uri is None:
+        if start.uri is None:
             return None
-        asked = pool.submit(_rawpaths.probe, uri, session._token, session.warehouse)
+        asked = pool.submit(_rawpaths.probe, start.uri, start.token, start.warehouse)
         return asked.result
 
-    def run(self, session: Session) -> SparkSession:
-        """Carry the plan out for ``session``: its SparkSession, its gateway started and its catalog bound."""
+    def run(self, start: StartInput) -> Started:
+        """Carry the plan out: a SparkSession with its catalog bound to the gateway (``start``'s, or one started
+        beside the JVM). A start that fails stops the gateway it started: what it began, it leaves nothing of."""
         from .. import _sparkbind
         from .session import catalog_conf
 
@@ -176,52 +183,65 @@ class StartPlan:
             from .jars import check_java
 
             check_java()  # first: without a Java this Spark runs on, no jars (117 MB) are worth fetching
-        pending = session._pending
+        pending = start.pending
         if pending is not None and not self.embedded_after_jvm:
             pending.begin()  # no JVM launch here to compete with: the catalog starts at once
+        gateway = start.gateway
         with ThreadPoolExecutor(2, thread_name_prefix="lakesession-gateway") as pool:
-            starting = pool.submit(session._new_gateway) if self.start_gateway else None
-            raw_paths = self._raw_paths(session, pool)
+            starting = pool.submit(start.new_gateway) if gateway is None else None
+            raw_paths = self._raw_paths(start, pool)
 
             def conf() -> dict[str, str]:  # called once the JVM is up
+                nonlocal gateway
                 if pending is not None:
                     pending.begin()
-                if starting is not None and session._gateway is None:
-                    session._gateway = starting.result()
-                gw = session._gateway
-                assert gw is not None
-                own = catalog_conf(session.catalog_name, gw.uri, gw.secret, session.warehouse, session.access)
+                if starting is not None:
+                    gateway = starting.result()
+                assert gateway is not None
+                own = catalog_conf(start.catalog_name, gateway.uri, gateway.secret, start.warehouse, start.access)
                 comet = _sparkbind.comet_conf(
-                    session._comet,
-                    session.catalog_name,
-                    gw,
-                    session._spark_conf,
-                    storage_credentials=session.access != "remote-signing",
+                    start.comet,
+                    start.catalog_name,
+                    gateway,
+                    start.spark_conf,
+                    storage_credentials=start.access != "remote-signing",
                 )
                 return {**own, **comet}
 
             try:
                 spark = _sparkbind.bind(
-                    session,
-                    session.catalog_name,
+                    start.holder,
+                    start.catalog_name,
                     conf,
-                    jars=session._jars,
-                    spark_conf=session._spark_conf,
-                    master=session._master,
-                    remote=session._remote,
-                    comet=session._comet,
+                    jars=start.jars,
+                    spark_conf=start.spark_conf,
+                    master=start.master,
+                    remote=start.remote,
+                    comet=start.comet,
                     warmups=self.warmups,
-                    warehouse=session.warehouse,
-                    clouds=getattr(session, "_clouds", None),
+                    warehouse=start.warehouse,
+                    clouds=start.clouds,
                     raw_paths=raw_paths,
                 )
-            finally:
-                if starting is not None and session._gateway is None:
-                    session._gateway = starting.result()
+            except BaseException:
+                if starting is not None:
+                    _stop_quietly(starting)
+                raise
+            if starting is not None:
+                gateway = starting.result()
+        assert gateway is not None
         if self.mode != "connect":  # a job the store refuses is told as one error naming this session's table
             from . import _denials
 
-            _denials.register(session)
+            _denials.register(start.holder)
         if pending is not None and "embedded" in self.warmups:
             pending.warm_later()
-        return spark
+        return Started(spark, gateway)
+
+
+def _stop_quietly(starting: Future[Gateway]) -> None:
+    """Stop a gateway started beside a launch that failed (the launch's error is the one to report)."""
+    try:
+        starting.result().stop()
+    except Exception:  # it never started: nothing to stop
+        pass

@@ -1,7 +1,7 @@
 """``Session.sql``'s view expansion: each view read becomes its SQL, each table below it a chain-scoped catalog.
 
-Apart from ``session.py`` so that what a Session is stays short; this module takes the session as
-``Any`` (it must not import ``lakesession.session``, which imports it lazily).
+Apart from ``session.py`` so that what a Session is stays short (``lakesession.session`` imports this module
+lazily; this one names ``Session`` in annotations only).
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from .._wire.enginerules import chain_prefix
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ..session import Session
 
-def catalog_prop(session: Any, key: str, default: str) -> str:
+
+def catalog_prop(session: Session, key: str, default: str) -> str:
     """A property the catalog's ``/v1/config`` gave pyiceberg (prefix, namespace separator)."""
     return str((getattr(session.catalog, "properties", {}) or {}).get(key, default))
 
 
-def expanded_sql(session: Any, spark: SparkSession, query: str) -> str:
+def expanded_sql(session: Session, spark: SparkSession, query: str) -> str:
     """``query`` with the views it reads expanded, their tables routed through chain-scoped catalogs."""
     from .. import _sparkbind
     from ..catalog._chains import _Client
@@ -49,7 +51,7 @@ def expanded_sql(session: Any, spark: SparkSession, query: str) -> str:
     return str(expansion.sql)
 
 
-def _chain_catalog(session: Any, chain: tuple[Any, ...], table: Any) -> str:
+def _chain_catalog(session: Session, chain: tuple[Any, ...], table: Any) -> str:
     """The Spark catalog serving ``table`` through view ``chain`` (registered on first use)."""
     from ..catalog._chains import encode_referenced_by
     from .session import catalog_conf

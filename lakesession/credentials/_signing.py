@@ -28,7 +28,7 @@ import asyncio
 import threading
 import weakref
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog.rest.auth import AUTH_MANAGER
 from pyiceberg.io import (
@@ -43,16 +43,19 @@ from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.typedef import Properties
 from typing_extensions import override
 
+if TYPE_CHECKING:
+    from aiobotocore.session import AioSession
+
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 SIGNED_BLOCK_SIZE = 32 * 1024 * 1024
 SIGNER_EVENT_ID = 1925  # pyiceberg's unique_id for its before-sign.s3 hook: replace it, never run both
 
 
 _session_lock = threading.Lock()
-_session: Any = None
+_session: AioSession | None = None
 
 
-def _shared_session() -> Any:
+def _shared_session() -> AioSession:
     """One aiobotocore session for every signing filesystem of the process.
 
     A session holds no credential here (clients are ``UNSIGNED``: the catalog signs), only botocore's

@@ -19,9 +19,12 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._status import SUBDIR, kernel_id_of, scrub, write_atomic
+
+if TYPE_CHECKING:
+    from ..session import Session
 
 HEARTBEAT = 30.0
 _VOLATILE = frozenset({"time", "seconds_left", "updated"})
@@ -67,7 +70,7 @@ def _fingerprint(value: Any) -> Any:
     return value
 
 
-def session_status(session: Any) -> dict[str, Any]:
+def session_status(session: Session) -> dict[str, Any]:
     try:
         return dict(session.status())
     except Exception as e:  # a session that failed to start still shows up, without details that might leak
@@ -88,7 +91,7 @@ class Publisher:
         self.kernel_id = kernel_id
         self.path = directory / f"kernel-{kernel_id}.json"
         self.every = every if every is not None else interval()
-        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self._order: dict[int, int] = {}
         self._wake = threading.Event()
         self._publishing = threading.Lock()
@@ -100,7 +103,7 @@ class Publisher:
         self._thread.start()
         atexit.register(self.stop)
 
-    def add(self, session: Any) -> None:
+    def add(self, session: Session) -> None:
         with _lock:
             self._order.setdefault(id(session), len(self._order))
             self._sessions.add(session)
@@ -151,7 +154,7 @@ class Publisher:
             pass
 
 
-def start_publisher(session: Any) -> Publisher | None:
+def start_publisher(session: Session) -> Publisher | None:
     """Publish ``session``'s status for the JupyterLab panel; a no-op outside an IPython kernel."""
     global _publisher
     try:

@@ -10,9 +10,14 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _html
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ..session import Session
 
 log = logging.getLogger("lakesession.notebook")
 
@@ -117,7 +122,7 @@ class JarProgress:
         self.label.value = f"<small>Spark jars: {_html.esc(message)}</small>"
 
 
-def start_spark(session: Any) -> Any:
+def start_spark(session: Session) -> SparkSession:
     """``session.spark()``, showing jar resolution and JVM start when Spark is not running yet."""
     if getattr(session, "_spark", None) is not None:
         return session.spark()

@@ -7,24 +7,27 @@ the one behind ``lakesession.spark()``.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NoSessionError
 from . import _html
 
-_active: Any = None
+if TYPE_CHECKING:
+    from ..session import Session
+
+_active: Session | None = None
 
 DEVICE_CLIENT_ID = "lakesession-cli"
 
 
-def use(session: Any) -> Any:
+def use(session: Session) -> Session:
     """Bind the magics and view functions to ``session`` (a ``lakesession.Session``)."""
     global _active
     _active = session
     return session
 
 
-def active_session() -> Any:
+def active_session() -> Session:
     from .._connect import current_session
 
     session = _active or current_session()
@@ -53,7 +56,7 @@ def _want(widget: bool | None) -> bool:
     return widgets_available() if widget is None else widget
 
 
-def status(session: Any = None, *, widget: bool | None = None) -> Any:
+def status(session: Session | None = None, *, widget: bool | None = None) -> Any:
     """Who the session acts as and when the token expires (live countdown as a widget)."""
     s = session or active_session()
     if _want(widget):
@@ -70,7 +73,7 @@ def status(session: Any = None, *, widget: bool | None = None) -> Any:
     return _html.HTML(_html.status_html(st), text)
 
 
-def grants(session: Any = None, *, widget: bool | None = None) -> Any:
+def grants(session: Session | None = None, *, widget: bool | None = None) -> Any:
     s = session or active_session()
     if _want(widget):
         from ._widgets import GrantsTable
@@ -80,7 +83,7 @@ def grants(session: Any = None, *, widget: bool | None = None) -> Any:
     return _html.HTML(_html.grants_html(df.to_dict("records")), df.to_string(index=False))
 
 
-def credentials(session: Any = None, *, widget: bool | None = None, auto_refresh: bool = False) -> Any:
+def credentials(session: Session | None = None, *, widget: bool | None = None, auto_refresh: bool = False) -> Any:
     """Per-table credential states; as a widget the countdowns move and states flip live."""
     s = session or active_session()
     if _want(widget):
@@ -95,7 +98,11 @@ def credentials(session: Any = None, *, widget: bool | None = None, auto_refresh
 
 
 def audit(
-    session: Any = None, *, since: str | float | None = None, action: str | None = None, widget: bool | None = None
+    session: Session | None = None,
+    *,
+    since: str | float | None = None,
+    action: str | None = None,
+    widget: bool | None = None,
 ) -> Any:
     """The session's accesses (filterable, with a timeline)."""
     s = session or active_session()
@@ -118,7 +125,7 @@ def audit(
     return _html.HTML(_html.timeline_svg(points) + _html.audit_html(rows), df.to_string(index=False))
 
 
-def chain(name: str, session: Any = None, *, widget: bool | None = None) -> Any:
+def chain(name: str, session: Session | None = None, *, widget: bool | None = None) -> Any:
     """The view chain behind ``ns.view``: object, security model, user in effect, decision."""
     s = session or active_session()
     node = s.chain(name)
@@ -177,7 +184,7 @@ def login(
     return status(s)
 
 
-def run_sql(query: str, *, limit: int = 20, session: Any = None) -> Any:
+def run_sql(query: str, *, limit: int = 20, session: Session | None = None) -> Any:
     """Spark SQL through the session (``Session.sql``: DEFINER views work), with job progress and a row limit."""
     from IPython.display import display
 

@@ -14,12 +14,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
 from ..errors import ConfigError
 from . import _html
+
+if TYPE_CHECKING:
+    from ..session import Session
 
 log = logging.getLogger("lakesession.notebook")
 
@@ -72,7 +75,7 @@ class _Panel(widgets.VBox):
 
     title = "lakesession"
 
-    def __init__(self, session: Any, interval: float | None = None, **kwargs: Any):
+    def __init__(self, session: Session, interval: float | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.session = session
         self.error = widgets.HTML("")
@@ -133,7 +136,7 @@ class StatusWidget(_Panel):
 
     title = "lakesession status"
 
-    def __init__(self, session: Any, interval: float | None = TICK_SECONDS):
+    def __init__(self, session: Session, interval: float | None = TICK_SECONDS):
         self.header = widgets.HTML("")
         self.last_status: dict[str, Any] = {}
         super().__init__(session, interval)
@@ -155,7 +158,7 @@ class StatusWidget(_Panel):
 class GrantsTable(_Panel):
     title = "lakesession grants"
 
-    def __init__(self, session: Any):
+    def __init__(self, session: Session):
         self.table = widgets.HTML("")
         super().__init__(session)
         self.children = (widgets.HTML("<b>Your grants</b>"), self.table, self.error)
@@ -207,7 +210,7 @@ class CredentialsPanel(_Panel):
 
     title = "lakesession credentials"
 
-    def __init__(self, session: Any, interval: float | None = TICK_SECONDS, auto_refresh: bool = False):
+    def __init__(self, session: Session, interval: float | None = TICK_SECONDS, auto_refresh: bool = False):
         self.rows: dict[tuple[str, str], CredentialRow] = {}
         self.auto_refresh = auto_refresh
         self.list = widgets.VBox([])
@@ -307,7 +310,7 @@ class AuditPanel(_Panel):
     title = "lakesession audit"
     ALL = "(all)"
 
-    def __init__(self, session: Any, since: str | float | None = None, action: str | None = None):
+    def __init__(self, session: Session, since: str | float | None = None, action: str | None = None):
         self.since = widgets.Text(
             value="" if since is None else str(since), description="since", placeholder="10m, 2h, ISO time"
         )
@@ -382,7 +385,7 @@ class ChainTree(_Panel):
 
     title = "lakesession view chain"
 
-    def __init__(self, session: Any, node: Any):
+    def __init__(self, session: Session, node: Any):
         self.node = node
         self.tree = widgets.HTML("")
         super().__init__(session)

@@ -117,6 +117,55 @@ def test_the_plan_lists_its_steps_and_passes_only_the_warmups_switched_on(monkey
     assert seen == [frozenset({"embedded"})]
 
 
+def test_the_session_owns_what_the_plan_started_and_a_failed_start_leaves_no_gateway(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan returns the SparkSession and the gateway it started (the Session sets its own fields from them);
+    a launch that fails stops the gateway started beside it: its port refuses, and nothing is kept."""
+    import socket
+    from urllib.parse import urlparse
+
+    from pyspark import SparkContext
+
+    from lakesession import _sparkbind
+    from lakesession.session import Session
+
+    monkeypatch.setattr(_sparkbind, "catalog_can_wait", lambda remote: True)
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    session = Session("http://127.0.0.1:9", None, warmups=[])
+    started: list[Any] = []
+    new_gateway = session._new_gateway
+
+    def recording() -> Any:
+        started.append(new_gateway())
+        return started[-1]
+
+    monkeypatch.setattr(session, "_new_gateway", recording)
+    spark, named = object(), []
+
+    def failing(*args: object, **kwargs: Any) -> None:
+        raise _Launched
+
+    def binding(holder: object, name: str, conf: Any, **kwargs: Any) -> object:
+        assert holder is session
+        named.append(conf()[f"spark.sql.catalog.{name}.uri"])
+        return spark
+
+    try:
+        monkeypatch.setattr(_sparkbind, "bind", failing)
+        with pytest.raises(_Launched):
+            session.spark()
+        assert len(started) == 1 and session._gateway is None and not session.spark_started
+        address = urlparse(started[0].uri)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address.hostname, address.port), timeout=5).close()
+        monkeypatch.setattr(_sparkbind, "bind", binding)
+        assert session.spark() is spark and session.spark() is spark  # started once, then the session's
+        assert len(started) == 2 and session.gateway is started[1] and named == [started[1].uri]
+    finally:
+        session.close()
+
+
 # -- Ivy's report as one progress line (the filter, fed what spark-submit printed) ------------------------------
 def test_ivy_report_becomes_one_progress_line_and_the_rest_passes_through() -> None:
     out, forwarded = io.StringIO(), []

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -46,18 +47,35 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, *, runtime: bool = False) -> list[str]:
-    """Every module ``path`` imports (function-level and relative imports resolved), as dotted names; ``runtime``:
-    leaving out ``if TYPE_CHECKING:`` blocks (what type checkers read, never loaded)."""
+def is_type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING`` (what an ``if`` guarding annotation-only imports tests)."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``tree`` that can run: all but the bodies of ``if TYPE_CHECKING:`` (their ``else`` runs).
+
+    What an installed distribution imports, and what can make an import cycle (``test_structure.py``), is what
+    runs: an annotation-only import (``session: Session``) pulls nothing in."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            stack.extend([node.test, *node.orelse])
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports when it runs (function-level and relative imports resolved; not those under
+    ``if TYPE_CHECKING:``), as dotted names."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text())
-    if runtime:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-                node.body = []
     found: list[str] = []
-    for node in ast.walk(tree):
+    for node in runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -146,7 +164,7 @@ def _closure(start: list[str], doors: frozenset[str] = frozenset()) -> set[str]:
         if module in doors:
             continue
         parent = module.rpartition(".")[0]
-        found = [*_imports(modules[module], runtime=True), *([parent] if parent else [])]
+        found = [*_imports(modules[module]), *([parent] if parent else [])]
         for name in (n for n in found if n.startswith("lakesession")):
             while name and name not in modules:  # `from .x import Name` names Name too
                 name = name.rpartition(".")[0]
@@ -226,6 +244,15 @@ def test_the_full_pyproject_carries_the_union_of_the_slim_ones() -> None:
         assert not {canonicalize_name(Requirement(r).name) for r in dist.dependencies} & (
             SERVER_STACK if dist is table.CLIENT else CLIENT_STACK
         ), dist.name
+
+
+def test_imports_under_type_checking_are_not_followed() -> None:
+    tree = ast.parse(
+        "import typing\nif typing.TYPE_CHECKING:\n    import fastapi\nelse:\n    import json\n"
+        "def f():\n    from typing import TYPE_CHECKING\n    if TYPE_CHECKING:\n        import moto\n    import httpx\n"
+    )
+    names = sorted(a.name for n in runtime_nodes(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names)
+    assert names == ["TYPE_CHECKING", "httpx", "json", "typing"]
 
 
 def test_the_server_imports_only_itself_and_the_wire_rules() -> None:

@@ -16,6 +16,7 @@ import pytest
 import lakesession
 import lakesession.errors as errors_mod
 from lakesession.errors import LakesessionError
+from tests.project.test_distributions import runtime_nodes
 
 PACKAGE = Path(lakesession.__file__).parent
 # internal exceptions that never leave their module (caught where they are raised), with why
@@ -187,15 +188,16 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     """Module -> the package modules it imports, at any depth (module level, functions, methods, try blocks).
 
     Relative imports are resolved; ``from pkg import name`` points at ``pkg.name`` when that is a module,
-    else at ``pkg``. Imports under ``if TYPE_CHECKING:`` count too: a cycle of annotations is still two
-    modules that cannot be understood one without the other (take a Protocol instead).
+    else at ``pkg``. Imports under ``if TYPE_CHECKING:`` do not count: they never run, so they cannot make
+    an import cycle, and annotating a parameter with its real type (``session: Session``) beats a Protocol
+    restating another module's privates or an ``Any``.
     """
     files = {module_name(p, root): p for p in root.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in files}
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
+        for node in runtime_nodes(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -270,7 +272,7 @@ def _cycle_through(component: list[str], graph: dict[str, set[str]]) -> list[str
     return component
 
 
-def test_cycle_finder_sees_function_level_relative_and_from_package_imports(tmp_path: Path) -> None:
+def test_cycle_finder_sees_runtime_imports_at_any_depth_but_not_type_checking_ones(tmp_path: Path) -> None:
     pkg = tmp_path / "lakesession"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -280,10 +282,21 @@ def test_cycle_finder_sees_function_level_relative_and_from_package_imports(tmp_
     (pkg / "c.py").write_text("try:\n    import lakesession.a as a\nexcept ImportError:\n    pass\n")
     (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n")
     (pkg / "e.py").write_text("import os\nfrom lakesession.sub.b import name_in_b\n")
+    # f <-> g only through annotations (as session.py and _spark/_plan.py): no cycle; h <-> i at run time: one
+    (pkg / "f.py").write_text(
+        "import typing\nif typing.TYPE_CHECKING:\n    from . import g\nelse:\n    from . import e\n"
+    )
+    (pkg / "g.py").write_text("def start():\n    from . import f\n")
+    (pkg / "h.py").write_text("from typing import TYPE_CHECKING\nif not TYPE_CHECKING:\n    from . import i\n")
+    (pkg / "i.py").write_text("def back():\n    from . import h\n")
     graph = import_graph(pkg)
     assert graph["lakesession.a"] == {"lakesession.sub.b"} and graph["lakesession.sub.b"] == {"lakesession.c"}
-    assert graph["lakesession.d"] == {"lakesession.a"} and graph["lakesession.e"] == {"lakesession.sub.b"}
-    assert cycles(graph) == [["lakesession.a", "lakesession.sub.b", "lakesession.c", "lakesession.a"]]
+    assert graph["lakesession.d"] == set() and graph["lakesession.e"] == {"lakesession.sub.b"}
+    assert graph["lakesession.f"] == {"lakesession.e"} and graph["lakesession.g"] == {"lakesession.f"}
+    assert cycles(graph) == [
+        ["lakesession.a", "lakesession.sub.b", "lakesession.c", "lakesession.a"],
+        ["lakesession.h", "lakesession.i", "lakesession.h"],
+    ]
 
 
 def test_no_import_cycle_between_modules() -> None:
