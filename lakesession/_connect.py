@@ -56,6 +56,7 @@ def connect(
     storage: Literal["s3-emulator", "file"] | None = None,
     credential_ttl: int | None = None,
     access_token_ttl: int | None = None,
+    settings: Settings | None = None,
 ) -> Session:
     """A session on ``catalog`` — or, with nothing configured, on the embedded default.
 
@@ -73,9 +74,19 @@ def connect(
     ``clouds``: Iceberg's Azure/GCP bundles for Spark (``["adls"]``, ``"gcs"``, ``"all"``) when the warehouse does
     not say so itself (docs: Spark's JVM jars).
     ``warmups``: the start-up warm-ups to run (``["classcache", "catalog", "embedded"]``, the default, or fewer).
+
+    ``settings``: a ``lakesession.Settings`` (say, a platform's shared one) taken as arguments: each keyword
+    argument passed here overrides its field, and the environment and config file fill what neither sets,
+    as always. ``Settings`` checks its values when built, so a wrong one fails before anything starts.
     """
-    given = {k: v for k, v in locals().items() if k != "catalog"}
-    return connect_with(Settings.resolve(catalog, given), catalog=catalog)
+    given = {k: v for k, v in locals().items() if k not in ("catalog", "settings")}
+    return connect_with(Settings.resolve(catalog, arguments(settings, given)), catalog=catalog)
+
+
+def arguments(settings: Settings | None, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings``' own fields, overridden by the keyword arguments given (non-None): what ``resolve`` takes."""
+    explicit = {k: v for k, v in given.items() if v is not None}
+    return {**(settings.explicit if settings is not None else {}), **explicit}
 
 
 def connect_with(settings: Settings, *, catalog: str | None = None, begin_embedded: bool = True) -> Session:
@@ -84,10 +95,10 @@ def connect_with(settings: Settings, *, catalog: str | None = None, begin_embedd
     if settings.uri is None:
         if catalog is not None:
             raise ConfigError(f"catalog {catalog!r} has no uri: define it in the config file or pass uri=...")
-        from .embedded import start_embedded_async, storage_mode
+        from .embedded import start_embedded_async
 
-        storage_mode(settings.storage)  # a bad value fails here, not in the background
-        remote_only = [n for n in REMOTE_ONLY if n in settings.given]  # variables meant for a catalog stay unused
+        given = settings.given or frozenset()
+        remote_only = [n for n in REMOTE_ONLY if n in given]  # variables meant for a catalog stay unused
         if remote_only:
             raise ConfigError(
                 f"{', '.join(remote_only)} need a catalog: pass uri=... (or LAKESESSION_URI) for a remote catalog; "
@@ -96,7 +107,8 @@ def connect_with(settings: Settings, *, catalog: str | None = None, begin_embedd
         data_dir = None if settings.data_dir is None else Path(settings.data_dir)
         pending = start_embedded_async(data_dir, begin=begin_embedded, **settings.embedded_options())
         return Session(None, None, pending=pending, **session_opts)
-    embedded_only = [n for n in EMBEDDED_ONLY if getattr(settings, n) is not None]
+    # given only: the variables of the embedded default (LAKESESSION_HOME, ...) stay unused with a catalog
+    embedded_only = [n for n in EMBEDDED_ONLY if n in (settings.given or ()) and getattr(settings, n) is not None]
     if embedded_only:
         raise ConfigError(f"{', '.join(embedded_only)} apply to the embedded default only: drop them, or drop uri=...")
     uri = str(settings.uri).rstrip("/")
@@ -203,10 +215,11 @@ def spark(
     storage: Literal["s3-emulator", "file"] | None = None,
     credential_ttl: int | None = None,
     access_token_ttl: int | None = None,
+    settings: Settings | None = None,
 ) -> SparkSession:
     """``connect(...).spark()``: a SparkSession acting as you, on the configured or embedded catalog.
 
-    Takes exactly ``connect()``'s parameters. The session stays alive (its gateway serves the JVM) and
+    Takes exactly ``connect()``'s parameters (``settings=`` too: keyword arguments override its fields). The session stays alive (its gateway serves the JVM) and
     is what ``current_session()`` returns; later calls without arguments (or with the same ones) reuse
     it. Different arguments replace it explicitly: the previous session is closed first (its
     SparkSession no longer reaches the catalog, and a Spark lakesession started restarts with them).
@@ -222,8 +235,10 @@ def spark(
         from ._spark._plan import require_pyspark
 
         require_pyspark("lakesession.spark()")
-        given = {k: v for k, v in options.items() if k != "catalog"}
-        session = connect_with(Settings.resolve(catalog, given), catalog=catalog, begin_embedded=False)
+        given = {k: v for k, v in options.items() if k not in ("catalog", "settings")}
+        session = connect_with(
+            Settings.resolve(catalog, arguments(settings, given)), catalog=catalog, begin_embedded=False
+        )
         if current is not None:
             current.close()  # first: if lakesession's Spark has no other user it stops, and restarts with the options
         replace_current(session)

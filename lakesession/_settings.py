@@ -1,10 +1,17 @@
 """A session's settings, resolved once: arguments > ``LAKESESSION_*`` environment > config file.
 
 ``Settings`` holds every option ``connect()`` and ``spark()`` take, each field documented where it is
-declared; ``ENVIRONMENT`` lists every ``LAKESESSION_*`` variable the client reads, including the
-process-wide ones that are not session options (caches, widgets, the JupyterLab publisher). The
-configuration reference in the docs is generated from both, and ``tests`` fail on a variable the
-code reads that is not listed here, so the reference cannot fall behind the code.
+declared, and is the one place that reads their ``LAKESESSION_*`` variables (``Settings.resolve``) and
+checks their enumerated values (``__post_init__``: ``access``, ``storage``, ``warmups``, ``clouds``), so
+the modules that use a setting take it from here. ``ENVIRONMENT`` lists every ``LAKESESSION_*``
+variable the client reads: the options' own, and the exceptions read where they are used, each with
+its reader and why (``lakesession._environment``: process-wide switches read before or without a
+Session, by the CLI, a child process or the JVM-launch helpers; ``LAKESESSION_JARS`` among them, which
+the ``auto`` jar mode reads). Server-side variables (``lakesession/reference/``), the JupyterHub
+spawner's and the trusted engine's own (``lakesession.engine._config``) are not the client's settings
+and stay with their readers. The configuration reference in the docs is generated from both, and
+tests fail on a variable the code reads that is not listed here, or on an option's variable read
+anywhere else, so the reference cannot fall behind the code.
 """
 
 from __future__ import annotations
@@ -13,23 +20,59 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ._environment import PROCESS_VARIABLES, Variable
 from .errors import ConfigError, UnknownOptionError
 
-__all__ = ["ENVIRONMENT", "Settings", "Variable"]
+__all__ = ["ENVIRONMENT", "Settings", "Variable", "check_access", "check_storage"]
 
 ACCESS_MODES = ("vended-credentials", "remote-signing")
+STORAGE_MODES = ("s3-emulator", "file")
 
 
-@dataclass(frozen=True)
-class Variable:
-    """One ``LAKESESSION_*`` environment variable: its name, the option it sets (if any), what it means."""
+def check_access(access: object) -> str:
+    """``access`` if it is a mode lakesession has; the one check behind ``Settings``, ``Session`` and ``table()``."""
+    if access not in ACCESS_MODES:
+        raise ConfigError(
+            f"access must be one of {', '.join(ACCESS_MODES)}, not {access!r}. "
+            f"Fix: access='{ACCESS_MODES[0]}' (the default) or access='{ACCESS_MODES[1]}'"
+        )
+    return str(access)
 
-    name: str
-    doc: str
-    option: str | None = None
-    side: str = "client"  # client | hub | server | engine
+
+def check_storage(storage: str | None) -> str:
+    """The embedded catalog's storage mode (default ``s3-emulator``), lower-cased; a ConfigError names the modes."""
+    mode = (storage or STORAGE_MODES[0]).lower()
+    if mode not in STORAGE_MODES:
+        raise ConfigError(f"embedded storage {mode!r}: use 's3-emulator' (default) or 'file'")
+    return mode
+
+
+def _clients(value: str) -> list[str] | None:
+    return [c.strip() for c in value.split(",") if c.strip()] or None
+
+
+def _data_dir(value: str) -> Path:
+    return Path(value).expanduser() / "embedded"
+
+
+def _seconds(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(
+            f"LAKESESSION_EMBEDDED_CREDENTIAL_TTL={value!r} is not a whole number of seconds. Fix: set it to e.g. 3600"
+        ) from None
+
+
+#: how a variable's text becomes its field's value (the others are taken as they are)
+FROM_ENVIRONMENT: dict[str, Callable[[str], Any]] = {
+    "gateway_clients": _clients,
+    "data_dir": _data_dir,
+    "credential_ttl": _seconds,
+}
 
 
 def _opt(group: str, doc: str, env: str | None = None, default: Any = None, file: bool = False) -> Any:
@@ -39,7 +82,12 @@ def _opt(group: str, doc: str, env: str | None = None, default: Any = None, file
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    """Everything a session is built from. ``Settings.resolve()`` merges the three sources once."""
+    """Everything a session is built from. ``Settings.resolve()`` merges the three sources once.
+
+    ``Settings(...)`` itself holds just what it is given (checked on construction); ``connect(settings=...)``
+    and ``spark(settings=...)`` take it as arguments, which their own keyword arguments override field by
+    field, and resolve the environment and config file beneath both.
+    """
 
     # the catalog and who you are there (also settable per catalog in the config file)
     uri: str | None = _opt("catalog", "Catalog base URI; unset = the embedded default.", "LAKESESSION_URI", file=True)
@@ -70,7 +118,9 @@ class Settings:
     # Spark
     catalog_name: str = _opt("spark", "Catalog name inside Spark, also the session's default catalog.", default="lake")
     jars: str | list[str] | None = _opt(
-        "spark", "Jar mode `auto`/`offline`/`maven`/`cache`, or explicit jar paths.", "LAKESESSION_JARS"
+        "spark",
+        "Jar mode `auto` (default: `LAKESESSION_JARS` if set, else the cache)/`offline`/`maven`/`cache`, or explicit "
+        "jar paths.",
     )
     master: str | None = _opt("spark", "Spark master (default `local[*]`).", "LAKESESSION_SPARK_MASTER")
     remote: str | None = _opt("spark", "Spark Connect URL (`sc://host:15002`).")
@@ -124,13 +174,38 @@ class Settings:
         "embedded", "Vended credential lifetime in seconds.", "LAKESESSION_EMBEDDED_CREDENTIAL_TTL"
     )
     access_token_ttl: int | None = _opt("embedded", "Access-token lifetime in seconds.")
-    given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)  # names passed as arguments
+    #: the fields passed as arguments (None: every field not at its default, for ``Settings(...)`` itself)
+    given: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Check the enumerated fields here, once, so a bad value fails before anything starts."""
+        check_access(self.access)
+        if self.storage is not None:
+            object.__setattr__(self, "storage", check_storage(self.storage))
+        if self.warmups is not None:
+            from ._spark._plan import resolve_warmups
+
+            resolve_warmups(self.warmups)
+        if self.clouds is not None:
+            from ._spark.versions import parse_clouds
+
+            parse_clouds(self.clouds)
+        if self.given is None:
+            set_ = {f.name for f in dataclasses.fields(self) if f.metadata and getattr(self, f.name) != f.default}
+            object.__setattr__(self, "given", frozenset(set_))
+
+    @property
+    def explicit(self) -> dict[str, Any]:
+        """The fields passed as arguments, by name: what ``connect(settings=...)`` takes from it."""
+        return {n: getattr(self, n) for n in sorted(self.given or ())}
 
     @classmethod
-    def resolve(cls, catalog: str | None, given: Mapping[str, Any]) -> Settings:
-        """Merge the config file's catalog entry, then ``LAKESESSION_*`` variables, then ``given`` (non-None)."""
+    def resolve(cls, catalog: str | None = None, given: Mapping[str, Any] | None = None) -> Settings:
+        """Merge the config file's catalog entry, then every option's ``LAKESESSION_*`` variable, then ``given``
+        (non-None): the one place those variables are read."""
         from .config import catalog_options
 
+        given = given or {}
         names = {f.name: f for f in dataclasses.fields(cls) if f.metadata}
         unknown = sorted(set(given) - set(names))
         if unknown:  # only reachable through dict-splatting callers
@@ -146,15 +221,10 @@ class Settings:
                     f"catalog {catalog or 'default'!r}: unknown key {key!r} in the config file. Fix: use one of {settable}"
                 )
             merged[key] = value
-        for name, spec in names.items():
-            var = spec.metadata["env"]
-            if spec.metadata["file"] and var and os.environ.get(var):  # process-wide ones are read where used
-                merged[name] = os.environ[var]
+        merged.update(from_environment())
         explicit = {k: v for k, v in given.items() if v is not None}
         merged.update(explicit)
         merged["given"] = frozenset(explicit)
-        if merged.get("access", ACCESS_MODES[0]) not in ACCESS_MODES:
-            raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {merged['access']!r}")
         return cls(**merged)
 
     def embedded_options(self) -> dict[str, Any]:
@@ -177,6 +247,17 @@ class Settings:
         return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
+def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Each option whose ``LAKESESSION_*`` variable is set (and not empty), as its field's value."""
+    env = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        var = f.metadata.get("env") if f.metadata else None
+        if var and env.get(var):
+            out[f.name] = FROM_ENVIRONMENT.get(f.name, str)(env[var])
+    return out
+
+
 def _settings_variables() -> list[Variable]:
     return [
         Variable(f.metadata["env"], f.metadata["doc"], option=f.name)
@@ -187,43 +268,7 @@ def _settings_variables() -> list[Variable]:
 
 ENVIRONMENT: tuple[Variable, ...] = (
     *_settings_variables(),
-    Variable("LAKESESSION_CONFIG", "The config file (default `~/.config/lakesession/config.yaml`)."),
-    Variable(
-        "LAKESESSION_CACHE_DIR",
-        "Downloads, Maven jars (`maven/`), class and lab caches (default `~/.cache/lakesession`).",
-    ),
-    Variable(
-        "LAKESESSION_MAVEN_URL",
-        "A Maven Central mirror (same layout) for the jars lakesession downloads (default `https://repo1.maven.org/maven2`).",
-    ),
-    Variable(
-        "LAKESESSION_SPARK_LOG",
-        "`console`: Spark's own log (ERROR lines with Java traces) on stderr, for debugging Spark; by default it "
-        "goes to `<cache>/logs/spark-<pid>.log`, which a Spark error names.",
-    ),
-    Variable(
-        "LAKESESSION_SPARK_SECRET_FILE",
-        "On a Spark standalone cluster: a file only you may read holding the cluster's `spark.authenticate.secret` "
-        "(or its properties file); local mode needs none (Spark makes a secret per start).",
-    ),
-    Variable("LAKESESSION_JVM_CLASS_CACHE", "`0` turns off the local JVM's class-data-sharing archive."),
-    Variable(
-        "LAKESESSION_JVM_DIRS",
-        "Folders (path-separated) searched for a supported Java when neither `JAVA_HOME` nor `java` on PATH is one "
-        "(default: `/usr/lib/jvm`, `/usr/java`, macOS's and SDKMAN's JVM folders).",
-    ),
-    Variable(
-        "LAKESESSION_TRACEBACK",
-        "`1` prints the full traceback of an uncaught lakesession error in a script (by default: one line, and "
-        "the traceback saved to `<cache>/last-traceback.txt`).",
-    ),
-    Variable(
-        "LAKESESSION_JARS_VERBOSE",
-        "`1` shows Spark's full Ivy resolution report (a `spark.jars.packages` of yours) instead of one progress line.",
-    ),
-    Variable("LAKESESSION_WIDGETS", "`0` renders the notebook views as HTML instead of ipywidgets."),
-    Variable("LAKESESSION_LAB_PUBLISH", "`0` stops a kernel publishing its sessions' status to the JupyterLab panel."),
-    Variable("LAKESESSION_LAB_INTERVAL", "Seconds between the JupyterLab publisher's checks (default 2)."),
+    *PROCESS_VARIABLES,
     Variable(
         "LAKESESSION_HUB_ACCESS_TOKEN",
         "Set by the JupyterHub spawner hook: the user's access token (removed from the environment at first use).",

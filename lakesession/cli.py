@@ -22,9 +22,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
+    from ._settings import from_environment
     from ._spark.jars import jars_main
 
-    return jars_main(args.rest)
+    return jars_main(args.rest, default_clouds=from_environment().get("clouds"))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

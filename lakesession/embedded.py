@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CatalogServerMissingError, ConfigError
+from ._settings import check_storage, from_environment
+from .errors import CatalogServerMissingError
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +39,8 @@ _running: dict[str, Any] = {}
 
 
 def home() -> Path:
-    """Where the embedded catalog keeps its state: ``$LAKESESSION_HOME/embedded`` or ``~/.local/share/lakesession/embedded``."""
-    base = os.environ.get("LAKESESSION_HOME")
-    if base:
-        return Path(base).expanduser() / "embedded"
+    """Where the embedded catalog keeps its state by default: ``~/.local/share/lakesession/embedded`` (or under
+    ``$XDG_DATA_HOME``); ``Settings`` turns the home variable into ``data_dir``."""
     xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(xdg) / "lakesession" / "embedded"
 
@@ -124,10 +123,8 @@ class EmbeddedCatalog:
 
 
 def storage_mode(storage: str | None = None) -> str:
-    mode = (storage or os.environ.get("LAKESESSION_EMBEDDED_STORAGE") or "s3-emulator").lower()
-    if mode not in ("s3-emulator", "file"):
-        raise ConfigError(f"embedded storage {mode!r}: use 's3-emulator' (default) or 'file'")
-    return mode
+    """``storage`` or the default, checked (``Settings`` already did for ``connect()``: ``_settings.check_storage``)."""
+    return check_storage(storage)
 
 
 def start_embedded(
@@ -141,13 +138,14 @@ def start_embedded(
     ``s3-emulator`` (default): an ``s3://`` warehouse on the embedded S3/STS emulator, so every
     table read and write uses vended, expiring, prefix-scoped credentials — a sandbox whose
     state lives only as long as the process. ``file``: a persistent ``file://`` warehouse in
-    ``data_dir`` (no vending).
+    ``data_dir`` (no vending). Unset arguments take their ``LAKESESSION_*`` variable as ``Settings`` reads it.
     """
     from lakesession.reference import bootstrap, start
 
-    mode = storage_mode(storage)
-    data = Path(data_dir or home()).expanduser().resolve()
-    ttl = credential_ttl or int(os.environ.get("LAKESESSION_EMBEDDED_CREDENTIAL_TTL", "3600"))
+    env = from_environment()  # connect() passes its Settings' values; a direct call (benchmarks) reads them so
+    mode = storage_mode(storage or env.get("storage"))
+    data = Path(data_dir or env.get("data_dir") or home()).expanduser().resolve()
+    ttl = credential_ttl or env.get("credential_ttl") or 3600
     token_ttl = access_token_ttl or 3600
     # a catalog started with other lifetimes is another catalog: reusing it would silently ignore them
     key = f"{data}|{mode}|{ttl}|{token_ttl}"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING, Any
 
 from ._reports import Reports
-from ._settings import ACCESS_MODES
+from ._settings import check_access
 from .credentials import CredentialStore
 from .errors import ConfigError, SessionClosedError
 from .gateway import AccessLog, Gateway, gateway_clients
@@ -49,8 +48,8 @@ class Session:
             engine in a multi-user catalog); ``engine()`` opens a Connect session on it acting as you.
         gateway_host: Bind address of the gateway (loopback by default; routable for cluster mode).
         gateway_clients: Addresses or CIDR networks allowed to connect to a gateway on a routable address
-            (the Spark Connect server's driver and executors; env ``LAKESESSION_GATEWAY_CLIENTS``, comma-
-            separated). Default: the Connect server's host, and loopback.
+            (the Spark Connect server's driver and executors; ``connect()`` also reads ``LAKESESSION_GATEWAY_CLIENTS``,
+            comma-separated). Default: the Connect server's host, and loopback.
         assumed_credential_ttl: Seconds to assume vended keys live when the catalog states no expiry
             (Nessie 0.99): pyiceberg tables and the JVM then refresh them (by reload) ahead of it. Set it at
             most to the catalog's real lifetime; by default pyiceberg refreshes such keys only on demand
@@ -60,10 +59,10 @@ class Session:
             each S3 request; Spark's signer calls go through the gateway, as the user).
         comet: Apache DataFusion Comet's native scans, with credentials from the gateway, and raw
             ``s3a://`` paths (docs/how-to/comet.md). Spark 4.1 only; a ConfigError elsewhere.
-        clouds: Iceberg's Azure/GCP bundles to give Spark (``adls``, ``gcs``, ``all``; else ``LAKESESSION_CLOUDS``),
+        clouds: Iceberg's Azure/GCP bundles to give Spark (``adls``, ``gcs``, ``all``; ``connect()``: ``LAKESESSION_CLOUDS``),
             beyond those the warehouse and catalog settings call for (docs/how-to/jars.md).
-        warmups: Start-up warm-ups to run (``lakesession._spark._plan.WARMUPS``; default all, or
-            ``LAKESESSION_WARMUPS``); an unknown name is an ``UnknownWarmupError``.
+        warmups: Start-up warm-ups to run (``lakesession._spark._plan.WARMUPS``; default all;
+            ``connect()``: ``LAKESESSION_WARMUPS``); an unknown name is an ``UnknownWarmupError``.
     """
 
     def __init__(
@@ -100,9 +99,7 @@ class Session:
         from ._spark._plan import resolve_warmups
 
         self.warmups = resolve_warmups(warmups)  # a name that does not exist fails here, before anything starts
-        if access not in ACCESS_MODES:
-            raise ConfigError(f"access must be one of {', '.join(ACCESS_MODES)}, not {access!r}")
-        self.access = access
+        self.access = check_access(access)
         self._uri = uri.rstrip("/") if uri else None
         self._identity = identity
         self._pending = pending  # (embedded catalog, identity) still starting in the background
@@ -117,13 +114,8 @@ class Session:
             check_engine_url(engine)  # a plaintext token off loopback fails here, before anything starts
         self._engine_url = engine or None
         self._engine_spark: Any = None
-        self._gateway_host = gateway_host or os.environ.get("LAKESESSION_GATEWAY_HOST", "127.0.0.1")
-        env_clients = os.environ.get("LAKESESSION_GATEWAY_CLIENTS", "")
-        self._gateway_clients = (
-            list(gateway_clients)
-            if gateway_clients is not None
-            else [c.strip() for c in env_clients.split(",") if c.strip()] or None
-        )
+        self._gateway_host = gateway_host or "127.0.0.1"  # its variable: Settings
+        self._gateway_clients = list(gateway_clients) if gateway_clients is not None else None
         self._spark_conf = dict(spark_conf or {})
         self._embedded = embedded
         self.access_log = AccessLog()

@@ -21,7 +21,6 @@ them on and off, so a warm-up that stops paying shows there.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -51,10 +50,10 @@ WARMUPS_ENV = "LAKESESSION_WARMUPS"
 
 
 def resolve_warmups(value: str | Sequence[str] | None) -> frozenset[str]:
-    """The warm-ups to run: ``value`` (names, or a comma-separated string), else ``LAKESESSION_WARMUPS``,
+    """The warm-ups to run: ``value`` (names, or a comma-separated string; ``Settings`` reads ``LAKESESSION_WARMUPS``),
     else all of them. ``none`` (or an empty list) runs none, ``all`` every one."""
     if value is None:
-        value = os.environ.get(WARMUPS_ENV) or "all"
+        value = "all"
     names = [n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value) if n.strip()]
     if names == ["all"]:
         return frozenset(WARMUPS)

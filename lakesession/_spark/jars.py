@@ -40,7 +40,6 @@ from lakesession._spark import _assemble, _maven
 from lakesession._spark._java import INSTALL, find_java, use_java
 from lakesession._spark._owned import _UntrustedCache, private_dir
 from lakesession._spark.versions import (
-    CLOUDS_ENV,
     GROUP,
     MAVEN_SHA1,
     OFFLINE_ICEBERG,
@@ -274,11 +273,11 @@ def resolve_jars(
 
     ``progress`` receives human-readable status lines (downloads, assembly); without it, a download
     shows one progress line on stderr. ``rebuild`` forces a fresh offline assembly (modes "auto"/"offline").
-    ``clouds``: ``adls``/``gcs`` bundles to add (``versions.clouds_for``; default ``$LAKESESSION_CLOUDS``);
+    ``clouds``: ``adls``/``gcs`` bundles to add (``versions.clouds_for``; a session's ``clouds`` setting);
     S3's comes always.
     """
     say = progress or (lambda _m: None)
-    wanted = parse_clouds(clouds if clouds is not None else os.environ.get(CLOUDS_ENV))
+    wanted = parse_clouds(clouds)
     if mode is not None and not isinstance(mode, str):
         if not isinstance(mode, Sequence):
             raise JarResolutionError(f"mode must be one of {MODES} or a list of jar paths, not {type(mode).__name__}")
@@ -346,8 +345,10 @@ def resolve_jars(
     return JarSet(tuple(paths), (), "offline" if built else "cache")
 
 
-def jars_main(argv: list[str]) -> int:
-    """``lakesession jars [--mode auto|offline|maven|cache] [--clouds adls,gcs] [--json] [--rebuild]``."""
+def jars_main(argv: list[str], *, default_clouds: str | Sequence[str] | None = None) -> int:
+    """``lakesession jars [--mode auto|offline|maven|cache] [--clouds adls,gcs] [--json] [--rebuild]``.
+
+    ``default_clouds``: without ``--clouds`` (the command passes ``LAKESESSION_CLOUDS`` as ``Settings`` reads it)."""
     parser = argparse.ArgumentParser(
         prog="lakesession jars", description="Resolve the JVM jars for Spark + Iceberg REST + S3 and print them."
     )
@@ -366,7 +367,8 @@ def jars_main(argv: list[str]) -> int:
         print(f"lakesession: {msg}", file=sys.stderr, flush=True)
 
     try:
-        jar_set = resolve_jars(args.mode, progress=progress, rebuild=args.rebuild, clouds=args.clouds)
+        clouds = args.clouds if args.clouds is not None else default_clouds
+        jar_set = resolve_jars(args.mode, progress=progress, rebuild=args.rebuild, clouds=clouds)
     except JarResolutionError as exc:
         print(f"lakesession jars: error: {exc}", file=sys.stderr)
         return 1

@@ -180,7 +180,7 @@ def build_spark(
     from pyspark.sql import SparkSession
 
     launch = _classcache.Plan()
-    master = master or os.environ.get("LAKESESSION_SPARK_MASTER", "local[*]")
+    master = master or "local[*]"  # a session's: Settings reads LAKESESSION_SPARK_MASTER
     sealed = _seal.Seal()
     if remote is None and SparkContext._active_spark_context is None:
         sealed = _seal.seal(conf, master, user_conf=user_conf, ui=ui)

@@ -21,7 +21,6 @@ both import from here).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 
 from lakesession._wire.cloudkeys import cloud_of
@@ -138,11 +137,11 @@ def clouds_for(
 ) -> frozenset[str]:
     """The clouds (beyond S3) whose Iceberg bundle a JVM launched now needs, from what is known before it starts.
 
-    ``asked`` (or ``$LAKESESSION_CLOUDS``) names them outright; besides, a warehouse that is an ADLS or GCS
+    ``asked`` (a session's ``clouds``, which ``Settings`` reads from ``$LAKESESSION_CLOUDS``) names them outright; besides, a warehouse that is an ADLS or GCS
     location, and catalog settings in ``spark_conf`` naming ``ADLSFileIO``/``GCSFileIO``, an ``abfss://``/``gs://``
     location or ``adls.``/``gcs.`` properties. The embedded default and S3 warehouses need none: 83 MB saved.
     """
-    out = set(parse_clouds(asked if asked is not None else os.environ.get(CLOUDS_ENV)))
+    out = set(parse_clouds(asked))
     places = [warehouse or ""]
     for key, value in (spark_conf or {}).items():
         if key.startswith("spark.sql.catalog."):

@@ -37,6 +37,7 @@ from pyiceberg.typedef import Identifier
 from requests import HTTPError
 from typing_extensions import override
 
+from .._settings import check_access
 from .._wire.cloudkeys import cloud_of
 from .._wire.cloudkeys import refresh_endpoint as cloud_refresh_endpoint
 from ..credentials import (
@@ -46,7 +47,6 @@ from ..credentials import (
     public_config,
     resolve_endpoint,
 )
-from ..errors import ConfigError
 from ._capabilities import remote_signing_unavailable
 from ._pyiceberg import TokenSourceAuthManager
 
@@ -157,8 +157,7 @@ def load_table(
 
     Raises ``CapabilityError`` when remote signing is asked of a catalog that does not offer it.
     """
-    if access not in ACCESS_MODES:
-        raise ConfigError(f"access must be one of {ACCESS_MODES}, not {access!r}")
+    check_access(access)  # the one rule and message (lakesession._settings)
     ident = as_identifier(catalog, identifier)
     name = table_name(ident)
     try:

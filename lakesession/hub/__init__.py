@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
+from .. import _settings
 from ..identity import IdentityError, JupyterHubToken
 from ._discovery import discover, oidc_login
 from ._oauth import refresh_user_hook
@@ -97,7 +98,7 @@ def hub_identity(*, issuer: str | None = None, environ: MutableMapping[str, str]
         api_url=env.get("JUPYTERHUB_API_URL"),
         user=env.get("JUPYTERHUB_USER"),
         api_token=env.get("JUPYTERHUB_API_TOKEN"),
-        issuer=issuer or env.get(ISSUER_VAR) or None,
+        issuer=issuer or _settings.from_environment(env).get("issuer"),
         initial_token=initial,
         initial_expires_at=expires_at,
         principal_claim=env.get(PRINCIPAL_CLAIM_VAR) or "sub",
@@ -110,7 +111,7 @@ def identity_from_env(
     """``hub_identity()`` when ``kind`` (default: ``$LAKESESSION_IDENTITY``, which ``configure``'s
     spawner sets) is ``"jupyterhub"``; ``None`` when neither is set (other identities apply)."""
     env = os.environ if environ is None else environ
-    kind = (kind or env.get(IDENTITY_VAR) or "").strip().lower()
+    kind = (kind or _settings.from_environment(env).get("identity") or "").strip().lower()
     if not kind:
         return None
     if kind != IDENTITY_JUPYTERHUB:

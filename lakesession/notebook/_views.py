@@ -146,26 +146,31 @@ def login(
     client_id: str | None = None,
 ) -> Any:
     """Connect (configured catalog, or the embedded default), log in now, bind the magics, show status."""
-    from .._connect import connect, replace_current
+    import dataclasses
+
+    from .._connect import connect_with, replace_current
+    from .._settings import Settings
     from ._progress import DeviceLoginProgress
 
-    opts: dict[str, Any] = {k: v for k, v in {"uri": uri, "issuer": issuer}.items() if v}
+    given = {k: v for k, v in {"uri": uri, "issuer": issuer, "client_id": client_id}.items() if v}
+    settings = Settings.resolve(catalog, given)  # once: the flags, then LAKESESSION_*, then the config file
     progress = None
     if device:
-        if not (issuer or catalog or os.environ.get("LAKESESSION_ISSUER")):
+        if not (catalog or settings.issuer):
             raise NoSessionError(
                 "--device needs an OIDC issuer. Fix: pass --issuer URL (and --uri URI), set "
                 "LAKESESSION_ISSUER, or name a configured catalog."
             )
         progress = DeviceLoginProgress()
-        opts.update(
-            on_prompt=progress, client_id=client_id or os.environ.get("LAKESESSION_CLIENT_ID") or DEVICE_CLIENT_ID
+        settings = dataclasses.replace(
+            settings,
+            on_prompt=progress,
+            client_id=settings.client_id or DEVICE_CLIENT_ID,
+            given=(settings.given or frozenset()) | {"on_prompt", "client_id"},
         )
-    elif client_id:
-        opts["client_id"] = client_id
     ok = False
     try:
-        s = connect(catalog, **opts)
+        s = connect_with(settings, catalog=catalog)
         kind = getattr(s.identity, "kind", None)  # waits for an embedded catalog to start
         if client_credentials and kind != "client_credentials":
             raise NoSessionError(

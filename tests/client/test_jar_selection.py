@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import lakesession
 from lakesession._spark import _maven, comet, versions
 from lakesession._spark import jars as J
 from lakesession.errors import JarResolutionError
@@ -49,8 +50,10 @@ def test_clouds_come_from_what_is_known_before_the_jvm_starts(
 def test_clouds_asked_for_outright(monkeypatch: pytest.MonkeyPatch) -> None:
     assert versions.clouds_for("s3://b/w", {}, "azure, gcp") == {"adls", "gcs"}
     assert versions.clouds_for(None, {}, ["all"]) == {"adls", "gcs"}
-    monkeypatch.setenv(versions.CLOUDS_ENV, "gcs")
-    assert versions.clouds_for("abfss://c@a.dfs.core.windows.net/w") == {"adls", "gcs"}  # asked, and detected
+    monkeypatch.setenv(versions.CLOUDS_ENV, "gcs")  # read by Settings, as a session's clouds
+    asked = lakesession.Settings.resolve().clouds
+    assert versions.clouds_for("abfss://c@a.dfs.core.windows.net/w", {}, asked) == {"adls", "gcs"}  # and detected
+    assert versions.clouds_for("abfss://c@a.dfs.core.windows.net/w") == {"adls"}  # the helper reads no variable
     assert versions.parse_clouds("s3,none") == frozenset()
     with pytest.raises(JarResolutionError, match="unknown cloud 'ftp'.*adls \\(azure\\), gcs \\(gcp\\)"):
         versions.parse_clouds("ftp")

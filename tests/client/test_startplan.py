@@ -57,14 +57,17 @@ Exception in thread "main" java.lang.RuntimeException: [unresolved dependency: j
 
 # -- warm-ups: named, switchable, a wrong name says the right ones ------------------------------------------
 def test_warmups_default_to_all_and_are_switched_by_argument_or_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    def resolved(given: object = None) -> frozenset[str]:  # what a session runs: Settings reads the variable
+        return resolve_warmups(lakesession.Settings.resolve(None, {"warmups": given}).warmups)
+
     monkeypatch.delenv("LAKESESSION_WARMUPS", raising=False)
-    assert resolve_warmups(None) == frozenset(WARMUPS) == {"classcache", "catalog", "embedded"}
+    assert resolved() == resolve_warmups(None) == frozenset(WARMUPS) == {"classcache", "catalog", "embedded"}
     assert resolve_warmups(["catalog"]) == {"catalog"} and resolve_warmups([]) == frozenset()
     monkeypatch.setenv("LAKESESSION_WARMUPS", "none")
-    assert resolve_warmups(None) == frozenset()
+    assert resolved() == frozenset()
     monkeypatch.setenv("LAKESESSION_WARMUPS", " Embedded, classcache ")
-    assert resolve_warmups(None) == {"embedded", "classcache"}
-    assert resolve_warmups("all") == frozenset(WARMUPS)  # the argument wins over the variable
+    assert resolved() == {"embedded", "classcache"}
+    assert resolved("all") == frozenset(WARMUPS)  # the argument wins over the variable
     assert "LAKESESSION_WARMUPS" in {v.name for v in ENVIRONMENT}
     assert "LAKESESSION_JARS_VERBOSE" in {v.name for v in ENVIRONMENT}
 

@@ -29,7 +29,7 @@ early = GatewayApp._early
 GatewayApp._early = lambda self, method, path, headers: asked.append(path) or early(self, method, path, headers)
 major = int(pyspark.__version__.split(".")[0])
 from lakesession._spark._plan import resolve_warmups
-warm = "catalog" in resolve_warmups(None)  # LAKESESSION_WARMUPS
+warm = "catalog" in resolve_warmups(lakesession.Settings.resolve().warmups)  # LAKESESSION_WARMUPS
 spark = lakesession.spark(data_dir=sys.argv[1], spark_conf={"spark.ui.enabled": "false"})
 deadline = time.monotonic() + 90
 while "/v1/config" not in asked and time.monotonic() < deadline and (major < 4 or warm):
