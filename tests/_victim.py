@@ -24,27 +24,27 @@ def main(argv: list[str]) -> int:
     master, data_dir = argv[0], argv[1]
     conf = {"spark.sql.shuffle.partitions": "2", **(json.loads(argv[2]) if len(argv) > 2 else {})}
     session = lakesession.connect(data_dir=data_dir, master=master, spark_conf=conf)
-    spark = session.spark()
+    print(json.dumps(read_vended(session.spark())), flush=True)
+    sys.stdin.read()
+    session.close()
+    return 0
+
+
+def read_vended(spark: Any) -> dict[str, Any]:
+    """Create, fill and read ``lake.net.orders`` in ``spark``; the report ``main`` prints (a driver on a test
+    cluster serving several tests calls it too: ``tests/_cluster_driver.py``)."""
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.net")
     spark.sql("CREATE TABLE lake.net.orders (id BIGINT, region STRING) USING iceberg")
     spark.sql("INSERT INTO lake.net.orders VALUES (1, 'EU'), (2, 'US')")
     rows = spark.sql("SELECT * FROM lake.net.orders").collect()
     sc = spark.sparkContext
     bm = sc._jsc.sc().env().blockManager().blockManagerId()
-    print(
-        json.dumps(
-            {
-                "pid": sc._gateway.proc.pid,
-                "blockmanager": [bm.host(), bm.port()],
-                "rows": len(rows),
-                "authenticate": sc.getConf().get("spark.authenticate"),
-            }
-        ),
-        flush=True,
-    )
-    sys.stdin.read()
-    session.close()
-    return 0
+    return {
+        "pid": sc._gateway.proc.pid,
+        "blockmanager": [bm.host(), bm.port()],
+        "rows": len(rows),
+        "authenticate": sc.getConf().get("spark.authenticate"),
+    }
 
 
 @contextmanager

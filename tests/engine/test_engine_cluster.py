@@ -32,8 +32,8 @@ def test_the_engine_runs_on_a_cluster_and_a_restart_keeps_committed_data(
         f"spark.authenticate.secret.file={auth_file(tmp_path)}",
     ]
     with (
-        standalone_cluster(tmp_path) as master,
-        start_engine(catalog, tmp_path, master=master, extra_args=cluster_conf) as engine,
+        standalone_cluster(tmp_path) as cluster,
+        start_engine(catalog, tmp_path, master=cluster.url, extra_args=cluster_conf) as engine,
     ):
         alice, etl = login(catalog, "alice", engine), login(catalog, "etl", engine)
         try:
