@@ -1,6 +1,6 @@
 """Keycloak's real error answers, provoked over HTTP, and their recording (``tests/fixtures/recordings``).
 
-``provoke(kc)`` asks a running Keycloak (``tests/_keycloak.py``, realm ``lake``) for each answer the client
+``provoke(kc)`` asks a running Keycloak (``tests/_keycloak.py``, a copy of realm ``lake``) for each answer the client
 must turn into one line; ``tests/keycloak/test_keycloak_login.py`` checks them against the recording on every
 run of the ``keycloak`` group, and the fast doubles (``tests/client/test_keycloak_answers.py``) replay the
 recording. Rewrite it after a Keycloak upgrade with ``python -m tests.keycloak._answers`` (starts one).
@@ -104,8 +104,10 @@ def provoke(kc: Keycloak) -> dict[str, dict[str, Any]]:
                     data={"grant_type": "refresh_token", "client_id": CLI, "refresh_token": grant["refresh_token"]},
                 ),
             )
-    for one in out.values():  # the port changes with every start
-        one["request"] = one["request"].replace(kc.base, "http://<keycloak>")
+    for one in out.values():  # the port changes with every start, the realm's name with every test module
+        one["request"] = (
+            one["request"].replace(kc.base, "http://<keycloak>").replace(f"/realms/{kc.realm}/", "/realms/lake/")
+        )
     return out
 
 

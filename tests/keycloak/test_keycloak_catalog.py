@@ -1,6 +1,6 @@
 """The catalog trusting a real Keycloak realm: principals from ``preferred_username``, roles from its groups.
 
-One Keycloak 26.7.3 for the module (``tests/_keycloak.py``, realm ``docs/how-to/keycloak/lake-realm.json``) and
+The session's Keycloak 26.7.3 (``tests/_keycloak.py``), the module's own copy of ``docs/how-to/keycloak/lake-realm.json``, and
 ``lakesession serve --issuer-url <realm> --principal-claim preferred_username --roles-claim groups`` on the
 embedded S3 emulator. The catalog's policy names no user: role ``analysts`` reads ``sales.orders``, role
 ``etl`` manages content; who holds them is Keycloak's group membership, read from each token. alice (group

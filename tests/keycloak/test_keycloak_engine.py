@@ -1,7 +1,7 @@
 """The trusted engine, logout and key rotation with a real Keycloak 26.7.3 (issue 41, items 4 and 5).
 
-One Keycloak, one catalog (``lakesession serve --issuer-url <realm>``) and one ``lakesession engine`` for the
-module. The catalog trusts the engine by Keycloak's exchange (``{issuer: <realm>, authorized_party: engine}``:
+A realm of the module's own (on the session's Keycloak), one catalog (``lakesession serve --issuer-url <realm>``)
+and one ``lakesession engine`` for the module. The catalog trusts the engine by Keycloak's exchange (``{issuer: <realm>, authorized_party: engine}``:
 its exchanged token has ``azp`` = engine and no ``act``) and accepts back-channel logout tokens of client
 ``lakesession-cli`` (whose ``backchannel.logout.url`` the module points at the catalog). carol (a user this
 module adds) owns the DEFINER view ``sales.v_eu`` over etl's ``sales.orders``; alice may read only the view,

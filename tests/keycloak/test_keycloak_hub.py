@@ -1,7 +1,7 @@
 """JupyterHub with Keycloak (issue 41): oauthenticator's ``GenericOAuthenticator`` at a real Keycloak 26.7.3 realm,
 tokens passed to the kernel, one issuer for hub and catalog.
 
-One Keycloak, one catalog and one hub for the module:
+One realm (the module's own, on the session's Keycloak), one catalog and one hub for the module:
 
 * the catalog is ``lakesession serve --issuer-url <realm> --principal-claim preferred_username --roles-claim groups``
   (``tests/keycloak/_catalog.py``): role ``analysts`` reads ``sales.orders``; who holds it is Keycloak's group;

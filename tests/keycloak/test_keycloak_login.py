@@ -1,4 +1,4 @@
-"""The notebook/script client's logins against a real Keycloak 26.7.3 (issue 41): one Keycloak for the module.
+"""The notebook/script client's logins against a real Keycloak 26.7.3 (issue 41): one realm of the module's own.
 
 * device login (RFC 8628) with PKCE S256, approved by alice on **Keycloak's own HTML pages over HTTP**
   (``_form.approve``: the login form's action URL, hidden fields and cookies), never a shortcut grant;
