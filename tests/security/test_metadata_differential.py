@@ -10,7 +10,7 @@ and so does any 5xx. Each kind must reach both sides: at least 100 accepted and 
 
 Examples per kind (derandomized): 170 in CI, 340 with ``LAKESESSION_SOAK=1`` (``tests/_soak.py``), any number with
 ``LAKESESSION_DIFF_EXAMPLES`` (a one-off large run: ``LAKESESSION_DIFF_EXAMPLES=5000 python -m pytest
-tests/security/test_metadata_differential.py``). The minimum of each side is 100 at 340 examples and up, in
+tests/security/test_metadata_differential.py``). The minimum of each side is 100 from 280 examples up, in
 proportion below.
 """
 
@@ -41,9 +41,7 @@ pytestmark = pytest.mark.slow  # a JVM and some 10,000 requests: about three min
 P = "/v1/lakesession"
 NS = "diff"
 EXAMPLES = sized(170, 340, "LAKESESSION_DIFF_EXAMPLES")
-MINIMUM = min(
-    100, EXAMPLES * 100 // 340
-)  # accepted and refused, each, per kind: 100 at the full size, in proportion below
+MINIMUM = min(100, EXAMPLES * 100 // 280)  # accepted and refused, each, per kind (60 at 170: fewest seen 62)
 PER_TABLE = 25  # examples against one table before a fresh one (its metadata stays small) …
 FRESHER = {  # … and fewer for the kinds that use up what the setup made (removals, upgrades)
     k: 3
