@@ -107,19 +107,36 @@ def catalog_env(catalog_uri: str, secret: str, name: str = "local") -> dict[str,
     }
 
 
+# the pytest plugins pyiceberg's tests use (from ``site/``); this venv's own (schemathesis, nbval, postgresql, …)
+# are not autoloaded: importing them cost the suite ~8 CPU-s and most of a minute on a loaded 2-core machine
+PLUGINS = ["-p", "pytest_lazy_fixtures.plugin", "-p", "pytest_mock"]
+
+
 def run_pytest(work: Path, root: Path, env: dict[str, str], args: list[str]) -> subprocess.CompletedProcess[str]:
     # pyiceberg's own defaults (this project's conftest turns nanosecond downcasting on for its own tests)
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYICEBERG_")}
-    full_env = {**inherited, **env, "PYTHONPATH": str(root / "site")}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "-rfE", *args]
+    full_env = {**inherited, **env, "PYTHONPATH": str(root / "site"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGINS, "-W", "ignore", "-rfE", *args]
     return subprocess.run(cmd, cwd=work, env=full_env, capture_output=True, text=True, timeout=1800)
 
 
-def create_default_namespace(catalog_uri: str, env: dict[str, str]) -> None:
-    code = (
-        "from pyiceberg.catalog import load_catalog as l; l('local', uri=%r).create_namespace_if_not_exists('default')"
-    )
-    subprocess.run([sys.executable, "-c", code % catalog_uri], env={**os.environ, **env}, check=True, timeout=120)
+def create_default_namespace(catalog_uri: str, env: dict[str, str], name: str = "local") -> None:
+    """The ``default`` namespace pyiceberg's tests write to, over plain HTTP as ``catalog_env``'s principal (a
+    child interpreter importing pyiceberg for one request cost several seconds on a loaded machine)."""
+    import httpx
+
+    key = f"PYICEBERG_CATALOG__{name.upper()}__"
+    client_id, secret = env[key + "CREDENTIAL"].split(":", 1)
+    form = {"grant_type": "client_credentials", "scope": env[key + "SCOPE"]}
+    r = httpx.post(env[key + "OAUTH2_SERVER_URI"], data=form, auth=(client_id, secret), timeout=60)
+    r.raise_for_status()
+    headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+    with httpx.Client(base_url=catalog_uri, headers=headers, timeout=60) as http:
+        config = http.get("/v1/config", params={"warehouse": env[key + "WAREHOUSE"]})
+        config.raise_for_status()
+        prefix = config.json().get("overrides", {}).get("prefix", "")
+        r = http.post(f"/v1/{prefix}/namespaces" if prefix else "/v1/namespaces", json={"namespace": ["default"]})
+        assert r.status_code in (200, 409), r.text  # 409: it exists already
 
 
 def main(argv: list[str] | None = None) -> int:

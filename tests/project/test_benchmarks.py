@@ -77,7 +77,8 @@ SMOKES = [
     ),
     Smoke(
         "load_under_attack.py",
-        ("--seconds", "1", "--attackers", "2", "--attacker-processes", "1", "--grants", "5"),
+        # one victim period (the default is two): each gate still prints every figure line, one row each
+        ("--seconds", "1", "--period", "0.2", "--attackers", "2", "--attacker-processes", "1", "--grants", "5"),
         (
             rf"alone\s+\d+\s+{NUM}\s+{NUM}",
             rf"2 attackers\s+\d+\s+{NUM}\s+{NUM}",

@@ -32,6 +32,7 @@ from schemathesis.checks import not_a_server_error
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference.openapi import spec_openapi
 from lakesession.reference.settings import AbuseLimits
+from tests._soak import sized
 from tests.factories import Policy, make_catalog
 from tests.spec_validation import SpecRecorder
 
@@ -39,8 +40,9 @@ pytestmark = pytest.mark.slow
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 
-# Deeper, slower runs: LAKESESSION_FUZZ_EXAMPLES=200 LAKESESSION_FUZZ_COVERAGE=1 pytest tests/security/test_fuzz.py
-ADMIN_EXAMPLES = int(os.environ.get("LAKESESSION_FUZZ_EXAMPLES", "25"))
+# Examples per operation: 12 in CI, 25 with LAKESESSION_SOAK=1 (tests/_soak.py); deeper, slower runs:
+# LAKESESSION_FUZZ_EXAMPLES=200 LAKESESSION_FUZZ_COVERAGE=1 pytest tests/security/test_fuzz.py
+ADMIN_EXAMPLES = sized(12, 25, "LAKESESSION_FUZZ_EXAMPLES")
 NOBODY_EXAMPLES = max(1, ADMIN_EXAMPLES // 3)
 SEED = 20240601
 

@@ -8,15 +8,16 @@ is read by Iceberg Java 1.12 (``TableMetadataParser`` plus what an engine comput
 ``tests/_icebergjava.py``) and by pyiceberg's ``TableMetadataUtil``; a file either refuses fails the test,
 and so does any 5xx. Each kind must reach both sides: at least 100 accepted and 100 refused.
 
-``LAKESESSION_DIFF_EXAMPLES`` sets the examples per kind (default sized for CI, derandomized); a one-off
-large run: ``LAKESESSION_DIFF_EXAMPLES=5000 python -m pytest tests/security/test_metadata_differential.py``.
+Examples per kind (derandomized): 170 in CI, 340 with ``LAKESESSION_SOAK=1`` (``tests/_soak.py``), any number with
+``LAKESESSION_DIFF_EXAMPLES`` (a one-off large run: ``LAKESESSION_DIFF_EXAMPLES=5000 python -m pytest
+tests/security/test_metadata_differential.py``). The minimum of each side is 100 from 280 examples up, in
+proportion below.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 from pyiceberg.table.metadata import TableMetadataUtil
 
 from tests._icebergjava import java_parser
+from tests._soak import sized
 from tests.factories import Policy, make_catalog
 from tests.security import _metadata_strategies as gen
 
@@ -38,8 +40,8 @@ pytestmark = pytest.mark.slow  # a JVM and some 10,000 requests: about three min
 
 P = "/v1/lakesession"
 NS = "diff"
-EXAMPLES = int(os.environ.get("LAKESESSION_DIFF_EXAMPLES", "340"))
-MINIMUM = min(100, EXAMPLES * 100 // 280)  # accepted and refused, each, per kind (100 at the CI default and above)
+EXAMPLES = sized(170, 340, "LAKESESSION_DIFF_EXAMPLES")
+MINIMUM = min(100, EXAMPLES * 100 // 280)  # accepted and refused, each, per kind (60 at 170: fewest seen 62)
 PER_TABLE = 25  # examples against one table before a fresh one (its metadata stays small) …
 FRESHER = {  # … and fewer for the kinds that use up what the setup made (removals, upgrades)
     k: 3
