@@ -208,3 +208,14 @@ def java_major(java: str) -> int:
         return major(probe(java))
     except JavaNotFoundError:
         return 0
+
+
+def load_vended(uri: str, token: str, namespace: str, table: str) -> httpx.Response:
+    """loadTable over real HTTP with ``token``, asking for vended credentials (as an engine's first call); the
+    200 answer. One copy for the stores' and clouds' modules, which each then read their own keys from it."""
+    r = httpx.get(
+        f"{uri}{PREFIX}/namespaces/{namespace}/tables/{table}",
+        headers={"Authorization": f"Bearer {token}", "X-Iceberg-Access-Delegation": "vended-credentials"},
+    )
+    assert r.status_code == 200, r.text
+    return r
