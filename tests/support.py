@@ -11,7 +11,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -219,3 +220,47 @@ def load_vended(uri: str, token: str, namespace: str, table: str) -> httpx.Respo
     )
     assert r.status_code == 200, r.text
     return r
+
+
+def seed_shop(handle: Any, name: str, credential: str, tables: Iterable[str] = ("orders",)) -> Any:
+    """etl's catalog after its first move in the emulator modules: namespace ``shop``, each table holding one
+    ``id`` row (something for a reader's key to open). One copy so the gateway and union-key modules agree."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from tests.factories import vended_catalog
+
+    etl = vended_catalog(handle, name, credential)
+    etl.create_namespace("shop")
+    for table in tables:
+        etl.create_table(("shop", table), Schema(NestedField(1, "id", LongType(), required=False))).append(
+            pa.table({"id": pa.array([1], pa.int64())})
+        )
+    return etl
+
+
+@contextmanager
+def gateway_client(handle: Any, who: str = "alice", timeout: float = 30) -> Iterator[tuple[Any, httpx.Client]]:
+    """A session's gateway in front of ``handle`` acting as ``who``, and a client holding its secret: what
+    Spark's REST client is to the gateway, for the tests that attack the gateway's own endpoints."""
+    from lakesession.gateway import Gateway
+
+    with (
+        Gateway(handle.uri, lambda: handle.admin.token_for(who)) as g,
+        httpx.Client(base_url=g.uri, timeout=timeout) as c,
+    ):
+        c.headers["Authorization"] = f"Bearer {g.secret}"
+        yield g, c
+
+
+def store_denied(call: Any) -> bool:
+    """Whether the store refuses ``call``: S3's ``AccessDenied``, or a bare 403 (a HEAD has no error body).
+    Another store error, or none, is ``False``: the attack tests assert the refusal, not just a failure."""
+    from botocore.exceptions import ClientError
+
+    try:
+        call()
+    except ClientError as e:
+        return e.response["Error"]["Code"] in ("AccessDenied", "403")
+    return False
