@@ -190,14 +190,29 @@ def fake_spark_home(tmp_path: Path) -> Path:
     return tmp_path / "spark"
 
 
-def bad_request(r: httpx.Response, *words: str) -> str:
-    """Assert ``r`` is the catalog's 400 ErrorModel whose message names each of ``words``; the message."""
-    assert r.status_code == 400, r.text
+def error_model(r: httpx.Response, status: int, kind: str, *words: str) -> str:
+    """Assert ``r`` is the catalog's ErrorModel of ``status`` and type ``kind`` whose message names each of
+    ``words``; the message. One check for every refusal a test reads (400s, 401s, ...)."""
+    assert r.status_code == status, r.text
     error = r.json()["error"]
-    assert error["type"] == "BadRequestException" and error["code"] == 400
+    assert error["type"] == kind and error["code"] == status
     for word in words:
         assert word in error["message"], error["message"]
     return str(error["message"])
+
+
+def bad_request(r: httpx.Response, *words: str) -> str:
+    """Assert ``r`` is the catalog's 400 ErrorModel whose message names each of ``words``; the message."""
+    return error_model(r, 400, "BadRequestException", *words)
+
+
+def shared_namespace(handle: Any, http: httpx.Client, namespace: str, who: str = "etl") -> dict[str, str]:
+    """``who``'s headers once ``namespace`` exists on the session's shared catalog (made here, or by an earlier
+    module: 409): the metadata modules' first step."""
+    headers = bearer(handle, who)
+    r = http.post(f"{PREFIX}/namespaces", json={"namespace": [namespace]}, headers=headers)
+    assert r.status_code in (200, 409), r.text
+    return headers
 
 
 def java_major(java: str) -> int:

@@ -48,23 +48,17 @@ from pyiceberg.types import (
 )
 
 from lakesession.reference import ReferenceCatalog, formatversion
-from tests.conftest import bearer, rest_catalog
+from tests.conftest import rest_catalog
+from tests.support import SCHEMA as SCHEMA_JSON
+from tests.support import bad_request, shared_namespace
 
 P = "/v1/lakesession"
 NS = "fv3"
-SCHEMA_JSON: dict[str, Any] = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
-}
 
 
 @pytest.fixture(scope="module")
 def etl(catalog: ReferenceCatalog, http: httpx.Client) -> dict[str, str]:
-    headers = bearer(catalog, "etl")
-    r = http.post(f"{P}/namespaces", json={"namespace": [NS]}, headers=headers)
-    assert r.status_code in (200, 409), r.text
-    return headers
+    return shared_namespace(catalog, http, NS)
 
 
 def create(http: httpx.Client, etl: dict[str, str], name: str, version: str | None, **extra: Any) -> httpx.Response:
@@ -95,14 +89,6 @@ def snapshot(sid: int, seq: int, first_row_id: int | None, added_rows: int | Non
     if added_rows is not None:
         snap["added-rows"] = added_rows
     return {"action": "add-snapshot", "snapshot": snap}
-
-
-def bad_request(r: httpx.Response, *words: str) -> None:
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["type"] == "BadRequestException" and error["code"] == 400
-    for word in words:
-        assert word in error["message"], error["message"]
 
 
 def stored(catalog: ReferenceCatalog, metadata_location: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from joserfc import jwt
 
 from lakesession.reference import ReferenceCatalog
 from tests.factories import Policy, make_catalog, vended_s3_client
+from tests.support import error_model
 
 P = "/v1/lakesession"
 BUCKET = "lake-token-roles"
@@ -108,12 +109,7 @@ def read_data(handle: ReferenceCatalog, answer: httpx.Response, table: str) -> b
 
 def unauthorized(r: httpx.Response, *words: str) -> str:
     """Assert ``r`` is the catalog's 401 ErrorModel naming each of ``words``; the message."""
-    assert r.status_code == 401, r.text
-    error = r.json()["error"]
-    assert error["type"] == "NotAuthorizedException" and error["code"] == 401
-    for word in words:
-        assert word in error["message"], error["message"]
-    return str(error["message"])
+    return error_model(r, 401, "NotAuthorizedException", *words)
 
 
 # ---------------------------------------------------------------- groups become roles
