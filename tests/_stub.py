@@ -6,8 +6,13 @@ share this, so each keeps only what its stand-in answers.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -47,3 +52,23 @@ class StubServer:
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+@contextmanager
+def serve_asgi(app: Any, sock: socket.socket, *, access_log: bool = False) -> Iterator[str]:
+    """Run the ASGI ``app`` with uvicorn on an already-bound, listening ``sock`` from a background thread until
+    the block ends; yields its base URL. The socket comes first so a test can hand its port out before serving."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off", access_log=access_log))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
