@@ -16,8 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference.vending import S3Settings
-from tests._seaweedfs import seaweedfs
+from tests._seaweedfs import key_settings, seaweedfs
 from tests.factories import Policy, make_catalog, vended_s3_client
 from tests.support import load_vended
 
@@ -101,14 +100,7 @@ def test_write_credentials_do_not_list_other_tables_uploads_seaweedfs(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     with seaweedfs(tmp_path_factory.mktemp("seaweed-uploads")) as store:
-        settings = S3Settings(
-            role_arn=store.role_arn,
-            endpoint=store.endpoint,
-            access_key_id=store.access_key,
-            secret_access_key=store.secret_key,
-            path_style=True,
-            credential_ttl=900,  # SeaweedFS's minimum
-        )
+        settings = key_settings(store)
         handle = start(
             warehouse=f"s3://{store.bucket}/wh",
             s3=settings,
