@@ -279,3 +279,14 @@ def store_denied(call: Any) -> bool:
     except ClientError as e:
         return e.response["Error"]["Code"] in ("AccessDenied", "403")
     return False
+
+
+@contextmanager
+def granted(handle: Any, role: str, privilege: str, securable: str) -> Iterator[None]:
+    """``privilege`` on ``securable`` granted to ``role`` for the block only: a module's catalog outlives its
+    tests, so a grant a test needs must not leak into the next one."""
+    handle.admin.grant(role, privilege, securable)
+    try:
+        yield
+    finally:
+        handle.admin.revoke(role, privilege, securable)
