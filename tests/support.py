@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -23,16 +24,17 @@ if TYPE_CHECKING:
 
 OWNER = "trino.run-as-owner"  # the view property naming a DEFINER view's owner
 PREFIX = "/v1/lakesession"  # the reference catalog's Iceberg REST prefix
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+
+def struct(*fields: tuple[str, str]) -> dict[str, Any]:
+    """An Iceberg REST schema (id 0) of optional ``(name, type)`` fields numbered from 1: a request body's part."""
+    columns = [{"id": i, "name": name, "type": kind, "required": False} for i, (name, kind) in enumerate(fields, 1)]
+    return {"type": "struct", "schema-id": 0, "fields": columns}
+
+
+SCHEMA = struct(("id", "long"))
 #: ``sales.orders`` of the DEFINER-view attacks: an id and the region its views filter on
-REGION_SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "region", "type": "string", "required": False},
-    ],
-}
+REGION_SCHEMA = struct(("id", "long"), ("region", "string"))
 
 
 def seed_chain_grants(namespace: str) -> str:
@@ -290,3 +292,15 @@ def granted(handle: Any, role: str, privilege: str, securable: str) -> Iterator[
         yield
     finally:
         handle.admin.revoke(role, privilege, securable)
+
+
+def load_script(name: str, path: Path) -> ModuleType:
+    """The Python file ``path`` (a build or docs script, no package) loaded as module ``name``, by path: an
+    installed module of the same name must not stand in for it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
