@@ -1,4 +1,5 @@
-"""Shared test support: the seed's view-chain policy, Iceberg view bodies, catalog helpers, cold children.
+"""Shared test support: the seed's view-chain policy, Iceberg view bodies, catalog helpers, cold children, and
+the small steps many modules take (a vended load, a seeded shop, a gateway client, an ErrorModel check).
 
 One copy for every test module that builds a reference catalog with views (``test_chains``,
 ``test_view_spark``, ``test_view_security``, …), so the seed's chain reads the same everywhere.
