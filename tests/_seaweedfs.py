@@ -48,6 +48,20 @@ class SeaweedFS:
     role_arn: str = ROLE_ARN
 
 
+def key_settings(sw: SeaweedFS) -> Any:
+    """The catalog's S3 settings for ``sw`` with its admin key (STS AssumeRole): what most SeaweedFS modules run."""
+    from lakesession.reference.vending import S3Settings
+
+    return S3Settings(
+        role_arn=sw.role_arn,
+        endpoint=sw.endpoint,
+        access_key_id=sw.access_key,
+        secret_access_key=sw.secret_key,
+        path_style=True,
+        credential_ttl=900,  # SeaweedFS's minimum
+    )
+
+
 def create_table_bucket(sw: SeaweedFS, name: str) -> str:
     """A table bucket for SeaweedFS's Iceberg catalog (``warehouse=s3://<name>``), via `weed shell`."""
     weed = shutil.which("weed") or "weed"

@@ -1,4 +1,5 @@
-"""Shared test support: the seed's view-chain policy, Iceberg view bodies, catalog helpers, cold children.
+"""Shared test support: the seed's view-chain policy, Iceberg view bodies, catalog helpers, cold children, and
+the small steps many modules take (a vended load, a seeded shop, a gateway client, an ErrorModel check).
 
 One copy for every test module that builds a reference catalog with views (``test_chains``,
 ``test_view_spark``, ``test_view_security``, …), so the seed's chain reads the same everywhere.
@@ -11,8 +12,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -22,16 +25,17 @@ if TYPE_CHECKING:
 
 OWNER = "trino.run-as-owner"  # the view property naming a DEFINER view's owner
 PREFIX = "/v1/lakesession"  # the reference catalog's Iceberg REST prefix
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+
+def struct(*fields: tuple[str, str]) -> dict[str, Any]:
+    """An Iceberg REST schema (id 0) of optional ``(name, type)`` fields numbered from 1: a request body's part."""
+    columns = [{"id": i, "name": name, "type": kind, "required": False} for i, (name, kind) in enumerate(fields, 1)]
+    return {"type": "struct", "schema-id": 0, "fields": columns}
+
+
+SCHEMA = struct(("id", "long"))
 #: ``sales.orders`` of the DEFINER-view attacks: an id and the region its views filter on
-REGION_SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "region", "type": "string", "required": False},
-    ],
-}
+REGION_SCHEMA = struct(("id", "long"), ("region", "string"))
 
 
 def seed_chain_grants(namespace: str) -> str:
@@ -189,14 +193,29 @@ def fake_spark_home(tmp_path: Path) -> Path:
     return tmp_path / "spark"
 
 
-def bad_request(r: httpx.Response, *words: str) -> str:
-    """Assert ``r`` is the catalog's 400 ErrorModel whose message names each of ``words``; the message."""
-    assert r.status_code == 400, r.text
+def error_model(r: httpx.Response, status: int, kind: str, *words: str) -> str:
+    """Assert ``r`` is the catalog's ErrorModel of ``status`` and type ``kind`` whose message names each of
+    ``words``; the message. One check for every refusal a test reads (400s, 401s, ...)."""
+    assert r.status_code == status, r.text
     error = r.json()["error"]
-    assert error["type"] == "BadRequestException" and error["code"] == 400
+    assert error["type"] == kind and error["code"] == status
     for word in words:
         assert word in error["message"], error["message"]
     return str(error["message"])
+
+
+def bad_request(r: httpx.Response, *words: str) -> str:
+    """Assert ``r`` is the catalog's 400 ErrorModel whose message names each of ``words``; the message."""
+    return error_model(r, 400, "BadRequestException", *words)
+
+
+def shared_namespace(handle: Any, http: httpx.Client, namespace: str, who: str = "etl") -> dict[str, str]:
+    """``who``'s headers once ``namespace`` exists on the session's shared catalog (made here, or by an earlier
+    module: 409): the metadata modules' first step."""
+    headers = bearer(handle, who)
+    r = http.post(f"{PREFIX}/namespaces", json={"namespace": [namespace]}, headers=headers)
+    assert r.status_code in (200, 409), r.text
+    return headers
 
 
 def java_major(java: str) -> int:
@@ -208,3 +227,81 @@ def java_major(java: str) -> int:
         return major(probe(java))
     except JavaNotFoundError:
         return 0
+
+
+def load_vended(uri: str, token: str, namespace: str, table: str) -> httpx.Response:
+    """loadTable over real HTTP with ``token``, asking for vended credentials (as an engine's first call); the
+    200 answer. One copy for the stores' and clouds' modules, which each then read their own keys from it."""
+    r = httpx.get(
+        f"{uri}{PREFIX}/namespaces/{namespace}/tables/{table}",
+        headers={"Authorization": f"Bearer {token}", "X-Iceberg-Access-Delegation": "vended-credentials"},
+    )
+    assert r.status_code == 200, r.text
+    return r
+
+
+def seed_shop(handle: Any, name: str, credential: str, tables: Iterable[str] = ("orders",)) -> Any:
+    """etl's catalog after its first move in the emulator modules: namespace ``shop``, each table holding one
+    ``id`` row (something for a reader's key to open). One copy so the gateway and union-key modules agree."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from tests.factories import vended_catalog
+
+    etl = vended_catalog(handle, name, credential)
+    etl.create_namespace("shop")
+    for table in tables:
+        etl.create_table(("shop", table), Schema(NestedField(1, "id", LongType(), required=False))).append(
+            pa.table({"id": pa.array([1], pa.int64())})
+        )
+    return etl
+
+
+@contextmanager
+def gateway_client(handle: Any, who: str = "alice", timeout: float = 30) -> Iterator[tuple[Any, httpx.Client]]:
+    """A session's gateway in front of ``handle`` acting as ``who``, and a client holding its secret: what
+    Spark's REST client is to the gateway, for the tests that attack the gateway's own endpoints."""
+    from lakesession.gateway import Gateway
+
+    with (
+        Gateway(handle.uri, lambda: handle.admin.token_for(who)) as g,
+        httpx.Client(base_url=g.uri, timeout=timeout) as c,
+    ):
+        c.headers["Authorization"] = f"Bearer {g.secret}"
+        yield g, c
+
+
+def store_denied(call: Any) -> bool:
+    """Whether the store refuses ``call``: S3's ``AccessDenied``, or a bare 403 (a HEAD has no error body).
+    Another store error, or none, is ``False``: the attack tests assert the refusal, not just a failure."""
+    from botocore.exceptions import ClientError
+
+    try:
+        call()
+    except ClientError as e:
+        return e.response["Error"]["Code"] in ("AccessDenied", "403")
+    return False
+
+
+@contextmanager
+def granted(handle: Any, role: str, privilege: str, securable: str) -> Iterator[None]:
+    """``privilege`` on ``securable`` granted to ``role`` for the block only: a module's catalog outlives its
+    tests, so a grant a test needs must not leak into the next one."""
+    handle.admin.grant(role, privilege, securable)
+    try:
+        yield
+    finally:
+        handle.admin.revoke(role, privilege, securable)
+
+
+def load_script(name: str, path: Path) -> ModuleType:
+    """The Python file ``path`` (a build or docs script, no package) loaded as module ``name``, by path: an
+    installed module of the same name must not stand in for it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

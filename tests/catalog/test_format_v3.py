@@ -48,23 +48,17 @@ from pyiceberg.types import (
 )
 
 from lakesession.reference import ReferenceCatalog, formatversion
-from tests.conftest import bearer, rest_catalog
+from tests.conftest import rest_catalog
+from tests.support import SCHEMA as SCHEMA_JSON
+from tests.support import bad_request, shared_namespace
 
 P = "/v1/lakesession"
 NS = "fv3"
-SCHEMA_JSON: dict[str, Any] = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
-}
 
 
 @pytest.fixture(scope="module")
 def etl(catalog: ReferenceCatalog, http: httpx.Client) -> dict[str, str]:
-    headers = bearer(catalog, "etl")
-    r = http.post(f"{P}/namespaces", json={"namespace": [NS]}, headers=headers)
-    assert r.status_code in (200, 409), r.text
-    return headers
+    return shared_namespace(catalog, http, NS)
 
 
 def create(http: httpx.Client, etl: dict[str, str], name: str, version: str | None, **extra: Any) -> httpx.Response:
@@ -97,12 +91,19 @@ def snapshot(sid: int, seq: int, first_row_id: int | None, added_rows: int | Non
     return {"action": "add-snapshot", "snapshot": snap}
 
 
-def bad_request(r: httpx.Response, *words: str) -> None:
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["type"] == "BadRequestException" and error["code"] == 400
-    for word in words:
-        assert word in error["message"], error["message"]
+def drop_if_exists(cat: Any, name: str) -> None:
+    """Drop ``NS.name`` if an earlier run left it (the shared catalog outlives a module)."""
+    try:
+        cat.drop_table(f"{NS}.{name}")
+    except NoSuchTableError:
+        pass
+
+
+def fresh(catalog: ReferenceCatalog, name: str) -> Any:
+    """etl's pyiceberg catalog, with no ``NS.name`` table in it yet: pyiceberg's own tests start this way."""
+    cat = rest_catalog(catalog, "etl")
+    drop_if_exists(cat, name)
+    return cat
 
 
 def stored(catalog: ReferenceCatalog, metadata_location: str) -> dict[str, Any]:
@@ -173,11 +174,7 @@ def test_upgrade_to_v3_keeps_snapshots_and_starts_row_ids_at_zero(
 
 def test_pyiceberg_upgrade_and_downgrade(catalog: ReferenceCatalog) -> None:
     """pyiceberg 0.12's test_upgrade_table_version, through this catalog (its client refuses v3 itself)."""
-    cat = rest_catalog(catalog, "etl")
-    try:
-        cat.drop_table(f"{NS}.pyup")
-    except NoSuchTableError:
-        pass
+    cat = fresh(catalog, "pyup")
     table = cat.create_table(f"{NS}.pyup", Schema(NestedField(1, "id", LongType())), properties={"format-version": "1"})
     with table.transaction() as tx:
         tx.upgrade_table_version(format_version=1)
@@ -291,10 +288,7 @@ def test_nanosecond_timestamps_need_v3(catalog: ReferenceCatalog) -> None:
         NestedField(3, "tstz_ns", TimestamptzNanoType(), required=False),
     )
     for name in ("nanos", "nanos2"):
-        try:
-            cat.drop_table(f"{NS}.{name}")
-        except NoSuchTableError:
-            pass
+        drop_if_exists(cat, name)
     table = cat.create_table(f"{NS}.nanos", schema, properties={"format-version": "3"})
     assert table.format_version == 3
     assert [f.field_type for f in table.schema().fields] == [
@@ -334,11 +328,7 @@ def test_initial_default_all_columns(
     catalog: ReferenceCatalog, iceberg_type: PrimitiveType, initial_default: Any, write_default: Any
 ) -> None:
     """pyiceberg 0.12's test_initial_default_all_columns: every type's defaults survive the catalog."""
-    cat = rest_catalog(catalog, "etl")
-    try:
-        cat.drop_table(f"{NS}.defaults")
-    except NoSuchTableError:
-        pass
+    cat = fresh(catalog, "defaults")
     table = cat.create_table(f"{NS}.defaults", Schema(), properties={"format-version": "3"})
     tx = table.update_schema()
     tx.add_column(path="data", field_type=iceberg_type, required=True, default_value=initial_default)
@@ -362,11 +352,7 @@ def test_initial_default_all_columns(
 
 def test_add_required_column_initial_default(catalog: ReferenceCatalog) -> None:
     """pyiceberg 0.12's test of the same name: a required column with a default, then promoted."""
-    cat = rest_catalog(catalog, "etl")
-    try:
-        cat.drop_table(f"{NS}.required")
-    except NoSuchTableError:
-        pass
+    cat = fresh(catalog, "required")
     schema = Schema(NestedField(field_id=1, name="a", field_type=BooleanType(), required=False))
     table = cat.create_table(f"{NS}.required", schema, properties={"format-version": "3"})
     table.update_schema().add_column(path="data", field_type=IntegerType(), required=True, default_value=22).commit()
@@ -462,11 +448,7 @@ def test_pyiceberg_cannot_append_to_v3_yet(catalog: ReferenceCatalog) -> None:
     """The documented client limit (docs/format-versions.md): pyiceberg 0.12 reads v3 but writes no v3 data."""
     import pyarrow as pa
 
-    cat = rest_catalog(catalog, "etl")
-    try:
-        cat.drop_table(f"{NS}.pyappend")
-    except NoSuchTableError:
-        pass
+    cat = fresh(catalog, "pyappend")
     table = cat.create_table(
         f"{NS}.pyappend", Schema(NestedField(1, "id", LongType(), required=False)), properties={"format-version": "3"}
     )

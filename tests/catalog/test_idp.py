@@ -6,14 +6,12 @@ router at ``/oidc``; flows are driven with authlib's httpx OAuth2 client.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
 import secrets
 import socket
 import stat
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from authlib.integrations.base_client import OAuthError
 from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from fastapi import FastAPI
@@ -36,6 +33,7 @@ from lakesession.reference.directory import Directory
 from lakesession.reference.errors import BadRequest, NotAuthorized
 from lakesession.reference.idp import APPROVAL_ENDPOINT_KEY, EmbeddedIssuer, RemoteVerifier
 from lakesession.reference.settings import ServerSettings
+from tests._stub import serve_asgi
 
 DEVICE = "urn:ietf:params:oauth:grant-type:device_code"
 EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -47,19 +45,9 @@ SECRETS = {name: secrets.token_urlsafe(24) for name in ("alice", "etl", "hub")}
 # -- serving -------------------------------------------------------------
 @contextmanager
 def serve(app: Any, sock: socket.socket) -> Iterator[None]:
-    """Run ``app`` on an already-bound socket in a background thread until the block ends."""
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off", access_log=True))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
+    """Run ``app`` on an already-bound socket in a background thread until the block ends (access log on)."""
+    with serve_asgi(app, sock, access_log=True):
         yield
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def bound_socket() -> tuple[socket.socket, str]:

@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import pyarrow as pa
 import pytest
-from botocore.exceptions import ClientError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from lakesession.reference import ReferenceCatalog
 from tests.conftest import bearer
 from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
+from tests.support import store_denied as denied
 
 POLICY = (
     Policy()
@@ -81,14 +81,6 @@ def ask(handle: ReferenceCatalog, who: str, location: str, mode: str | None = No
 def s3_with(handle: ReferenceCatalog, response: httpx.Response) -> Any:
     cfg = response.json()["storage-credentials"][0]["config"]
     return vended_s3_client(handle.s3_emulator.endpoint, cfg)
-
-
-def denied(call: Any) -> bool:
-    try:
-        call()
-    except ClientError as e:
-        return e.response["Error"]["Code"] in ("AccessDenied", "403")
-    return False
 
 
 def test_config_advertises_the_routes(cat: ReferenceCatalog) -> None:

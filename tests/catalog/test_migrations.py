@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,6 +35,20 @@ def all_models() -> MetaData:
         for t in md.tables.values():
             t.to_metadata(merged)
     return merged
+
+
+def grant_alice(conn: Any, now: float, privilege: str, securable: str) -> None:
+    """alice in role ``readers`` holding ``privilege`` on ``securable``, written as raw rows of a legacy schema."""
+    conn.execute(text("INSERT INTO ls_principals (name, type, created_at) VALUES ('alice', 'user', :t)"), {"t": now})
+    conn.execute(text("INSERT INTO ls_roles (name, created_at) VALUES ('readers', :t)"), {"t": now})
+    conn.execute(text("INSERT INTO ls_role_members (role, principal) VALUES ('readers', 'alice')"))
+    conn.execute(
+        text(
+            "INSERT INTO ls_grants (role, privilege, securable, created_at) "
+            "VALUES ('readers', :privilege, :securable, :t)"
+        ),
+        {"privilege": privilege, "securable": securable, "t": now},
+    )
 
 
 def test_empty_database_reaches_head_and_matches_the_models(db_url: str) -> None:
@@ -65,18 +80,7 @@ def test_database_from_before_migrations_is_adopted_without_data_loss(db_url: st
     now = time.time()
     with legacy.begin() as conn:
         conn.execute(text(f"DROP TABLE {migrations.VERSION_TABLE}"))
-        conn.execute(
-            text("INSERT INTO ls_principals (name, type, created_at) VALUES ('alice', 'user', :t)"), {"t": now}
-        )
-        conn.execute(text("INSERT INTO ls_roles (name, created_at) VALUES ('readers', :t)"), {"t": now})
-        conn.execute(text("INSERT INTO ls_role_members (role, principal) VALUES ('readers', 'alice')"))
-        conn.execute(
-            text(
-                "INSERT INTO ls_grants (role, privilege, securable, created_at) "
-                "VALUES ('readers', 'NAMESPACE_READ_PROPERTIES', 'namespace legacy', :t)"
-            ),
-            {"t": now},
-        )
+        grant_alice(conn, now, "NAMESPACE_READ_PROPERTIES", "namespace legacy")
         conn.execute(
             text(
                 "INSERT INTO iceberg_namespace_properties (catalog_name, namespace, property_key, property_value) "
@@ -179,18 +183,7 @@ def test_revision_0004_turns_dot_joined_namespaces_into_levels(db_url: str, tmp_
                 "VALUES ('lakesession', 'legacy.sub', 'v', 'file:///x/v.metadata.json', '{}')"
             )
         )
-        conn.execute(
-            text("INSERT INTO ls_principals (name, type, created_at) VALUES ('alice', 'user', :t)"), {"t": now}
-        )
-        conn.execute(text("INSERT INTO ls_roles (name, created_at) VALUES ('readers', :t)"), {"t": now})
-        conn.execute(text("INSERT INTO ls_role_members (role, principal) VALUES ('readers', 'alice')"))
-        conn.execute(
-            text(
-                "INSERT INTO ls_grants (role, privilege, securable, created_at) "
-                "VALUES ('readers', 'TABLE_READ_DATA', 'namespace legacy.sub', :t)"
-            ),
-            {"t": now},
-        )
+        grant_alice(conn, now, "TABLE_READ_DATA", "namespace legacy.sub")
     with start(wh, data_dir=tmp_path / "d", db=db_url) as cat:
         assert migrations.current(cat.services.catalog.engine) == migrations.head()
         with old.connect() as conn:

@@ -9,7 +9,6 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 
 from tests._pg import new_database
 from tests._serve import Served
+from tests._stub import QuietHandler, StubServer
 
 P = "/v1/lakesession"
 CREDENTIAL_TTL = 900  # what the replicas vend; a revoke must be honoured well within it
@@ -42,10 +42,7 @@ class RoundRobin:
         turn = itertools.count()
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _forward(self) -> None:
                 backend = proxy.backends[next(turn) % len(proxy.backends)]
                 proxy.served.append(backend)
@@ -67,13 +64,11 @@ class RoundRobin:
 
             do_GET = do_POST = do_DELETE = do_HEAD = do_PUT = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = StubServer(Handler)
+        self.url = self.server.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,19 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
 pytestmark = pytest.mark.slow  # starts fresh interpreters (the real command): the slow group
+
+
+def serve_command(tmp_path: Path, bootstrap: Path) -> list[str]:
+    """``lakesession serve`` on a free port, its data under ``tmp_path``, bootstrapped from ``bootstrap``."""
+    cmd = [sys.executable, "-m", "lakesession.cli", "serve", "--port", "0", "--data-dir", str(tmp_path / "d")]
+    return [*cmd, "--bootstrap", str(bootstrap)]
 
 
 def test_serve_prints_uris_serves_and_stops_on_sigterm(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -23,18 +30,7 @@ def test_serve_prints_uris_serves_and_stops_on_sigterm(tmp_path) -> None:  # typ
         "grants:\n  - {role: eng, privilege: CATALOG_MANAGE_CONTENT, on: catalog}\n"
     )
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lakesession.cli",
-            "serve",
-            "--port",
-            "0",
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--bootstrap",
-            str(policy),
-        ],
+        serve_command(tmp_path, policy),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -77,18 +73,7 @@ def test_serve_rejects_invalid_bootstrap(tmp_path) -> None:  # type: ignore[no-u
     bad = tmp_path / "p.yaml"
     bad.write_text("grants:\n  - {role: nobody, privilege: TABLE_READ_DATA, on: catalog}\n")
     r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lakesession.cli",
-            "serve",
-            "--port",
-            "0",
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--bootstrap",
-            str(bad),
-        ],
+        serve_command(tmp_path, bad),
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,10 +6,10 @@ import time
 
 import httpx
 import pytest
-from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy, vended_s3_client
+from tests.support import store_denied as denied
 
 POLICY = shop_policy("xyz", others=["nobody"])
 P = "/v1/lakesession"
@@ -50,14 +50,6 @@ def load(handle, who: str, table: str, delegation: str = "vended-credentials") -
 
 def s3_with(handle, cfg: dict[str, str]):  # type: ignore[no-untyped-def]
     return vended_s3_client(cfg["s3.endpoint"], cfg, cfg["client.region"], retries=None)
-
-
-def denied(fn) -> bool:  # type: ignore[no-untyped-def]
-    try:
-        fn()
-    except ClientError as e:
-        return e.response["Error"]["Code"] in ("AccessDenied", "403")
-    return False
 
 
 def test_pyiceberg_writes_and_reads_with_vended_credentials_only(s3cat) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,6 @@ The jar in the wheel (``lakesession/_spark/jvm/lakesession-jvm.jar``) must be bu
 
 from __future__ import annotations
 
-import importlib.util
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,13 @@ import pytest
 import lakesession
 from lakesession._spark import comet, jars
 from lakesession.errors import ConfigError
+from tests.support import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _build_module() -> Any:
-    spec = importlib.util.spec_from_file_location("lakesession_java_build", ROOT / "java" / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("lakesession_java_build", ROOT / "java" / "build.py")
 
 
 def _spark(monkeypatch: pytest.MonkeyPatch, version: str, scala: str) -> None:

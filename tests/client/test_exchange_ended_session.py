@@ -9,47 +9,33 @@ the subject for a fresher token (which the engine's ``PresentedToken`` refuses: 
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from lakesession.engine._users import PresentedToken
 from lakesession.errors import IdentityError, LoginRequiredError
 from lakesession.identity._flows import TokenExchange
+from tests._stub import QuietHandler, StubServer
 
 ANSWER = {"error": "invalid_request", "error_description": "Invalid token"}
 SUBJECT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSIsImV4cCI6NDEwMjQ0NDgwMH0.c2ln"  # exp 2100, not verified here
 
 
-class _Keycloak(BaseHTTPRequestHandler):
+class _Keycloak(QuietHandler):
     calls = 0
 
     def do_POST(self) -> None:
         type(self).calls += 1
         self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = json.dumps(ANSWER).encode()
-        self.send_response(400)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply(400, ANSWER)
 
 
 @pytest.fixture
 def token_url() -> Iterator[str]:
     _Keycloak.calls = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Keycloak)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/realms/lake/protocol/openid-connect/token"
-    finally:
-        server.shutdown()
+    with StubServer(_Keycloak) as server:
+        yield f"{server.url}/realms/lake/protocol/openid-connect/token"
 
 
 def test_an_ended_session_asks_the_user_to_log_in_again(token_url: str) -> None:

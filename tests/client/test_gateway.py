@@ -14,6 +14,7 @@ from lakesession._wire.sockets import bind
 from lakesession.gateway import AccessLog, AccessRecord, Gateway
 from lakesession.gateway._app import rewrite_table_config
 from lakesession.reference.serving import BackgroundServer
+from tests._stub import QuietHandler, StubServer
 
 P = "/v1/lakesession"
 
@@ -276,12 +277,10 @@ def test_table_results_get_a_client_region_when_the_catalog_names_none() -> None
 def test_namespace_levels_reach_the_catalog_joined_by_its_own_separator() -> None:
     """Iceberg Java < 1.11 joins namespace levels with %1F whatever /v1/config says; Apache's REST fixture
     (Jetty 12) refuses %1F in a path with 400 "Suspicious Path Character" and asks for %2E instead."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     seen: list[str] = []
     config = {"defaults": {}, "overrides": {"namespace-separator": "%2E"}}
 
-    class JettyLike(BaseHTTPRequestHandler):
+    class JettyLike(QuietHandler):
         def do_GET(self) -> None:
             seen.append(self.path)  # raw, still percent-encoded
             if "%1f" in self.path.lower():
@@ -295,19 +294,10 @@ def test_namespace_levels_reach_the_catalog_joined_by_its_own_separator() -> Non
                     404,
                     json.dumps({"error": {"message": "no", "type": "NoSuchNamespaceException", "code": 404}}).encode(),
                 )
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(status, body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), JettyLike)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with Gateway(f"http://127.0.0.1:{server.server_port}", lambda: "user-token") as g:
+    with StubServer(JettyLike) as server:
+        with Gateway(server.url, lambda: "user-token") as g:
             with httpx.Client(base_url=g.uri, headers={"Authorization": f"Bearer {g.secret}"}) as c:
                 assert c.get("/v1/config").status_code == 200
                 assert c.get("/v1/namespaces/sales%1Feu").json()["namespace"] == ["sales", "eu"]
@@ -323,9 +313,6 @@ def test_namespace_levels_reach_the_catalog_joined_by_its_own_separator() -> Non
             "/v1/config",
         ]
         assert seen[5] == "/v1/namespaces/sales%1Feu"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_config_answers_naming_the_catalogs_own_uri_keep_the_jvm_on_the_gateway() -> None:

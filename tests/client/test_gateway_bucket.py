@@ -9,15 +9,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pytest
-from botocore.exceptions import ClientError
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField
 
 from lakesession.gateway import Gateway
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
+from tests.factories import Policy, make_catalog, vended_s3_client
+from tests.support import gateway_client, seed_shop
+from tests.support import store_denied as refused
 
 POLICY = (
     Policy()
@@ -31,7 +29,6 @@ POLICY = (
     .grant("readers", "TABLE_READ_PROPERTIES", "namespace shop")
 )
 WH = "s3://lake/wh"
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +41,13 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
         for key in ("landing/a.txt", "landing_old/b.txt", "scratch/c.txt"):
             admin.put_object(Bucket="lake", Key=key, Body=b"x")
         admin.put_object(Bucket="other", Key="raw/d.txt", Body=b"x")
-        etl = vended_catalog(handle, "gwb-etl", "etl:etl-secret-xyz")
-        etl.create_namespace("shop")
-        for name in ("orders", "returns"):
-            etl.create_table(("shop", name), SCHEMA).append(pa.table({"id": pa.array([1], pa.int64())}))
+        seed_shop(handle, "gwb-etl", "etl:etl-secret-xyz", ("orders", "returns"))
         yield handle
 
 
 @pytest.fixture()
 def gw(cat: ReferenceCatalog) -> Iterator[tuple[Gateway, httpx.Client]]:
-    with Gateway(cat.uri, lambda: cat.admin.token_for("alice")) as g, httpx.Client(base_url=g.uri, timeout=30) as c:
-        c.headers["Authorization"] = f"Bearer {g.secret}"
+    with gateway_client(cat, timeout=30) as (g, c):
         yield g, c
 
 
@@ -64,14 +57,6 @@ def bucket(c: httpx.Client, name: str, mode: str = "read") -> httpx.Response:
 
 def s3_from(cat: ReferenceCatalog, r: httpx.Response) -> Any:
     return vended_s3_client(cat.s3_emulator.endpoint, r.json()["storage-credentials"][0]["config"])
-
-
-def refused(call: Any) -> bool:
-    try:
-        call()
-    except ClientError as e:
-        return e.response["Error"]["Code"] in ("AccessDenied", "403")
-    return False
 
 
 def test_attack_union_key_covers_each_prefix_of_the_session_and_nothing_else(

@@ -13,16 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pytest
 from botocore.exceptions import ClientError
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField
 
 from lakesession.gateway import Gateway
 from lakesession.gateway._credcache import required_life
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
+from tests.factories import Policy, make_catalog, vended_s3_client
+from tests.support import gateway_client, seed_shop
 
 POLICY = (
     Policy()
@@ -36,7 +34,6 @@ POLICY = (
     .grant("readers", "TABLE_READ_PROPERTIES", "namespace shop")
 )
 WH = "s3://gw-bucket/wh"
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +45,13 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
         admin = handle.s3_emulator.client()
         for key in ("landing/a.txt", "landing_archive/b.txt", "secret/c.txt"):
             admin.put_object(Bucket="gw-raw", Key=key, Body=b"x")
-        etl = vended_catalog(handle, "gw-etl", "etl:etl-secret-xyz")
-        etl.create_namespace("shop")
-        etl.create_table(("shop", "orders"), SCHEMA).append(pa.table({"id": pa.array([1], pa.int64())}))
+        seed_shop(handle, "gw-etl", "etl:etl-secret-xyz")
         yield handle
 
 
 @pytest.fixture()
 def gw(cat: ReferenceCatalog) -> Iterator[tuple[Gateway, httpx.Client]]:
-    with Gateway(cat.uri, lambda: cat.admin.token_for("alice")) as g, httpx.Client(base_url=g.uri, timeout=30) as c:
-        c.headers["Authorization"] = f"Bearer {g.secret}"
+    with gateway_client(cat, timeout=30) as (g, c):
         yield g, c
 
 

@@ -5,11 +5,8 @@ The same code against a real Keycloak: ``tests/keycloak/test_keycloak_hub.py``."
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -20,6 +17,7 @@ from traitlets.config import Config
 import lakesession.hub
 from lakesession.errors import ConfigError
 from lakesession.reference import ReferenceCatalog
+from tests._stub import QuietHandler, StubServer
 
 
 @pytest.fixture
@@ -28,26 +26,12 @@ def answers() -> Iterator[tuple[str, dict[str, Any]]]:
     ``answers['status']``); yields (its base URL, the dict to fill)."""
     said: dict[str, Any] = {"status": 200, "doc": {}}
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
-            body = json.dumps(said["doc"]).encode()
-            self.send_response(said["status"] if self.path.endswith("/openid-configuration") else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(said["status"] if self.path.endswith("/openid-configuration") else 404, said["doc"])
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/realms/lake", said
-    finally:
-        server.shutdown()
-        server.server_close()
+    with StubServer(Handler) as server:
+        yield f"{server.url}/realms/lake", said
 
 
 def _doc(issuer: str, **extra: Any) -> dict[str, Any]:

@@ -5,11 +5,8 @@ with that same key. A loopback HTTP server drops the first attempt's connection 
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -19,6 +16,7 @@ import requests
 from lakesession._idempotency import advertises_keys, is_mutation, new_key
 from lakesession.catalog import rest_catalog
 from lakesession.gateway import Gateway
+from tests._stub import QuietHandler, StubServer
 
 
 class Flaky:
@@ -29,23 +27,12 @@ class Flaky:
         self.posts: list[dict[str, str]] = []
         flaky = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _json(self, doc: dict[str, Any]) -> None:
-                body = json.dumps(doc).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 doc: dict[str, Any] = {"defaults": {}, "overrides": {}}
                 if flaky.advertise:
                     doc["idempotency-key-lifetime"] = "PT30M"
-                self._json(doc)
+                self.reply(200, doc)
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -54,15 +41,13 @@ class Flaky:
                     self.close_connection = True
                     self.connection.close()
                     return
-                self._json({"namespace": ["a"], "properties": {}})
+                self.reply(200, {"namespace": ["a"], "properties": {}})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = StubServer(Handler)
+        self.uri = self.server.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture(params=[True, False], ids=["advertised", "not-advertised"])

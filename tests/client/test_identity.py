@@ -8,7 +8,6 @@ answers like the hub's REST API.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -27,7 +26,6 @@ from urllib.parse import parse_qsl
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Header, HTTPException
 
 from lakesession import identity
@@ -50,6 +48,7 @@ from lakesession.identity import (
 )
 from lakesession.reference import ReferenceCatalog, start
 from lakesession.reference import bootstrap as bootstrap_mod
+from tests._stub import serve_asgi
 
 CLI = "lakesession-cli"
 ETL_SECRET = "etl-identity-secret-0123456789"
@@ -150,22 +149,12 @@ def verify(cat: ReferenceCatalog, token: str) -> dict[str, Any]:
 
 @contextmanager
 def serve(app: Any) -> Iterator[str]:
+    """``app`` on a fresh loopback port until the block ends; its base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off", access_log=False))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
+    with sock, serve_asgi(app, sock) as base:
+        yield base
 
 
 def wait_until_due(src: TokenSource, lifetime: float, margin: float = 1.0) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 
@@ -10,6 +9,7 @@ import pytest
 
 import lakesession
 from lakesession.config import ConfigError
+from tests._stub import QuietHandler, StubServer
 from tests.conftest import SECRETS
 
 
@@ -53,31 +53,17 @@ def test_grants_unknown_without_a_grants_endpoint(catalog) -> None:  # type: ign
 
 def test_grants_unknown_when_the_catalog_knows_no_such_route() -> None:
     """Apache's REST fixture answers 400 "No route for request" (not 404) to paths outside the spec."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    class NoRoute(BaseHTTPRequestHandler):
+    class NoRoute(QuietHandler):
         def do_GET(self) -> None:
-            self.send_response(400)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
             message = f"No route for request: GET {self.path.lstrip('/')}"
-            self.wfile.write(
-                json.dumps({"error": {"message": message, "type": "BadRequestException", "code": 400}}).encode()
-            )
+            self.reply(400, {"error": {"message": message, "type": "BadRequestException", "code": 400}})
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NoRoute)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        s = lakesession.connect(uri=f"http://127.0.0.1:{server.server_port}", token="t0ken-value")
+    with StubServer(NoRoute) as server:
+        s = lakesession.connect(uri=server.url, token="t0ken-value")
         assert s.grants().to_dict("records") == [
             {"securable": "unknown", "privileges": "unknown", "granted": "unknown", "roles": "unknown"}
         ]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_named_catalog_from_config_file_and_pyiceberg_yaml(catalog, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -134,7 +120,6 @@ def test_no_secret_in_debug_logs_or_errors(catalog, caplog) -> None:  # type: ig
 def test_grants_raise_the_real_cause_instead_of_unknown(catalog) -> None:  # type: ignore[no-untyped-def]
     """An expired or forged token, a failing catalog and a silent one are errors, not "unknown" grants."""
     import socket
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from lakesession.errors import CatalogAccessError, LakesessionError
 
@@ -143,26 +128,15 @@ def test_grants_raise_the_real_cause_instead_of_unknown(catalog) -> None:  # typ
         s.grants()
     assert err.value.kind == "not authorized" and err.value.status == 401 and "not-a-token" not in str(err.value)
 
-    class Failing(BaseHTTPRequestHandler):
+    class Failing(QuietHandler):
         def do_GET(self) -> None:
-            self.send_response(503)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(b'{"error": {"message": "maintenance", "type": "ServiceUnavailable", "code": 503}}')
+            self.reply(503, b'{"error": {"message": "maintenance", "type": "ServiceUnavailable", "code": 503}}')
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        failing = lakesession.connect(uri=f"http://127.0.0.1:{server.server_port}", token="t0ken-value")
+    with StubServer(Failing) as server:
+        failing = lakesession.connect(uri=server.url, token="t0ken-value")
         with pytest.raises(CatalogAccessError, match="answered 503 .*: maintenance") as err:
             failing.grants()
         assert err.value.kind == "catalog failure"
-    finally:
-        server.shutdown()
-        server.server_close()
     with socket.socket() as silent:  # accepts connections, never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen()
@@ -388,15 +362,13 @@ def test_spark_credential_rows_skip_loads_that_found_nothing() -> None:
 def test_identity_none_sends_no_authorization_anywhere() -> None:
     """A catalog without authentication (local development): asked for explicitly, nothing invented —
     pyiceberg, the grants report and the gateway's forwarding all go without an ``Authorization`` header."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     import httpx
 
     from lakesession.identity import Anonymous
 
     seen: list[tuple[str, str | None]] = []
 
-    class Open(BaseHTTPRequestHandler):
+    class Open(QuietHandler):
         def do_GET(self) -> None:
             seen.append((self.path, self.headers.get("Authorization")))
             if self.path.startswith("/v1/config"):
@@ -405,20 +377,10 @@ def test_identity_none_sends_no_authorization_anywhere() -> None:
                 status, body = 200, {"namespaces": [["open"]]}
             else:
                 status, body = 404, {"error": {"message": "no route", "type": "NotFoundException", "code": 404}}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply(status, body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Open)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    uri = f"http://127.0.0.1:{server.server_port}"
-    try:
+    with StubServer(Open) as server:
+        uri = server.url
         with pytest.raises(ConfigError, match="identity='none'"):  # no identity at all: the hint names the option
             lakesession.connect(uri=uri)
         with pytest.raises(ConfigError, match="token was given too"):
@@ -435,9 +397,6 @@ def test_identity_none_sends_no_authorization_anywhere() -> None:
             s.close()
         assert {p.split("?")[0] for p, _ in seen} >= {"/v1/config", "/v1/namespaces", "/management/v1/me/grants"}
         assert [auth for _, auth in seen] == [None] * len(seen)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_identity_none_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]

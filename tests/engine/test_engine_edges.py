@@ -7,29 +7,19 @@ to the shared catalog are taken back when it ends.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from lakesession.errors import CatalogAccessError
 from tests._engine import ENGINE_TESTS, EU, RunningEngine, login
+from tests.support import granted
 
 pytestmark = ENGINE_TESTS
 
 
 def rows(df: Any) -> list[tuple[int, float]]:
     return sorted((r["id"], r["amount"]) for r in df.collect())
-
-
-@contextmanager
-def granted(catalog: Any, role: str, privilege: str, on: str) -> Iterator[None]:
-    catalog.admin.grant(role, privilege, on)
-    try:
-        yield
-    finally:
-        catalog.admin.revoke(role, privilege, on)
 
 
 def engine_loads(catalog: Any, principal: str, action: str, securable: str) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from lakesession.reference.cloudvending import AdlsSettings, AdlsVendor
 from tests._azurite import Azurite, azurite
 from tests._lake import Lake
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy, without_storage_access
+from tests.support import load_vended
 
 pytestmark = pytest.mark.slow  # Azurite start, waits across SAS lifetimes
 TTL = 6
@@ -74,14 +75,7 @@ def test_catalog_metadata_and_data_land_in_azurite_under_the_table(lake: Lake) -
 
 
 def test_load_vends_a_sas_with_iceberg_keys_and_the_read_mode_by_privilege(lake: Lake) -> None:
-    r = httpx.get(
-        f"{lake.handle.uri}/v1/lakesession/namespaces/shop/tables/orders",
-        headers={
-            "Authorization": f"Bearer {lake.ids['reader'].token()}",
-            "X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
-    assert r.status_code == 200, r.text
+    r = load_vended(lake.handle.uri, lake.ids["reader"].token(), "shop", "orders")
     doc = r.json()
     (cred,) = doc["storage-credentials"]
     host = lake.server.host

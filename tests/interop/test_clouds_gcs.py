@@ -21,6 +21,7 @@ from lakesession.reference.gcsvending import DownscopedTokenSource, GcsSettings,
 from tests._fakegcs import fake_gcs
 from tests._lake import Lake
 from tests.factories import ROWS, SCHEMA, make_catalog, shop_policy
+from tests.support import load_vended
 
 pytestmark = pytest.mark.slow  # fake-gcs-server start, waits across token lifetimes
 TTL = 6
@@ -55,14 +56,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
 
 
 def test_load_vends_a_token_with_iceberg_keys(lake: Lake) -> None:
-    r = httpx.get(
-        f"{lake.handle.uri}/v1/lakesession/namespaces/shop/tables/orders",
-        headers={
-            "Authorization": f"Bearer {lake.ids['reader'].token()}",
-            "X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
-    assert r.status_code == 200, r.text
+    r = load_vended(lake.handle.uri, lake.ids["reader"].token(), "shop", "orders")
     (cred,) = r.json()["storage-credentials"]
     assert cred["prefix"] == "gs://lake/wh/shop/orders"
     cfg = cred["config"]

@@ -26,8 +26,9 @@ from pyiceberg.catalog.rest import RestCatalog
 from lakesession.reference import ReferenceCatalog
 from lakesession.reference.vending import S3Settings
 from lakesession.reference.webidentity import WebIdentity
-from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, seaweedfs
+from tests._seaweedfs import WEB_AUDIENCE, WEB_ROLE_ARN, WEB_SUBJECT, SeaweedFS, key_settings, seaweedfs
 from tests.factories import ROWS, SCHEMA, free_port, make_catalog, shop_policy, vended_catalog, vended_s3_client
+from tests.support import load_vended
 
 pytestmark = pytest.mark.slow
 
@@ -64,14 +65,7 @@ def cat(
     if request.param == "web-identity":
         settings, port = web_identity_settings(store), web_port
     else:
-        settings = S3Settings(
-            role_arn=store.role_arn,
-            endpoint=store.endpoint,
-            access_key_id=store.access_key,
-            secret_access_key=store.secret_key,
-            path_style=True,
-            credential_ttl=900,  # SeaweedFS's minimum
-        )
+        settings = key_settings(store)
         port = 0
     with make_catalog(
         POLICY,
@@ -99,15 +93,7 @@ def _client(handle: ReferenceCatalog, who: str, secret: str) -> RestCatalog:
 
 def _vended(handle: ReferenceCatalog, who: str, table: str) -> tuple[dict[str, str], str]:
     """loadTable as ``who`` (the real REST call); the vended config and the table location."""
-    r = httpx.get(
-        f"{handle.uri}/v1/lakesession/namespaces/shop/tables/{table}",
-        headers={
-            "Authorization": f"Bearer {handle.admin.token_for(who)}",
-            "X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
-    assert r.status_code == 200, r.text
-    body = r.json()
+    body = load_vended(handle.uri, handle.admin.token_for(who), "shop", table).json()
     creds = body.get("storage-credentials") or []
     cfg = dict(body.get("config") or {})
     if creds:

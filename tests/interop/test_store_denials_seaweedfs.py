@@ -16,8 +16,7 @@ import pytest
 import lakesession
 from lakesession.errors import CapabilityError, StorageAccessError
 from lakesession.reference import ReferenceCatalog
-from lakesession.reference.vending import S3Settings
-from tests._seaweedfs import SeaweedFS, create_table_bucket, seaweedfs
+from tests._seaweedfs import SeaweedFS, create_table_bucket, key_settings, seaweedfs
 from tests.client.test_store_denials import POLICY, ROWS, SCHEMA, assert_readable, connect, one_line_in_ipython
 from tests.conftest import SPARK_TEST_CONF
 from tests.factories import make_catalog, without_storage_access
@@ -33,14 +32,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
 
 @pytest.fixture(scope="module")
 def cat(store: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    settings = S3Settings(
-        role_arn=store.role_arn,
-        endpoint=store.endpoint,
-        access_key_id=store.access_key,
-        secret_access_key=store.secret_key,
-        path_style=True,
-        credential_ttl=900,  # SeaweedFS's minimum
-    )
+    settings = key_settings(store)
     with make_catalog(
         POLICY, warehouse=f"s3://{store.bucket}/wh", s3=settings, data_dir=tmp_path_factory.mktemp("sw-denials-cat")
     ) as handle:

@@ -8,7 +8,6 @@ checked as the local file they name. Generated sections are filled first, as the
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import unicodedata
 from functools import cache
@@ -16,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.support import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_URL = re.compile(r"^https://github\.com/lakesession/lakesession/(?:blob|tree)/main/")
@@ -31,11 +32,7 @@ def _pages() -> list[Path]:
 
 @cache
 def _gen() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_gen", ROOT / "docs" / "_gen.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs_gen", ROOT / "docs" / "_gen.py")
 
 
 def _rendered(page: Path) -> str:

@@ -31,7 +31,7 @@ from joserfc import jws, jwt
 from lakesession.reference import ReferenceCatalog
 from tests._lake import Lake
 from tests.factories import free_port, make_catalog, vended_s3_client
-from tests.support import OWNER, engine_policy, exchange_response, issuer_token, view_body
+from tests.support import OWNER, engine_policy, exchange_response, issuer_token, struct, view_body
 
 P = "/v1/lakesession"
 BUCKET = "lake-engine-trust"
@@ -48,15 +48,7 @@ POLICY = (
     .grant("r_alice", "VIEW_READ", "view sales.v_eu")
     .grant_all("r_alice", ["VIEW_CREATE", "VIEW_WRITE_PROPERTIES"], "namespace scratch")
 )
-TABLE_SCHEMA = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": False},
-        {"id": 2, "name": "amount", "type": "double", "required": False},
-        {"id": 3, "name": "region", "type": "string", "required": False},
-    ],
-}
+TABLE_SCHEMA = struct(("id", "long"), ("amount", "double"), ("region", "string"))
 
 
 # ---------------------------------------------------------------- real HTTP: issuer and catalog

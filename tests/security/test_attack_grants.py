@@ -17,18 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pytest
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField
 
-from lakesession.gateway import Gateway
 from lakesession.reference import ReferenceCatalog
 from lakesession.reference.errors import NotFound
-from tests.factories import Policy, make_catalog, vended_catalog
+from tests.factories import Policy, make_catalog
+from tests.support import SCHEMA, gateway_client, seed_shop
 
 P = "/v1/lakesession"
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 GRANT = {"role": "reader", "privilege": "TABLE_READ_DATA", "on": "table shop.orders"}
 
 
@@ -111,17 +107,13 @@ def s3cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog
     with make_catalog(
         S3_POLICY, warehouse=WH, s3_emulator=True, credential_ttl=900, data_dir=tmp_path_factory.mktemp("gw32")
     ) as handle:
-        etl = vended_catalog(handle, "gw32-etl", "etl:etl-secret-32")
-        etl.create_namespace("shop")
-        schema = Schema(NestedField(1, "id", LongType(), required=False))
-        etl.create_table(("shop", "orders"), schema).append(pa.table({"id": pa.array([1], pa.int64())}))
+        seed_shop(handle, "gw32-etl", "etl:etl-secret-32")
         yield handle
 
 
 def path_credentials(handle: ReferenceCatalog, who: str, path: str, mode: str) -> httpx.Response:
     """Through a gateway of ``who``'s session that loaded ``shop.orders`` first (as Spark would)."""
-    with Gateway(handle.uri, lambda: handle.admin.token_for(who)) as g, httpx.Client(base_url=g.uri, timeout=30) as c:
-        c.headers["Authorization"] = f"Bearer {g.secret}"
+    with gateway_client(handle, who) as (_, c):
         vended = {"X-Iceberg-Access-Delegation": "vended-credentials"}
         assert c.get(f"{P}/namespaces/shop/tables/orders", headers=vended).status_code == 200
         return c.get("/lakesession/path-credentials", params={"path": path, "mode": mode})

@@ -17,24 +17,16 @@ import httpx
 import pytest
 
 from lakesession.reference import ReferenceCatalog
-from tests.conftest import bearer
+from tests.support import SCHEMA, shared_namespace
 from tests.support import bad_request as refused
 
 P = "/v1/lakesession"
 NS = "attack_metadata"
-SCHEMA: dict[str, Any] = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
-}
 
 
 @pytest.fixture(scope="module")
 def etl(catalog: ReferenceCatalog, http: httpx.Client) -> dict[str, str]:
-    headers = bearer(catalog, "etl")  # TABLE_WRITE_DATA (and more) on the catalog
-    r = http.post(f"{P}/namespaces", json={"namespace": [NS]}, headers=headers)
-    assert r.status_code in (200, 409), r.text
-    return headers
+    return shared_namespace(catalog, http, NS)  # TABLE_WRITE_DATA (and more) on the catalog
 
 
 def table(http: httpx.Client, etl: dict[str, str], name: str, version: str) -> dict[str, Any]:

@@ -30,8 +30,8 @@ import httpx
 import pytest
 
 from lakesession.reference import ReferenceCatalog
-from tests.conftest import bearer
 from tests.support import bad_request as refused
+from tests.support import shared_namespace
 
 P = "/v1/lakesession"
 NS = "attack_specs"
@@ -48,10 +48,7 @@ YEAR_9999 = 253370764800000  # 9999-01-01T00:00:00Z in ms
 
 @pytest.fixture(scope="module")
 def etl(catalog: ReferenceCatalog, http: httpx.Client) -> dict[str, str]:
-    headers = bearer(catalog, "etl")
-    r = http.post(f"{P}/namespaces", json={"namespace": [NS]}, headers=headers)
-    assert r.status_code in (200, 409), r.text
-    return headers
+    return shared_namespace(catalog, http, NS)
 
 
 def create(http: httpx.Client, etl: dict[str, str], name: str, version: str = "2", **extra: Any) -> httpx.Response:

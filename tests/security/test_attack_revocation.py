@@ -46,6 +46,16 @@ def sign_in_session(cat: ReferenceCatalog) -> tuple[str, str, dict[str, str]]:
     return code, verifier, first.json()
 
 
+def create_table(a: ReferenceCatalog, namespace: str, table: str) -> None:
+    """etl makes ``namespace.table`` (and its namespace) through replica ``a``."""
+    etl = {"Authorization": f"Bearer {a.admin.token_for('etl')}"}
+    assert httpx.post(f"{a.bind_url}{P}/namespaces", json={"namespace": [namespace]}, headers=etl).status_code == 200
+    r = httpx.post(
+        f"{a.bind_url}{P}/namespaces/{namespace}/tables", json={"name": table, "schema": SCHEMA}, headers=etl
+    )
+    assert r.status_code == 200, r.text
+
+
 def test_replayed_code_revokes_a_token_the_catalog_already_cached(catalog: ReferenceCatalog) -> None:
     catalog.admin.apply_bootstrap(bootstrap_mod.parse(CLIENTS))
     code, verifier, tokens = sign_in_session(catalog)
@@ -151,10 +161,7 @@ def test_attack_the_next_read_after_a_revocation_on_another_replica_is_refused(
     shared: tuple[ReferenceCatalog, ReferenceCatalog], how: str
 ) -> None:
     a, b = shared
-    etl = {"Authorization": f"Bearer {a.admin.token_for('etl')}"}
-    assert httpx.post(f"{a.bind_url}{P}/namespaces", json={"namespace": ["sales"]}, headers=etl).status_code == 200
-    r = httpx.post(f"{a.bind_url}{P}/namespaces/sales/tables", json={"name": "orders", "schema": SCHEMA}, headers=etl)
-    assert r.status_code == 200, r.text
+    create_table(a, "sales", "orders")
     alice = a.admin.token_for("alice")
     for _ in range(3):  # both replicas have verified the token and cached alice's grants
         assert _reads(b, alice) == (200, 200)
@@ -174,10 +181,7 @@ def test_a_grant_on_one_replica_opens_the_next_read_on_the_other(
     shared: tuple[ReferenceCatalog, ReferenceCatalog],
 ) -> None:
     a, b = shared
-    etl = {"Authorization": f"Bearer {a.admin.token_for('etl')}"}
-    assert httpx.post(f"{a.bind_url}{P}/namespaces", json={"namespace": ["hr"]}, headers=etl).status_code == 200
-    r = httpx.post(f"{a.bind_url}{P}/namespaces/hr/tables", json={"name": "pay", "schema": SCHEMA}, headers=etl)
-    assert r.status_code == 200, r.text
+    create_table(a, "hr", "pay")
     bob = {"Authorization": f"Bearer {a.admin.token_for('bob')}"}
     for _ in range(2):
         assert httpx.get(f"{b.bind_url}{P}/namespaces/hr/tables/pay", headers=bob).status_code == 403

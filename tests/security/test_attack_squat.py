@@ -17,6 +17,7 @@ import pytest
 
 from lakesession.reference import ReferenceCatalog, start
 from tests.factories import Policy
+from tests.support import SCHEMA
 
 POLICY = (
     Policy()
@@ -37,7 +38,6 @@ POLICY = (
     )
 )
 P = "/v1/lakesession"
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,14 @@ def as_(cat: ReferenceCatalog, who: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {cat.admin.token_for(who)}"}
 
 
+def create_namespace(cat: ReferenceCatalog, who: str, *levels: str, location: str | None = None) -> httpx.Response:
+    """Create the namespace ``levels`` as ``who``, placed at ``location`` when given."""
+    body: dict[str, Any] = {"namespace": list(levels)}
+    if location is not None:
+        body["properties"] = {"location": location}
+    return httpx.post(f"{cat.uri}{P}/namespaces", headers=as_(cat, who), json=body)
+
+
 def create_table(cat: ReferenceCatalog, who: str, ns: str, name: str, **extra: Any) -> httpx.Response:
     body = {"name": name, "schema": SCHEMA, **extra}
     return httpx.post(f"{cat.uri}{P}/namespaces/{ns}/tables", headers=as_(cat, who), json=body)
@@ -63,7 +71,7 @@ def test_a_table_cannot_squat_another_namespaces_home(cat: ReferenceCatalog) -> 
     squat = create_table(cat, "mallory", "scratch", "squat", location=f"{wh}/finance")
     assert squat.status_code == 400, squat.text  # fa6e17e: 200, and then etl's namespace below got 400
     assert "inside its namespace's location" in squat.json()["error"]["message"]
-    made = httpx.post(f"{cat.uri}{P}/namespaces", headers=as_(cat, "etl"), json={"namespace": ["finance"]})
+    made = create_namespace(cat, "etl", "finance")
     assert made.status_code == 200, made.text
     assert create_table(cat, "etl", "finance", "ledger").status_code == 200
 
@@ -116,7 +124,7 @@ def test_a_view_cannot_squat_another_namespaces_home(cat: ReferenceCatalog) -> N
     }
     resp = httpx.post(f"{cat.uri}{P}/namespaces/scratch/views", headers=as_(cat, "mallory"), json=view)
     assert resp.status_code == 400, resp.text  # fa6e17e: 200
-    made = httpx.post(f"{cat.uri}{P}/namespaces", headers=as_(cat, "etl"), json={"namespace": ["marketing"]})
+    made = create_namespace(cat, "etl", "marketing")
     assert made.status_code == 200, made.text
 
 
@@ -133,20 +141,16 @@ def test_a_namespace_location_cannot_squat_another_namespaces_home(cat: Referenc
     assert moved.status_code == 403, moved.text
     assert "CATALOG_MANAGE_CONTENT" in moved.json()["error"]["message"]
     assert create_table(cat, "mallory", "scratch", "payslips", location=f"{wh}/hr/payslips").status_code == 400
-    made = httpx.post(f"{cat.uri}{P}/namespaces", headers=as_(cat, "etl"), json={"namespace": ["hr"]})
+    made = create_namespace(cat, "etl", "hr")
     assert made.status_code == 200, made.text
     assert create_table(cat, "etl", "hr", "payslips").status_code == 200
 
 
 def test_a_new_child_namespace_cannot_be_placed_at_another_namespaces_home(cat: ReferenceCatalog) -> None:
     wh = cat.settings.warehouse
-    child = httpx.post(
-        f"{cat.uri}{P}/namespaces",
-        headers=as_(cat, "mallory"),
-        json={"namespace": ["scratch", "sub"], "properties": {"location": f"{wh}/legal"}},
-    )
+    child = create_namespace(cat, "mallory", "scratch", "sub", location=f"{wh}/legal")
     assert child.status_code == 403, child.text
-    made = httpx.post(f"{cat.uri}{P}/namespaces", headers=as_(cat, "etl"), json={"namespace": ["legal"]})
+    made = create_namespace(cat, "etl", "legal")
     assert made.status_code == 200, made.text
 
 
@@ -154,15 +158,7 @@ def test_inside_its_own_home_a_namespace_location_may_be_chosen_and_managers_pla
     cat: ReferenceCatalog,
 ) -> None:
     wh = cat.settings.warehouse
-    own = httpx.post(
-        f"{cat.uri}{P}/namespaces",
-        headers=as_(cat, "mallory"),
-        json={"namespace": ["scratch", "mine"], "properties": {"location": f"{wh}/scratch/mine"}},
-    )
+    own = create_namespace(cat, "mallory", "scratch", "mine", location=f"{wh}/scratch/mine")
     assert own.status_code == 200, own.text
-    managed = httpx.post(
-        f"{cat.uri}{P}/namespaces",
-        headers=as_(cat, "etl"),
-        json={"namespace": ["archive"], "properties": {"location": f"{wh}/cold/archive"}},
-    )
+    managed = create_namespace(cat, "etl", "archive", location=f"{wh}/cold/archive")
     assert managed.status_code == 200, managed.text

@@ -9,7 +9,6 @@ delete the victim's objects), which must all be denied.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lakesession.reference import ReferenceCatalog, start
+from tests import support
 from tests.conftest import bearer
 from tests.factories import ROWS, SCHEMA, Policy, make_catalog, vended_catalog, vended_s3_client
 
@@ -46,7 +46,7 @@ POLICY = (
 BUCKET = "attack-bucket"
 WH = f"s3://{BUCKET}/wh"
 P = "/v1/lakesession"
-SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+SCHEMA_JSON = support.SCHEMA
 VICTIM = "wh/shop/orders/"  # the victim table's key prefix
 CANARY = VICTIM + "data/canary.txt"
 
@@ -384,20 +384,9 @@ def test_namespace_location_inside_the_warehouse_is_allowed(s3cat: ReferenceCata
 
 
 # ---------------------------------------------------------------- views
-def view_body(name: str, location: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "name": name,
-        "schema": SCHEMA_JSON,
-        "view-version": {
-            "version-id": 1,
-            "timestamp-ms": int(time.time() * 1000),
-            "schema-id": 0,
-            "summary": {"engine-name": "spark"},
-            "representations": [{"type": "sql", "sql": "SELECT 1 AS id", "dialect": "spark"}],
-            "default-namespace": ["scratch"],
-        },
-        "properties": {},
-    }
+def view_body(name: str, location: str | None = None, namespace: str = "scratch") -> dict[str, Any]:
+    """A ``SELECT 1 AS id`` view in ``namespace``, at ``location`` when given (what an attacker would point)."""
+    body = support.view_body(name, "SELECT 1 AS id", namespace=namespace)
     if location is not None:
         body["location"] = location
     return body
@@ -505,20 +494,7 @@ def test_bad_names_are_bad_requests(catalog: ReferenceCatalog, http: httpx.Clien
     assert refused(r), r.text
     r = http.post(f"{P}/namespaces/names/tables", json={"name": name, "schema": SCHEMA_JSON}, headers=etl)
     assert refused(r), r.text
-    view = {
-        "name": name,
-        "schema": SCHEMA_JSON,
-        "view-version": {
-            "version-id": 1,
-            "timestamp-ms": int(time.time() * 1000),
-            "schema-id": 0,
-            "summary": {"engine-name": "spark"},
-            "representations": [{"type": "sql", "sql": "SELECT 1 AS id", "dialect": "spark"}],
-            "default-namespace": ["names"],
-        },
-        "properties": {},
-    }
-    r = http.post(f"{P}/namespaces/names/views", json=view, headers=etl)
+    r = http.post(f"{P}/namespaces/names/views", json=view_body(name, namespace="names"), headers=etl)
     assert refused(r), r.text
 
 

@@ -20,6 +20,7 @@ from joserfc import jwt
 
 from lakesession.reference import ReferenceCatalog
 from tests.factories import Policy, make_catalog, vended_s3_client
+from tests.support import error_model, granted
 
 P = "/v1/lakesession"
 BUCKET = "lake-token-roles"
@@ -79,16 +80,20 @@ def seed(handle: ReferenceCatalog, idp: ReferenceCatalog, bucket: str = BUCKET) 
         handle.s3_emulator.client().put_object(Bucket=bucket, Key=f"{key}/data/{t}.parquet", Body=f"{t}".encode())
 
 
+def trusting(idp: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory, suffix: str, **claims: Any) -> Any:
+    """A catalog of POLICY trusting ``idp``'s tokens, read through ``claims``; bucket ``BUCKET + suffix``."""
+    return make_catalog(
+        POLICY,
+        bucket=BUCKET + suffix,
+        data_dir=tmp_path_factory.mktemp(suffix.strip("-") or "lake"),
+        issuer_url=idp.issuer_uri,
+        **claims,
+    )
+
+
 @pytest.fixture(scope="module")
 def lake(idp: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
-    with make_catalog(
-        POLICY,
-        bucket=BUCKET,
-        data_dir=tmp_path_factory.mktemp("lake"),
-        issuer_url=idp.issuer_uri,
-        principal_claim="preferred_username",
-        roles_claim="groups",
-    ) as handle:
+    with trusting(idp, tmp_path_factory, "", principal_claim="preferred_username", roles_claim="groups") as handle:
         seed(handle, idp)
         yield handle
 
@@ -108,15 +113,12 @@ def read_data(handle: ReferenceCatalog, answer: httpx.Response, table: str) -> b
 
 def unauthorized(r: httpx.Response, *words: str) -> str:
     """Assert ``r`` is the catalog's 401 ErrorModel naming each of ``words``; the message."""
-    assert r.status_code == 401, r.text
-    error = r.json()["error"]
-    assert error["type"] == "NotAuthorizedException" and error["code"] == 401
-    for word in words:
-        assert word in error["message"], error["message"]
-    return str(error["message"])
+    return error_model(r, 401, "NotAuthorizedException", *words)
 
 
 # ---------------------------------------------------------------- groups become roles
+
+
 def test_a_group_grants_its_role_and_the_credentials_read_the_table(
     lake: ReferenceCatalog, idp: ReferenceCatalog
 ) -> None:
@@ -155,13 +157,10 @@ def test_a_role_that_becomes_privileged_stops_counting_for_tokens_at_once(
 ) -> None:
     carol = mint(idp, "carol", groups=["auditors"])
     assert load(lake, carol, "returns").status_code == 200
-    lake.admin.grant("auditors", "CATALOG_MANAGE_ACCESS", "catalog")
-    try:
+    with granted(lake, "auditors", "CATALOG_MANAGE_ACCESS", "catalog"):
         assert load(lake, carol, "returns").status_code == 403  # the same token, the next request
         r = httpx.post(f"{lake.uri}/management/v1/roles", json={"name": "x-carol"}, headers=bearer(carol))
         assert r.status_code == 403, r.text
-    finally:
-        lake.admin.revoke("auditors", "CATALOG_MANAGE_ACCESS", "catalog")
     assert load(lake, carol, "returns").status_code == 200
 
 
@@ -172,11 +171,8 @@ def test_leaving_a_group_and_granting_a_group_apply_on_the_next_request(
     assert load(lake, member).status_code == 200
     assert load(lake, former).status_code == 403  # the IdP's next token no longer names the group
     assert load(lake, member, "returns").status_code == 403
-    lake.admin.grant("analysts", "TABLE_READ_DATA", "table sales.returns")
-    try:
+    with granted(lake, "analysts", "TABLE_READ_DATA", "table sales.returns"):
         assert load(lake, member, "returns").status_code == 200  # a grant to the group: at once, same token
-    finally:
-        lake.admin.revoke("analysts", "TABLE_READ_DATA", "table sales.returns")
     assert load(lake, member, "returns").status_code == 403
 
 
@@ -210,11 +206,10 @@ def test_a_principal_claim_that_is_not_a_string_is_refused_with_a_clear_401(
 
 
 def test_a_claim_path_names_a_nested_principal(idp: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory) -> None:
-    with make_catalog(
-        POLICY,
-        bucket=BUCKET + "-path",
-        data_dir=tmp_path_factory.mktemp("path"),
-        issuer_url=idp.issuer_uri,
+    with trusting(
+        idp,
+        tmp_path_factory,
+        "-path",
         principal_claim="ext.user",
         roles_claim="realm_access.roles",
         token_privileged_roles=["catalog_admin"],
@@ -251,13 +246,7 @@ def test_keycloak_audiences_a_list_with_account_is_fine_account_alone_is_not(
 def test_roles_from_tokens_are_off_unless_configured(
     idp: ReferenceCatalog, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    with make_catalog(
-        POLICY,
-        bucket=BUCKET + "-off",
-        data_dir=tmp_path_factory.mktemp("off"),
-        issuer_url=idp.issuer_uri,
-        principal_claim="preferred_username",
-    ) as handle:
+    with trusting(idp, tmp_path_factory, "-off", principal_claim="preferred_username") as handle:
         seed(handle, idp, BUCKET + "-off")
         r = load(handle, mint(idp, "alice", groups=["analysts"]))
         assert r.status_code == 403, r.text

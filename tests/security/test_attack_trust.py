@@ -21,8 +21,8 @@ from lakesession.reference import bootstrap, start
 from lakesession.reference.viewsecurity import TrustConfigurationError
 from tests._lake import Lake
 from tests.factories import Policy, make_catalog
+from tests.support import OWNER, SCHEMA, view_body
 
-OWNER = "trino.run-as-owner"
 P = "/v1/lakesession"
 BUCKET = "atk-trust-bucket"
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
@@ -37,20 +37,7 @@ POLICY = (
     .grant_all("r_bob", ["TABLE_READ_DATA", "TABLE_WRITE_DATA"], "table sales.orders")
     .grant("r_bob", "TABLE_READ_DATA", "table hr.salaries")
 )
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 CHAIN = "sales%1Fv_orders"
-
-
-def view_body(name: str, sql: str, owner: str | None = None) -> dict[str, Any]:
-    version = {
-        "version-id": 1,
-        "timestamp-ms": int(time.time() * 1000),
-        "schema-id": 0,
-        "summary": {"engine-name": "spark"},
-        "representations": [{"type": "sql", "sql": sql, "dialect": "spark"}],
-        "default-namespace": ["sales"],
-    }
-    return {"name": name, "schema": SCHEMA, "view-version": version, "properties": {OWNER: owner} if owner else {}}
 
 
 @pytest.fixture(scope="module")

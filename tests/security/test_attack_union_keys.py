@@ -16,15 +16,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pytest
-from botocore.exceptions import ClientError
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField
 
 from lakesession.gateway import Gateway
 from lakesession.reference import ReferenceCatalog
-from tests.factories import Policy, make_catalog, vended_catalog, vended_s3_client
+from tests.factories import Policy, make_catalog, vended_s3_client
+from tests.support import gateway_client, seed_shop
+from tests.support import store_denied as refused
 
 # 64-location unions against the emulator, ~14 s: off the fast set (its 5-min budget); runs in CI's slow group
 pytestmark = pytest.mark.slow
@@ -47,7 +45,6 @@ POLICY = (
     .grant("readers", "LOCATION_READ", f"location s3://{B}/{GRANTED}/")
     .grant("readers", "LOCATION_READ", f"location s3://{B}/revoked/")
 )
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 for _n in NAMES:
     POLICY.grant("readers", "LOCATION_WRITE", f"location s3://{W}/{_n}/")
 
@@ -63,25 +60,14 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCatalog]:
             admin.put_object(Bucket=W, Key=f"{n}/part-0.txt", Body=n.encode())
         for n in (GRANTED, UNGRANTED, "revoked"):
             admin.put_object(Bucket=B, Key=f"{n}/part-0.txt", Body=n.encode())
-        etl = vended_catalog(handle, "u40-etl", "etl:etl-union-40")
-        etl.create_namespace("shop")
-        etl.create_table(("shop", "orders"), SCHEMA).append(pa.table({"id": pa.array([1], pa.int64())}))
+        seed_shop(handle, "u40-etl", "etl:etl-union-40")
         yield handle
 
 
 @pytest.fixture()
 def gw(cat: ReferenceCatalog) -> Iterator[tuple[Gateway, httpx.Client]]:
-    with Gateway(cat.uri, lambda: cat.admin.token_for("alice")) as g, httpx.Client(base_url=g.uri, timeout=60) as c:
-        c.headers["Authorization"] = f"Bearer {g.secret}"
+    with gateway_client(cat, timeout=60) as (g, c):
         yield g, c
-
-
-def refused(call: Any) -> bool:
-    try:
-        call()
-    except ClientError as e:
-        return e.response["Error"]["Code"] in ("AccessDenied", "403")
-    return False
 
 
 def _keys(cat: ReferenceCatalog, doc: dict[str, Any]) -> dict[str, tuple[Any, list[str]]]:

@@ -16,9 +16,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lakesession.reference import ReferenceCatalog, start
-from lakesession.reference.vending import S3Settings
-from tests._seaweedfs import seaweedfs
+from tests._seaweedfs import key_settings, seaweedfs
 from tests.factories import Policy, make_catalog, vended_s3_client
+from tests.support import load_vended
 
 POLICY = (
     Policy()
@@ -54,15 +54,7 @@ def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceCata
 def vended_s3(handle: ReferenceCatalog, who: str, ns: str, table: str) -> tuple[Any, str, str]:
     """loadTable as ``who`` with vended credentials (the real REST call): an S3 client with those
     credentials, the bucket and the table's key prefix."""
-    r = httpx.get(
-        f"{handle.uri}/v1/lakesession/namespaces/{ns}/tables/{table}",
-        headers={
-            "Authorization": f"Bearer {handle.admin.token_for(who)}",
-            "X-Iceberg-Access-Delegation": "vended-credentials",
-        },
-    )
-    assert r.status_code == 200, r.text
-    body = r.json()
+    body = load_vended(handle.uri, handle.admin.token_for(who), ns, table).json()
     cfg = dict(body.get("config") or {})
     for cred in body.get("storage-credentials") or []:
         cfg.update(cred["config"])
@@ -108,14 +100,7 @@ def test_write_credentials_do_not_list_other_tables_uploads_seaweedfs(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     with seaweedfs(tmp_path_factory.mktemp("seaweed-uploads")) as store:
-        settings = S3Settings(
-            role_arn=store.role_arn,
-            endpoint=store.endpoint,
-            access_key_id=store.access_key,
-            secret_access_key=store.secret_key,
-            path_style=True,
-            credential_ttl=900,  # SeaweedFS's minimum
-        )
+        settings = key_settings(store)
         handle = start(
             warehouse=f"s3://{store.bucket}/wh",
             s3=settings,

@@ -27,8 +27,8 @@ from lakesession.reference import ReferenceCatalog
 from lakesession.reference.errors import BadRequest
 from lakesession.reference.viewmeta import CommitViewRequest, apply_commit, metadata_json
 from tests._icebergjava import java_parser
-from tests.conftest import bearer
 from tests.support import bad_request as refused
+from tests.support import shared_namespace
 
 P = "/v1/lakesession"
 NS = "attack_view_metadata"
@@ -136,10 +136,7 @@ CREATES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 
 @pytest.fixture(scope="module")
 def owner(catalog: ReferenceCatalog, http: httpx.Client) -> dict[str, str]:
-    headers = bearer(catalog, "etl")  # CATALOG_MANAGE_CONTENT: creates and replaces views
-    r = http.post(f"{P}/namespaces", json={"namespace": [NS]}, headers=headers)
-    assert r.status_code in (200, 409), r.text
-    return headers
+    return shared_namespace(catalog, http, NS)  # CATALOG_MANAGE_CONTENT: creates and replaces views
 
 
 def create(http: httpx.Client, owner: dict[str, str], name: str, **overrides: Any) -> httpx.Response:

@@ -95,6 +95,12 @@ def raw_get(uri: str, raw_target: str, secret: str) -> httpx.Response:
         conn.close()
 
 
+def through_gateway(server: Any, raw_target: str) -> httpx.Response:
+    """``raw_target`` sent byte for byte through a fresh gateway in front of the recording ``server``."""
+    with Gateway(f"http://127.0.0.1:{server.port}", lambda: "user-token") as g:
+        return raw_get(g.uri, raw_target, g.secret)
+
+
 # -- the path, exactly as received ------------------------------------------------------------------
 
 
@@ -119,9 +125,8 @@ def test_namespace_separator_paths_are_forwarded_raw(catalog) -> None:  # type: 
 
 def test_raw_path_reaches_upstream_byte_for_byte(recorder) -> None:  # type: ignore[no-untyped-def]
     rec, server = recorder
-    with Gateway(f"http://127.0.0.1:{server.port}", lambda: "user-token") as g:
-        target = "/v1/p/namespaces/a%1Fb/tables/t%2Cx%25y%20z"
-        r = raw_get(g.uri, target + "?snapshots=refs&x=a%2Cb+c", g.secret)
+    target = "/v1/p/namespaces/a%1Fb/tables/t%2Cx%25y%20z"
+    r = through_gateway(server, target + "?snapshots=refs&x=a%2Cb+c")
     assert r.status_code == 200
     assert rec.seen[-1]["raw_path"] == target.encode()
     assert rec.seen[-1]["query"] == b"snapshots=refs&x=a%2Cb+c"
@@ -139,8 +144,7 @@ SMUGGLED = [
 @pytest.mark.parametrize("target", SMUGGLED)
 def test_encoded_query_in_the_path_cannot_smuggle_referenced_by(recorder, target: str) -> None:  # type: ignore[no-untyped-def]
     rec, server = recorder
-    with Gateway(f"http://127.0.0.1:{server.port}", lambda: "user-token") as g:
-        r = raw_get(g.uri, target, g.secret)
+    r = through_gateway(server, target)
     assert not [s for s in rec.seen if b"referenced-by" in s["query"] or b"frag" in s["query"]], rec.seen
     assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestException"
     assert rec.seen == []  # refused before anything went upstream
@@ -160,8 +164,7 @@ QUERIES = [
 @pytest.mark.parametrize("query", QUERIES)
 def test_referenced_by_never_reaches_the_catalog_from_the_main_route(recorder, query: str) -> None:  # type: ignore[no-untyped-def]
     rec, server = recorder
-    with Gateway(f"http://127.0.0.1:{server.port}", lambda: "user-token") as g:
-        r = raw_get(g.uri, f"/v1/p/namespaces/hr/tables/salaries?{query}", g.secret)
+    r = through_gateway(server, f"/v1/p/namespaces/hr/tables/salaries?{query}")
     assert r.status_code == 200
     forwarded = rec.seen[-1]["query"].decode()
     assert "referenced" not in httpx.URL("http://h/?" + forwarded).params.multi_items().__repr__().lower()

@@ -10,6 +10,7 @@ property.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -143,6 +144,14 @@ def steps(records: list[Any], action: str) -> list[tuple[str, str, str, bool]]:
     ]
 
 
+def allowed_steps(lake: Api, action: str, call: Callable[[], httpx.Response]) -> list[tuple[str, str, str, bool]]:
+    """``call`` must answer 200; the chain steps of ``action`` it left in the audit log."""
+    since = time.time() - 0.001
+    r = call()
+    assert r.status_code == 200, r.text
+    return steps(lake.audit_since(since), action)
+
+
 # ---------------------------------------------------------------- parsing and trust (no server)
 def test_parse_referenced_by() -> None:
     assert parse_referenced_by("db%1Fv") == [(("db",), "v")]
@@ -190,10 +199,7 @@ def test_is_trusted_rules() -> None:
 
 # ---------------------------------------------------------------- the three examples
 def test_invoker_view_needs_view_and_table(lake: Api) -> None:
-    since = time.time() - 0.001
-    ok = lake.load_table("alice", "t_inv", "db%1Finv")
-    assert ok.status_code == 200, ok.text
-    assert steps(lake.audit_since(since), "load_table") == [
+    assert allowed_steps(lake, "load_table", lambda: lake.load_table("alice", "t_inv", "db%1Finv")) == [
         ("view db.inv", "alice", "allow", False),
         ("table db.t_inv", "alice", "allow", False),
     ]
@@ -273,10 +279,9 @@ def test_mixed_chain(lake: Api) -> None:
 
 def test_load_view_through_chain(lake: Api) -> None:
     assert lake.call("GET", "/namespaces/db/views/v2", "alice").status_code == 403
-    since = time.time() - 0.001
-    r = lake.call("GET", "/namespaces/db/views/v2?referenced-by=db%1Fv1", "alice")
-    assert r.status_code == 200, r.text
-    assert steps(lake.audit_since(since), "load_view") == [
+    assert allowed_steps(
+        lake, "load_view", lambda: lake.call("GET", "/namespaces/db/views/v2?referenced-by=db%1Fv1", "alice")
+    ) == [
         ("view db.v1", "alice", "allow", False),
         ("view db.v2", "bob", "allow", True),
     ]
