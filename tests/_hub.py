@@ -232,7 +232,7 @@ while _now == _t0 and time.time() - _start < {limit}:
     _now = s.identity.token()
 seen.update((_t0, _now))
 print(json.dumps({{"before": h(_t0), "after": h(_now), "waited": round(time.time() - _start, 1),
-                  "refreshed_at": time.time()}}))
+                  "refreshed_at": time.time(), "expires_at": s.identity.expires_at}}))
 """
 
 
