@@ -322,7 +322,7 @@ KINDS: dict[str, st.SearchStrategy[list[dict[str, Any]]] | Split] = {
             update("set-default-sort-order", **{"sort-order-id": -1}),
         ),
         malformed("add-sort-order"),
-        invalid_pct=15,
+        invalid_pct=30,
     ),
     "set-default-sort-order": twice(
         _maybe(
