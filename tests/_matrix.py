@@ -42,8 +42,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     out = os.environ.get(DIR_ENV)
-    if not out or not _passed:
-        return
+    if not out or not _passed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # under pytest-xdist the controller, which sees every worker's reports, writes the file
     import pyspark
 
     from lakesession._spark.jars import resolve_jars

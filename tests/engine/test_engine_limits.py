@@ -95,24 +95,36 @@ def test_the_third_user_and_the_third_session_are_refused_in_one_line(own: tuple
     assert "rule 'max-users'" in log and "rule 'max-sessions-per-user'" in log
 
 
+def settled(pid: int, within: float = 15.0) -> dict[str, int]:
+    """The process's threads and sockets once two readings a second apart agree (a loaded machine tears down late)."""
+    last = usage(pid)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        now = usage(pid)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def test_an_idle_user_is_evicted_and_comes_back_transparently(own: tuple[Any, RunningEngine]) -> None:
     catalog, engine = own
     pid = engine.process.pid
     for who in ("alice", "bob"):
         if f"evicted user '{who}'" not in engine.log_text():
             wait_idle(engine, who, 0)
-    time.sleep(1)
-    before = usage(pid)
+    before = settled(pid)
     alice = login(catalog, "alice", engine)
     try:
         assert sorted((r["id"], r["amount"]) for r in alice.sql("SELECT * FROM lake.sales.v_eu").collect()) == EU
         during = usage(pid)
         mark = len(engine.log_text())
         wait_idle(engine, "alice", mark)
-        time.sleep(1)
-        after = usage(pid)
+        after = settled(pid)
         print(f"\nengine process: before {before}, with alice {during}, after eviction {after}")
-        assert during["threads"] > before["threads"] and during["sockets"] > before["sockets"]
+        # her session holds a connection for certain; a thread only if no pooled one was idle
+        assert during["sockets"] > before["sockets"] and during["threads"] >= before["threads"], (before, during)
         assert after["threads"] <= before["threads"] + 1 and after["sockets"] <= before["sockets"] + 1, (before, after)
         # her notebook's engine session ended with her: the next DEFINER query opens a new one by itself
         assert sorted((r["id"], r["amount"]) for r in alice.sql("SELECT * FROM lake.sales.v_eu").collect()) == EU
