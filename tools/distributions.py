@@ -43,6 +43,9 @@ NOTES: dict[str, str] = {
         "(19 min on a loaded machine, #42). These bounds are the ones that meet (aiobotocore 3.10.0: botocore\n"
         ">=1.43.115,<1.43.118)."
     ),
+    "uvloop>=0.19; sys_platform != 'win32'": (
+        "the catalog server's event loop (libuv, in C): asyncio's own loop was a fifth of a loadTable's CPU"
+    ),
     "moto[s3]==5.2.1": "the embedded S3/STS emulator (moto pinned: lakesession hooks its policy checks)",
     "pyspark>=3.5,<4.2": "Spark 3.5, 4.0, 4.1: the lines with an Iceberg Spark runtime (lakesession/_spark/versions.py)",
     "pyspark[connect]>=4.1,<4.2": "Spark Connect's server side is Spark 4.1's (= the full distribution's [engine] extra)",
@@ -101,6 +104,7 @@ CATALOG = Distribution(
         "fastapi>=0.110",
         "uvicorn>=0.29",
         "httptools>=0.6",
+        "uvloop>=0.19; sys_platform != 'win32'",
         "authlib>=1.6",
         "limits>=4.1",
         "joserfc>=1.0",

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from sqlalchemy.engine import make_url
+from starlette.routing import Route
 
 from .._wire.redact import quiet_botocore_bodies
 from . import store
@@ -60,6 +61,21 @@ def catalog_routers() -> tuple[APIRouter, ...]:
         views.router,
         storage_locations.router,
     )
+
+
+def hot_routes() -> list[Route]:
+    """Plain Starlette routes matched before FastAPI's for the hottest reads (``routes.tables.HOT_ROUTES``).
+
+    Their FastAPI twins stay mounted: they document the endpoint (OpenAPI, ``implemented_endpoints``) and
+    answer nothing the plain route answers. GET only: Starlette would add HEAD, which is tableExists."""
+    from .routes import tables
+
+    out = []
+    for path, method, endpoint in tables.HOT_ROUTES:
+        route = Route(path, endpoint, methods=[method], include_in_schema=False)
+        route.methods = {method}
+        out.append(route)
+    return out
 
 
 def _management_router() -> APIRouter:
@@ -256,6 +272,7 @@ def create_app(settings: ServerSettings, *, key_path: Path | None = None, lazy_c
             if not getattr(app.state, "catalog_mounted", False):
                 for router in (*catalog_routers(), _management_router()):
                     app.include_router(router)
+                app.router.routes[0:0] = hot_routes()
                 app.state.catalog_mounted = True
 
     if lazy_catalog:

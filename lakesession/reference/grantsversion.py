@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
-from sqlalchemy import Connection, Engine, event, select, update
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.pool import StaticPool
+from sqlalchemy import Connection, Engine, select, update
 
 from . import store
+from .keptread import KeptRead
 
 _T = store.grants_version
 _SELECT = select(_T.c.version).where(_T.c.id == store.GRANTS_VERSION_ID)
-_SQL = f"SELECT version FROM {_T.name} WHERE id = {store.GRANTS_VERSION_ID}"
 
 
 class _Read:
@@ -46,11 +43,7 @@ class GrantsVersion:
         self._known: tuple[float, object] | None = None  # (monotonic start of the newest finished read, value)
         self._flight: _Read | None = None
         self._changed_at = float("-inf")  # the last local change: reads begun before it are not kept
-        self._own_lock = threading.Lock()
-        self._conn: Any = None  # the connection reads use (``_select``)
-        self._dedicated = not isinstance(engine.pool, StaticPool)
-        # dispose() closes only the pool's idle connections: close the kept one with them (a catalog's stop)
-        event.listen(engine, "engine_disposed", lambda _engine: self.close())
+        self._read_row = KeptRead(engine, _SELECT)
 
     def current(self, fresh_since: float | None = None) -> object:
         """The version, from a read begun after ``fresh_since`` (a request's start), or a recent one without it.
@@ -97,53 +90,13 @@ class GrantsVersion:
         return result
 
     def _select(self) -> object:
-        """The row's value, on a connection kept for this one statement (a pool checkout, PostgreSQL's
-        pre-ping and SQLAlchemy's statement handling cost more than the read itself); a connection that
-        fails is dropped and the read retried once on a new one, then the error is raised: a request is
-        never answered from cached grants without a successful read."""
-        if not self._dedicated:  # an in-memory SQLite database: one shared connection, use it as everyone does
-            with self.engine.connect() as conn:
-                return conn.execute(_SELECT).scalar()
-        with self._own_lock:
-            for attempt in (1, 2):
-                try:
-                    if self._conn is None:
-                        self._conn = self._connect()
-                    cur = self._conn.cursor()
-                    try:
-                        cur.execute(_SQL)
-                        row = cur.fetchone()
-                    finally:
-                        cur.close()
-                    return row[0] if row else None
-                except Exception as e:
-                    self._drop()
-                    if attempt == 2:
-                        dbapi_error = self.engine.dialect.loaded_dbapi.Error
-                        if isinstance(e, dbapi_error):  # as SQLAlchemy's own: an outage is then a 503, not a 500
-                            raise sa_exc.DBAPIError.instance(_SQL, None, e, dbapi_error) from e
-                        raise
-        raise AssertionError("unreachable")
-
-    def _connect(self) -> Any:
-        """A pooled connection kept out of the pool, reading in autocommit (every read sees the latest commit)."""
-        raw = self.engine.raw_connection()
-        if self.engine.dialect.name != "sqlite":  # pysqlite starts no transaction for a SELECT
-            raw.rollback()
-            raw.driver_connection.autocommit = True  # type: ignore[union-attr]
-        return raw
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.invalidate()  # closed, never returned to the pool
-            except Exception:
-                pass
+        """The row's value, on a connection kept for this one statement (``keptread``): a request is never
+        answered from cached grants without a successful read."""
+        row = self._read_row.first()
+        return row[0] if row else None
 
     def close(self) -> None:
-        with self._own_lock:
-            self._drop()
+        self._read_row.close()
 
     def bump(self, conn: Connection) -> None:
         """Move the version inside ``conn``'s transaction (the change and the move commit together)."""

@@ -32,6 +32,22 @@ def server_config(app: Any, trusted_proxies: Sequence[str] = ()) -> uvicorn.Conf
     )
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (libuv, in C): asyncio's own loop, its transports and its
+    thread wake-ups were a fifth of a loadTable's CPU. Without it (Windows), asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_server(server: uvicorn.Server, sockets: list[socket.socket]) -> None:
+    """``server`` on ``sockets`` until it exits, on :func:`new_event_loop` (this thread's own loop)."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(server.serve(sockets=sockets))
+
+
 class BackgroundServer:
     """One uvicorn server in one daemon thread; ``start()`` returns once it accepts connections."""
 
@@ -39,9 +55,7 @@ class BackgroundServer:
         config = server_config(app, trusted_proxies)
         self._server = uvicorn.Server(config)
         self._sock = sock
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name=name, daemon=True
-        )
+        self._thread = threading.Thread(target=lambda: run_server(self._server, [sock]), name=name, daemon=True)
 
     @property
     def port(self) -> int:

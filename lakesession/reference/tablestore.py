@@ -20,11 +20,12 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError, ValidationError
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
-from sqlalchemy import and_, insert, or_, select
+from sqlalchemy import String, and_, bindparam, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from . import nskeys, store
 from .errors import BadRequest, CommitFailed, Conflict, NoSuchTable
+from .keptread import KeptRead
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class TableStore:
         # one commit per table at a time in this process: a commit that lost the race then fails its
         # requirements at once (409) instead of writing a metadata file the database would refuse
         self._commit_locks = tuple(threading.Lock() for _ in range(64))
+        self._location_read: KeptRead | None = None
 
     def remember_location(self, metadata_location: str, location: str) -> None:
         """Record which table location a metadata file describes (written once per new metadata file)."""
@@ -138,9 +140,15 @@ class TableStore:
         return IcebergTables.__table__
 
     def metadata_location(self, ns: Namespace, name: str) -> str | None:
-        t = self._t
-        with self.catalog.engine.connect() as conn:
-            row = conn.execute(select(t.c.metadata_location).where(self._in(ns), t.c.table_name == name)).first()
+        """The table's current metadata file (every load and commit asks: a kept read, see ``keptread``)."""
+        read = self._location_read
+        if read is None or read.engine is not self.catalog.engine:
+            t = self._t
+            statement = select(t.c.metadata_location).where(
+                self._in_bound(), t.c.table_name == bindparam("name", type_=String)
+            )
+            read = self._location_read = KeptRead(self.catalog.engine, statement)
+        row = read.first(ns=nskeys.key(ns), name=name)
         return row[0] if row else None
 
     def _in(self, ns: Namespace) -> Any:
@@ -149,6 +157,15 @@ class TableStore:
         return and_(
             t.c.catalog_name == self.catalog.name,
             t.c.table_namespace == nskeys.key(ns),
+            or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
+        )
+
+    def _in_bound(self) -> Any:
+        """``_in`` with the namespace a bound parameter ``ns`` (a statement compiled once)."""
+        t = self._t
+        return and_(
+            t.c.catalog_name == self.catalog.name,
+            t.c.table_namespace == bindparam("ns", type_=String),
             or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
         )
 

@@ -258,10 +258,27 @@ async def load_table(
     snapshots: str = "all",
     referenced_by: str | None = Query(None, alias="referenced-by"),  # read raw in viewsecurity (%2C)
 ) -> Response:
-    """One threadpool hop for the whole request (context, route, audit): see ``context.in_context``."""
+    """One threadpool hop for the whole request (context, route, audit): see ``context.in_context``.
+
+    Documents the route; requests are served by ``load_table_plain`` (mounted in front, see ``HOT_ROUTES``)."""
     return await run_in_threadpool(
         in_context, request, lambda ctx: _load_table(ctx, request, prefix, namespace, table, snapshots)
     )
+
+
+async def load_table_plain(request: Request) -> Response:
+    """loadTable as a plain Starlette endpoint: the same work, without FastAPI's per-request parameter solving
+    and nested-router matching (a third of a loadTable's CPU on the event loop; the catalog's hottest route)."""
+    p = request.path_params
+    snapshots = request.query_params.get("snapshots", "all")
+    return await run_in_threadpool(
+        in_context,
+        request,
+        lambda ctx: _load_table(ctx, request, p["prefix"], p["namespace"], p["table"], snapshots),
+    )
+
+
+HOT_ROUTES = ((T + "/{table}", "GET", load_table_plain),)
 
 
 def _load_table(
