@@ -18,7 +18,7 @@ clients in a separate process (they never share a server's GIL or CPU accounting
 
 Prints the figures side by side with ratio reference ÷ Nessie and the machine's 1-minute load
 average beside each measurement (other work on the machine moves every figure). Targets
-(issue 26): req/s ratio >= 1.0 at ``--clients`` clients, and loadTable p99 <= Nessie's.
+(issues 26 and 40): req/s ratio >= 1.5 at ``--clients`` clients, and loadTable p99 <= Nessie's.
 Exit status 0 when every measurement ran (the targets are printed, not enforced).
 """
 
@@ -47,6 +47,7 @@ from _loadclients import append_body, pct  # noqa: E402
 from catalog_load import run_elsewhere  # noqa: E402
 
 NS, TABLE = "bench", "t"
+TARGET_RATIO = 1.5  # loadTable req/s at --clients clients, reference ÷ Nessie (#40)
 SCHEMA = {
     "type": "struct",
     "schema-id": 0,
@@ -362,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     p99_ok = ref.figures[f"p99_{c}"] <= nes.figures[f"p99_{c}"]
     print()
     print(
-        f"targets: req/s ratio at {c} clients {rps_ratio:.2f} (>= 1.0): {'OK' if rps_ratio >= 1 else 'UNDER TARGET'}; "
+        f"targets: req/s ratio at {c} clients {rps_ratio:.2f} (>= {TARGET_RATIO}): "
+        f"{'OK' if rps_ratio >= TARGET_RATIO else 'UNDER TARGET'}; "
         f"loadTable p99 at {c} clients {ref.figures[f'p99_{c}']:.2f} vs {nes.figures[f'p99_{c}']:.2f} ms (<= Nessie's): "
         f"{'OK' if p99_ok else 'OVER TARGET'}"
     )
