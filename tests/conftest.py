@@ -160,8 +160,30 @@ def _uses_shared_spark(item: pytest.Item) -> bool:
     return bool(defs) and getattr(defs[-1].func, "__module__", "") == __name__
 
 
+#: slow test folders whose modules share one session-scoped server: one xdist worker runs them all (one start)
+_ONE_WORKER_FOLDERS = {"keycloak": "tests/keycloak"}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """Under ``-n`` (``--dist loadgroup``, pyproject's addopts), what a slow test is scheduled with: its whole
+    module (a module's JVM, server or realm is shared by its tests and built once), or its folder's group when
+    the folder shares a session-wide server (Keycloak: one start per worker, 45-80 s). Fast tests go one by one."""
+    if item.get_closest_marker("slow") is None or item.get_closest_marker("xdist_group") is not None:
+        return None
+    path = item.nodeid.split("::", 1)[0]
+    for group, folder in _ONE_WORKER_FOLDERS.items():
+        if path.startswith(folder + "/"):
+            return group
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which names each test by the groups it finds
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test on the shared SparkSession belongs to the Spark group (``-m spark``: .ci/spark-matrix)."""
+    """Every test on the shared SparkSession belongs to the Spark group (``-m spark``: .ci/spark-matrix); each
+    slow test is scheduled with its module (``_xdist_group``)."""
     for item in items:
         if _uses_shared_spark(item):
             item.add_marker(pytest.mark.spark)
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -23,7 +23,7 @@ def test_ci_runs_the_readmes_test_commands() -> None:
     commands = _commands()
     assert commands[0] == "pip install -e '.[dev]' && lakesession demo"  # the main job
     tests = [c.split("&& ")[-1] for c in commands if "pytest" in c]
-    assert tests == ["python -m pytest -q -m 'not slow' -n auto", "python -m pytest -q -m slow -n 2 --dist loadfile"]
+    assert tests == ["python -m pytest -q -m 'not slow' -n auto", "python -m pytest -q -m slow -n 2"]
     ci = (ROOT / ".ci" / "run").read_text()
     for command in tests:
         assert command in ci, f".ci/run does not run the README's {command!r}"
