@@ -38,10 +38,10 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
 from lakesession.reference import ReferenceCatalog
 from tests.factories import Policy, make_catalog
+from tests.spec_validation import SpecRecorder, validate_exchange
 
 # one worker runs the whole module under pytest-xdist: its last tests validate what the earlier ones recorded
 pytestmark = pytest.mark.xdist_group("spec_conformance")
-from tests.spec_validation import SpecRecorder, validate_exchange
 
 os.environ.setdefault("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 
