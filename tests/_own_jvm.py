@@ -110,6 +110,16 @@ class _Child:
                 self.proc.wait()
 
 
+def child_nodeid(item: pytest.Item) -> str:
+    """``item``'s id as the child pytest names it: pytest-xdist's ``--dist loadgroup`` appends ``@<groups>`` to
+    the parent's ids of grouped tests (tests/conftest.py groups every slow module); the child runs no xdist."""
+    groups = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+    suffix = "@" + "_".join(groups)
+    return item.nodeid[: -len(suffix)] if groups and item.nodeid.endswith(suffix) else item.nodeid
+
+
 class _Parent:
     """In the parent: own_jvm tests are run by one child pytest per module and their reports replayed."""
 
@@ -131,14 +141,16 @@ class _Parent:
             return None
         child = self.children.get(item.path) or self._start(item)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        child.wait_for(item.nodeid)
+        own = child_nodeid(item)
+        child.wait_for(own)
         reports = [
             item.config.hook.pytest_report_from_serializable(config=item.config, data=data)
-            for data in child.reports.get(item.nodeid, [])
+            for data in child.reports.get(own, [])
         ]
-        if item.nodeid not in child.finished:  # the child died, hung or never ran it
+        if own not in child.finished:  # the child died, hung or never ran it
             reports.append(self._unreported(item, child))
         for report in reports:
+            report.nodeid = item.nodeid  # as this run names the test (xdist's group suffix)
             item.ihook.pytest_runtest_logreport(report=report)
         # nothing was set up here for this item; what the previous item left (module, session fixtures) is
         # torn down as pytest's own teardown would (runtestprotocol), its errors reported on this item
@@ -153,7 +165,7 @@ class _Parent:
     def _start(self, item: pytest.Item) -> _Child:
         """One child for ``item``'s module, running exactly the module's selected tests, in their order."""
         config = item.config
-        ids = [i.nodeid for i in item.session.items if i.path == item.path and i.get_closest_marker(MARK)]
+        ids = [child_nodeid(i) for i in item.session.items if i.path == item.path and i.get_closest_marker(MARK)]
         n = len(self.children)
         reports_file, log_file = self.tmp / f"{n}-{item.path.stem}.jsonl", self.tmp / f"{n}-{item.path.stem}.log"
         reports_file.touch()
@@ -176,7 +188,7 @@ class _Parent:
         code = child.proc.poll()
         why = "did not finish within the deadline" if code is None else f"exited with code {code}"
         message = f"{item.nodeid}: the own_jvm child {why} before reporting this test\n{child.tail()}"
-        ran = any(data.get("when") == "call" for data in child.reports.get(item.nodeid, []))
+        ran = any(data.get("when") == "call" for data in child.reports.get(child_nodeid(item), []))
         when: Literal["call", "teardown"] = "teardown" if ran else "call"
         keywords = {k: 1 for k in item.keywords}
         return pytest.TestReport(item.nodeid, item.location, keywords, "failed", message, when)
