@@ -59,7 +59,9 @@ class SecretScan(pytest.Item):
         return self.path, 0, f"{self.parent.name}::secret-scan"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which names each test by its xdist_group
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each notebook's cells, then its scan, are slow and one xdist group: they share one kernel, in order."""
     by_file: dict[Any, list[pytest.Item]] = {}
     for item in items:
         if type(item).__name__ == "IPyNbCell" and str(item.path).startswith(HERE):
@@ -68,3 +70,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for parent, cells in by_file.items():
         scan_item = SecretScan.from_parent(parent, name="secret-scan", cells=cells)
         items.insert(items.index(cells[-1]) + 1, scan_item)
+        group = pytest.mark.xdist_group(cells[0].nodeid.split("::", 1)[0])
+        for item in (*cells, scan_item):
+            item.add_marker(group)
