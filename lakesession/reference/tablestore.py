@@ -145,27 +145,20 @@ class TableStore:
         if read is None or read.engine is not self.catalog.engine:
             t = self._t
             statement = select(t.c.metadata_location).where(
-                self._in_bound(), t.c.table_name == bindparam("name", type_=String)
+                self._in(None), t.c.table_name == bindparam("name", type_=String)
             )
             read = self._location_read = KeptRead(self.catalog.engine, statement)
         row = read.first(ns=nskeys.key(ns), name=name)
         return row[0] if row else None
 
-    def _in(self, ns: Namespace) -> Any:
-        """Tables (not pyiceberg views) of namespace ``ns`` in this catalog."""
+    def _in(self, ns: Namespace | None) -> Any:
+        """Tables (not pyiceberg views) of namespace ``ns`` in this catalog; ``None``: the namespace is a bound
+        parameter ``ns`` (a statement compiled once, ``metadata_location``)."""
         t = self._t
+        namespace = bindparam("ns", type_=String) if ns is None else nskeys.key(ns)
         return and_(
             t.c.catalog_name == self.catalog.name,
-            t.c.table_namespace == nskeys.key(ns),
-            or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
-        )
-
-    def _in_bound(self) -> Any:
-        """``_in`` with the namespace a bound parameter ``ns`` (a statement compiled once)."""
-        t = self._t
-        return and_(
-            t.c.catalog_name == self.catalog.name,
-            t.c.table_namespace == bindparam("ns", type_=String),
+            t.c.table_namespace == namespace,
             or_(t.c.iceberg_type == "TABLE", t.c.iceberg_type.is_(None)),
         )
 
