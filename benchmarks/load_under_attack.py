@@ -112,9 +112,14 @@ def victim(uri: str, token: str, seconds: float, period: float, out: Any) -> Non
 
 
 def attackers(uri: str, tokens: list[str], stop: Any, out: Any) -> None:
-    """One attacker process: a thread per token sending cheap valid requests back to back until ``stop``."""
+    """One attacker process: a thread per token sending cheap valid requests back to back until ``stop``.
+
+    Sends back how many it sent, the first refusals, and each response's ``Server-Timing`` (seconds; the
+    admission test reads the gate's figures). A process of its own: threads in a busy process (a test
+    worker holding a JVM's gateway threads) could not keep up a flood, and no queue would form."""
     counts: list[int] = [0] * len(tokens)
     bad: list[str] = []
+    timings: list[dict[str, float]] = []
     paths = [
         ("GET", "/v1/config?warehouse=lakesession", 200),
         ("GET", f"/v1/{PREFIX}/namespaces", 200),
@@ -128,14 +133,15 @@ def attackers(uri: str, tokens: list[str], stop: Any, out: Any) -> None:
                 r = c.request(method, path)
                 counts[i] += 1
                 if r.status_code != want and len(bad) < 5:
-                    bad.append(f"{method} {path}: {r.status_code}")
+                    bad.append(f"{method} {path}: {r.status_code} {r.text[:200]}")
+                timings.append(server_timing(r.headers.get("server-timing", "")))
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(tokens))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    out.send((sum(counts), bad))
+    out.send((sum(counts), bad, timings))
     out.close()
 
 
@@ -174,6 +180,42 @@ class Result:
         return pct(self.attacked.lat, 50) / pct(self.alone.lat, 50)
 
 
+class Attack:
+    """The attacker processes (``processes`` of them, the tokens dealt round-robin), flooding until ``stop()``."""
+
+    def __init__(self, uri: str, tokens: list[str], processes: int):
+        ctx = mp.get_context("spawn")
+        self.stop_event = ctx.Event()
+        self.procs: list[Any] = []
+        self.pipes: list[Any] = []
+        for k in range(processes):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=attackers, args=(uri, tokens[k::processes], self.stop_event, send))
+            p.start()
+            send.close()
+            self.procs.append(p)
+            self.pipes.append(recv)
+
+    def stop(self) -> tuple[int, list[str], list[dict[str, float]]]:
+        """Stop the flood: requests sent, the first refusals, every response's ``Server-Timing``."""
+        self.stop_event.set()
+        total, bad, timings = 0, [], []
+        for recv in self.pipes:
+            n, b, t = recv.recv()
+            total, bad, timings = total + n, bad + b, timings + t
+        for p in self.procs:
+            p.join(30)
+        return total, bad, timings
+
+    def kill(self) -> None:
+        """After a failure: no attacker outlives the test."""
+        self.stop_event.set()
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+
+
 def measure(
     uri: str,
     victim_token: str,
@@ -186,16 +228,7 @@ def measure(
 ) -> Result:
     """Victim alone, victim under attack, victim alone again; the attackers' rate and the server's CPU."""
     alone = run_victim(uri, victim_token, seconds, period)
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()
-    procs, pipes = [], []
-    for k in range(processes):
-        recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=attackers, args=(uri, tokens[k::processes], stop, send))
-        p.start()
-        send.close()
-        procs.append(p)
-        pipes.append(recv)
+    attack = Attack(uri, tokens, processes)
     time.sleep(2.0)  # the attackers' connections and token caches
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     spy = None
@@ -203,16 +236,11 @@ def measure(
         cmd = ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", profile, "--rate", "250", "--gil"]
         spy = subprocess.Popen([*cmd, "--duration", str(int(seconds))], stdout=subprocess.DEVNULL)
     attacked = run_victim(uri, victim_token, seconds, period)
-    stop.set()
+    attack.stop_event.set()
     if spy is not None:
         spy.wait(60)
-    total, bad = 0, []
-    for recv in pipes:
-        n, b = recv.recv()
-        total, bad = total + n, bad + b
+    total, bad, _ = attack.stop()
     wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
-    for p in procs:
-        p.join(30)
     after = run_victim(uri, victim_token, seconds, period)
     served = total + len(attacked.lat)
     errors = alone.errors + attacked.errors + after.errors + bad

@@ -230,6 +230,11 @@ class Session:
                 start = self._start_input()
                 started = StartPlan.of(start).run(start)  # the plan returns what it started; this session owns it
                 self._gateway, self._spark = started.gateway, started.spark
+            from . import _sparkbind
+
+            # as pyspark's getOrCreate(): the session asked for is this thread's active one, or the catalog
+            # API (spark.catalog.currentCatalog()) resolves through whichever Session last ran createDataFrame
+            _sparkbind.activate(self._spark)
             return self._spark
 
     def start_plan(self) -> StartPlan:

@@ -320,6 +320,24 @@ def test_alice_then_bob_in_one_process_never_reads_as_alice(catalog, lake, only_
 
 
 @pytest.mark.slow  # the shared Spark JVM
+def test_spark_makes_its_session_the_active_one_for_the_catalog_api(catalog, lake) -> None:  # type: ignore[no-untyped-def]
+    """pyspark leaves the last Session to run ``createDataFrame`` active for good, and Spark's catalog API reads
+    the default catalog through the active session: ``lake.spark().catalog.currentCatalog()`` answered another
+    Session's catalog (in CI, one whose server had stopped: "Error occurred while processing GET request")."""
+    other = lakesession.connect(**as_user(catalog, "alice", catalog_name="other"))
+    try:
+        so = other.spark()
+        assert so.createDataFrame([(1,)], "x INT").collect()[0].x == 1  # leaves `so` active on this thread
+        assert so.catalog.currentCatalog() == "other"
+        spark = lake.spark()
+        assert spark.catalog.currentCatalog() == "lake"
+        assert other.spark().catalog.currentCatalog() == "other"
+    finally:
+        other.close()
+    assert lake.spark().catalog.currentCatalog() == "lake"
+
+
+@pytest.mark.slow  # the shared Spark JVM
 def test_spark_with_other_options_replaces_the_current_session(catalog, lake, only_alice, no_current_session) -> None:  # type: ignore[no-untyped-def]
     import time
 
