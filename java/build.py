@@ -24,12 +24,21 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
+# Hadoop 3.3's S3A (Spark 3.5) is built on AWS SDK v1: its classes compile in a second pass, against
+# hadoop-aws 3.3.4 (its DefaultS3ClientFactory is not 3.4's) and the SDK v1 modules, beside the first's classes
+SRC_SDK1 = HERE / "src-sdk1"
 OUT = HERE.parent / "lakesession" / "_spark" / "jvm" / "lakesession-jvm.jar"
 COMPILE = (
     ("org.apache.datafusion", "comet-spark-spark4.1_2.13", "1.2.0"),
     ("org.apache.iceberg", "iceberg-aws-bundle", "1.12.0"),
     ("org.apache.hadoop", "hadoop-client-api", "3.4.2"),
     ("org.apache.hadoop", "hadoop-aws", "3.4.2"),  # S3A's client factory (GatewayS3ClientFactory)
+)
+COMPILE_SDK1 = (
+    ("org.apache.hadoop", "hadoop-client-api", "3.4.2"),  # Configuration: the same API in 3.3
+    ("org.apache.hadoop", "hadoop-aws", "3.3.4"),
+    ("com.amazonaws", "aws-java-sdk-core", "1.12.262"),
+    ("com.amazonaws", "aws-java-sdk-s3", "1.12.262"),
 )
 # dev.lakesession.engine compiles against Spark 4.1 (the patch release does not matter: it matches Catalyst's
 # nodes by name at run time) and the Scala library pyspark 4.1 ships. (group, artifact, version) -> Maven
@@ -51,12 +60,14 @@ STAMP = (2020, 1, 1, 0, 0, 0)
 HASH_ATTR = "Lakesession-Source-SHA256"
 
 
-def source_hash(src: Path = SRC, rulebook: Path = RULEBOOK) -> str:
-    """SHA-256 over every source file's relative path and bytes, in sorted order, then the rulebook's."""
+def source_hash(src: Path = SRC, rulebook: Path = RULEBOOK, src_sdk1: Path = SRC_SDK1) -> str:
+    """SHA-256 over every source file's relative path and bytes, in sorted order (the SDK v1 pass's after,
+    marked by its folder), then the rulebook's."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in src.rglob("*.java") if p.is_file()):
-        digest.update(path.relative_to(src).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    for root, mark in ((src, ""), (src_sdk1, "sdk1:")):
+        for path in sorted(p for p in root.rglob("*.java") if p.is_file()):
+            digest.update((mark + path.relative_to(root).as_posix()).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
     digest.update(RULEBOOK_ENTRY.encode() + b"\0" + rulebook.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -78,11 +89,12 @@ def build(out: Path = OUT) -> Path:
         comet.SHA1.setdefault(coords, sha1)  # build-time only pins: the runtime never fetches these
     class_path = ":".join(str(comet.fetch(*c)) for c in (*COMPILE, *ENGINE_COMPILE))
     sources = sorted(str(p) for p in SRC.rglob("*.java"))
+    sdk1_path = ":".join(str(comet.fetch(*c)) for c in COMPILE_SDK1)
     with tempfile.TemporaryDirectory() as classes:
-        subprocess.run(
-            ["javac", "--release", "17", "-Xlint:all", "-Werror", "-d", classes, "-cp", class_path, *sources],
-            check=True,
-        )
+        javac = ["javac", "--release", "17", "-Xlint:all", "-Werror", "-d", classes]
+        subprocess.run([*javac, "-cp", class_path, *sources], check=True)
+        sdk1 = sorted(str(p) for p in SRC_SDK1.rglob("*.java"))
+        subprocess.run([*javac, "-cp", f"{classes}:{sdk1_path}", *sdk1], check=True)
         manifest = (
             f"Manifest-Version: 1.0\r\nCreated-By: lakesession java/build.py\r\n{HASH_ATTR}: {source_hash()}\r\n\r\n"
         )

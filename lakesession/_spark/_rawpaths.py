@@ -8,10 +8,9 @@ adds to Iceberg's bundle and lakesession's S3A provider, request check and clien
 path: its ``/v1/config`` lists ``GET /v1/{prefix}/lakesession/location-credentials`` (the embedded
 catalog always does). A catalog that does not costs nothing: no probe result, no extra jar.
 
-Spark 4.1 and 4.0 (``comet.HADOOP_FOR_SPARK``). A Spark line without that wiring (3.5: Hadoop 3.3.4 takes AWS
-SDK v1, the provider is SDK v2) or a
-JVM launched without it fails a raw read with one line (``unavailable``) naming why and the fix,
-instead of Hadoop's ``ClassNotFoundException`` trace.
+Spark 4.1 and 4.0 (Hadoop 3.4, AWS SDK v2) and 3.5 (Hadoop 3.3.4, AWS SDK v1: lakesession's ``*V1`` classes;
+``comet.HADOOP_FOR_SPARK``). A JVM launched without the wiring fails a raw read with one line
+(``unavailable``) naming why and the fix, instead of Hadoop's ``ClassNotFoundException`` trace.
 """
 
 from __future__ import annotations
@@ -77,6 +76,7 @@ def launch_conf(
     """The class path and conf giving a JVM launched now S3A with lakesession's wiring, or ``{}`` (and why not)."""
     global _why_not
     from . import comet
+    from .comet import takes_sdk_v1
     from .jars import detect_spark
 
     info = detect_spark()
@@ -93,6 +93,13 @@ def launch_conf(
             f"SDK). Fix: pip install 'pyspark>=4.1,<4.2' and restart Python; or {ALTERNATIVE}"
         )
         return {}
+    if takes_sdk_v1(info.minor) and java_major() < 17:
+        _why_not = (
+            f"raw s3a:// paths on Spark {info.version} need Java 17 (lakesession's S3A classes are built for it), "
+            f"and this Spark runs on Java {java_major()}. Fix: set JAVA_HOME to a Java 17 and restart Python; "
+            f"or {ALTERNATIVE}"
+        )
+        return {}
     if getattr(jar_set, "source", None) not in ("cache", "maven"):
         _why_not = (
             f"Spark was started with jars from {getattr(jar_set, 'source', 'elsewhere')} (jars= / LAKESESSION_JARS), "
@@ -103,6 +110,14 @@ def launch_conf(
     _why_not = None
     jars = comet.resolve(info.minor, info.scala, info.version, comet=False, clouds=clouds)
     return comet.launch_conf(jars, spark_conf)
+
+
+def java_major() -> int:
+    """The major version of the Java Spark launches (``_java``: the one lakesession picks)."""
+    from ._java import major
+    from .jars import check_java
+
+    return major(check_java())
 
 
 def wired(sc: Any) -> bool:
@@ -118,11 +133,13 @@ def runtime_conf(catalog_name: str, gateway: Any, spark_conf: Mapping[str, str])
     """This session's S3A provider, request check and client factory, bound to its gateway (Comet's keys left out)."""
     from pyspark import SparkContext
 
-    from .comet import session_conf
+    from .comet import session_conf, takes_sdk_v1
+    from .jars import detect_spark
 
     if not wired(SparkContext._active_spark_context):
         return {}
-    return session_conf(catalog_name, gateway.uri, gateway.secret, spark_conf, comet=False)
+    sdk_v1 = takes_sdk_v1(detect_spark().minor)
+    return session_conf(catalog_name, gateway.uri, gateway.secret, spark_conf, comet=False, sdk_v1=sdk_v1)
 
 
 def unavailable(e: Any) -> RawPathsError | None:

@@ -32,6 +32,9 @@ COMET_PROVIDER = "dev.lakesession.jvm.CometCredentialProvider"
 S3A_PROVIDER = "dev.lakesession.jvm.S3ACredentialsProvider"
 S3A_CHECK = "dev.lakesession.jvm.GrantCheckInterceptor"
 S3A_CLIENT_FACTORY = "dev.lakesession.jvm.GatewayS3ClientFactory"
+# Hadoop 3.3's S3A (AWS SDK v1; the factory adds the request check, dev.lakesession.jvm.GrantCheckHandlerV1)
+S3A_PROVIDER_V1 = "dev.lakesession.jvm.S3ACredentialsProviderV1"
+S3A_CLIENT_FACTORY_V1 = "dev.lakesession.jvm.GatewayS3ClientFactoryV1"
 PROVIDER_JAR = "lakesession-jvm.jar"
 IO_TIMEOUT = "spark.comet.iceberg.ioTimeout"
 DEFAULT_IO_TIMEOUT = 30  # seconds: Comet's default I/O deadline for opendal requests
@@ -40,8 +43,19 @@ MARGIN = 10  # seconds a credential must outlive the deadline by
 # spark minor -> scala -> Comet release on Maven Central (the Spark 3.5/4.0 builds of 1.2.0 are not served here)
 MAVEN_COMET: dict[str, dict[str, str]] = {"4.1": {"2.13": "1.2.0"}}
 # pyspark's bundled Hadoop (hadoop-aws must match it): the Spark lines whose sessions read raw s3a:// paths
-# (``_rawpaths``; Spark 3.5's Hadoop 3.3.4 takes AWS SDK v1, lakesession's S3A classes are SDK v2)
-HADOOP_FOR_SPARK = {"4.1": "3.4.2", "4.0": "3.4.1"}
+# (``_rawpaths``). Hadoop 3.3's S3A is built on AWS SDK v1: lakesession's SDK v1 classes (``*V1``) serve it.
+HADOOP_FOR_SPARK = {"4.1": "3.4.2", "4.0": "3.4.1", "3.5": "3.3.4"}
+# hadoop-aws 3.3.4's AWS SDK v1, as the modules S3A loads (not the 280 MB aws-java-sdk-bundle its pom names):
+# S3 (and its client-side encryption's KMS, its waiters' JMESPath), DynamoDB (S3A's error translation checks
+# its exception types), the core and what the core loads that Spark 3.5 does not ship
+SDK_V1 = "1.12.262"
+SDK_V1_JARS = (
+    ("com.amazonaws", "aws-java-sdk-core", SDK_V1),
+    ("com.amazonaws", "aws-java-sdk-s3", SDK_V1),
+    ("com.amazonaws", "aws-java-sdk-kms", SDK_V1),
+    ("com.amazonaws", "aws-java-sdk-dynamodb", SDK_V1),
+    ("com.amazonaws", "jmespath-java", SDK_V1),
+)
 # AWS SDK v2 of the iceberg-aws-bundle in use: hadoop-aws takes the rest of the SDK from that bundle
 SDK_FOR_ICEBERG = {"1.12.0": "2.54.17", "1.11.0": "2.44.4"}
 SHA1: dict[tuple[str, str, str], str] = {  # (group, artifact, version) -> Maven Central's .sha1
@@ -49,6 +63,12 @@ SHA1: dict[tuple[str, str, str], str] = {  # (group, artifact, version) -> Maven
     ("org.apache.hadoop", "hadoop-aws", "3.4.2"): "16f9de6da5c7862241d55a13d34843404d0cbb88",
     ("org.apache.hadoop", "hadoop-aws", "3.4.1"): "641d8fe1d7683cdcc05cc3a794c0374553f6bd6a",
     ("org.apache.hadoop", "hadoop-client-api", "3.4.2"): "d49afafdccb52bddde866ea0f341e6b31edc97fe",
+    ("org.apache.hadoop", "hadoop-aws", "3.3.4"): "a65839fbf1869f81a1632e09f415e586922e4f80",
+    ("com.amazonaws", "aws-java-sdk-core", SDK_V1): "2734ba5566476d9154e5460dedbc83de95a9016d",
+    ("com.amazonaws", "aws-java-sdk-s3", SDK_V1): "71be2e0d2fa870424649e140c689abeda20e55ea",
+    ("com.amazonaws", "aws-java-sdk-kms", SDK_V1): "01cf105b9ea7747356a483270ba7e110fcf3324d",
+    ("com.amazonaws", "aws-java-sdk-dynamodb", SDK_V1): "215de3e7087ad7880eed1215c16734cca21662a7",
+    ("com.amazonaws", "jmespath-java", SDK_V1): "866bcdec4e926fa17a231df6dd76eecdcfa26292",
     ("software.amazon.awssdk", "apache-client", "2.44.4"): "c9f8ce37b3a9bdaf6ad60c5348b2df2e38804358",
     ("software.amazon.awssdk", "s3-transfer-manager", "2.44.4"): "3ee1934ac45ab9642d12a4ca6b68f687fc40c6a6",
     ("software.amazon.awssdk", "apache-client", "2.54.17"): "382ee44d0e6f806cf895942098e513c31fbd01cd",
@@ -129,19 +149,29 @@ def resolve(minor: str, scala: str, version: str = "", *, comet: bool = True, cl
     """
     release = comet_for(minor, scala, version) if comet else ""
     hadoop = HADOOP_FOR_SPARK[minor]  # raw paths without Comet: ``_rawpaths`` checks the line first
-    sdk = SDK_FOR_ICEBERG[MAVEN_ICEBERG[minor][scala]]
     # on the same (system) class path as Comet and S3A: SDK classes loaded by Spark's child loader
     # (spark.jars) are invisible to hadoop-aws there (NoClassDefFoundError: ExecutionInterceptor)
     coords = [
         *((GROUP, a, v) for a, v in maven_artifacts(minor, scala, version, clouds)),
         ("org.apache.hadoop", "hadoop-aws", hadoop),
-        ("software.amazon.awssdk", "apache-client", sdk),
-        ("software.amazon.awssdk", "s3-transfer-manager", sdk),
     ]
+    if takes_sdk_v1(minor):
+        coords += SDK_V1_JARS
+    else:
+        sdk = SDK_FOR_ICEBERG[MAVEN_ICEBERG[minor][scala]]
+        coords += [
+            ("software.amazon.awssdk", "apache-client", sdk),
+            ("software.amazon.awssdk", "s3-transfer-manager", sdk),
+        ]
     if comet:
         coords.append(("org.apache.datafusion", f"comet-spark-spark{minor}_{scala}", release))
     paths = fetch_all(coords)
     return CometJars(paths[-1] if comet else None, tuple(paths[: len(paths) - comet]), provider_jar())
+
+
+def takes_sdk_v1(minor: str) -> bool:
+    """Whether this Spark line's Hadoop builds S3A on AWS SDK v1 (3.3: Spark 3.5)."""
+    return HADOOP_FOR_SPARK.get(minor, "").startswith("3.3.")
 
 
 def one_class_path(conf: Mapping[str, str]) -> dict[str, str]:
@@ -242,13 +272,20 @@ def store_conf(gateway_uri: str, secret: str, spark_conf: Mapping[str, str]) -> 
 
 
 def session_conf(
-    catalog_name: str, gateway_uri: str, secret: str, user: Mapping[str, str], *, comet: bool = True
+    catalog_name: str,
+    gateway_uri: str,
+    secret: str,
+    user: Mapping[str, str],
+    *,
+    comet: bool = True,
+    sdk_v1: bool = False,
 ) -> dict[str, str]:
     """Runtime conf of one SparkSession: its catalog's (``comet``) and its raw paths' providers, bound to its gateway.
 
     Hadoop keys set as SQL conf reach only this session's Hadoop conf (``newHadoopConf``), and S3A's
     filesystem cache is off for it: a cached S3AFileSystem (per bucket and OS user) would carry
-    another session's provider.
+    another session's provider. ``sdk_v1``: Hadoop 3.3's S3A (Spark 3.5), whose client factory adds the
+    request check itself (S3A 3.3 builds its own request handlers without a Configuration).
     """
     min_valid = str(min_valid_seconds(user))
     p = f"spark.sql.catalog.{catalog_name}"
@@ -259,11 +296,11 @@ def session_conf(
     }
     return {
         **(native if comet else {}),
-        "fs.s3a.aws.credentials.provider": S3A_PROVIDER,
+        "fs.s3a.aws.credentials.provider": S3A_PROVIDER_V1 if sdk_v1 else S3A_PROVIDER,
         # every S3A request checked against the session's grants before the store sees it (issue #33)
-        "fs.s3a.audit.execution.interceptors": S3A_CHECK,
+        **({} if sdk_v1 else {"fs.s3a.audit.execution.interceptors": S3A_CHECK}),
         # the store's endpoint, path style and region as the catalog vends them (unless fs.s3a.endpoint is set)
-        "fs.s3a.s3.client.factory.impl": S3A_CLIENT_FACTORY,
+        "fs.s3a.s3.client.factory.impl": S3A_CLIENT_FACTORY_V1 if sdk_v1 else S3A_CLIENT_FACTORY,
         "fs.s3a.lakesession.gateway.uri": gateway_uri,
         "fs.s3a.lakesession.gateway.token": secret,
         "fs.s3a.lakesession.min-valid-seconds": min_valid,

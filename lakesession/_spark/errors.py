@@ -200,8 +200,11 @@ _GATEWAY_REFUSAL = re.compile(
     r"lakesession: access to (\S+) refused by the session's gateway \(HTTP (\d{3})\): ([^\n]*)"
 )
 GATEWAY_EXCEPTION = "dev.lakesession.jvm.GatewayClient$GatewayException"
-# what the AWS SDK appends when S3A's request check (GrantCheckInterceptor) fails a request as an S3 403
-_SDK_SUFFIX = re.compile(r"\s*\(Service: S3, Status Code: \d+, Request ID: [^)]*\)(:\S+)?\s*$")
+# what the AWS SDK appends when S3A's request check fails a request as an S3 403: v2 (GrantCheckInterceptor),
+# v1 (GrantCheckHandlerV1, Spark 3.5: "(Service: Amazon S3; Status Code: 403; Error Code: AccessDenied; …)")
+_SDK_SUFFIX = re.compile(
+    r"\s*\(Service: (?:S3, Status Code: \d+, Request ID: |Amazon S3; Status Code: \d+;)[^)]*\)(:\S+)?\s*$"
+)
 
 
 def _gateway_refusal(e: Any) -> CatalogAccessError | None:

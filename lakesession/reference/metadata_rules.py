@@ -287,6 +287,7 @@ def _defaults(node: Any, where: str) -> None:
     for field in node.get("fields") or []:
         if not isinstance(field, dict):
             continue
+        _optional_if_unknown(field.get("type"), field.get("required") is True, f"field {field.get('name')!r}", where)
         for key in _DEFAULTS:
             value = field.get(key)
             if key in field and value is None:  # SchemaParser: Expressions.lit(null) is a NullPointerException
@@ -307,10 +308,19 @@ def _nested(t: Any, where: str) -> None:
     if t.get("type") == "struct":
         _defaults(t, where)
     elif t.get("type") == "list":
+        _optional_if_unknown(t.get("element"), t.get("element-required") is True, "list element", where)
         _nested(t.get("element"), where)
     elif t.get("type") == "map":
+        _optional_if_unknown(t.get("key"), True, "map key", where)  # a map's keys are always required
+        _optional_if_unknown(t.get("value"), t.get("value-required") is True, "map value", where)
         _nested(t.get("key"), where)
         _nested(t.get("value"), where)
+
+
+def _optional_if_unknown(t: Any, required: bool, what: str, where: str) -> None:
+    """Java's ``NestedField``: "Cannot create required field with unknown type" (any format version)."""
+    if required and t == "unknown":
+        raise _fail(f"{what} ({where}) is required but of type unknown: a field of type unknown must be optional")
 
 
 def _type_name(t: Any) -> str:

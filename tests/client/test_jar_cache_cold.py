@@ -32,15 +32,18 @@ RAW = SPARK.minor in comet.HADOOP_FOR_SPARK  # S3A for raw paths: the embedded d
 
 
 def _beyond_iceberg() -> set[str]:
-    """The jars this line's start adds to Iceberg's: S3A's (hadoop-aws, two AWS SDK modules) and Comet's."""
+    """The jars this line's start adds to Iceberg's: S3A's (hadoop-aws, the AWS SDK modules it needs) and Comet's."""
     if not RAW:
         return set()
-    sdk = comet.SDK_FOR_ICEBERG[versions.MAVEN_ICEBERG[SPARK.minor][SPARK.scala]]
-    coords = [
-        ("org.apache.hadoop", "hadoop-aws", comet.HADOOP_FOR_SPARK[SPARK.minor]),
-        ("software.amazon.awssdk", "apache-client", sdk),
-        ("software.amazon.awssdk", "s3-transfer-manager", sdk),
-    ]
+    coords = [("org.apache.hadoop", "hadoop-aws", comet.HADOOP_FOR_SPARK[SPARK.minor])]
+    if comet.takes_sdk_v1(SPARK.minor):  # Hadoop 3.3 (Spark 3.5): the AWS SDK v1 modules S3A loads
+        coords += comet.SDK_V1_JARS
+    else:
+        sdk = comet.SDK_FOR_ICEBERG[versions.MAVEN_ICEBERG[SPARK.minor][SPARK.scala]]
+        coords += [
+            ("software.amazon.awssdk", "apache-client", sdk),
+            ("software.amazon.awssdk", "s3-transfer-manager", sdk),
+        ]
     if COMET:
         coords.append(("org.apache.datafusion", f"comet-spark-spark{SPARK.minor}_{SPARK.scala}", "1.2.0"))
     return {versions.jar_name(*c) for c in coords}

@@ -38,7 +38,7 @@ def test_no_location_credentials_no_jars_and_the_reason_names_the_route(monkeypa
     assert _rawpaths.LOCATION_ROUTE in reason and "Fix:" in reason and "\n" not in reason
 
 
-@pytest.mark.parametrize(("version", "scala"), [("3.5.8", "2.12"), ("3.5.8", "2.13")])
+@pytest.mark.parametrize(("version", "scala"), [("3.4.4", "2.12"), ("3.4.4", "2.13")])
 def test_a_line_without_s3a_wiring_gets_no_jars_and_says_which_lines_have_it(
     monkeypatch: pytest.MonkeyPatch, version: str, scala: str
 ) -> None:
@@ -46,7 +46,36 @@ def test_a_line_without_s3a_wiring_gets_no_jars_and_says_which_lines_have_it(
     assert _rawpaths.launch_conf(JarSet((), (), "cache"), {}, frozenset(), lambda: True) == {}
     reason = _rawpaths.reason()
     assert f"not Spark {version}" in reason and "Spark 4.1.x (Hadoop 3.4.2)" in reason
+    assert "Spark 3.5.x (Hadoop 3.3.4)" in reason
     assert "pip install 'pyspark>=4.1,<4.2'" in reason and "session.filesystem(" in reason
+
+
+def test_spark_35_on_java_11_gets_no_jars_and_says_java_17(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lakesession's S3A classes are built for Java 17; Spark 3.5 also runs on 8 and 11."""
+    _spark(monkeypatch, "3.5.1", "2.12")
+    monkeypatch.setattr(_rawpaths, "java_major", lambda: 11)
+    assert _rawpaths.launch_conf(JarSet((), (), "cache"), {}, frozenset(), lambda: True) == {}
+    reason = _rawpaths.reason()
+    assert "Java 17" in reason and "Java 11" in reason and "Fix:" in reason and "\n" not in reason
+
+
+def test_spark_35_takes_the_sdk_v1_jars_and_classes() -> None:
+    """Hadoop 3.3's S3A is built on AWS SDK v1: its modules (not the 280 MB bundle) and the *V1 classes."""
+    assert comet.takes_sdk_v1("3.5") and not comet.takes_sdk_v1("4.1") and not comet.takes_sdk_v1("4.0")
+    assert {a for _, a, _ in comet.SDK_V1_JARS} >= {"aws-java-sdk-core", "aws-java-sdk-s3", "aws-java-sdk-dynamodb"}
+    assert (
+        all(c in comet.SHA1 for c in comet.SDK_V1_JARS) and ("org.apache.hadoop", "hadoop-aws", "3.3.4") in comet.SHA1
+    )
+    conf = comet.session_conf("lake", "http://127.0.0.1:5000", "s3cret", {}, comet=False, sdk_v1=True)
+    assert conf["fs.s3a.aws.credentials.provider"] == comet.S3A_PROVIDER_V1
+    assert conf["fs.s3a.s3.client.factory.impl"] == comet.S3A_CLIENT_FACTORY_V1  # it adds the request check
+    assert "fs.s3a.audit.execution.interceptors" not in conf  # an SDK v2 key Hadoop 3.3 does not read
+    import zipfile
+
+    with zipfile.ZipFile(comet.provider_jar()) as z:
+        names = set(z.namelist())
+    for cls in (comet.S3A_PROVIDER_V1, comet.S3A_CLIENT_FACTORY_V1, "dev.lakesession.jvm.GrantCheckHandlerV1"):
+        assert cls.replace(".", "/") + ".class" in names
 
 
 def test_own_jars_get_no_hadoop_aws_added(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -308,7 +308,21 @@ def _unknown_spec(doc: dict[str, Any]) -> None:
     doc["default-spec-id"] = 9
 
 
+def _required_unknown(doc: dict[str, Any]) -> None:
+    """Found by the 5,000-example differential run: Java's NestedField refuses a required field of type unknown."""
+    doc["schemas"][0]["fields"].append({"id": 11, "name": "x", "type": "unknown", "required": True})
+    doc["last-column-id"] = max(doc["last-column-id"], 11)
+
+
+def _required_unknown_element(doc: dict[str, Any]) -> None:
+    element = {"type": "list", "element-id": 13, "element": "unknown", "element-required": True}
+    doc["schemas"][0]["fields"].append({"id": 12, "name": "xs", "type": element, "required": False})
+    doc["last-column-id"] = max(doc["last-column-id"], 13)
+
+
 V14: dict[str, Callable[[dict[str, Any]], None]] = {
+    "required-unknown-field": _required_unknown,
+    "required-unknown-list-element": _required_unknown_element,
     "bucket-0": _bucket0,
     "duplicate-partition-names": _dup_names,
     "duplicate-field-ids": _dup_field_ids,

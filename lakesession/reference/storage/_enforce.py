@@ -9,7 +9,7 @@ element names (:data:`_S3_RESULT_ROOTS`) that break pyarrow's multipart writes.
 
 * ``moto.core.authorization.ActionAuthenticatorMixin._authenticate_and_authorize_action``
   -> :func:`_authorize`: always authenticates (SigV4 via moto's
-  ``IAMRequest``/``S3IAMRequest``; moto's global knob
+  ``IAMRequest``/``S3IAMRequest``, over exactly the signed headers: ``_sigv4``; moto's global knob
   ``settings.INITIAL_NO_AUTH_ACTION_COUNT`` is left alone), rejects expired
   STS credentials, and evaluates identity policies AND the AssumeRole session
   policy with :mod:`.policy` (conditions, wildcards, explicit Deny).
@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import moto
 
+from ._sigv4 import signature_matches
 from ._version import SUPPORTED_MOTO_VERSION, check_moto_version  # noqa: F401  (re-exported)
 
 check_moto_version(moto.__version__)
@@ -226,7 +227,8 @@ def _enforce(self: Any, realm: Realm, iam_request_cls: type, resource: str) -> N
         headers=self.headers,
         action=self._get_action(),
     )  # raises InvalidAccessKeyId / InvalidToken like moto does
-    iam_request.check_signature()
+    if not signature_matches(iam_request, s3=is_s3):  # over exactly what the client signed (``_sigv4``)
+        iam_request._raise_signature_does_not_match()
     principal = iam_request._access_key
     assumed = isinstance(principal, AssumedRoleAccessKey)
     if not assumed:

@@ -68,7 +68,7 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
   @Override
   public SdkRequest modifyRequest(Context.ModifyRequest context, ExecutionAttributes attributes) {
     SdkRequest request = context.request();
-    if (conf == null || conf.getTrimmed("fs.s3a.lakesession.gateway.uri") == null) {
+    if (!GrantCheck.wired(conf)) {
       return request; // not a lakesession-wired filesystem
     }
     boolean write = isWrite(request);
@@ -113,14 +113,9 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
    * modifyRequest} is honoured by S3A's client (AWS SDK 2.54, hadoop-aws 3.4.2): tests/client/test_s3a_union_jvm.py
    * reads and writes prefixes of a union's first and last keys through it.
    */
-  static software.amazon.awssdk.auth.credentials.AwsSessionCredentials sdkCreds(BucketCredentials union, String path) {
+  static software.amazon.awssdk.auth.credentials.AwsCredentials sdkCreds(BucketCredentials union, String path) {
     try {
-      GatewayClient.BucketAnswer a = union.answer();
-      Creds c = path == null ? a.creds : a.credsFor(path);
-      if (c == null) {
-        throw new IllegalStateException("lakesession: no " + union.mode + " credential for bucket " + union.bucket);
-      }
-      return S3ACredentialsProvider.toSdk(c);
+      return S3ACredentialsProvider.toSdk(GrantCheck.keyFor(union, path));
     } catch (IOException e) {
       throw new java.io.UncheckedIOException(e);
     }
@@ -156,47 +151,30 @@ public final class GrantCheckInterceptor implements ExecutionInterceptor, Config
     }
   }
 
-  /** The bucket's union for {@code mode}, once every key is inside it (the catalog asked for those outside). */
+  /** The bucket's union for {@code mode}, once every key is inside it ({@link GrantCheck#union}). */
   private BucketCredentials check(String bucket, List<String> keys, String mode) {
-    BucketCredentials union = BucketCredentials.of(conf, bucket, mode);
     try {
-      for (String key : keys) {
-        if (key == null || key.isEmpty()) {
-          continue; // the bucket itself (a root listing): the store's policy decides
-        }
-        String path = "s3://" + bucket + "/" + key;
-        if (union.held().covers(path)) {
-          continue;
-        }
-        // outside the union: the catalog decides (403 -> refuse here; 200 -> the union grew)
-        union.gateway().pathCredentials("s3a://" + bucket + "/" + key, mode, 0); // S3A's spelling in messages
-        union.invalidate();
-        if (!"read".equals(mode)) {
-          BucketCredentials.of(conf, bucket, "read").invalidate();
-        }
-      }
+      return GrantCheck.union(conf, bucket, keys, mode);
     } catch (GatewayClient.GatewayException e) {
       throw refusal(e);
-    } catch (IllegalStateException e) {
-      throw refusal(new GatewayClient.GatewayException(403, "s3a://" + bucket + "/", e.getMessage()));
     } catch (IOException e) {
       throw S3Exception.builder().message("lakesession: " + e.getMessage()).statusCode(503).cause(e).build();
     }
-    return union;
   }
 
   private static S3Exception refusal(GatewayClient.GatewayException e) {
     String message = e.getMessage();
+    int status = GrantCheck.status(e);
     return (S3Exception)
         S3Exception.builder()
-            .statusCode(e.status == 401 ? 401 : 403)
+            .statusCode(status)
             .message(message)
             .awsErrorDetails(
                 AwsErrorDetails.builder()
                     .errorCode("AccessDenied")
                     .errorMessage(message)
                     .serviceName("S3")
-                    .sdkHttpResponse(SdkHttpResponse.builder().statusCode(e.status == 401 ? 401 : 403).build())
+                    .sdkHttpResponse(SdkHttpResponse.builder().statusCode(status).build())
                     .build())
             .build();
   }

@@ -4,8 +4,6 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.net.URI;
 import java.time.Instant;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
 import software.amazon.awssdk.auth.credentials.AwsBasicCredentials;
 import software.amazon.awssdk.auth.credentials.AwsCredentials;
@@ -13,50 +11,25 @@ import software.amazon.awssdk.auth.credentials.AwsCredentialsProvider;
 import software.amazon.awssdk.auth.credentials.AwsSessionCredentials;
 
 /**
- * AWS SDK v2 provider for Hadoop S3A ({@code fs.s3a.aws.credentials.provider}). S3A asks a provider
- * without a path, one per bucket: this one hands out the bucket's union credential from the
- * session's gateway ({@code /lakesession/bucket-credentials}: keys scoped to every prefix of the
- * session in the bucket: the tables it loaded, the locations granted to the user; several keys when
- * one session policy cannot hold them all). This provider hands out the first key (requests naming
- * no object); every request naming one gets the key of its prefix, and writes the write union's,
- * per request ({@link GrantCheckInterceptor}). {@code
- * fs.s3a.bucket.<b>.lakesession.location} (or {@code fs.s3a.lakesession.location}) narrows the
- * bucket to one location's credential instead (optional).
+ * AWS SDK v2 provider for Hadoop S3A ({@code fs.s3a.aws.credentials.provider}, Hadoop 3.4): the bucket's
+ * key as {@link S3AKeys} picks it; every request naming an object gets the key of its prefix, and writes
+ * the write union's, per request ({@link GrantCheckInterceptor}).
  */
 public final class S3ACredentialsProvider implements AwsCredentialsProvider, AutoCloseable {
-  private static final Map<String, CredentialCache> CACHES = new ConcurrentHashMap<>();
-  static final AwsCredentials NO_GRANT = AwsBasicCredentials.create("lakesession-no-grant", "lakesession-no-grant");
-
-  private final String bucket;
-  private final String mode;
-  private final String location; // the optional narrowing override, else null
-  private final BucketCredentials union;
-  private final CredentialCache cache; // only with the override
+  private final S3AKeys keys;
 
   public S3ACredentialsProvider(URI uri, Configuration conf) {
-    this(uri.getHost(), conf, conf.getTrimmed("fs.s3a.lakesession.mode", "read"));
+    this(uri.getHost(), conf, S3AKeys.mode(conf));
   }
 
   S3ACredentialsProvider(String bucket, Configuration conf, String mode) {
-    this.bucket = bucket;
-    this.mode = mode;
-    this.location =
-        conf.getTrimmed(
-            "fs.s3a.bucket." + bucket + ".lakesession.location", conf.getTrimmed("fs.s3a.lakesession.location"));
-    this.union = BucketCredentials.of(conf, bucket, mode);
-    if (location != null) {
-      Map<String, String> props = BucketCredentials.gatewayProps(conf, bucket);
-      GatewayClient gw = union.gateway();
-      String min = props.get(CometCredentialProvider.MIN_VALID);
-      int minValid = min == null ? CometCredentialProvider.DEFAULT_MIN_VALID : Integer.parseInt(min);
-      String key = gw.base() + "|" + BucketCredentials.sha256(props.get(GatewayClient.GATEWAY_TOKEN)) + "|" + bucket + "|" + location + "|" + minValid;
-      this.cache = CACHES.computeIfAbsent(key, k -> new CredentialCache(gw, minValid));
-    } else {
-      this.cache = null;
-    }
+    this.keys = new S3AKeys(bucket, conf, mode);
   }
 
-  static AwsSessionCredentials toSdk(Creds c) {
+  static AwsCredentials toSdk(Creds c) {
+    if (c.sessionToken == null) {
+      return AwsBasicCredentials.create(c.accessKeyId, c.secretAccessKey);
+    }
     return AwsSessionCredentials.builder()
         .accessKeyId(c.accessKeyId)
         .secretAccessKey(c.secretAccessKey)
@@ -68,18 +41,7 @@ public final class S3ACredentialsProvider implements AwsCredentialsProvider, Aut
   @Override
   public AwsCredentials resolveCredentials() {
     try {
-      if (cache != null) {
-        return toSdk(cache.get(GatewayClient.normalize(location), mode));
-      }
-      Creds c = union.answer().creds;
-      if (c == null) {
-        // No prefix of this session in the bucket. AWS SDKs before ~2.50 (Spark 4.0's, in iceberg-aws-bundle
-        // 1.11.0) resolve credentials before GrantCheckInterceptor runs: a placeholder no store accepts lets
-        // the check ask the catalog for the request's own path, so a refusal names the path, the principal and
-        // the grant; a request the check lets through is signed with the key of its prefix instead.
-        return NO_GRANT;
-      }
-      return toSdk(c);
+      return toSdk(keys.current());
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -92,7 +54,6 @@ public final class S3ACredentialsProvider implements AwsCredentialsProvider, Aut
 
   @Override
   public String toString() {
-    return "lakesession S3ACredentialsProvider{bucket=" + bucket + ", mode=" + mode
-        + (location != null ? ", location=" + location : "") + "}";
+    return "lakesession S3ACredentialsProvider{" + keys + "}";
   }
 }
