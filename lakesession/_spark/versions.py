@@ -70,6 +70,13 @@ JAR_BYTES: dict[tuple[str, str, str], int] = {
     ("org.apache.hadoop", "hadoop-client-api", "3.4.2"): 19665963,
     ("software.amazon.awssdk", "apache-client", "2.54.17"): 77826,
     ("software.amazon.awssdk", "s3-transfer-manager", "2.54.17"): 282942,
+    # Spark 3.5's raw paths: hadoop-aws 3.3.4 and the AWS SDK v1 modules its S3A loads (comet.SDK_V1_JARS)
+    ("org.apache.hadoop", "hadoop-aws", "3.3.4"): 962685,
+    ("com.amazonaws", "aws-java-sdk-core", "1.12.262"): 1045128,
+    ("com.amazonaws", "aws-java-sdk-s3", "1.12.262"): 1256738,
+    ("com.amazonaws", "aws-java-sdk-kms", "1.12.262"): 656123,
+    ("com.amazonaws", "aws-java-sdk-dynamodb", "1.12.262"): 1997350,
+    ("com.amazonaws", "jmespath-java", "1.12.262"): 27590,
 }
 SUPPORTED_SPARK = tuple(MAVEN_ICEBERG)
 DEFAULT_SPARK = "4.1"  # the install default (pyproject's pyspark range resolves to it)
