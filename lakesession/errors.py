@@ -13,7 +13,7 @@ LakesessionError
 │   ├── CatalogServerMissingError         the embedded catalog or `serve` in the slim lakesession-client install
 │   ├── SparkMissingError                 Spark (`spark()`, `sql()`) in an install without pyspark
 │   ├── ClientMissingError                the client (`connect()`, `spark()`) in the lakesession-catalog install
-│   └── RawPathsUnavailableError          a raw s3a:// read in a Spark session without S3A (Spark 3.5, no location credentials)
+│   └── RawPathsUnavailableError          a raw s3a:// read in a Spark session without S3A (no location credentials, own jars)
 ├── SessionError                          the Session itself
 │   ├── SessionClosedError                the Session was closed (or replaced): use the new one
 │   └── NoSessionError                    the notebook has no session yet: log in first
@@ -131,8 +131,9 @@ FULL_INSTALL = (
 
 
 class RawPathsUnavailableError(_OneLine, ConfigError):
-    """A raw ``s3a://`` read in a Spark session that has no S3A (``lakesession._spark._rawpaths``): the Spark line
-    has no wiring (3.5), or the catalog offers no credentials by path; one line naming which and the fix."""
+    """A raw ``s3a://`` read in a Spark session that has no S3A (``lakesession._spark._rawpaths``): the catalog
+    offers no credentials by path, Spark was started with the user's own jars, the line has no wiring (Spark 3.5
+    on Java 8/11); one line naming which and the fix."""
 
 
 # -- the session ----------------------------------------------------------------------------------------------

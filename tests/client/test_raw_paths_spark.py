@@ -4,8 +4,9 @@ matrix (``.ci/spark-matrix``), 4.0 by hand (``PYTHONPATH=<pyspark 4.0>:.``).
 
 One JVM for the module, in a process of its own: ``lakesession.spark()`` on ``serve`` launches it (the catalog's
 ``/v1/config`` offers location credentials, so the JVM gets S3A), then bob (another user of ``serve``) and the
-embedded default's demo user get sessions of their own on it. On a Spark line without the S3A wiring (3.5)
-every raw read is one ``RawPathsUnavailableError`` line naming the supported lines and the fix instead.
+embedded default's demo user get sessions of their own on it. Spark 3.5 (Hadoop 3.3.4) runs the same tests
+through lakesession's AWS SDK v1 classes (``*V1``); a line without S3A wiring would get one
+``RawPathsUnavailableError`` line naming the supported lines and the fix instead.
 
 Attack-minded: a user without LOCATION_READ gets no byte of a granted prefix through ``spark.read.parquet``,
 ``spark.read.text`` or ``binaryFile`` of one file, Hadoop's FileSystem API in the JVM, nor a table's data
@@ -34,7 +35,7 @@ from tests.conftest import SPARK_TEST_CONF
 # own_jvm: the module's first session must launch Spark (no suite JVM running: the catalog probe, S3A on the class path)
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.own_jvm]
 LINE = ".".join(__import__("pyspark").__version__.split(".")[:2])
-WIRED = LINE in HADOOP_FOR_SPARK  # Spark lines whose sessions get S3A (3.5's Hadoop takes AWS SDK v1)
+WIRED = LINE in HADOOP_FOR_SPARK  # Spark lines whose sessions get S3A (4.1, 4.0: SDK v2; 3.5: SDK v1)
 
 B = "lake"  # serve's bucket: the warehouse and both locations
 E = f"rawemb-{secrets.token_hex(4)}"  # the embedded catalog's bucket (moto's names are global in a process)
