@@ -21,7 +21,7 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,11 +115,25 @@ class Session:
         return value
 
 
+class _FreshToken(httpx.Auth):
+    """The writer's token, minted again every half hour: a 5,000-example run outlives one token's hour (it took
+    61 minutes on a busy machine, and every request after the hour was a 401)."""
+
+    def __init__(self, mint: Callable[[], str]) -> None:
+        self.mint, self.token, self.minted = mint, "", -1e9
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if time.monotonic() - self.minted > 1800:
+            self.token, self.minted = self.mint(), time.monotonic()
+        request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
+
+
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     with make_catalog(POLICY, data_dir=tmp_path_factory.mktemp("differential")) as handle, java_parser() as java:
-        headers = {"Authorization": f"Bearer {handle.admin.token_for('writer')}"}
-        with httpx.Client(base_url=handle.uri + P, headers=headers, timeout=60) as client:
+        auth = _FreshToken(lambda: handle.admin.token_for("writer"))
+        with httpx.Client(base_url=handle.uri + P, auth=auth, timeout=60) as client:
             assert client.post("/namespaces", json={"namespace": [NS]}).status_code == 200
             body = {"name": "probe", "schema": gen.SCHEMA}
             location = client.post(f"/namespaces/{NS}/tables", json=body).json()["metadata"]["location"]
