@@ -93,10 +93,11 @@ def launch_conf(
             f"SDK). Fix: pip install 'pyspark>=4.1,<4.2' and restart Python; or {ALTERNATIVE}"
         )
         return {}
-    if takes_sdk_v1(info.minor) and java_major() < 17:
+    java = java_major() if takes_sdk_v1(info.minor) else 17  # probed once, and only where it matters
+    if java < 17:
         _why_not = (
             f"raw s3a:// paths on Spark {info.version} need Java 17 (lakesession's S3A classes are built for it), "
-            f"and this Spark runs on Java {java_major()}. Fix: set JAVA_HOME to a Java 17 and restart Python; "
+            f"and this Spark runs on Java {java}. Fix: set JAVA_HOME to a Java 17 and restart Python; "
             f"or {ALTERNATIVE}"
         )
         return {}
