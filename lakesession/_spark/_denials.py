@@ -7,8 +7,8 @@ SDK, even the object), so the table comes from what this process's gateways know
 Session loaded (and had credentials vended for) last before the failure, and whether the catalog has
 since refused it (a revoked grant). The principal is that Session's identity.
 
-``spark_denial`` is called from ``lakesession._spark.errors.convert_exception`` for every JVM error
-that is no Iceberg REST error; it returns None for anything that is no store refusal.
+``spark_denial`` is called from ``lakesession._spark.errors.explain`` for every Spark failure (classic or
+Connect) that is no Iceberg REST error; it returns None for anything that is no store refusal.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from pyspark.errors.exceptions import captured
-from pyspark.errors.exceptions.base import PySparkException
-
 from ..credentials._denials import DELETE, READ, WRITE, Denial, likely_cause, parse_denial, storage_error
 from ..errors import StorageAccessError as _StorageAccessError
+from ._chain import Chain, SparkSideError
 from ._sparklog import written_log
 
 if TYPE_CHECKING:
@@ -35,7 +33,7 @@ LOOKBACK_SECONDS = 900.0  # loads older than this are no suspects (a job longer 
 _LOADS = ("load_table", "create_table")
 
 
-class StorageAccessError(_StorageAccessError, captured.CapturedException):
+class StorageAccessError(_StorageAccessError, SparkSideError):
     """The object store refused a Spark job's read or write; ``str()`` is one line naming the table.
 
     Both a ``lakesession.errors.StorageAccessError`` (``except LakesessionError`` catches it) and pyspark's
@@ -45,17 +43,11 @@ class StorageAccessError(_StorageAccessError, captured.CapturedException):
     """
 
     def __init__(self, message: str, **fields: Any):
-        # not CapturedException.__init__: it wants a live JVM reference we do not keep
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
+        SparkSideError.__init__(self, message)
         self.java_error: BaseException | None = None
         self.log: str | None = None
         for key in ("table", "operation", "principal", "reason", "code", "path"):
             setattr(self, key, fields.get(key))
-
-    def __str__(self) -> str:
-        return self.desc
 
 
 def sessions() -> list[Session]:
@@ -66,25 +58,6 @@ def sessions() -> list[Session]:
 def register(session: Session) -> None:
     """Let failures of Spark jobs be attributed to ``session``'s tables (called once its SparkSession is bound)."""
     _sessions.add(session)
-
-
-def _java_text(e: Any) -> tuple[str, str | None]:
-    """(the exception's full text with causes and frames, the first S3 error code found on its cause chain)."""
-    from pyspark import SparkContext
-
-    jvm = SparkContext._jvm
-    text = str(jvm.org.apache.spark.util.Utils.exceptionString(e)) if jvm is not None else str(e.toString())
-    code, seen = None, 0
-    while e is not None and seen < 20 and code is None:
-        name = str(e.getClass().getName())
-        if name.endswith("S3Exception") or name.endswith("AwsServiceException"):
-            try:
-                code = str(e.awsErrorDetails().errorCode() or "") or None
-            except Exception:  # an SDK without awsErrorDetails, or no details
-                code = None
-        e = e.getCause()
-        seen += 1
-    return text, code
 
 
 def _operation(text: str) -> str:
@@ -119,9 +92,10 @@ def _suspect(now: float) -> tuple[Session, str, bool, list[str]] | None:
     return session, obj[len("table ") :], revoked, [o for o in others if o]
 
 
-def spark_denial(e: Any) -> StorageAccessError | None:
-    """``e`` (a JVM Throwable) as a ``StorageAccessError`` when it is the object store's refusal, else None."""
-    text, code = _java_text(e)
+def spark_denial(chain: Chain) -> StorageAccessError | None:
+    """A Spark failure as a ``StorageAccessError`` when it is the object store's refusal, else None."""
+    text = chain.text
+    code = next((link.code for link in chain.links if link.code), None)
     if not any(marker in text for marker in S3_MARKERS):
         return None
     operation = _operation(text)
@@ -140,7 +114,7 @@ def spark_denial(e: Any) -> StorageAccessError | None:
     message = str(err)
     if also:
         message = message.replace(f"table {table}", f"table {table} (also loaded: {', '.join(also)})", 1)
-    log = written_log()
+    log = written_log() if chain.origin is not None else None  # a Connect server's log is not this process's
     if log is not None:
         message = f"{message} (Spark's log of it: {log})"
     spark_err = StorageAccessError(
@@ -154,7 +128,7 @@ def spark_denial(e: Any) -> StorageAccessError | None:
     )
     handled = sys.exc_info()[1]  # pyspark converts inside ``except Py4JJavaError``: that is the original
     java = getattr(handled, "java_exception", None)
-    if java is not None and getattr(java, "_target_id", None) == getattr(e, "_target_id", object()):
+    if java is not None and getattr(java, "_target_id", None) == getattr(chain.origin, "_target_id", object()):
         spark_err.java_error = handled
     spark_err.log = str(log) if log is not None else None
     return spark_err

@@ -11,46 +11,35 @@ Called from ``lakesession._spark.errors`` (lazily: only a failure needs it); imp
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from pyspark.errors.exceptions import captured
-from pyspark.errors.exceptions.base import PySparkException
 
 from ..catalog._refusals import refused_object, unlisted_table
 from ..errors import ADDRESS_SETTING, TableNotFoundError, did_you_mean
 from ..errors import CatalogUnreachableError as _CatalogUnreachableError
 from ..errors import IssuerUnreachableError as _IssuerUnreachableError
 from ..gateway._nologin import found_unreached
+from ._chain import Chain, SparkSideError
 
 BAD_REQUEST = "org.apache.iceberg.exceptions.BadRequestException"  # as in .errors (which imports this module)
 
 
-class CatalogUnreachableError(_CatalogUnreachableError, captured.CapturedException):
+class CatalogUnreachableError(_CatalogUnreachableError, SparkSideError):
     """The catalog this session never reached, from a Spark query (the gateway's 400): the class Python raises."""
 
     def __init__(self, message: str):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
+        SparkSideError.__init__(self, message)
         self.kind, self.java_class, self.status = "catalog unreachable", BAD_REQUEST, None
         self.url, self.setting = _address(message)
 
-    def __str__(self) -> str:
-        return self.desc
 
-
-class IssuerUnreachableError(_IssuerUnreachableError, captured.CapturedException):
+class IssuerUnreachableError(_IssuerUnreachableError, SparkSideError):
     """Where tokens come from, never reached, from a Spark query: the class Python raises."""
 
     def __init__(self, message: str):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
+        SparkSideError.__init__(self, message)
         self.cause = "IssuerUnreachableError"
         self.url, self.setting = _address(message)
-
-    def __str__(self) -> str:
-        return self.desc
 
 
 def _address(message: str) -> tuple[str, str]:
@@ -69,40 +58,33 @@ def unreached_from(text: str) -> captured.CapturedException | None:
     return IssuerUnreachableError(message) if name == "IssuerUnreachableError" else CatalogUnreachableError(message)
 
 
-def unreached_error(e: Any) -> captured.CapturedException | None:
-    """The gateway's "never reached" 400 anywhere on ``e``'s (a JVM Throwable's) cause chain."""
-    seen = 0
-    while e is not None and seen < 20:
-        found = unreached_from(str(e.getMessage() or ""))
+def unreached_error(chain: Chain) -> captured.CapturedException | None:
+    """The gateway's "never reached" 400 anywhere on a Spark failure's cause chain."""
+    for said in chain.messages:
+        found = unreached_from(said)
         if found is not None:
             return found
-        e = e.getCause()
-        seen += 1
     return None
 
 
-class TableNotFound(TableNotFoundError, captured.AnalysisException):
+class TableNotFound(TableNotFoundError, SparkSideError, captured.AnalysisException):
     """Spark's ``TABLE_OR_VIEW_NOT_FOUND`` as one line with close names: ``TableNotFoundError`` and pyspark's
     ``AnalysisException`` (code catching that keeps working)."""
 
     def __init__(self, message: str, table: str, suggestions: list[str]):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
+        SparkSideError.__init__(self, message)
         self.table, self.suggestions = table, suggestions
-
-    def __str__(self) -> str:
-        return self.desc
 
 
 _NOT_FOUND = re.compile(r"\[TABLE_OR_VIEW_NOT_FOUND\] The table or view (\S+) cannot be found")
 
 
-def missing_table_error(e: Any) -> TableNotFound | None:
+def missing_table_error(chain: Chain) -> TableNotFound | None:
     """A table Spark could not find in a lakesession catalog, with the close names its session's user may list."""
-    if not str(e.getClass().getName()).endswith("AnalysisException"):
+    top = chain.links[0] if chain.links else None
+    if top is None or not top.name.endswith("AnalysisException"):
         return None
-    found = _NOT_FOUND.search(str(e.getMessage() or ""))
+    found = _NOT_FOUND.search(top.message)
     if found is None:
         return None
     parts = [p.strip("`") for p in found.group(1).split("`.`")]

@@ -229,10 +229,9 @@ class StartPlan:
             if starting is not None:
                 gateway = starting.result()
         assert gateway is not None
-        if self.mode != "connect":  # a job the store refuses is told as one error naming this session's table
-            from . import _denials
+        from . import _denials  # a job the store refuses is told as one error naming this session's table
 
-            _denials.register(start.holder)
+        _denials.register(start.holder)  # Connect too: its gateway, and so its access log, is in this process
         if pending is not None and "embedded" in self.warmups:
             pending.warm_later()
         return Started(spark, gateway)

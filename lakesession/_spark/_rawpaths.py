@@ -20,10 +20,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark.errors.exceptions.base import PySparkException
-from pyspark.errors.exceptions.captured import CapturedException
-
 from ..errors import RawPathsUnavailableError
+from ._chain import Chain, SparkSideError
 from .comet import HADOOP_FOR_SPARK, PROVIDER_JAR
 
 logger = logging.getLogger(__name__)
@@ -143,15 +141,11 @@ def runtime_conf(catalog_name: str, gateway: Any, spark_conf: Mapping[str, str])
     return session_conf(catalog_name, gateway.uri, gateway.secret, spark_conf, comet=False, sdk_v1=sdk_v1)
 
 
-def unavailable(e: Any) -> RawPathsError | None:
-    """Hadoop's "class S3AFileSystem not found" anywhere on a JVM exception's cause chain, as one line."""
-    seen = 0
-    while e is not None and seen < 20:
-        said = f"{e.getClass().getName()}: {e.getMessage() or ''}"
-        if _MISSING.search(said):
+def unavailable(chain: Chain) -> RawPathsError | None:
+    """Hadoop's "class S3AFileSystem not found" anywhere on a Spark failure's cause chain, as one line."""
+    for link in chain.links:
+        if _MISSING.search(f"{link.name}: {link.message}"):
             return RawPathsError(f"raw s3a:// paths are not available in this Spark session: {reason()}")
-        e = e.getCause()
-        seen += 1
     return None
 
 
@@ -165,13 +159,5 @@ def reason() -> str:
     )
 
 
-class RawPathsError(RawPathsUnavailableError, CapturedException):
+class RawPathsError(RawPathsUnavailableError, SparkSideError):
     """``RawPathsUnavailableError`` from Spark: also pyspark's ``CapturedException`` (its handlers still match)."""
-
-    def __init__(self, message: str):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
-
-    def __str__(self) -> str:
-        return self.desc

@@ -11,12 +11,10 @@ catalog's own message — and the object store's refusals of a job's reads and w
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from pyspark.errors.exceptions import captured
-from pyspark.errors.exceptions.base import PySparkException
 
 from .._wire.enginerules import REFUSED_PREFIX
 from ..catalog._chains import chain_hint
@@ -32,6 +30,7 @@ from ..errors import (
 from ..errors import IdentityError as _IdentityError
 from ..errors import ScopeError as _ScopeError
 from ..gateway._nologin import found_no_login
+from ._chain import Chain, SparkSideError, from_connect, from_java
 
 ICEBERG_REST_EXCEPTIONS = {
     "org.apache.iceberg.exceptions.ForbiddenException": "forbidden",
@@ -44,7 +43,7 @@ ICEBERG_REST_EXCEPTIONS = {
 _original = captured.convert_exception
 
 
-class CatalogAccessError(_CatalogAccessError, captured.CapturedException):
+class CatalogAccessError(_CatalogAccessError, SparkSideError):
     """The catalog refused or failed a request Spark made; ``str()`` is the catalog's message.
 
     Both a ``lakesession.errors.CatalogAccessError`` (so ``except LakesessionError`` catches it) and
@@ -52,82 +51,53 @@ class CatalogAccessError(_CatalogAccessError, captured.CapturedException):
     """
 
     def __init__(self, message: str, kind: str, java_class: str):
-        # not CapturedException.__init__: it needs a py4j JVM, which a Spark Connect client has not
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message  # "desc": what pyspark 3.5 called it
-        self._stackTrace, self._cause, self._origin = "", None, None
+        SparkSideError.__init__(self, message or kind)
         self.kind = kind
         self.java_class = java_class
         self.status = None
 
-    def __str__(self) -> str:
-        return self.desc or self.kind
 
-
-class CapabilityError(_CapabilityError, captured.CapturedException):
+class CapabilityError(_CapabilityError, SparkSideError):
     """A Spark query asked the catalog for what it does not offer (remote signing); one line."""
 
     def __init__(self, message: str, capability: str):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
+        SparkSideError.__init__(self, message)
         self.kind, self.java_class, self.status = "capability", BAD_REQUEST, 400
         self.capability, self.config = capability, {}
 
-    def __str__(self) -> str:
-        return self.desc
 
-
-class ScopeError(_ScopeError, captured.CapturedException):
+class ScopeError(_ScopeError, SparkSideError):
     """The issuer refused the scope the session's gateway asked for: what Python raises for it, from Spark."""
 
     def __init__(self, message: str, sent: str | None = None, expected: list[str] | None = None):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
+        SparkSideError.__init__(self, message)
         self.sent, self.expected = sent, list(expected or [])
 
-    def __str__(self) -> str:
-        return self.desc
 
-
-class WarehouseError(_ConfigError, captured.CapturedException):
+class WarehouseError(_ConfigError, SparkSideError):
     """Iceberg Java's ``NoSuchWarehouseException`` (a 404 to ``/v1/config``): the ``ConfigError`` Python raises."""
 
     def __init__(self, message: str):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
-
-    def __str__(self) -> str:
-        return self.desc
+        SparkSideError.__init__(self, message)
 
 
 NO_SUCH_WAREHOUSE = "org.apache.iceberg.exceptions.NoSuchWarehouseException"
 
 
-def _no_warehouse(e: Any) -> WarehouseError | None:
-    seen = 0
-    while e is not None and seen < 20:
-        if str(e.getClass().getName()) == NO_SUCH_WAREHOUSE:
-            return WarehouseError(no_warehouse(str(e.getMessage() or "not found"), uri=None, warehouse=None))
-        e = e.getCause()
-        seen += 1
+def _no_warehouse(chain: Chain) -> WarehouseError | None:
+    for link in chain.links:
+        if link.name == NO_SUCH_WAREHOUSE:
+            return WarehouseError(no_warehouse(link.message or "not found", uri=None, warehouse=None))
     return None
 
 
-class IdentityError(_IdentityError, captured.CapturedException):
+class IdentityError(_IdentityError, SparkSideError):
     """No usable login behind a Spark query (a dead login, a rejected client); ``cause`` names the class
     Python raises for it (``LoginRequiredError`` …)."""
 
     def __init__(self, message: str, cause: str):
-        PySparkException.__init__(self, message=message)
-        self.desc = self._desc = message
-        self._stackTrace, self._cause, self._origin = "", None, None
+        SparkSideError.__init__(self, message)
         self.cause = cause
-
-    def __str__(self) -> str:
-        return self.desc
 
 
 class LoginRequired(LoginRequiredError, IdentityError):
@@ -158,13 +128,12 @@ ILLEGAL_ARGUMENT = "java.lang.IllegalArgumentException"
 _MALFORMED = "Malformed request: "  # Iceberg's prefix for a 400's message
 
 
-def _capability(e: Any) -> CapabilityError | None:
+def _capability(chain: Chain) -> CapabilityError | None:
     """A 400 about remote signing (the gateway's refusal, or Polaris's "Unsupported access delegation mode")."""
-    seen = 0
-    while e is not None and seen < 20:
-        name = str(e.getClass().getName())
+    for link in chain.links:
+        name = link.name
         if name in (BAD_REQUEST, ILLEGAL_ARGUMENT):
-            said = str(e.getMessage() or "").removeprefix(_MALFORMED)
+            said = link.message.removeprefix(_MALFORMED)
             if "remote signing" in said and name == BAD_REQUEST:
                 return CapabilityError(said, "remote signing")
             if "access delegation" in said.lower():
@@ -175,23 +144,15 @@ def _capability(e: Any) -> CapabilityError | None:
                 )
             if name == BAD_REQUEST:
                 return None
-        e = e.getCause()
-        seen += 1
     return None
 
 
-def _iceberg_cause(e: Any) -> tuple[Any, str] | None:
-    from py4j.java_gateway import is_instance_of
-    from pyspark import SparkContext
-
-    gw = SparkContext._gateway
-    seen = 0
-    while e is not None and seen < 20:
+def _iceberg_cause(chain: Chain) -> tuple[str, str] | None:
+    """(the Iceberg REST exception class, its message) nearest the top of the chain."""
+    for link in chain.links:
         for cls in ICEBERG_REST_EXCEPTIONS:
-            if is_instance_of(gw, e, cls):
-                return e, cls
-        e = e.getCause()
-        seen += 1
+            if link.is_a(cls):
+                return cls, link.message
     return None
 
 
@@ -207,18 +168,15 @@ _SDK_SUFFIX = re.compile(
 )
 
 
-def _gateway_refusal(e: Any) -> CatalogAccessError | None:
+def _gateway_refusal(chain: Chain) -> CatalogAccessError | None:
     """A path the session's gateway refused (raw s3a:// or Comet reads): the catalog's message, not a JVM trace."""
-    seen = 0
-    while e is not None and seen < 20:
-        found = _GATEWAY_REFUSAL.search(str(e.getMessage() or ""))
+    for said in chain.messages:
+        found = _GATEWAY_REFUSAL.search(said)
         if found is not None:
             path, status, message = found.groups()
             message = _SDK_SUFFIX.sub("", message)
             kind = "forbidden" if status == "403" else "not authorized" if status == "401" else "catalog error"
             return CatalogAccessError(f"access to {path} refused (HTTP {status}): {message}", kind, GATEWAY_EXCEPTION)
-        e = e.getCause()
-        seen += 1
     return None
 
 
@@ -227,17 +185,13 @@ STORE_DENIED = "java.nio.file.AccessDeniedException"
 _WRITES = re.compile(r"put|write|delete|upload|copy|rename|mkdir|commit|create", re.IGNORECASE)
 
 
-def _store_refusal(e: Any) -> CatalogAccessError | None:
+def _store_refusal(chain: Chain) -> CatalogAccessError | None:
     """S3A's AccessDeniedException for an s3a:// path: the store refused the session's credentials there
     (S3A's request check refuses ungranted paths before the store; this is what is left: e.g. a
     ``fs.s3a.bucket.<b>.lakesession.location`` narrowing, or a grant revoked mid-job)."""
-    from py4j.java_gateway import is_instance_of
-    from pyspark import SparkContext
-
-    seen = 0
-    while e is not None and seen < 20:
-        if is_instance_of(SparkContext._gateway, e, STORE_DENIED):
-            found = _STORE_REFUSAL.match(str(e.getMessage() or ""))
+    for link in chain.links:
+        if link.is_a(STORE_DENIED):
+            found = _STORE_REFUSAL.match(link.message)
             if found is not None:
                 path, operation = found.group(1), found.group(2)
                 grant = "LOCATION_WRITE" if _WRITES.search(operation) else "LOCATION_READ"
@@ -248,21 +202,21 @@ def _store_refusal(e: Any) -> CatalogAccessError | None:
                     "forbidden",
                     STORE_DENIED,
                 )
-        e = e.getCause()
-        seen += 1
     return None
 
 
-def convert_exception(e: Any) -> captured.CapturedException:
+def explain(chain: Chain) -> captured.CapturedException | None:
+    """The one-line lakesession error a Spark failure stands for (classic or Connect), or None for Spark's own."""
+    from ._denials import spark_denial
     from ._mistakes import missing_table_error, unlisted, unreached_error
+    from ._rawpaths import unavailable
 
-    unoffered = unreached_error(e) or _capability(e) or _no_warehouse(e)
+    unoffered = unreached_error(chain) or _capability(chain) or _no_warehouse(chain)
     if unoffered is not None:
         return unoffered
-    found = _iceberg_cause(e)
+    found = _iceberg_cause(chain)
     if found is not None:
-        cause, cls = found
-        said = str(cause.getMessage() or "")
+        cls, said = found
         no_login = identity_error(said)
         if no_login is not None:
             return no_login  # type: ignore[return-value]  # a CapturedException too
@@ -277,48 +231,35 @@ def convert_exception(e: Any) -> captured.CapturedException:
                 return unseen
             message = forbidden_line(message, unseen)
         return CatalogAccessError(message, kind, cls)
-    refused = _gateway_refusal(e) or _store_refusal(e)  # raw paths (Comet, s3a://): named by path
+    refused = _gateway_refusal(chain) or _store_refusal(chain)  # raw paths (Comet, s3a://): named by path
     if refused is not None:
         return refused
-    from ._rawpaths import unavailable
-
-    no_s3a = unavailable(e)  # a raw s3a:// read in a session without S3A: why, and the fix
+    no_s3a = unavailable(chain)  # a raw s3a:// read in a session without S3A: why, and the fix
     if no_s3a is not None:
         return no_s3a
-    try:
-        from ._denials import spark_denial
+    for explainer in (spark_denial, missing_table_error):
+        try:
+            explained = explainer(chain)
+        except Exception:  # explaining must never hide the error itself
+            explained = None
+        if explained is not None:
+            return explained
+    return None
 
-        denied = spark_denial(e)
-    except Exception:  # explaining must never hide the error itself
-        denied = None
-    if denied is not None:
-        return denied
+
+def convert_exception(e: Any) -> captured.CapturedException:
+    """pyspark's conversion of a JVM exception, with lakesession's failures as their one-line errors."""
     try:
-        missing = missing_table_error(e)
-    except Exception:  # suggesting names must never hide the error itself
-        missing = None
-    return missing if missing is not None else _original(e)
+        explained = explain(from_java(e))
+    except Exception:  # explaining must never hide the error itself
+        explained = None
+    return explained if explained is not None else _original(e)
 
 
 def install_error_conversion() -> None:
     """Idempotently route pyspark's exception conversion through ``convert_exception``."""
     if captured.convert_exception is not convert_exception:
         captured.convert_exception = convert_exception  # type: ignore[assignment,unused-ignore]  # pyspark 4 types it; 3.5 does not
-
-
-def _connect_iceberg_cause(info: Any, resp: Any) -> tuple[str, str] | None:
-    """(Iceberg class, message) from a Spark Connect error: its cause chain if fetched, else its classes."""
-    chain: list[tuple[list[str], str]] = []
-    if resp is not None:
-        chain = [(list(err.error_type_hierarchy), str(err.message)) for err in resp.errors]
-    raw = info.metadata.get("classes") if info is not None else None
-    if raw:
-        chain.append((json.loads(raw), ""))
-    for classes, message in chain:
-        for cls in ICEBERG_REST_EXCEPTIONS:
-            if cls in classes:
-                return cls, message
-    return None
 
 
 _REFUSED = REFUSED_PREFIX
@@ -337,10 +278,11 @@ def refused_error(exc: BaseException) -> EngineRefusedError | None:
 
 
 def install_connect_error_conversion() -> None:
-    """The same readable ``CatalogAccessError`` for Spark Connect sessions (errors arrive over gRPC).
+    """The same one-line errors for Spark Connect sessions (errors arrive over gRPC).
 
-    The Connect client fetches the server-side cause chain (class hierarchies and messages); an
-    Iceberg REST exception anywhere in it becomes ``CatalogAccessError`` with the catalog's message.
+    The Connect client fetches the server-side cause chain (class hierarchies, messages, frames): it is
+    explained by the same rules as a classic session's JVM exception (``explain``), after the trusted
+    engine's own refusals.
     """
     from pyspark.sql.connect.client import core as _core
 
@@ -363,21 +305,11 @@ def install_connect_error_conversion() -> None:
             return LoginRequiredError(
                 f"{truncated_message.splitlines()[0]}. Fix: log in again (lakesession.connect(...) / %lakesession login)"
             )
-        found = _connect_iceberg_cause(info, resp)
-        if found is not None:
-            cls, message = found
-            message = message or truncated_message
-            from ._mistakes import unreached_from
-
-            unreached = unreached_from(message)  # the gateway's "never reached" 400: the class Python raises
-            if unreached is not None:
-                return unreached
-            no_login = identity_error(message)
-            if no_login is not None:
-                return no_login
-            prefix = f"{cls}: "
-            return CatalogAccessError(chain_hint(message.removeprefix(prefix)), ICEBERG_REST_EXCEPTIONS[cls], cls)
-        return original(info, truncated_message, resp, *args, **kwargs)
+        try:
+            explained = explain(from_connect(info, truncated_message, resp))
+        except Exception:  # explaining must never hide the error itself
+            explained = None
+        return explained if explained is not None else original(info, truncated_message, resp, *args, **kwargs)
 
     convert._lakesession = True  # type: ignore[attr-defined]
     core.convert_exception = convert

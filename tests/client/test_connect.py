@@ -22,6 +22,7 @@ import pytest
 
 from lakesession._spark import jars as J
 from lakesession._spark.connect_server import server_command, server_env
+from tests.client.test_newcomer_mistakes_spark import SAYS, Ran, assert_one_line, mistakes_run
 from tests.factories import free_port
 
 SPARK = J.detect_spark()
@@ -152,3 +153,22 @@ def test_connect_session_acts_as_the_user_with_refreshing_vended_credentials(con
     server_log = log.read_text(errors="replace")
     assert "SparkConnect" in server_log  # the log is the server's, and it is not empty
     assert token not in server_log
+
+
+
+@pytest.fixture(scope="module")
+def connect_mistakes(connect_server: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Ran:
+    """test_newcomer_mistakes_spark.py's script (one client process, all seven mistakes) with ``remote=`` here."""
+    return mistakes_run(tmp_path_factory.mktemp("connect-mistakes"), remote=connect_server[0])
+
+
+@pytest.mark.parametrize("mistake", list(SAYS))
+def test_each_newcomer_mistake_through_connect_is_the_classic_sessions_one_line(
+    connect_mistakes: Ran, mistake: str
+) -> None:
+    """Each of the newcomer's Spark mistakes through Spark Connect: the same one line as in a classic session.
+
+    Before (main 70ceccd): a typo'd table and a missing grant gave the catalog's words only (no table, no fix,
+    no "did you mean"); a read-only write and a wrong warehouse a traceback of pyspark's Connect client (the
+    write's ending in 30 lines of Java frames)."""
+    assert_one_line(connect_mistakes, mistake)

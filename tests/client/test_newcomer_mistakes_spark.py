@@ -17,7 +17,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,8 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 SCRIPT = textwrap.dedent(
     """
     import sys, time, lakesession
-    uri, token_url, closed, expired, reader_secret, nobody_secret = sys.argv[1:7]
-    conf = {"spark.ui.enabled": "false"}
+    uri, token_url, closed, expired, reader_secret, nobody_secret, remote = sys.argv[1:8]
+    remote = remote or None  # a Spark Connect server's sc:// address: the same mistakes through Connect
+    conf = {} if remote else {"spark.ui.enabled": "false"}
 
     def show(name, run):
         print(f"=== {name}", file=sys.stderr, flush=True)
@@ -48,12 +48,12 @@ SCRIPT = textwrap.dedent(
     def login(who, secret, name, **kw):
         kw.setdefault("warehouse", "lakesession")
         return lakesession.connect(uri=uri, credential=f"{who}:{secret}", token_url=token_url, catalog_name=name,
-                                   spark_conf=conf, **kw)
+                                   spark_conf=conf, remote=remote, **kw)
 
-    wrong = lakesession.connect(uri=f"http://127.0.0.1:{closed}", credential="reader:x", spark_conf=conf)
+    wrong = lakesession.connect(uri=f"http://127.0.0.1:{closed}", credential="reader:x", spark_conf=conf, remote=remote)
     spark = wrong.spark()  # the JVM starts: nothing has been sent to the catalog yet
     show("wrong URL", lambda: spark.sql("SHOW NAMESPACES IN lake").collect())
-    token = lakesession.connect(uri=f"http://127.0.0.1:{closed}", token="t", catalog_name="lake_t", spark_conf=conf)
+    token = lakesession.connect(uri=f"http://127.0.0.1:{closed}", token="t", catalog_name="lake_t", spark_conf=conf, remote=remote)
     show("wrong URL (token)", lambda: token.spark().sql("SHOW NAMESPACES IN lake_t").collect())
     reader = login("reader", reader_secret, "lake_r").spark()
     print("rows", reader.sql("SELECT count(*) FROM lake_r.shop.orders").collect()[0][0], flush=True)
@@ -63,7 +63,7 @@ SCRIPT = textwrap.dedent(
     show("no grant", lambda: nobody.sql("SELECT * FROM lake_n.shop.orders").collect())
     lost = login("reader", reader_secret, "lake_w", warehouse="lakehouse")
     show("wrong warehouse", lambda: lost.spark().sql("SHOW NAMESPACES IN lake_w").collect())
-    late = lakesession.connect(uri=uri, token=expired, warehouse="lakesession", catalog_name="lake_e", spark_conf=conf)
+    late = lakesession.connect(uri=uri, token=expired, warehouse="lakesession", catalog_name="lake_e", spark_conf=conf, remote=remote)
     show("expired login", lambda: late.spark().sql("SHOW NAMESPACES IN lake_e").collect())
     """
 )
@@ -79,24 +79,32 @@ SAYS = {
 }
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, list[str]], str, int]]:
-    """The script's stderr, cut per mistake: name -> lines (its last one "=== took <s>"); all of stderr; the port."""
-    folder = tmp_path_factory.mktemp("spark-mistakes")
+Ran = tuple[dict[str, list[str]], str, int]
+
+
+def mistakes_run(folder: Path, remote: str = "") -> Ran:
+    """The script's stderr, cut per mistake: name -> lines (its last one "=== took <s>"); all of stderr; the port.
+
+    ``remote``: a Spark Connect server's ``sc://`` address (tests/client/test_connect.py), else classic Spark."""
     with make_catalog(shop_policy("nm", others=("nobody",)), bucket="newcomer-spark", data_dir=folder / "cat") as cat:
         etl = vended_catalog(cat, "etl", f"etl:{SECRET['etl']}")
         etl.create_namespace("shop")
         etl.create_table(("shop", "orders"), SCHEMA).append(ROWS)
-        yield _run(cat, folder)
+        return _run(cat, folder, remote)
 
 
-def _run(cat: ReferenceCatalog, folder: Path) -> tuple[dict[str, list[str]], str, int]:
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
+    return mistakes_run(tmp_path_factory.mktemp("spark-mistakes"))
+
+
+def _run(cat: ReferenceCatalog, folder: Path, remote: str = "") -> tuple[dict[str, list[str]], str, int]:
     script = folder / "mistakes.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LAKESESSION_", "PYICEBERG_"))}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     port = closed_port()
-    argv = [cat.uri, f"{cat.issuer_uri}/token", str(port), expired_token(), SECRET["reader"], SECRET["nobody"]]
+    argv = [cat.uri, f"{cat.issuer_uri}/token", str(port), expired_token(), SECRET["reader"], SECRET["nobody"], remote]
     done = subprocess.run(
         [sys.executable, str(script), *argv], capture_output=True, text=True, env=env, timeout=900, cwd=folder
     )
@@ -113,9 +121,12 @@ def _run(cat: ReferenceCatalog, folder: Path) -> tuple[dict[str, list[str]], str
 
 
 @pytest.mark.parametrize("mistake", list(SAYS))
-def test_each_spark_mistake_is_at_most_three_lines_naming_the_fix(
-    run: tuple[dict[str, list[str]], str, int], mistake: str
-) -> None:
+def test_each_spark_mistake_is_at_most_three_lines_naming_the_fix(run: Ran, mistake: str) -> None:
+    assert_one_line(run, mistake)
+
+
+def assert_one_line(run: Ran, mistake: str) -> None:
+    """``mistake``'s stderr: at most three lines, the first lakesession's naming what ``SAYS`` it must."""
     cut, _, port = run
     *lines, took = cut[mistake]
     shown = "\n".join(lines)
@@ -126,14 +137,14 @@ def test_each_spark_mistake_is_at_most_three_lines_naming_the_fix(
     assert "usually temporary" not in shown and "Py4J" not in shown, shown
 
 
-def test_a_wrong_url_fails_within_seconds_not_minutes(run: tuple[dict[str, list[str]], str, int]) -> None:
+def test_a_wrong_url_fails_within_seconds_not_minutes(run: Ran) -> None:
     cut, _, _ = run
     for mistake in ("wrong URL", "wrong URL (token)"):
         seconds = float(re.sub(r"^=== took ", "", cut[mistake][-1]))
         assert seconds <= 15, f"{mistake}: {seconds} s (was 412 s)"
 
 
-def test_no_jvm_banner_on_the_users_stderr(run: tuple[dict[str, list[str]], str, int]) -> None:
+def test_no_jvm_banner_on_the_users_stderr(run: Ran) -> None:
     _, stderr, _ = run
     assert "Using incubator modules" not in stderr, stderr[:2000]
     before = stderr.split("=== ", 1)[0].strip()
