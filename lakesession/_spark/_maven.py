@@ -65,7 +65,8 @@ class Progress:
         self._last = self._said = 0.0
         self._shown = ""
         shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
-        self._head = f"lakesession: downloading {len(names)} jar{'s' * (len(names) != 1)} ({_mb(total)}) from Maven Central ({shown})"
+        size = f" ({_mb(total)})" if total > 0 else ""  # build-only jars have no pinned size (java/build.py)
+        self._head = f"lakesession: downloading {len(names)} jar{'s' * (len(names) != 1)}{size} from Maven Central ({shown})"
         self._in_place = say is None and (
             bool(getattr(self._out, "isatty", lambda: False)()) or type(self._out).__module__.startswith("ipykernel")
         )
@@ -81,7 +82,8 @@ class Progress:
 
     def _text(self) -> str:
         took = max(time.monotonic() - self.started, 1e-3)
-        return f"{self._head}: {_mb(self.done)} of {_mb(self.total)}, {self.done / took / 1e6:.0f} MB/s"
+        of = f" of {_mb(self.total)}" if self.total > 0 else ""
+        return f"{self._head}: {_mb(self.done)}{of}, {self.done / took / 1e6:.0f} MB/s"
 
     def end(self, outcome: str = "done") -> None:
         with self._lock:

@@ -291,7 +291,9 @@ def install_connect_error_conversion() -> None:
     if getattr(original, "_lakesession", False):
         return
 
-    def convert(info: Any, truncated_message: str, resp: Any, *args: Any, **kwargs: Any) -> Any:
+    def convert(info: Any, truncated_message: str, *args: Any, **kwargs: Any) -> Any:
+        # pyspark 4: (info, message, resp, display_server_stacktrace, grpc_status); 3.5: (info, message)
+        resp = args[0] if args else kwargs.get("resp")
         rule = info.metadata.get("rule") if info is not None and info.domain == "lakesession" else None
         line = (truncated_message or "").splitlines()[0] if truncated_message else ""
         if rule == "catalog-unavailable":  # the engine could not reach the catalog (or its issuer) for you
@@ -309,7 +311,7 @@ def install_connect_error_conversion() -> None:
             explained = explain(from_connect(info, truncated_message, resp))
         except Exception:  # explaining must never hide the error itself
             explained = None
-        return explained if explained is not None else original(info, truncated_message, resp, *args, **kwargs)
+        return explained if explained is not None else original(info, truncated_message, *args, **kwargs)
 
     convert._lakesession = True  # type: ignore[attr-defined]
     core.convert_exception = convert

@@ -138,6 +138,16 @@ def test_progress_updates_in_place_on_a_terminal() -> None:
     assert text.count("\r") == 3 and text.endswith("\n") and "50 MB of 99 MB" in text and "done in" in text
 
 
+def test_progress_of_jars_without_a_pinned_size_says_no_zero_total() -> None:
+    """java/build.py's build-only jars have no pinned size: it said "downloading 1 jar (0 kB) … 17 MB of 0 kB"."""
+    out = io.StringIO()
+    p = _maven.Progress(["hadoop-aws"], 0, out=out)
+    p.add(17_000_000)
+    p.end()
+    text = out.getvalue()
+    assert "0 kB" not in text and "downloading 1 jar from Maven Central (hadoop-aws): 17 MB," in text, text
+
+
 def test_the_clouds_option_reaches_the_session_and_a_wrong_name_fails_before_anything_starts() -> None:
     import lakesession
     from lakesession.session import Session

@@ -13,7 +13,7 @@ import json
 
 import pytest
 from google.rpc import error_details_pb2  # pyspark[connect]'s (in [dev])
-from pyspark.sql.connect.proto import base_pb2
+from pyspark.sql.connect.proto import base_pb2  # FetchErrorDetailsResponse: pyspark 4's (3.5's client has none)
 
 from lakesession._spark import _chain
 from lakesession._spark.errors import CatalogAccessError, WarehouseError, explain
@@ -104,3 +104,18 @@ def test_spark_side_errors_answer_pysparks_questions_without_a_jvm(monkeypatch: 
     err = CatalogAccessError("the catalog refused", "forbidden", FORBIDDEN[0])
     assert err.getCondition() is None and err.getErrorClass() is None and err.getSqlState() is None
     assert err.getMessageParameters() is None and err.getQueryContext() == [] and str(err) == "the catalog refused"
+
+
+def test_the_installed_conversion_takes_pyspark_35s_two_arguments_too() -> None:
+    """pyspark 3.5's Connect client calls ``convert_exception(info, message)`` (no error details): the installed
+    conversion required a third argument, so every Connect error on a 3.5 client was a ``TypeError`` (70ceccd)."""
+    from pyspark.sql.connect.client import core
+
+    from lakesession._spark.errors import install_connect_error_conversion
+
+    install_connect_error_conversion()
+    err = core.convert_exception(_info(FORBIDDEN), REFUSED)  # type: ignore[call-arg]  # 3.5's call
+    assert isinstance(err, CatalogAccessError) and "as nobody" in str(err), str(err)
+    analysis = _info(["org.apache.spark.sql.AnalysisException", *THROWABLE])
+    spark_own = core.convert_exception(analysis, "[X] y", None)  # pyspark 4's call; Spark's own error: pyspark's
+    assert type(spark_own).__module__.startswith("pyspark.errors"), type(spark_own)
