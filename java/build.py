@@ -1,6 +1,11 @@
-"""Build lakesession's JVM jar (credential providers, the engine sandbox) from ``java/src`` (after editing it).
+"""Build lakesession's two JVM jars from ``java/src`` (after editing it).
 
-    python java/build.py          # writes lakesession/_spark/jvm/lakesession-jvm.jar (committed)
+    python java/build.py          # writes both (committed):
+    # lakesession/_spark/jvm/lakesession-jvm.jar        the client's: credential providers, S3A wiring (dev.lakesession.jvm)
+    # lakesession/engine/jvm/lakesession-engine.jar     the engine's: its sandbox extension and rulebook (dev.lakesession.engine)
+
+The engine's jar ships with ``lakesession-engine`` only (a client install holds no sandbox); at run time it
+needs the client's jar beside it (the engine's JVM has both on its class path).
 
 Compiles with ``javac --release 17`` against the compile-time jars from Maven Central (Comet's SPI,
 the AWS SDK v2 in iceberg-aws-bundle, Hadoop's client API and hadoop-aws (S3A's client factory); for ``lakesession engine``'s sandbox
@@ -28,6 +33,8 @@ SRC = HERE / "src"
 # hadoop-aws 3.3.4 (its DefaultS3ClientFactory is not 3.4's) and the SDK v1 modules, beside the first's classes
 SRC_SDK1 = HERE / "src-sdk1"
 OUT = HERE.parent / "lakesession" / "_spark" / "jvm" / "lakesession-jvm.jar"
+ENGINE_OUT = HERE.parent / "lakesession" / "engine" / "jvm" / "lakesession-engine.jar"
+ENGINE_PACKAGE = "dev/lakesession/engine/"  # its classes (and the rulebook) go to ENGINE_OUT, the rest to OUT
 COMPILE = (
     ("org.apache.datafusion", "comet-spark-spark4.1_2.13", "1.2.0"),
     ("org.apache.iceberg", "iceberg-aws-bundle", "1.12.0"),
@@ -81,7 +88,22 @@ def jar_source_hash(jar: Path = OUT) -> str | None:
     return None
 
 
-def build(out: Path = OUT) -> Path:
+def _write_jar(out: Path, entries: list[tuple[str, bytes]]) -> None:
+    """A jar of ``entries`` with the source hash in its manifest and fixed timestamps, renamed into place (a
+    running JVM keeps its open copy)."""
+    manifest = f"Manifest-Version: 1.0\r\nCreated-By: lakesession java/build.py\r\n{HASH_ATTR}: {source_hash()}\r\n\r\n"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", STAMP), manifest, zipfile.ZIP_DEFLATED)
+        for name, data in entries:
+            z.writestr(zipfile.ZipInfo(name, STAMP), data, zipfile.ZIP_DEFLATED)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".jar.tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(out)
+
+
+def build(out: Path = OUT, engine_out: Path = ENGINE_OUT) -> tuple[Path, Path]:
     sys.path.insert(0, str(HERE.parent))
     from lakesession._spark import comet
 
@@ -95,22 +117,14 @@ def build(out: Path = OUT) -> Path:
         subprocess.run([*javac, "-cp", class_path, *sources], check=True)
         sdk1 = sorted(str(p) for p in SRC_SDK1.rglob("*.java"))
         subprocess.run([*javac, "-cp", f"{classes}:{sdk1_path}", *sdk1], check=True)
-        manifest = (
-            f"Manifest-Version: 1.0\r\nCreated-By: lakesession java/build.py\r\n{HASH_ATTR}: {source_hash()}\r\n\r\n"
-        )
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-            z.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", STAMP), manifest, zipfile.ZIP_DEFLATED)
-            for cls in sorted(Path(classes).rglob("*.class")):
-                info = zipfile.ZipInfo(cls.relative_to(classes).as_posix(), STAMP)
-                z.writestr(info, cls.read_bytes(), zipfile.ZIP_DEFLATED)
-            z.writestr(zipfile.ZipInfo(RULEBOOK_ENTRY, STAMP), RULEBOOK.read_bytes(), zipfile.ZIP_DEFLATED)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".jar.tmp")  # renamed into place: a running JVM keeps its open copy
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(out)
-    return out
+        built = [(c.relative_to(classes).as_posix(), c.read_bytes()) for c in sorted(Path(classes).rglob("*.class"))]
+    client = [(name, data) for name, data in built if not name.startswith(ENGINE_PACKAGE)]
+    engine = [(name, data) for name, data in built if name.startswith(ENGINE_PACKAGE)]
+    _write_jar(out, client)
+    _write_jar(engine_out, [*engine, (RULEBOOK_ENTRY, RULEBOOK.read_bytes())])
+    return out, engine_out
 
 
 if __name__ == "__main__":
-    print(build())
+    for jar in build():
+        print(jar)

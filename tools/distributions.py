@@ -135,8 +135,8 @@ ENGINE = Distribution(
     description="The lakesession trusted engine: Spark Connect acting for each authenticated user (DEFINER views)",
     header=(
         "lakesession-engine: the trusted engine (`lakesession engine`, Containerfile.engine): Spark Connect acting for\n"
-        "each authenticated user. It owns lakesession/engine/ and runs on the client (its gateway, identity, Spark\n"
-        "and jar modules, the JVM jar with the engine's sandbox), which it installs at this very version:\n"
+        "each authenticated user. It owns lakesession/engine/ (with the sandbox's own JVM jar) and runs on the client\n"
+        "(its gateway, identity, Spark and jar modules, the credential providers' jar), which it installs at this very version:\n"
         "`pip install ./core ./client ./engine`. None of the catalog server's stack."
     ),
     owns=("lakesession/engine",),

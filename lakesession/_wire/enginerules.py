@@ -1,7 +1,7 @@
 """The trusted engine's rulebook (``engine_rules.json``): one copy of every rule both of its layers enforce.
 
 The front door (``lakesession.engine._sandbox``) reads it here; ``java/build.py`` puts the same file into
-``lakesession-jvm.jar`` as ``dev/lakesession/engine/rules.json`` for the JVM's checks
+the engine's ``lakesession-engine.jar`` as ``dev/lakesession/engine/rules.json`` for the JVM's checks
 (``dev.lakesession.engine.Rulebook``); ``docs/_gen.py`` renders its rule table. Tests prove the three
 copies equal. It also holds the contract the client, the engine and the JVM share: the view-chain
 catalogs' names, the refusal's error class and text, and the signature trailer of expanded SQL.

@@ -15,6 +15,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,15 +29,21 @@ from ._proxy import FrontDoor
 from ._sandbox import ConfPolicy
 from ._users import EngineUser, Users
 
-__all__ = ["SANDBOX_EXTENSIONS", "Engine"]
+__all__ = ["SANDBOX_EXTENSIONS", "Engine", "sandbox_jar"]
 
 logger = logging.getLogger("lakesession.engine")
 
 SANDBOX_EXTENSIONS = "dev.lakesession.engine.SandboxExtensions"
+SANDBOX_JAR = "lakesession-engine.jar"  # built by java/build.py; needs the client's lakesession-jvm.jar beside it
 _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 _CLOSED = "http://127.0.0.1:9/no-user"  # the catalog of a session the front door has not configured
 _TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark Connect's pre-shared token, when its conf key is unset
 _SQL_KEY = "spark.lakesession.engine.sqlKey"  # dev.lakesession.engine.Signature.KEY
+
+
+def sandbox_jar() -> Path:
+    """The engine's compiled sandbox (``dev.lakesession.engine``, its rulebook), shipped with lakesession-engine."""
+    return Path(str(resources.files("lakesession.engine").joinpath("jvm", SANDBOX_JAR)))
 
 
 def _tls_credentials(config: EngineConfig) -> Any:
@@ -183,7 +191,8 @@ class Engine:
         conf = base_conf(cfg.catalog_name, jar_set, server=True)
         extra_jars = cfg.spark_conf.get("spark.jars", "")
         jars = [j for j in conf.get("spark.jars", "").split(",") if j]
-        conf["spark.jars"] = ",".join([*jars, str(comet.provider_jar()), *[j for j in extra_jars.split(",") if j]])
+        ours = [str(comet.provider_jar()), str(sandbox_jar())]
+        conf["spark.jars"] = ",".join([*jars, *ours, *[j for j in extra_jars.split(",") if j]])
         conf.update(
             {
                 "spark.sql.extensions": f"{EXTENSIONS},{SANDBOX_EXTENSIONS}",

@@ -116,6 +116,20 @@ def test_committed_provider_jar_is_built_from_the_committed_sources() -> None:
         assert f"dev/lakesession/jvm/{cls}.class" in names
     assert comet.COMET_PROVIDER.replace(".", "/") + ".class" in names
     assert comet.S3A_PROVIDER.replace(".", "/") + ".class" in names
+    assert not [n for n in names if n.startswith("dev/lakesession/engine/")], "the engine's sandbox is its own jar"
+
+
+def test_the_engines_sandbox_is_its_own_jar_built_from_the_committed_sources() -> None:
+    """``dev.lakesession.engine`` ships with lakesession-engine only, not in every client's jar (#43 point 4)."""
+    from lakesession.engine._engine import SANDBOX_EXTENSIONS, sandbox_jar
+
+    build = _build_module()
+    jar = sandbox_jar()
+    assert jar.is_file() and build.jar_source_hash(jar) == build.source_hash(), "run python java/build.py"
+    with zipfile.ZipFile(jar) as z:
+        names = set(z.namelist())
+    assert SANDBOX_EXTENSIONS.replace(".", "/") + ".class" in names and "dev/lakesession/engine/rules.json" in names
+    assert {n.split("/")[2] for n in names if n.endswith(".class")} == {"engine"}, "only the engine's classes"
 
 
 def test_the_wheel_ships_the_provider_jar() -> None:

@@ -17,7 +17,7 @@ from lakesession.engine import _rewrite, _sandbox
 from tests.project.test_docs_links import _gen
 
 ROOT = Path(__file__).resolve().parents[2]
-JAR = ROOT / "lakesession" / "_spark" / "jvm" / "lakesession-jvm.jar"
+JAR = ROOT / "lakesession" / "engine" / "jvm" / "lakesession-engine.jar"  # the engine's own (java/build.py)
 JAVA = ROOT / "java" / "src" / "dev" / "lakesession" / "engine"
 RULE_IDS = [r["id"] for r in BOOK["rules"]]
 

@@ -30,6 +30,7 @@ import pytest
 from lakesession._spark import comet
 from lakesession._spark.jars import detect_spark
 from lakesession._spark.versions import GROUP, iceberg_for
+from lakesession.engine._engine import sandbox_jar
 from tests.factories import free_port
 
 SPARK = detect_spark()
@@ -87,7 +88,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     secret_json.write_text(json.dumps({"aws_secret_access_key": SECRET}) + "\n")
     port = free_port()
     conf = {
-        "spark.jars": f"{comet.provider_jar()},{runtime}",
+        "spark.jars": f"{comet.provider_jar()},{sandbox_jar()},{runtime}",
         "spark.sql.extensions": EXTENSIONS,
         "spark.lakesession.engine.settableConfs": SETTABLE,
         "spark.lakesession.engine.protectedConfPrefixes": PROTECTED,

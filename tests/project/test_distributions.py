@@ -143,6 +143,7 @@ def test_the_slim_distributions_split_the_package_with_no_overlap() -> None:
     assert owners["lakesession/reference/servecmd.py"] == ["lakesession-catalog"]
     assert owners["lakesession/engine/_proxy.py"] == ["lakesession-engine"]
     assert owners["lakesession/_spark/jvm/lakesession-jvm.jar"] == ["lakesession-client"]
+    assert owners["lakesession/engine/jvm/lakesession-engine.jar"] == ["lakesession-engine"]  # the sandbox's own
 
 
 def test_the_core_ships_at_most_2000_lines_of_python() -> None:

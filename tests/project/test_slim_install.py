@@ -120,7 +120,7 @@ def test_the_slim_distributions_own_disjoint_files(dist: dict[str, Path]) -> Non
     core, client, catalog, engine = owned.values()
     assert "lakesession/__init__.py" in core and "lakesession/reference/servecmd.py" in catalog
     assert "lakesession/_spark/jvm/lakesession-jvm.jar" in client and "lakesession/session.py" in client
-    assert "lakesession/engine/_proxy.py" in engine
+    assert "lakesession/engine/_proxy.py" in engine and "lakesession/engine/jvm/lakesession-engine.jar" in engine
     # together they are the full package
     assert core | client | catalog | engine == _owned(dist["lakesession"])
     # the core is what the catalog and the client both import: not the client's 16.5k lines (#43)
