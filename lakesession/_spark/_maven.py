@@ -66,7 +66,9 @@ class Progress:
         self._shown = ""
         shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
         size = f" ({_mb(total)})" if total > 0 else ""  # build-only jars have no pinned size (java/build.py)
-        self._head = f"lakesession: downloading {len(names)} jar{'s' * (len(names) != 1)}{size} from Maven Central ({shown})"
+        self._head = (
+            f"lakesession: downloading {len(names)} jar{'s' * (len(names) != 1)}{size} from Maven Central ({shown})"
+        )
         self._in_place = say is None and (
             bool(getattr(self._out, "isatty", lambda: False)()) or type(self._out).__module__.startswith("ipykernel")
         )

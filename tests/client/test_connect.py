@@ -155,7 +155,6 @@ def test_connect_session_acts_as_the_user_with_refreshing_vended_credentials(con
     assert token not in server_log
 
 
-
 @pytest.fixture(scope="module")
 def connect_mistakes(connect_server: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Ran:
     """test_newcomer_mistakes_spark.py's script (one client process, all seven mistakes) with ``remote=`` here."""
