@@ -88,10 +88,10 @@ def jar_source_hash(jar: Path = OUT) -> str | None:
     return None
 
 
-def _write_jar(out: Path, entries: list[tuple[str, bytes]]) -> None:
+def _write_jar(out: Path, entries: list[tuple[str, bytes]], sources: str) -> None:
     """A jar of ``entries`` with the source hash in its manifest and fixed timestamps, renamed into place (a
     running JVM keeps its open copy)."""
-    manifest = f"Manifest-Version: 1.0\r\nCreated-By: lakesession java/build.py\r\n{HASH_ATTR}: {source_hash()}\r\n\r\n"
+    manifest = f"Manifest-Version: 1.0\r\nCreated-By: lakesession java/build.py\r\n{HASH_ATTR}: {sources}\r\n\r\n"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", STAMP), manifest, zipfile.ZIP_DEFLATED)
@@ -120,8 +120,9 @@ def build(out: Path = OUT, engine_out: Path = ENGINE_OUT) -> tuple[Path, Path]:
         built = [(c.relative_to(classes).as_posix(), c.read_bytes()) for c in sorted(Path(classes).rglob("*.class"))]
     client = [(name, data) for name, data in built if not name.startswith(ENGINE_PACKAGE)]
     engine = [(name, data) for name, data in built if name.startswith(ENGINE_PACKAGE)]
-    _write_jar(out, client)
-    _write_jar(engine_out, [*engine, (RULEBOOK_ENTRY, RULEBOOK.read_bytes())])
+    sources = source_hash()  # both jars are built from the same sources: one hash, read once
+    _write_jar(out, client, sources)
+    _write_jar(engine_out, [*engine, (RULEBOOK_ENTRY, RULEBOOK.read_bytes())], sources)
     return out, engine_out
 
 

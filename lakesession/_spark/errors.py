@@ -12,6 +12,7 @@ catalog's own message — and the object store's refusals of a job's reads and w
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.errors.exceptions import captured
@@ -247,12 +248,17 @@ def explain(chain: Chain) -> captured.CapturedException | None:
     return None
 
 
+def _explained(read: Callable[[], Chain]) -> captured.CapturedException | None:
+    """``explain`` of the chain ``read`` returns; None when reading or explaining fails (never hides the error)."""
+    try:
+        return explain(read())
+    except Exception:
+        return None
+
+
 def convert_exception(e: Any) -> captured.CapturedException:
     """pyspark's conversion of a JVM exception, with lakesession's failures as their one-line errors."""
-    try:
-        explained = explain(from_java(e))
-    except Exception:  # explaining must never hide the error itself
-        explained = None
+    explained = _explained(lambda: from_java(e))
     return explained if explained is not None else _original(e)
 
 
@@ -307,10 +313,7 @@ def install_connect_error_conversion() -> None:
             return LoginRequiredError(
                 f"{truncated_message.splitlines()[0]}. Fix: log in again (lakesession.connect(...) / %lakesession login)"
             )
-        try:
-            explained = explain(from_connect(info, truncated_message, resp))
-        except Exception:  # explaining must never hide the error itself
-            explained = None
+        explained = _explained(lambda: from_connect(info, truncated_message, resp))
         return explained if explained is not None else original(info, truncated_message, *args, **kwargs)
 
     convert._lakesession = True  # type: ignore[attr-defined]
